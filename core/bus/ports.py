@@ -1,0 +1,56 @@
+"""Owns the Bus port: the doorbell that tells consumers an event was committed.
+
+Messages carry only the event's global position (plus its type and stream for routing and logs);
+consumers re-read the event from the store. Delivery is at-least-once per consumer group; the
+worker runtime turns that into exactly-once effect with the store's tracking table.
+Both adapters (Redis Streams, in-process) pass tests/contract/test_bus.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class BusMessage:
+    position: int
+    event_type: str
+    stream_id: str
+
+
+@dataclass(frozen=True)
+class Delivery:
+    message_id: str  # adapter-specific id used to ack
+    topic: str
+    message: BusMessage
+    deliveries: int  # how many times this message has been delivered to the group (1 = first)
+
+
+class Bus(Protocol):
+    async def publish(self, topic: str, messages: Sequence[BusMessage]) -> None: ...
+
+    async def ensure_group(self, topic: str, group: str) -> None:
+        """Create the consumer group if missing; a new group starts at the beginning of the topic."""
+        ...
+
+    async def consume(
+        self, topics: Sequence[str], group: str, consumer: str, count: int = 16, block_ms: int = 1000
+    ) -> list[Delivery]:
+        """New messages for this consumer (blocks up to ``block_ms`` when there are none)."""
+        ...
+
+    async def reclaim(
+        self, topic: str, group: str, consumer: str, min_idle_ms: int, count: int = 16
+    ) -> list[Delivery]:
+        """Take over messages of this group pending on any consumer longer than ``min_idle_ms``."""
+        ...
+
+    async def ack(self, topic: str, group: str, message_ids: Sequence[str]) -> None: ...
+
+    async def dead_letter(self, delivery: Delivery, group: str, error: str) -> None:
+        """Move a message to the topic's dead-letter stream and ack it in the group."""
+        ...
+
+    async def close(self) -> None: ...

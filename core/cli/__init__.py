@@ -1,0 +1,39 @@
+"""Owns the ``agentr`` command line: the root Typer app and the registration of its command groups.
+
+Each command module (``core/cli/<name>.py``) exposes ``register(app)``; heavy imports (torch,
+transformers, FastAPI) happen inside the commands so ``agentr --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+COMMAND_MODULES = ("db", "worker", "env", "model", "run", "serve", "client", "up")
+
+app = typer.Typer(
+    name="agentr",
+    help="agentr: Agent-R self-correction training as a service (MCTS -> first-error critic -> "
+    "revision splicing -> SFT).",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+
+def _register_all() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"core.cli.{name}")
+        except ModuleNotFoundError as exc:  # a command group not built yet
+            if exc.name == f"core.cli.{name}":
+                continue
+            raise
+        module.register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    app()

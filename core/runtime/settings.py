@@ -1,0 +1,50 @@
+"""Owns process settings: every ``AGENTR_*`` environment variable, read once per process.
+
+Unset ``AGENTR_DATABASE_URL`` means the embedded SQLite file under ``AGENTR_HOME``; unset
+``AGENTR_REDIS_URL`` means the in-process bus (valid only when everything runs in one process).
+Nothing here connects to anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTR_", env_file=None, extra="ignore")
+
+    home: Path = Field(Path(".agentr"), description="Folder for the embedded database, models, datasets.")
+    database_url: str | None = Field(
+        None, description="postgresql+asyncpg://... or sqlite+aiosqlite:///...; unset = embedded SQLite."
+    )
+    redis_url: str | None = Field(None, description="redis://host:port/db; unset = in-process bus.")
+    redis_prefix: str = Field("agentr", description="Prefix of every Redis key agentr writes.")
+    admin_key: str | None = Field(None, description="Bootstraps the API's first admin key.")
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING, ERROR.")
+    log_json: bool = Field(False, description="Emit logs as JSON lines.")
+    # worker runtime
+    block_ms: int = Field(1000, description="How long a worker blocks waiting for new messages.")
+    reclaim_idle_ms: int = Field(30_000, description="Pending messages idle this long are reclaimed.")
+    max_deliveries: int = Field(5, description="After this many deliveries a message is dead-lettered.")
+    batch_size: int = Field(16, description="Messages a worker takes per read.")
+    # API
+    api_host: str = Field("127.0.0.1", description="Host `agentr serve` binds.")
+    api_port: int = Field(8000, description="Port `agentr serve` binds.")
+    max_body_bytes: int = Field(16 * 1024 * 1024, description="Request bodies above this get 413.")
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.home / 'agentr.db').resolve()}"
+
+    @property
+    def embedded(self) -> bool:
+        return self.redis_url is None
+
+
+def load_settings(**overrides: object) -> Settings:
+    return Settings(**overrides)  # type: ignore[arg-type]
