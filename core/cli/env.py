@@ -1,0 +1,77 @@
+"""Owns the ``agentr env`` command group: serve a built-in environment over the AgentGym protocol,
+and show a task (first observation and, where known, the gold actions)."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+env_app = typer.Typer(help="Interactive text environments (TextCraft, ScienceWorld, AgentGym servers).")
+
+
+@env_app.command("serve")
+def serve(
+    env: str = typer.Argument(
+        ..., help="Environment URI, e.g. textcraft, 'textcraft?distractors=2', sciworld."
+    ),
+    port: int = typer.Option(8001, "--port", "-p", help="TCP port to listen on."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind."),
+) -> None:
+    """Serve ENV over the AgentGym HTTP protocol (/create, /reset, /step, /observation, /close)."""
+    import uvicorn
+
+    from core.envs.server import create_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger(__name__).info("serving %s on http://%s:%d", env, host, port)
+    uvicorn.run(create_app(env), host=host, port=port, log_level="warning")
+
+
+@env_app.command("show")
+def show(
+    env: str = typer.Argument(..., help="Environment URI (textcraft, sciworld, agentgym+http://...)."),
+    task_id: str = typer.Argument(..., help="Task id, e.g. 0."),
+    gold: bool = typer.Option(True, help="Also print the gold action sequence when the env has one."),
+) -> None:
+    """Print the instruction, the first observation of TASK_ID and its gold actions."""
+    import asyncio
+
+    from rich.console import Console
+
+    from core.envs.base import EnvError
+    from core.envs.registry import open_env
+
+    console = Console()
+
+    async def go() -> None:
+        opened = open_env(env)
+        try:
+            console.rule(f"{opened.name} task {task_id}")
+            console.print(opened.instruction, markup=False)
+            console.rule("observation")
+            console.print(await opened.reset(task_id), markup=False)
+            if gold:
+                actions: list[str] | None = None
+                if opened.name == "textcraft":
+                    from core.envs.textcraft import solve
+
+                    actions = solve(opened.goal_of(task_id))  # type: ignore[attr-defined]
+                elif hasattr(opened, "gold_actions"):
+                    actions = opened.gold_actions(task_id)
+                if actions is not None:
+                    console.rule("gold actions")
+                    for action in actions:
+                        console.print(action, markup=False)
+        finally:
+            await opened.close()
+
+    try:
+        asyncio.run(go())
+    except EnvError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(env_app, name="env")

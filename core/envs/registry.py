@@ -1,0 +1,151 @@
+"""Owns environment URIs: ``open_env(uri)`` turns a URI into a ready Env.
+
+Forms (options are URL query parameters):
+
+- ``textcraft`` — options ``distractors`` (0-10+, default 10), ``split`` (default split of
+  ``task_ids()``: train / test / demo / all), ``max_steps`` (default 50);
+- ``sciworld`` — options ``max_steps`` (default 100), ``simplifications`` (e.g. ``easy``);
+- ``agentgym+http://HOST:PORT/NAME`` (or ``agentgym+https://``) — NAME is textcraft, sciworld,
+  webshop, alfworld, ...; options ``timeout`` (s), ``retries``, ``backoff`` (s), ``action_prefix``
+  (default ``"Action: "``; ``action_prefix=`` sends bare actions), ``max_steps``, ``tasks``
+  (``START-END``, inclusive, the ids of split ``all``/``test`` when the client cannot know them).
+  The server's base URL is everything before ``/NAME``.
+
+A malformed URI, an unknown environment or an unknown / badly typed option raises EnvError naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import parse_qsl, urlsplit
+
+from core.envs.base import Env, EnvError
+
+BUILTIN = ("textcraft", "sciworld")
+
+
+class _Options:
+    def __init__(self, uri: str, query: str) -> None:
+        self.uri = uri
+        try:
+            pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+        except ValueError as exc:
+            raise EnvError(f"malformed environment URI {uri!r}: bad query string {query!r}") from exc
+        self.values: dict[str, str] = {}
+        for key, value in pairs:
+            if key in self.values:
+                raise EnvError(f"environment URI {uri!r}: option {key!r} given twice")
+            self.values[key] = value
+
+    def take(self, key: str, default: str) -> str:
+        return self.values.pop(key, default)
+
+    def take_number(self, key: str, default: float, cast: Callable[[str], float] = int) -> float:
+        raw = self.values.pop(key, None)
+        if raw is None:
+            return default
+        try:
+            return cast(raw)
+        except ValueError as exc:
+            raise EnvError(f"environment URI {self.uri!r}: option {key}={raw!r} is not a number") from exc
+
+    def finish(self, env: str, allowed: str) -> None:
+        if self.values:
+            unknown = ", ".join(sorted(self.values))
+            raise EnvError(
+                f"environment URI {self.uri!r}: unknown option(s) {unknown} for {env} (known: {allowed})"
+            )
+
+
+def open_env(uri: str) -> Env:
+    """Open the environment that ``uri`` names (see the module docstring)."""
+    if not isinstance(uri, str) or not uri.strip():
+        raise EnvError(f"malformed environment URI {uri!r}: empty")
+    uri = uri.strip()
+    parts = urlsplit(uri)
+    if parts.scheme.startswith("agentgym+"):
+        return _open_agentgym(uri)
+    if parts.scheme or parts.netloc or parts.fragment:
+        raise EnvError(
+            f"malformed environment URI {uri!r}: expected textcraft, sciworld or agentgym+http://HOST:PORT/NAME"
+        )
+    name = parts.path
+    options = _Options(uri, parts.query)
+    if name == "textcraft":
+        from core.envs.textcraft import TextCraftEnv
+
+        distractors = int(options.take_number("distractors", 10))
+        split = options.take("split", "") or None
+        max_steps = int(options.take_number("max_steps", 50))
+        options.finish(name, "distractors, split, max_steps")
+        return TextCraftEnv(distractors=distractors, max_steps=max_steps, split=split)
+    if name == "sciworld":
+        from core.envs.sciworld import SciWorldEnv
+
+        max_steps = int(options.take_number("max_steps", 100))
+        simplifications = options.take("simplifications", "")
+        options.finish(name, "max_steps, simplifications")
+        return SciWorldEnv(max_steps=max_steps, simplifications=simplifications)
+    raise EnvError(
+        f"unknown environment {name!r} in URI {uri!r} (known: {', '.join(BUILTIN)}, agentgym+http://...)"
+    )
+
+
+def _open_agentgym(uri: str) -> Env:
+    from core.envs.agentgym import GENERIC_INSTRUCTION, AgentGymEnv
+
+    parts = urlsplit(uri)
+    transport = parts.scheme.removeprefix("agentgym+")
+    if transport not in ("http", "https"):
+        raise EnvError(
+            f"malformed environment URI {uri!r}: transport must be agentgym+http or agentgym+https"
+        )
+    path = parts.path.rstrip("/")
+    if not parts.netloc or "/" not in path or not path.rsplit("/", 1)[1]:
+        raise EnvError(f"malformed environment URI {uri!r}: expected agentgym+http://HOST:PORT/NAME")
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError as exc:
+        raise EnvError(f"malformed environment URI {uri!r}: {exc}") from exc
+    prefix, name = path.rsplit("/", 1)
+    options = _Options(uri, parts.query)
+    timeout = float(options.take_number("timeout", 60.0, float))
+    retries = int(options.take_number("retries", 3))
+    backoff = float(options.take_number("backoff", 0.25, float))
+    action_prefix = options.take("action_prefix", "Action: ")
+    tasks = options.take("tasks", "")
+    instruction = GENERIC_INSTRUCTION
+    splits: dict[str, list[str]] = {}
+    max_steps = 50
+    if name == "textcraft":
+        from core.envs.textcraft import INSTRUCTION, recipe_book, split_task_ids
+
+        instruction = INSTRUCTION
+        book = recipe_book()
+        splits = {s: split_task_ids(book, s) for s in ("train", "test", "demo", "all")}
+    elif name == "sciworld":
+        from core.envs.sciworld import INSTRUCTION as SCIWORLD_INSTRUCTION
+
+        instruction = SCIWORLD_INSTRUCTION
+        max_steps = 100
+    max_steps = int(options.take_number("max_steps", max_steps))
+    if tasks:
+        try:
+            start, end = (int(x) for x in tasks.split("-", 1))
+        except ValueError as exc:
+            raise EnvError(f"environment URI {uri!r}: option tasks={tasks!r} must be START-END") from exc
+        ids = [str(i) for i in range(start, end + 1)]
+        splits = {**splits, "all": ids, "test": ids}
+    options.finish(name, "timeout, retries, backoff, action_prefix, max_steps, tasks")
+    base_url = f"{transport}://{parts.netloc}{prefix}"
+    return AgentGymEnv(
+        base_url,
+        name,
+        instruction=instruction,
+        max_steps=max_steps,
+        splits=splits,
+        timeout=timeout,
+        retries=retries,
+        backoff=backoff,
+        action_prefix=action_prefix,
+    )

@@ -1,0 +1,252 @@
+"""Owns the TextCraft environment: task ids and splits, the first observation of a task, the rules
+of ``get`` / ``craft ... using ...`` / ``inventory`` and their messages, and cheap cloning.
+
+Task ids are the goal indices ``"0"`` ... ``"543"`` of :attr:`RecipeBook.goals` (depth 1: 0-124,
+depth 2: 125-415, depth 3: 416-532, depth 4: 533-543). Splits:
+
+- ``test``: 100 goals spread evenly over the four depth buckets — 25 / 40 / 24 / 11 goals, the i-th
+  of n taken at position ``lo + (i * size) // n`` of its bucket (all 11 depth-4 goals);
+- ``train``: every other goal (444);
+- ``demo``: a small easy split for the tiny-model demo — 12 depth-1 and 4 depth-2 train goals spread
+  evenly the same way.
+
+The observation lists the goal's recipe tree plus up to ``distractors`` (default 10) recipes that use
+the same ingredients, in an order fixed by the task id (``random.Random("textcraft:<id>")`` is seeded
+with a string, which Python hashes with SHA-512, so it does not depend on PYTHONHASHSEED).
+``reward`` is the task's score so far: 1.0 once the goal has been crafted, else 0.0.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from core.envs.base import EnvError, StepResult, UnknownTask
+from core.envs.textcraft.recipes import RecipeBook, display_name, item_id_of, recipe_book
+
+INSTRUCTION = (
+    "You craft Minecraft items from the given crafting commands. Reply with one action per turn:\n"
+    "get N item | craft N item using a X, b Y | inventory\n"
+    "Use only the listed crafting commands and exact counts. A generic ingredient (planks) may be any "
+    "specific kind (oak planks)."
+)
+
+_CRAFT = re.compile(r"craft (.*) using (.*)")
+_GET = re.compile(r"get ([0-9]+) (.*)")
+_INVENTORY = re.compile(r"inventory")
+_COUNT = re.compile(r"([0-9]+) (.*)")
+
+TEST_PER_DEPTH = {1: 25, 2: 40, 3: 24, 4: 11}
+DEMO_PER_DEPTH = {1: 12, 2: 4}
+SPLITS = ("train", "test", "demo", "all")
+
+
+class _ActionFailed(Exception):
+    pass
+
+
+def _spread(ids: list[int], n: int) -> list[int]:
+    n = min(n, len(ids))
+    return [ids[(i * len(ids)) // n] for i in range(n)]
+
+
+def split_task_ids(book: RecipeBook, split: str) -> list[str]:
+    """Task ids of a named split (see the module docstring for how each is drawn)."""
+    by_depth: dict[int, list[int]] = {}
+    for index, goal in enumerate(book.goals):
+        by_depth.setdefault(book.depth[goal], []).append(index)
+    test = sorted(i for d, n in TEST_PER_DEPTH.items() for i in _spread(by_depth.get(d, []), n))
+    if split == "test":
+        chosen = test
+    elif split in ("train", "demo"):
+        held_out = set(test)
+        train = [i for i in range(len(book.goals)) if i not in held_out]
+        if split == "train":
+            chosen = train
+        else:
+            train_by_depth: dict[int, list[int]] = {}
+            for i in train:
+                train_by_depth.setdefault(book.depth[book.goals[i]], []).append(i)
+            chosen = sorted(i for d, n in DEMO_PER_DEPTH.items() for i in _spread(train_by_depth[d], n))
+    elif split == "all":
+        chosen = list(range(len(book.goals)))
+    else:
+        raise EnvError(f"textcraft: unknown split {split!r} (known: {', '.join(SPLITS)})")
+    return [str(i) for i in chosen]
+
+
+class TextCraftEnv:
+    """One TextCraft episode at a time; ``clone()`` copies only the small mutable state."""
+
+    name = "textcraft"
+    instruction = INSTRUCTION
+
+    def __init__(
+        self,
+        distractors: int = 10,
+        max_steps: int = 50,
+        split: str | None = None,
+        book: RecipeBook | None = None,
+    ) -> None:
+        if distractors < 0:
+            raise EnvError(f"textcraft: distractors must be >= 0, got {distractors}")
+        if max_steps < 1:
+            raise EnvError(f"textcraft: max_steps must be >= 1, got {max_steps}")
+        self.book = book or recipe_book()
+        self.distractors = distractors
+        self.max_steps = max_steps
+        self.default_split = split
+        if split is not None:
+            split_task_ids(self.book, split)  # validates the name
+        self._observations: dict[str, str] = {}  # first observations, shared with clones
+        self.task_id: str | None = None
+        self.goal: str | None = None
+        self.inventory: dict[str, int] = {}
+        self.steps = 0
+        self.done = False
+        self.reward = 0.0
+
+    # ---- tasks -----------------------------------------------------------------------------------
+    def task_ids(self, split: str | None = None) -> list[str]:
+        """Ids of ``split``; without one, the split named when opening (``?split=``) or ``test``."""
+        return split_task_ids(self.book, split or self.default_split or "test")
+
+    def goal_of(self, task_id: str) -> str:
+        """The goal item id of ``task_id``; UnknownTask when there is no such task."""
+        text = str(task_id).strip()
+        if not text.isdigit() or int(text) >= len(self.book.goals):
+            raise UnknownTask(
+                f"textcraft: unknown task id {task_id!r} (task ids are 0-{len(self.book.goals) - 1})"
+            )
+        return self.book.goals[int(text)]
+
+    def observation_for(self, task_id: str) -> str:
+        """The first observation of ``task_id`` (pure function of the id and ``distractors``)."""
+        goal = self.goal_of(task_id)
+        tree = self.book.tree(goal)
+        in_tree = {recipe.text for recipe in tree}
+        pool: dict[str, None] = {}
+        for recipe in tree:
+            for ing in recipe.inputs:
+                for use in self.book.uses.get(ing.name, []):
+                    if use.text not in in_tree:
+                        pool[use.text] = None
+        rng = random.Random(f"textcraft:{int(task_id)}")
+        candidates = sorted(pool)
+        lines = [r.text for r in tree] + rng.sample(candidates, min(len(candidates), self.distractors))
+        rng.shuffle(lines)
+        return "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(lines), display_name(goal))
+
+    # ---- episode ---------------------------------------------------------------------------------
+    def reset_sync(self, task_id: str) -> str:
+        observation = self._observations.get(task_id)
+        if observation is None:
+            observation = self._observations[task_id] = self.observation_for(task_id)
+        self.task_id = str(int(task_id))
+        self.goal = self.goal_of(task_id)
+        self.inventory = {}
+        self.steps = 0
+        self.done = False
+        self.reward = 0.0
+        return observation
+
+    def step_sync(self, action: str) -> StepResult:
+        if self.goal is None:
+            raise EnvError("textcraft: step() before reset()")
+        if self.done:
+            return StepResult("The episode is over.", self.reward, True, valid=False, raw_score=self.reward)
+        self.steps += 1
+        text = action.strip()
+        valid = True
+        try:
+            observation = self._execute(text)
+        except _ActionFailed as failure:
+            observation = str(failure)
+            valid = False
+        info: dict[str, object] = {}
+        if not self.done and self.steps >= self.max_steps:
+            self.done = True
+            info["truncated"] = True
+        return StepResult(observation, self.reward, self.done, valid=valid, raw_score=self.reward, info=info)
+
+    def _execute(self, action: str) -> str:
+        match = _CRAFT.match(action)
+        if match:
+            return self._craft(match.group(1), match.group(2))
+        match = _GET.match(action)
+        if match:
+            return self._get(int(match.group(1)), match.group(2))
+        if _INVENTORY.match(action):
+            if not self.inventory:
+                return "Inventory: You are not carrying anything."
+            held = "".join(f"[{display_name(item)}] ({count}) " for item, count in self.inventory.items())
+            return "Inventory: " + held
+        raise _ActionFailed(f"Could not execute {action}")
+
+    def _get(self, amount: int, name: str) -> str:
+        item = item_id_of(name)
+        book = self.book
+        if book.is_craftable(item) or item in book.tags or item not in book.items:
+            raise _ActionFailed(f"Could not find {name}")
+        self.inventory[item] = self.inventory.get(item, 0) + amount
+        return f"Got {amount} {name}"
+
+    def _craft(self, output_text: str, inputs_text: str) -> str:
+        book = self.book
+        counted = _COUNT.match(output_text)
+        output = item_id_of(counted.group(2) if counted else output_text)
+        given: list[tuple[str, int]] = []
+        for part in inputs_text.split(","):
+            part = part.strip()
+            counted = _COUNT.match(part)
+            if not counted:
+                raise _ActionFailed(f"Wrong item format: {part}")
+            given.append((item_id_of(counted.group(2)), int(counted.group(1))))
+        for item, count in given:
+            if item in book.tags or self.inventory.get(item, 0) < count:
+                raise _ActionFailed(f"Could not find enough items to craft {output}")
+        for recipe in book.item_recipes.get(output, []) if output not in book.tags else []:
+            remaining = list(given)
+            matched = True
+            for ing in recipe.inputs:
+                found = None
+                for entry in remaining:
+                    if entry[0] == ing.name or (ing.is_tag and book.item_tag.get(entry[0]) == ing.name):
+                        found = entry
+                        break
+                if found is None or found[1] != ing.count:
+                    matched = False
+                    break
+                remaining.remove(found)
+            if matched and not remaining:
+                for item, count in given:
+                    left = self.inventory[item] - count
+                    if left:
+                        self.inventory[item] = left
+                    else:
+                        del self.inventory[item]
+                self.inventory[output] = self.inventory.get(output, 0) + recipe.output_count
+                if output == self.goal:
+                    self.done = True
+                    self.reward = 1.0
+                return f"Crafted {recipe.output_count} {output}"
+        raise _ActionFailed(f"Could not find a valid recipe for {display_name(output)}")
+
+    # ---- Env port ----------------------------------------------------------------------------------
+    async def reset(self, task_id: str) -> str:
+        return self.reset_sync(task_id)
+
+    async def step(self, action: str) -> StepResult:
+        return self.step_sync(action)
+
+    def clone_sync(self) -> TextCraftEnv:
+        twin = TextCraftEnv.__new__(TextCraftEnv)
+        twin.__dict__.update(self.__dict__)
+        twin.inventory = dict(self.inventory)
+        return twin
+
+    async def clone(self) -> TextCraftEnv:
+        return self.clone_sync()
+
+    async def close(self) -> None:
+        return None
