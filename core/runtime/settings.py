@@ -30,6 +30,16 @@ class Settings(BaseSettings):
     reclaim_idle_ms: int = Field(30_000, description="Pending messages idle this long are reclaimed.")
     max_deliveries: int = Field(5, description="After this many deliveries a message is dead-lettered.")
     batch_size: int = Field(16, description="Messages a worker takes per read.")
+    search_concurrency: int = Field(
+        8, description="Trees one search worker searches at once (their policy calls are batched together)."
+    )
+    # critic / splicer (production traces; search pairs take these from their RunConfig)
+    critic_model: str | None = Field(
+        None, description="Model (folder or OpenAI-compatible URL) that judges production traces."
+    )
+    critic_trace_strategy: str = Field(
+        "rules", description="First-error strategy for production traces: rules, model or direct."
+    )
     # API
     api_host: str = Field("127.0.0.1", description="Host `agentr serve` binds.")
     api_port: int = Field(8000, description="Port `agentr serve` binds.")

@@ -1,0 +1,224 @@
+"""Owns the first-error verdict logic: strict verdict parsing, label choice, rule signals, t'.
+
+Pure (stdlib only). The critic worker asks a model (or rules) about each action of a bad path after
+the divergence node; this module turns the answers into labels and picks the transition point t':
+
+- ``label_from_scores``: the label with the highest log-probability (deterministic; an exact tie
+  between the best labels is ``uncertain``).
+- ``parse_verdict``: the STRICT text fallback. It accepts only a bare label word ("Bad") or a labelled
+  form ("Judgement: Bad", "Verdict: good."). A negated label is read as such: "not good" is bad,
+  never good by substring; anything else ("not bad", "good but risky", "bad or good") is rejected with
+  ``VerdictParseError``.
+- ``rule_verdicts``: signals any log carries: invalid-action observations ("Could not execute",
+  "Nothing happens", "Invalid action", tool errors) and repeated action loops.
+- ``transition_index``: the first "bad" at or after the divergence; if there is none, the last action
+  (the degenerate case, identical to the Direct-Revision baseline ``direct_verdicts``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from core.domain.events import StepVerdict
+from core.domain.trajectory import Step
+
+Label = Literal["good", "bad", "uncertain"]
+LABELS: tuple[Label, ...] = ("good", "bad", "uncertain")
+# The words a model is asked to answer with (and that label scoring scores), in LABELS order.
+LABEL_WORDS: dict[Label, str] = {"good": "Good", "bad": "Bad", "uncertain": "Uncertain"}
+
+
+class VerdictParseError(ValueError):
+    """A critic answer that is not one of the accepted exact forms."""
+
+
+class CriticInputError(ValueError):
+    """A path/divergence combination the critic cannot judge (names the problem)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Label scores and strict text parsing
+# --------------------------------------------------------------------------------------------
+
+
+def label_from_scores(scores: Mapping[str, float]) -> Label:
+    """The label with the highest score; keys are label words in any case ("Good", "bad", ...).
+
+    Every one of good / bad / uncertain must be present and finite. An exact tie at the top gives
+    ``uncertain`` (never a coin flip), so the result is a pure function of the scores.
+    """
+    normalised: dict[Label, float] = {}
+    for key, value in scores.items():
+        label = key.strip().lower()
+        if label not in LABELS:
+            raise CriticInputError(f"label scores: unknown label {key!r} (expected Good/Bad/Uncertain)")
+        if not isinstance(value, int | float) or math.isnan(value):
+            raise CriticInputError(f"label scores: score of {key!r} is not a number: {value!r}")
+        normalised[label] = float(value)  # type: ignore[index]
+    missing = [word for label, word in LABEL_WORDS.items() if label not in normalised]
+    if missing:
+        raise CriticInputError(f"label scores: missing {', '.join(missing)}")
+    best = max(normalised.values())
+    winners = [label for label in LABELS if normalised[label] == best]
+    return winners[0] if len(winners) == 1 else "uncertain"
+
+
+_PREFIXES = ("judgement", "judgment", "verdict", "answer", "label", "assessment")
+_VERDICT_RE = re.compile(
+    r"^(?:(?P<prefix>[a-z]+)\s*:\s*)?(?P<neg>not\s+)?(?P<word>good|bad|uncertain)\s*[.!]?$",
+    re.IGNORECASE,
+)
+
+
+def parse_verdict(text: str) -> Label:
+    """Parse a critic's text answer STRICTLY (see module docstring); raises ``VerdictParseError``.
+
+    Only the first non-empty line is read, so "Judgement: Bad\\nReason: ..." is accepted.
+    """
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        raise VerdictParseError("empty critic answer")
+    first = lines[0].strip("*` \t")
+    match = _VERDICT_RE.match(first)
+    if match is None:
+        raise VerdictParseError(f"critic answer is not an exact verdict form: {first[:80]!r}")
+    prefix = match.group("prefix")
+    if prefix is not None and prefix.lower() not in _PREFIXES:
+        raise VerdictParseError(f"critic answer has an unknown label prefix {prefix!r}")
+    word = match.group("word").lower()
+    if match.group("neg"):
+        if word == "good":
+            return "bad"  # "not good" is a bad verdict, whatever a substring test would say
+        raise VerdictParseError(f"ambiguous negated verdict {first[:80]!r}")
+    return word  # type: ignore[return-value]
+
+
+def verdict_from_text(step_index: int, text: str) -> StepVerdict:
+    """A StepVerdict from a text answer; an unparseable answer becomes ``uncertain`` with the reason."""
+    try:
+        label = parse_verdict(text)
+    except VerdictParseError as exc:
+        return StepVerdict(step_index=step_index, label="uncertain", method="text", reason=str(exc))
+    return StepVerdict(step_index=step_index, label=label, method="text", reason=text.strip()[:200])
+
+
+def verdict_from_scores(step_index: int, scores: Mapping[str, float]) -> StepVerdict:
+    """A StepVerdict from label log-probabilities (keys normalised to lower-case labels)."""
+    label = label_from_scores(scores)
+    clean = {key.strip().lower(): float(value) for key, value in scores.items()}
+    return StepVerdict(step_index=step_index, label=label, scores=clean, method="scores")
+
+
+# --------------------------------------------------------------------------------------------
+# Which steps to judge, and the transition point
+# --------------------------------------------------------------------------------------------
+
+
+def judged_range(n_steps: int, shared_steps: int) -> range:
+    """Indices of the bad path's actions after the divergence node; refuses an empty range."""
+    if shared_steps < 0:
+        raise CriticInputError(f"shared_steps must be >= 0, got {shared_steps}")
+    if n_steps <= shared_steps:
+        raise CriticInputError(
+            f"the bad path has {n_steps} step(s), none after the divergence at {shared_steps}"
+        )
+    return range(shared_steps, n_steps)
+
+
+def transition_index(verdicts: Sequence[StepVerdict], n_steps: int, shared_steps: int) -> int:
+    """t': the first ``bad`` verdict at or after ``shared_steps``; else the last action of the path."""
+    judged = judged_range(n_steps, shared_steps)
+    for verdict in sorted(verdicts, key=lambda v: v.step_index):
+        if verdict.step_index not in judged:
+            raise CriticInputError(
+                f"verdict for step {verdict.step_index} is outside the judged steps "
+                f"{judged.start}..{judged.stop - 1}"
+            )
+        if verdict.label == "bad":
+            return verdict.step_index
+    return judged.stop - 1
+
+
+def first_error(verdicts: Sequence[StepVerdict]) -> int | None:
+    """The first ``bad`` step index, or None (traces: no error found)."""
+    bad = [v.step_index for v in verdicts if v.label == "bad"]
+    return min(bad) if bad else None
+
+
+def direct_verdicts(n_steps: int, shared_steps: int) -> tuple[StepVerdict, ...]:
+    """The Direct-Revision baseline: the last action is the transition point."""
+    last = judged_range(n_steps, shared_steps).stop - 1
+    return (
+        StepVerdict(step_index=last, label="bad", method="direct", reason="direct revision: last action"),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Rule signals
+# --------------------------------------------------------------------------------------------
+
+INVALID_OBSERVATION_PATTERNS: tuple[str, ...] = (
+    r"\bcould not (?:execute|find|craft)\b",
+    r"\bnothing happens\b",
+    r"\binvalid action\b",
+    r"\bnot a valid (?:action|command)\b",
+    r"\bunknown (?:action|command|tool)\b",
+    r"\bno known action matches\b",
+    r"^\s*error\b",
+    r"\btool (?:call )?(?:error|failed)\b",
+    r"\btraceback \(most recent call last\)",
+    r"\bexception\b:",
+)
+_INVALID_RE = re.compile("|".join(f"(?:{p})" for p in INVALID_OBSERVATION_PATTERNS), re.IGNORECASE)
+
+
+def invalid_signal(step: Step) -> str | None:
+    """Why this step looks like an invalid action / tool error, or None."""
+    match = _INVALID_RE.search(step.observation)
+    if match:
+        return f"invalid-action observation: {match.group(0).strip()!r}"
+    if not step.valid:
+        return f"the environment marked the action invalid: {step.observation.strip()[:80]!r}"
+    return None
+
+
+def loop_starts(steps: Sequence[Step], max_period: int = 3, min_span: int = 3) -> dict[int, str]:
+    """Steps where a repeated action loop begins: index of the first repeated step -> reason.
+
+    A loop of period p is the same (action, observation) window of p steps occurring twice in a row;
+    at least ``min_span`` steps must take part (so one legitimate double "get" is not a loop, but
+    three identical actions in a row are).
+    """
+    keys = [(s.action.strip().lower(), s.observation.strip()) for s in steps]
+    found: dict[int, str] = {}
+    in_loop_until = -1  # last step of the loop run being extended (a continuation is not a new loop)
+    for end in range(len(keys)):
+        for period in range(1, max_period + 1):
+            span = max(2 * period, min_span)
+            start = end - span + 1
+            if start < 0:
+                continue
+            window = keys[start : end + 1]
+            if all(window[i] == window[i - period] for i in range(period, span)):
+                first_repeat = start + period
+                if first_repeat > in_loop_until:
+                    found[first_repeat] = f"repeated action loop (period {period}) from step {first_repeat}"
+                in_loop_until = end
+                break
+    return found
+
+
+def rule_verdicts(steps: Sequence[Step], start: int = 0) -> tuple[StepVerdict, ...]:
+    """One verdict per step from ``start``: ``bad`` where a rule fires, otherwise ``uncertain``."""
+    loops = loop_starts(steps)
+    verdicts = []
+    for index in range(start, len(steps)):
+        reason = invalid_signal(steps[index]) or loops.get(index)
+        if reason:
+            verdicts.append(StepVerdict(step_index=index, label="bad", method="rule", reason=reason))
+        else:
+            verdicts.append(StepVerdict(step_index=index, label="uncertain", method="rule"))
+    return tuple(verdicts)

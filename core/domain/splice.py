@@ -1,0 +1,155 @@
+"""Owns the splice: bad path + good path + transition point -> a revision training sample.
+
+Pure (stdlib only). A revision trajectory is, in order (DESIGN §1 step 4):
+
+    system instruction, task                                  weight 0 (context)
+    shared prefix: the steps both paths took                  weight 0
+    bad actions after the divergence, through t'             weight 0 (and their observations)
+    first good action after the divergence, whose Thought
+      starts with the reflection sentence                      weight 1
+    the rest of the good continuation                          weight 1 (observations 0)
+
+The reflection lives in the Thought of the first good action; no fake action is ever inserted, so
+the action sequence (``SplicedPath.actions``) is exactly what an environment can replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
+
+
+class SpliceError(ValueError):
+    """The pair cannot be spliced; the message is the rejection reason."""
+
+
+def format_assistant(thought: str, action: str) -> str:
+    """The ReAct assistant turn: "Thought: ...\\nAction: ..." (single-line action, as core.llm.prompts)."""
+    return f"Thought: {thought.strip()}\nAction: {' '.join(action.split())}"
+
+
+def _same_action(a: str, b: str) -> bool:
+    return " ".join(a.split()).lower() == " ".join(b.split()).lower()
+
+
+@dataclass(frozen=True)
+class SplicedPath:
+    """The three segments of a revision path (steps keep their observations)."""
+
+    prefix: tuple[Step, ...]
+    bad: tuple[Step, ...]  # bad actions after the divergence, through t'
+    good: tuple[Step, ...]  # the good continuation after the divergence
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return self.prefix + self.bad + self.good
+
+    @property
+    def actions(self) -> list[str]:
+        return [step.action for step in self.steps]
+
+    @property
+    def revision_length(self) -> int:
+        return len(self.bad)
+
+    def with_observations(self, observed: Sequence[Step]) -> SplicedPath:
+        """The same actions with the observations (and rewards) an environment actually returned."""
+        if len(observed) != len(self.steps):
+            raise SpliceError(f"replay returned {len(observed)} steps for a {len(self.steps)}-step path")
+        merged = [
+            replace(mine, observation=got.observation, reward=got.reward, done=got.done, valid=got.valid)
+            for mine, got in zip(self.steps, observed, strict=True)
+        ]
+        a, b = len(self.prefix), len(self.prefix) + len(self.bad)
+        return SplicedPath(prefix=tuple(merged[:a]), bad=tuple(merged[a:b]), good=tuple(merged[b:]))
+
+
+def check_pair(bad: Trajectory, good: Trajectory, shared_steps: int) -> None:
+    """Raise ``SpliceError`` unless both paths share the task and the first ``shared_steps`` actions."""
+    if bad.task != good.task:
+        raise SpliceError("the bad and good paths have different tasks")
+    if shared_steps < 0:
+        raise SpliceError(f"shared_steps must be >= 0, got {shared_steps}")
+    for name, path in (("bad", bad), ("good", good)):
+        if len(path.steps) <= shared_steps:
+            raise SpliceError(
+                f"the {name} path has {len(path.steps)} step(s), none after the stated shared prefix "
+                f"of {shared_steps}"
+            )
+    for index in range(shared_steps):
+        if not _same_action(bad.steps[index].action, good.steps[index].action):
+            raise SpliceError(
+                f"the paths do not share the stated prefix: step {index} is {bad.steps[index].action!r} "
+                f"in the bad path but {good.steps[index].action!r} in the good one"
+            )
+
+
+def splice_path(bad: Trajectory, good: Trajectory, shared_steps: int, transition: int) -> SplicedPath:
+    """Cut and join the two paths (checks the pair and that t' lies after the divergence)."""
+    check_pair(bad, good, shared_steps)
+    if not shared_steps <= transition < len(bad.steps):
+        raise SpliceError(
+            f"transition index {transition} is outside the bad path's steps after the divergence "
+            f"({shared_steps}..{len(bad.steps) - 1})"
+        )
+    return SplicedPath(
+        prefix=tuple(good.steps[:shared_steps]),
+        bad=tuple(bad.steps[shared_steps : transition + 1]),
+        good=tuple(good.steps[shared_steps:]),
+    )
+
+
+def revision_messages(
+    instruction: str,
+    task: str,
+    path: SplicedPath,
+    reflection: str,
+    formatter: Callable[[str, str], str] = format_assistant,
+) -> tuple[Message, ...]:
+    """The conversation with per-message loss weights (see module docstring)."""
+    if not reflection.strip():
+        raise SpliceError("the reflection sentence is empty")
+    messages: list[Message] = [Message("system", instruction, 0), Message("user", task, 0)]
+    for step in path.prefix + path.bad:
+        messages.append(Message("assistant", formatter(step.thought, step.action), 0))
+        messages.append(Message("user", step.observation, 0))
+    for position, step in enumerate(path.good):
+        thought = step.thought.strip()
+        if position == 0:
+            thought = f"{reflection.strip()} {thought}".strip()
+        messages.append(Message("assistant", formatter(thought, step.action), 1))
+        messages.append(Message("user", step.observation, 0))
+    return tuple(messages)
+
+
+def revision_sample(
+    sample_id: str,
+    bad: Trajectory,
+    good: Trajectory,
+    path: SplicedPath,
+    reflection: str,
+    provenance: dict[str, Any] | None = None,
+    formatter: Callable[[str, str], str] = format_assistant,
+) -> TrainingSample:
+    """The revision TrainingSample (reward = the good path's reward)."""
+    messages = revision_messages(good.instruction or bad.instruction, good.task, path, reflection, formatter)
+    return TrainingSample(
+        sample_id=sample_id,
+        kind="revision",
+        messages=messages,
+        reward=good.reward,
+        provenance=dict(provenance or {}),
+    )
+
+
+def longest_common_prefix(a: Sequence[Step], b: Sequence[Step]) -> int:
+    """How many leading actions two step sequences share (actions compared whitespace/case-insensitively)."""
+    shared = 0
+    for left, right in zip(a, b, strict=False):
+        if not _same_action(left.action, right.action):
+            break
+        shared += 1
+    return shared

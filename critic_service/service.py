@@ -1,0 +1,239 @@
+"""Owns the critic worker (`agentr worker critic`): its composition root and handlers.
+
+- ``PairFound`` -> ``FirstErrorMarked`` (transition index, every verdict with scores, strategy, model
+  version, tokens processed) on the pair's stream; a pair whose paths do not share the stated prefix
+  -> ``RevisionRejected`` with the reason.
+- ``TraceIngested`` -> for a failed trace, ``TraceCritiqued`` (strategy from settings: rules by
+  default, model when ``AGENTR_CRITIC_MODEL`` is set); a failed and a successful trace of the same
+  project and task key -> ``PairFound`` (source "trace", divergence = longest common prefix of actions).
+
+The critic for a search pair is the iteration's actor: the ``model_ref`` of its IterationStarted
+(the trained model of iteration i judges iteration i's pairs). Strategy and plan come from the run's
+``RunConfig.critic``. Event ids are derived from the input so a redelivered message adds nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from core.domain.config import RunConfig
+from core.domain.critic import CriticInputError
+from core.domain.events import (
+    FirstErrorMarked,
+    IterationStarted,
+    Metadata,
+    NewEvent,
+    PairFound,
+    RecordedEvent,
+    RevisionRejected,
+    RunRequested,
+    TraceCritiqued,
+    TraceIngested,
+    caused_by,
+)
+from core.domain.ids import derived_id, pair_stream, run_stream, trace_stream
+from core.domain.splice import SpliceError, check_pair, longest_common_prefix
+from core.llm.ports import Policy
+from core.runtime.service import HandlerResult, Service
+from core.runtime.settings import Settings
+from core.store.ports import EventStore
+from critic_service.critic import CriticConfig, CriticConfigError, critique
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = "critic"
+
+
+def _open_policy(ref: str) -> Policy:
+    from core.llm.registry import open_policy
+
+    return open_policy(ref)
+
+
+class PolicyCache:
+    """One policy per model reference, opened on first use, closed with the service."""
+
+    def __init__(self, opener: Callable[[str], Policy]) -> None:
+        self._opener = opener
+        self._policies: dict[str, Policy] = {}
+
+    def get(self, ref: str) -> Policy:
+        if ref not in self._policies:
+            log.info("critic: opening model %s", ref)
+            self._policies[ref] = self._opener(ref)
+        return self._policies[ref]
+
+    async def close(self) -> None:
+        for policy in self._policies.values():
+            await policy.close()
+        self._policies.clear()
+
+
+async def run_context(store: EventStore, run_id: str, iteration: int) -> tuple[RunConfig, str | None]:
+    """The run's config and the model_ref of the iteration's IterationStarted (None when missing)."""
+    config = RunConfig()
+    model_ref = None
+    for recorded in await store.read_stream(run_stream(run_id)):
+        event = recorded.event
+        if isinstance(event, RunRequested):
+            config = RunConfig.from_data(event.config)
+            model_ref = model_ref or config.model or None
+        elif isinstance(event, IterationStarted) and event.iteration == iteration:
+            model_ref = event.model_ref
+    return config, model_ref
+
+
+class CriticHandlers:
+    def __init__(self, settings: Settings, store: EventStore, policies: PolicyCache) -> None:
+        self.settings = settings
+        self.store = store
+        self.policies = policies
+
+    # ------------------------------------------------------------------------------ pairs
+    async def on_pair_found(self, recorded: RecordedEvent) -> HandlerResult:
+        pair = recorded.event
+        assert isinstance(pair, PairFound)
+        meta = caused_by(recorded, SERVICE_NAME)
+        if pair.run_id is not None:
+            run_config, model_ref = await run_context(self.store, pair.run_id, pair.iteration)
+            critic_data = run_config.critic
+        else:
+            critic_data = {"strategy": self.settings.critic_trace_strategy}
+            model_ref = self.settings.critic_model
+        try:
+            check_pair(pair.bad, pair.good, pair.shared_steps)
+            config = CriticConfig.from_data(critic_data)
+            policy = self.policies.get(model_ref) if config.strategy == "model" and model_ref else None
+            result = await critique(config, pair.bad, pair.shared_steps, policy)
+        except (SpliceError, CriticInputError, CriticConfigError) as exc:
+            log.warning("critic: pair %s rejected: %s", pair.pair_id, exc)
+            rejected = RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"critic: {exc}")
+            return HandlerResult(
+                [self._new(pair_stream(pair.pair_id), rejected, meta, "rejected", pair.pair_id)]
+            )
+        marked = FirstErrorMarked(
+            pair_id=pair.pair_id,
+            strategy=result.strategy,
+            transition_index=result.transition_index,
+            verdicts=result.verdicts,
+            model_version=result.model_version,
+            tokens_processed=result.tokens_processed,
+        )
+        log.info(
+            "critic: pair %s strategy=%s t'=%d (divergence %d, %d verdicts, %d tokens)",
+            pair.pair_id, result.strategy, result.transition_index, pair.shared_steps,
+            len(result.verdicts), result.tokens_processed,
+        )  # fmt: skip
+        return HandlerResult([self._new(pair_stream(pair.pair_id), marked, meta, "marked", pair.pair_id)])
+
+    # ------------------------------------------------------------------------------ traces
+    async def on_trace_ingested(self, recorded: RecordedEvent) -> HandlerResult:
+        trace = recorded.event
+        assert isinstance(trace, TraceIngested)
+        meta = caused_by(recorded, SERVICE_NAME)
+        if meta.project_id is None:
+            meta = Metadata(meta.correlation_id, meta.causation_id, meta.producer, trace.project_id)
+        out: list[NewEvent] = []
+        if trace.outcome == "failure" and trace.trajectory.steps:
+            strategy = self.settings.critic_trace_strategy
+            config = CriticConfig.from_data({"strategy": strategy})
+            policy = None
+            if config.strategy == "model":
+                if not self.settings.critic_model:
+                    config = CriticConfig(strategy="rules")
+                else:
+                    policy = self.policies.get(self.settings.critic_model)
+            result = await critique(config, trace.trajectory, 0, policy)
+            bad = [v.step_index for v in result.verdicts if v.label == "bad"]
+            critiqued = TraceCritiqued(
+                trace_id=trace.trace_id,
+                strategy=result.strategy,
+                transition_index=bad[0] if bad else None,
+                verdicts=result.verdicts,
+                model_version=result.model_version,
+            )
+            out.append(self._new(trace_stream(trace.trace_id), critiqued, meta, "critiqued", trace.trace_id))
+        if trace.outcome in ("failure", "success"):
+            out.extend(await self._pairs_for(trace, meta))
+        return HandlerResult(out)
+
+    async def _pairs_for(self, trace: TraceIngested, meta: Metadata) -> list[NewEvent]:
+        """Pair failed and successful traces of the same project and task key (one pair per failure)."""
+        failures: list[TraceIngested] = []
+        successes: list[TraceIngested] = []
+        after = 0
+        while True:
+            batch = await self.store.read_all(after=after, limit=1000, event_types=["TraceIngested"])
+            if not batch:
+                break
+            after = batch[-1].position
+            for recorded in batch:
+                other = recorded.event
+                assert isinstance(other, TraceIngested)
+                if other.project_id != trace.project_id or other.task_key != trace.task_key:
+                    continue
+                if other.trace_id == trace.trace_id:
+                    continue
+                (failures if other.outcome == "failure" else successes).append(other)
+        if trace.outcome == "failure":
+            wanted = [(trace, successes)]
+        else:
+            wanted = [(failed, [trace]) for failed in failures]
+        out = []
+        for failed, candidates in wanted:
+            pair_id = derived_id("trace-pair", failed.trace_id)
+            if await self.store.stream_version(pair_stream(pair_id)) >= 0:
+                continue  # this failure already has its pair
+            best = None
+            for good in candidates:
+                shared = longest_common_prefix(failed.trajectory.steps, good.trajectory.steps)
+                if shared >= len(failed.trajectory.steps) or shared >= len(good.trajectory.steps):
+                    continue  # no action after the divergence on one side: nothing to revise
+                if failed.trajectory.task != good.trajectory.task:
+                    continue
+                if best is None or shared > best[0]:
+                    best = (shared, good)
+            if best is None:
+                continue
+            shared, good = best
+            pair = PairFound(
+                pair_id=pair_id,
+                source="trace",
+                task_key=failed.task_key,
+                bad=failed.trajectory,
+                good=good.trajectory,
+                shared_steps=shared,
+                tree_id=None,
+                bad_leaf_id=failed.trace_id,
+                good_leaf_id=good.trace_id,
+            )
+            log.info(
+                "critic: traces %s (failed) + %s (success) -> pair %s",
+                failed.trace_id,
+                good.trace_id,
+                pair_id,
+            )
+            out.append(self._new(pair_stream(pair_id), pair, meta, "pair", failed.trace_id))
+        return out
+
+    @staticmethod
+    def _new(stream: str, event: Any, meta: Metadata, kind: str, key: str) -> NewEvent:
+        return NewEvent(stream, event, meta, event_id=derived_id(SERVICE_NAME, kind, key))
+
+
+def build_service(
+    settings: Settings, store: EventStore, *, policy_opener: Callable[[str], Policy] = _open_policy
+) -> Service:
+    """The critic worker's composition root."""
+    policies = PolicyCache(policy_opener)
+    handlers = CriticHandlers(settings, store, policies)
+    return Service(
+        name=SERVICE_NAME,
+        handlers={
+            PairFound.event_type: handlers.on_pair_found,
+            TraceIngested.event_type: handlers.on_trace_ingested,
+        },
+        concurrency=1,
+        on_close=policies.close,
+    )

@@ -1,0 +1,308 @@
+"""Owns the splice worker (`agentr worker splice`): revision samples and the iteration's dataset signal.
+
+- ``FirstErrorMarked`` -> ``RevisionMaterialized`` (or ``RevisionRejected`` with the reason): the
+  pair is spliced (core.domain.splice) with a reflection chosen from the pair id; where the pair names
+  an environment and task, the spliced action sequence is replayed there: ``verified`` says whether it
+  still reaches the good path's reward, and the sample keeps the observations the environment really
+  returned. Unverified samples are kept or dropped by ``RunConfig.splice["keep_unverified"]``.
+- After each outcome, and on ``TreeCompleted`` / ``SearchFailed`` / ``RevisionRejected``, the iteration
+  is checked: when every tree of ``IterationStarted.tree_ids`` is completed or failed and every pair
+  is revised or rejected, ``IterationDatasetReady`` (deterministic dataset id) or
+  ``IterationDatasetEmpty`` is appended to the run's stream, once (derived event id).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+
+from core.domain.events import (
+    FirstErrorMarked,
+    IterationDatasetEmpty,
+    IterationDatasetReady,
+    Metadata,
+    NewEvent,
+    PairFound,
+    RecordedEvent,
+    RevisionMaterialized,
+    RevisionRejected,
+    SearchFailed,
+    TreeCompleted,
+    caused_by,
+)
+from core.domain.ids import derived_id, pair_stream, run_stream
+from core.domain.reflections import DEFAULT_TEMPLATES, ReflectionError, choose_reflection
+from core.domain.splice import SplicedPath, SpliceError, revision_sample, splice_path
+from core.domain.trajectory import Step
+from core.envs.base import Env, EnvError
+from core.runtime.service import HandlerResult, Service
+from core.runtime.settings import Settings
+from core.store.ports import EventStore
+from critic_service.service import run_context
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = "splice"
+REWARD_TOLERANCE = 1e-6
+
+
+def _open_env(uri: str) -> Env:
+    from core.envs.registry import open_env
+
+    return open_env(uri)
+
+
+@dataclass(frozen=True)
+class SpliceConfig:
+    verify: bool = True
+    """Replay the spliced actions in the environment when the pair names one."""
+    keep_unverified: bool = False
+    """Keep a sample whose replay does not reach the good reward (marked verified=False)."""
+    reflections: dict[str, str] | None = None
+    """Reflection templates (id -> sentence); None = core.domain.reflections.DEFAULT_TEMPLATES."""
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any] | None) -> SpliceConfig:
+        data = dict(data or {})
+        templates = data.get("reflections")
+        return cls(
+            verify=bool(data.get("verify", True)),
+            keep_unverified=bool(data.get("keep_unverified", False)),
+            reflections=dict(templates) if templates else None,
+        )
+
+
+@dataclass(frozen=True)
+class Replay:
+    verified: bool
+    path: SplicedPath  # with the environment's observations when the replay ran to the end
+    reason: str = ""
+
+
+async def replay(env: Env, task_id: str, path: SplicedPath, good_reward: float | None) -> Replay:
+    """Re-execute ``path.actions`` from ``reset(task_id)``; verified = the final reward reaches the
+    good path's reward (and the episode did not end before the last action)."""
+    await env.reset(task_id)
+    observed: list[Step] = []
+    actions = path.actions
+    for index, action in enumerate(actions):
+        result = await env.step(action)
+        observed.append(
+            Step("", action, result.observation, reward=result.reward, done=result.done, valid=result.valid)
+        )
+        if result.done and index < len(actions) - 1:
+            return Replay(False, path, f"the episode ended at step {index}, before the last action")
+    replayed = path.with_observations(observed)
+    target = 1.0 if good_reward is None else good_reward
+    final = observed[-1].reward if observed else 0.0
+    if final + REWARD_TOLERANCE < target:
+        return Replay(False, replayed, f"replay reward {final:.3f} is below the good reward {target:.3f}")
+    return Replay(True, replayed)
+
+
+class SpliceHandlers:
+    def __init__(self, settings: Settings, store: EventStore, env_opener: Callable[[str], Env]) -> None:
+        self.settings = settings
+        self.store = store
+        self.env_opener = env_opener
+
+    async def _pair(self, pair_id: str) -> PairFound | None:
+        for recorded in await self.store.read_stream(pair_stream(pair_id)):
+            if isinstance(recorded.event, PairFound):
+                return recorded.event
+        return None
+
+    async def on_first_error(self, recorded: RecordedEvent) -> HandlerResult:
+        marked = recorded.event
+        assert isinstance(marked, FirstErrorMarked)
+        meta = caused_by(recorded, SERVICE_NAME)
+        pair = await self._pair(marked.pair_id)
+        if pair is None:
+            raise LookupError(f"splice: no PairFound in stream {pair_stream(marked.pair_id)}")
+        config = SpliceConfig()
+        if pair.run_id is not None:
+            run_config, _ = await run_context(self.store, pair.run_id, pair.iteration)
+            config = SpliceConfig.from_data(run_config.splice)
+        try:
+            outcome = await self._splice(pair, marked, config)
+        except (SpliceError, ReflectionError) as exc:
+            outcome = RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"splice: {exc}")
+        if isinstance(outcome, RevisionRejected):
+            log.warning("splice: pair %s rejected: %s", pair.pair_id, outcome.reason)
+            event = NewEvent(
+                pair_stream(pair.pair_id), outcome, meta, derived_id(SERVICE_NAME, "rej", pair.pair_id)
+            )
+            extra = (0, 1)
+        else:
+            log.info(
+                "splice: pair %s -> sample %s (revision length %d, verified %s)",
+                pair.pair_id, outcome.sample_id, outcome.revision_length, outcome.verified,
+            )  # fmt: skip
+            event = NewEvent(
+                pair_stream(pair.pair_id), outcome, meta, derived_id(SERVICE_NAME, "rev", pair.pair_id)
+            )
+            extra = (1, 0)
+        events = [event]
+        if pair.run_id is not None:
+            events.extend(await self._iteration_check(pair.run_id, pair.iteration, meta, *extra))
+        return HandlerResult(events)
+
+    async def _splice(
+        self, pair: PairFound, marked: FirstErrorMarked, config: SpliceConfig
+    ) -> RevisionMaterialized | RevisionRejected:
+        path = splice_path(pair.bad, pair.good, pair.shared_steps, marked.transition_index)
+        wrong_action = pair.bad.steps[marked.transition_index].action
+        reflection = choose_reflection(pair.pair_id, wrong_action, config.reflections or DEFAULT_TEMPLATES)
+        verified: bool | None = None
+        if config.verify and pair.env_uri and pair.task_id is not None:
+            env = self.env_opener(pair.env_uri)
+            try:
+                result = await replay(env, pair.task_id, path, pair.good.reward)
+            except EnvError as exc:
+                return RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"replay failed: {exc}")
+            finally:
+                await env.close()
+            verified = result.verified
+            path = result.path
+            if not verified and not config.keep_unverified:
+                return RevisionRejected(
+                    pair.pair_id, pair.run_id, pair.iteration, f"unverified: {result.reason}"
+                )
+        provenance: dict[str, Any] = {
+            "pair_id": pair.pair_id,
+            "source": pair.source,
+            "run_id": pair.run_id,
+            "iteration": pair.iteration,
+            "tree_id": pair.tree_id,
+            "bad_leaf_id": pair.bad_leaf_id,
+            "good_leaf_id": pair.good_leaf_id,
+            "divergence_node_id": pair.divergence_node_id,
+            "shared_steps": pair.shared_steps,
+            "transition_index": marked.transition_index,
+            "critic_strategy": marked.strategy,
+            "model_version": marked.model_version,
+            "template_id": reflection.template_id,
+            "verified": verified,
+            "task_key": pair.task_key,
+        }
+        if pair.source == "trace":
+            provenance["trace_id"] = pair.bad_leaf_id
+        sample_id = derived_id("revision", pair.pair_id)
+        sample = revision_sample(sample_id, pair.bad, pair.good, path, reflection.text, provenance)
+        return RevisionMaterialized(
+            sample_id=sample_id,
+            pair_id=pair.pair_id,
+            run_id=pair.run_id,
+            iteration=pair.iteration,
+            sample=sample,
+            template_id=reflection.template_id,
+            revision_length=path.revision_length,
+            verified=verified,
+        )
+
+    async def on_progress(self, recorded: RecordedEvent) -> HandlerResult:
+        """TreeCompleted / SearchFailed / RevisionRejected: maybe the iteration is now complete."""
+        event = recorded.event
+        assert isinstance(event, TreeCompleted | SearchFailed | RevisionRejected)
+        if event.run_id is None:
+            return HandlerResult()
+        return HandlerResult(
+            await self._iteration_check(event.run_id, event.iteration, caused_by(recorded, SERVICE_NAME))
+        )
+
+    async def _iteration_check(
+        self, run_id: str, iteration: int, meta: Metadata, new_revisions: int = 0, new_rejections: int = 0
+    ) -> list[NewEvent]:
+        from core.store.tables import iterations, pairs, samples
+
+        engine = self.store.engine  # type: ignore[attr-defined]
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(iterations).where(
+                        iterations.c.run_id == run_id, iterations.c.iteration == iteration
+                    )
+                )
+            ).first()
+            if row is None:
+                return []
+            rejected = (
+                await conn.execute(
+                    select(func.count()).where(
+                        pairs.c.run_id == run_id, pairs.c.iteration == iteration, pairs.c.status == "rejected"
+                    )
+                )
+            ).scalar_one()
+            good_rows = (
+                await conn.execute(
+                    select(samples.c.data).where(
+                        samples.c.run_id == run_id, samples.c.iteration == iteration, samples.c.kind == "good"
+                    )
+                )
+            ).all()
+        trees_finished = row.trees_done + row.trees_failed
+        pairs_finished = row.revisions + new_revisions + rejected + new_rejections
+        if trees_finished < row.trees_expected or pairs_finished < row.pairs:
+            return []
+        revisions = row.revisions + new_revisions
+        goods = sum(1 for (data,) in good_rows if (data.get("reward") or 0.0) >= row.alpha)
+        run_config, _ = await run_context(self.store, run_id, iteration)
+        stream = run_stream(run_id)
+        if revisions + goods == 0:
+            reason = (
+                f"iteration {iteration}: {row.trees_done} tree(s) completed, {row.trees_failed} failed, "
+                f"{row.pairs} pair(s) with {rejected + new_rejections} rejected, and no good trajectory "
+                f"reached alpha {row.alpha}"
+            )
+            empty = IterationDatasetEmpty(run_id, iteration, reason)
+            log.info("splice: run %s %s", run_id, reason)
+            return [NewEvent(stream, empty, meta, derived_id(SERVICE_NAME, "dataset", run_id, iteration))]
+        from core.domain.datasets import general_count
+
+        general = general_count(revisions + goods, run_config.eta) if run_config.general_data else 0
+        ready = IterationDatasetReady(
+            run_id=run_id,
+            iteration=iteration,
+            dataset_id=derived_id("dataset", run_id, iteration),
+            revision_samples=revisions,
+            good_samples=goods,
+            general_samples=general,
+            built_from={
+                "alpha": row.alpha,
+                "eta": run_config.eta,
+                "general_data": run_config.general_data,
+                "trees_done": row.trees_done,
+                "trees_failed": row.trees_failed,
+                "pairs": row.pairs,
+                "rejected": rejected + new_rejections,
+                "last_position": await self.store.last_position(),
+            },
+        )
+        log.info(
+            "splice: run %s iteration %d dataset ready: %d revisions, %d good",
+            run_id,
+            iteration,
+            revisions,
+            goods,
+        )
+        return [NewEvent(stream, ready, meta, derived_id(SERVICE_NAME, "dataset", run_id, iteration))]
+
+
+def build_service(
+    settings: Settings, store: EventStore, *, env_opener: Callable[[str], Env] = _open_env
+) -> Service:
+    """The splice worker's composition root."""
+    handlers = SpliceHandlers(settings, store, env_opener)
+    return Service(
+        name=SERVICE_NAME,
+        handlers={
+            FirstErrorMarked.event_type: handlers.on_first_error,
+            TreeCompleted.event_type: handlers.on_progress,
+            SearchFailed.event_type: handlers.on_progress,
+            RevisionRejected.event_type: handlers.on_progress,
+        },
+        concurrency=1,
+    )

@@ -1,0 +1,86 @@
+"""The model critic on a real tiny transformers model: prefix reuse gives the same label scores as
+the policy's own score_labels, costs fewer tokens, is deterministic, and stops at the first bad."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.domain.critic import label_from_scores
+from core.domain.trajectory import Step, Trajectory
+from critic_service.critic import (
+    LABEL_TEXTS,
+    CriticConfig,
+    critique,
+    judge_batched,
+    judge_conversation,
+    judge_prefix,
+)
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from core.llm.hf import HFPolicy
+    from core.llm.tiny import build_tiny_model
+
+    torch.set_num_threads(1)
+    folder = tmp_path_factory.mktemp("tiny") / "model"
+    texts = [
+        "Crafting commands: craft 4 oak planks using 1 oak logs. Goal: craft stick.",
+        "Thought: I need logs.\nAction: get 1 oak logs",
+        "Got 1 oak logs. Could not execute craft 1 stick. Judge your last action. Good Bad Uncertain",
+    ] * 20
+    build_tiny_model(folder, texts, hidden=64, layers=2, heads=2, vocab_size=400, seed=0)
+    return HFPolicy.from_folder(folder, device="cpu")
+
+
+def _path(n: int) -> Trajectory:
+    steps = tuple(
+        Step(thought=f"step {i}", action=f"get {i + 1} oak logs", observation=f"Got {i + 1} oak logs")
+        for i in range(n)
+    )
+    return Trajectory(task="Goal: craft stick.", instruction="Craft things.", steps=steps, reward=0.0)
+
+
+async def test_prefix_scores_equal_policy_score_labels(policy) -> None:  # type: ignore[no-untyped-def]
+    path = _path(6)
+    steps = list(range(2, 6))
+    prefix, prefix_tokens = await judge_prefix(policy, path, steps, early_exit=False)
+    reference = await policy.score_labels([judge_conversation(path, i) for i in steps], LABEL_TEXTS)
+    assert [v.step_index for v in prefix] == steps
+    for verdict, ref in zip(prefix, reference, strict=True):
+        for label, value in ref.items():
+            assert verdict.scores[label.lower()] == pytest.approx(value, abs=2e-3)
+        assert verdict.label == label_from_scores(ref)
+    batched, batched_tokens = await judge_batched(policy, path, steps)
+    assert [v.label for v in batched] == [v.label for v in prefix]
+    naive, naive_tokens = await judge_prefix(policy, path, steps, early_exit=False, reuse=False)
+    assert [v.label for v in naive] == [v.label for v in prefix]
+    # the shared history is run once: fewer tokens than one full prompt per step
+    assert 0 < prefix_tokens < naive_tokens < batched_tokens
+
+
+async def test_model_strategy_is_deterministic_and_records_everything(policy) -> None:  # type: ignore[no-untyped-def]
+    path = _path(5)
+    config = CriticConfig(strategy="model", early_exit=False)
+    first = await critique(config, path, shared_steps=1, policy=policy)
+    second = await critique(config, path, shared_steps=1, policy=policy)
+    assert first == second
+    assert first.strategy == "model" and first.model_version == policy.model_version
+    assert [v.step_index for v in first.verdicts] == [1, 2, 3, 4]
+    assert all(set(v.scores) == {"good", "bad", "uncertain"} and v.method == "scores" for v in first.verdicts)
+    bad = [v.step_index for v in first.verdicts if v.label == "bad"]
+    assert first.transition_index == (bad[0] if bad else 4)
+    batched = await critique(CriticConfig(strategy="model", plan="batched"), path, 1, policy)
+    assert batched.transition_index == first.transition_index
+
+
+async def test_early_exit_stops_at_first_bad(policy) -> None:  # type: ignore[no-untyped-def]
+    path = _path(8)
+    full, _ = await judge_prefix(policy, path, list(range(8)), early_exit=False)
+    early, _ = await judge_prefix(policy, path, list(range(8)), early_exit=True)
+    labels = [v.label for v in full]
+    stop = labels.index("bad") + 1 if "bad" in labels else len(labels)
+    assert [v.label for v in early] == labels[:stop]
+    assert len(early) <= len(full)

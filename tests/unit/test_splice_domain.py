@@ -1,0 +1,148 @@
+"""Pure splice: segment boundaries, exact loss weights, reflection placement, bad pairs rejected."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.domain.reflections import DEFAULT_TEMPLATES, ReflectionError, choose_reflection
+from core.domain.splice import (
+    SpliceError,
+    check_pair,
+    longest_common_prefix,
+    revision_sample,
+    splice_path,
+)
+from core.domain.trajectory import Step, Trajectory
+
+
+def _traj(actions: list[str], reward: float, tag: str) -> Trajectory:
+    steps = tuple(
+        Step(thought=f"{tag} thinks {i}", action=a, observation=f"{tag} obs {i}")
+        for i, a in enumerate(actions)
+    )
+    return Trajectory(task="Goal: craft stick.", instruction="You craft things.", steps=steps, reward=reward)
+
+
+BAD = _traj(
+    ["get 1 oak logs", "craft 4 oak planks using 1 oak logs", "get 9 sand", "inventory", "get 1 dirt"],
+    0.0,
+    "bad",
+)
+GOOD = _traj(
+    ["get 1 oak logs", "craft 4 oak planks using 1 oak logs", "craft 4 stick using 2 oak planks"], 1.0, "good"
+)
+
+
+def test_splice_boundaries_and_weights_exact() -> None:
+    path = splice_path(BAD, GOOD, shared_steps=2, transition=3)
+    assert path.actions == [
+        "get 1 oak logs",
+        "craft 4 oak planks using 1 oak logs",
+        "get 9 sand",
+        "inventory",
+        "craft 4 stick using 2 oak planks",
+    ]
+    assert path.revision_length == 2
+    sample = revision_sample("s1", BAD, GOOD, path, "I realize that was wrong.", {"pair_id": "p"})
+    roles = [m.role for m in sample.messages]
+    assert roles == ["system", "user"] + ["assistant", "user"] * 5
+    weights = [m.weight for m in sample.messages]
+    #            sys user | prefix (2 steps) | bad (2 steps) | good (1 step)
+    assert weights == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0]
+    assert sample.messages[0].content == "You craft things."
+    assert sample.messages[1].content == "Goal: craft stick."
+    # prefix comes from the shared steps, bad part keeps the bad path's observations through t'
+    assert sample.messages[6].content == "Thought: bad thinks 2\nAction: get 9 sand"
+    assert sample.messages[9].content == "bad obs 3"
+    # the reflection sits in the Thought of the first good action, before the good thought
+    assert sample.messages[10].content == (
+        "Thought: I realize that was wrong. good thinks 2\nAction: craft 4 stick using 2 oak planks"
+    )
+    assert sample.messages[11].content == "good obs 2"
+    assert sample.kind == "revision" and sample.reward == 1.0 and sample.provenance == {"pair_id": "p"}
+
+
+def test_every_good_continuation_step_is_trained_and_no_fake_action() -> None:
+    good = _traj(
+        ["get 1 oak logs", "get 2 oak logs", "craft 8 oak planks using 2 oak logs", "craft stick"], 1.0, "g"
+    )
+    path = splice_path(BAD, good, shared_steps=1, transition=1)
+    sample = revision_sample("s2", BAD, good, path, "I went the wrong way.")
+    trained = [m.content for m in sample.messages if m.weight == 1]
+    assert [t.split("\nAction: ")[1] for t in trained] == [
+        "get 2 oak logs",
+        "craft 8 oak planks using 2 oak logs",
+        "craft stick",
+    ]
+    # the number of assistant turns equals the number of replayable actions: nothing was inserted
+    assert sum(m.role == "assistant" for m in sample.messages) == len(path.actions) == 1 + 1 + 3
+
+
+def test_transition_at_divergence_keeps_one_bad_action() -> None:
+    path = splice_path(BAD, GOOD, shared_steps=2, transition=2)
+    assert [s.action for s in path.bad] == ["get 9 sand"]
+
+
+@pytest.mark.parametrize(
+    ("shared", "transition", "match"),
+    [
+        (2, 1, "outside the bad path"),
+        (2, 5, "outside the bad path"),
+        (-1, 0, "shared_steps"),
+        (3, 4, "good path has 3 step"),
+    ],
+)
+def test_bad_pairs_are_rejected_with_a_reason(shared: int, transition: int, match: str) -> None:
+    with pytest.raises(SpliceError, match=match):
+        splice_path(BAD, GOOD, shared_steps=shared, transition=transition)
+
+
+def test_prefix_mismatch_rejected() -> None:
+    longer_good = _traj(
+        ["get 1 oak logs", "craft 4 oak planks using 1 oak logs", "get 2 sand", "x"], 1.0, "g"
+    )
+    with pytest.raises(SpliceError, match="step 2 is 'get 9 sand' in the bad path but 'get 2 sand'"):
+        splice_path(BAD, longer_good, shared_steps=3, transition=3)
+
+
+def test_different_tasks_rejected() -> None:
+    other = Trajectory(task="Goal: craft bed.", instruction="", steps=GOOD.steps, reward=1.0)
+    with pytest.raises(SpliceError, match="different tasks"):
+        check_pair(BAD, other, 1)
+
+
+def test_longest_common_prefix() -> None:
+    assert longest_common_prefix(BAD.steps, GOOD.steps) == 2
+    assert longest_common_prefix(BAD.steps, ()) == 0
+
+
+def test_replayed_observations_replace_logged_ones() -> None:
+    path = splice_path(BAD, GOOD, 2, 3)
+    observed = [
+        Step("", a, f"real {i}", reward=1.0 if i == 4 else 0.0, done=i == 4)
+        for i, a in enumerate(path.actions)
+    ]
+    real = path.with_observations(observed)
+    assert [s.observation for s in real.steps] == [f"real {i}" for i in range(5)]
+    assert real.good[-1].done and real.actions == path.actions
+    with pytest.raises(SpliceError):
+        path.with_observations(observed[:-1])
+
+
+def test_reflections_are_many_first_person_and_deterministic() -> None:
+    assert len(DEFAULT_TEMPLATES) >= 10
+    assert all(
+        t.startswith(("I ", "I'", "My ", "Looking back", "That", "This", "On reflection", "The outcome"))
+        for t in DEFAULT_TEMPLATES.values()
+    )
+    a = choose_reflection("pair-1", "get 9 sand")
+    assert a == choose_reflection("pair-1", "get 9 sand")
+    assert a.template_id in DEFAULT_TEMPLATES
+    chosen = {choose_reflection(f"pair-{i}").template_id for i in range(200)}
+    assert len(chosen) == len(DEFAULT_TEMPLATES)  # every template gets used
+    filled = choose_reflection("x", "get 9 sand", {"only": "I see '{action}' was wrong."})
+    assert filled.text == "I see 'get 9 sand' was wrong." and filled.template_id == "only"
+    with pytest.raises(ReflectionError, match="bad placeholder"):
+        choose_reflection("x", "", {"t": "I {nope}"})
+    with pytest.raises(ReflectionError, match="empty"):
+        choose_reflection("x", "", {})
