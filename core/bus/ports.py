@@ -28,6 +28,21 @@ class Delivery:
     deliveries: int  # how many times this message has been delivered to the group (1 = first)
 
 
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message moved to a topic's dead-letter stream, with why and after how many deliveries."""
+
+    message: BusMessage
+    group: str
+    original_id: str
+    deliveries: int
+    error: str
+
+
+class BusError(Exception):
+    """A bus operation failed because of bad input (unknown topic name, block time too long, ...)."""
+
+
 class Bus(Protocol):
     async def publish(self, topic: str, messages: Sequence[BusMessage]) -> None: ...
 
@@ -49,8 +64,36 @@ class Bus(Protocol):
 
     async def ack(self, topic: str, group: str, message_ids: Sequence[str]) -> None: ...
 
+    async def touch(self, topic: str, group: str, consumer: str, message_ids: Sequence[str]) -> None:
+        """Heartbeat: reset the idle time of messages this consumer is still working on, without
+        counting a delivery, so a long handler's messages are not reclaimed from under it."""
+        ...
+
     async def dead_letter(self, delivery: Delivery, group: str, error: str) -> None:
         """Move a message to the topic's dead-letter stream and ack it in the group."""
+        ...
+
+    async def trim(self, topic: str) -> int:
+        """Drop entries every group has acked (never an unacked one); returns how many were dropped.
+
+        A topic without any group is left as it is (a group created later starts at its beginning).
+        """
+        ...
+
+    async def dead_letters(self, topic: str, limit: int = 100) -> list[DeadLetter]:
+        """The oldest ``limit`` entries of the topic's dead-letter stream."""
+        ...
+
+    async def pending_count(self, topic: str, group: str) -> int:
+        """Messages delivered to the group and not acked yet."""
+        ...
+
+    async def topic_length(self, topic: str) -> int:
+        """Entries currently kept in the topic (after trimming)."""
+        ...
+
+    async def ping(self) -> bool:
+        """Health check: True when the bus answers."""
         ...
 
     async def close(self) -> None: ...

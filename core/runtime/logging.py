@@ -1,0 +1,67 @@
+"""Owns process log set-up: one handler on the root logger, plain text or JSON lines.
+
+``configure_logging(level, json_lines)`` is called once by each composition root (``agentr worker``,
+``agentr run``, ...). With JSON lines (``AGENTR_LOG_JSON=1``) each record is one object with time,
+level, logger, message, and every ``extra={...}`` field the caller attached (service, position,
+topic, ...), so logs can be filtered by message position or service without parsing text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+# Attributes every LogRecord has; anything else came from ``extra=`` and is emitted as a field.
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "taskName"}
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The ``extra=`` fields attached to a record."""
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, message, extras, exception text."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        payload: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        payload.update(record_fields(record))
+        if record.exc_info:
+            payload["exception"] = self.formatException(record.exc_info)
+        return json.dumps(payload, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """Human-readable lines; extras are appended as key=value."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extras = record_fields(record)
+        if extras:
+            line += " " + " ".join(f"{k}={v}" for k, v in sorted(extras.items()))
+        return line
+
+
+def configure_logging(level: str = "INFO", json_lines: bool = False, stream: TextIO | None = None) -> None:
+    """Replace the root logger's handlers with one that writes to ``stream`` (stderr by default)."""
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"unknown log level {level!r}: use DEBUG, INFO, WARNING or ERROR")
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(numeric)
