@@ -39,8 +39,8 @@ def _convert(tp: Any, value: Any) -> Any:
         return None
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _convert(args[0], value) if len(args) == 1 else value
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(members[0], value) if len(members) == 1 else value
     if origin is tuple:
         args = typing.get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
@@ -62,7 +62,7 @@ def _convert(tp: Any, value: Any) -> Any:
 
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """Build dataclass ``cls`` from ``data``; unknown keys are an error that names them."""
-    hints = _hints(cls)
+    hints = _hints(cls)  # type: ignore[arg-type]
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = set(data) - names
     if unknown:
