@@ -1,0 +1,319 @@
+"""Owns the search tree of Monte Carlo Tree Search: its nodes, UCT selection, expansion, backprop.
+
+Pure (stdlib only, no I/O). The tree holds what the events say and nothing else: nodes come from
+``NodesExpanded``, visit counts N and value sums Q come from ``RolloutFinished`` (each rollout adds
+one visit and its reward to the leaf and every ancestor). ``SearchTree.from_events`` therefore
+rebuilds a tree's statistics exactly from its event sequence, and the search engine keeps its
+in-memory tree up to date by applying the very events it appends (``SearchTree.apply``).
+
+Selection is UCT, ``Q/N + c_uct * sqrt(ln N(parent) / N)``, with unvisited children taken first
+(in expansion order); ties go to the earlier child, so selection is deterministic. A node is terminal
+when the environment said done (reason "done"; "failure" when it also said the action could not be
+executed), when it sits at ``max_depth`` ("max_depth"), or when the policy produced no parseable
+action there ("no valid action", learnt from that rollout's ``RolloutFinished``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, TypeVar
+
+from core.domain.events import DomainEvent, NodeRecord, NodesExpanded, RolloutFinished, TreeStarted
+
+TerminalReason = Literal["done", "max_depth", "failure", "no valid action"]
+TERMINAL_REASONS: tuple[str, ...] = ("done", "max_depth", "failure", "no valid action")
+
+
+class SearchConfigError(ValueError):
+    """A search configuration value is out of range or unknown (the message names the field)."""
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How one tree is searched and which pairs are taken from it.
+
+    n_candidates: distinct next actions asked of the policy (in ONE call) when a node is expanded.
+    iterations: descents per tree; each goes from the root down to a terminal node.
+    max_depth: actions after which a path is cut (terminal reason "max_depth").
+    c_uct: exploration weight in UCT ``Q/N + c_uct * sqrt(ln N(parent) / N)``.
+    temperature: sampling temperature of the policy for expansions (> 0 so candidates differ).
+    max_tokens: generation budget per candidate ("Thought: ...\\nAction: ...").
+    alpha: good leaves have reward >= alpha (inclusive: alpha = 1.0 admits perfect runs).
+    beta: a bad leaf's reward is below alpha and at most (its paired good leaf's reward - beta).
+    max_pairs_per_tree: at most this many (bad, good) pairs per tree; the deepest divergences are kept.
+    seed: base seed; each expansion's sampling seed is derived from it and the node id.
+    """
+
+    n_candidates: int = 4
+    iterations: int = 8
+    max_depth: int = 20
+    c_uct: float = 0.25
+    temperature: float = 1.0
+    max_tokens: int = 64
+    alpha: float = 0.5
+    beta: float = 0.2
+    max_pairs_per_tree: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("n_candidates", "iterations", "max_depth", "max_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SearchConfigError(f"search config: {name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.max_pairs_per_tree, int) or self.max_pairs_per_tree < 0:
+            raise SearchConfigError(
+                f"search config: max_pairs_per_tree must be an integer >= 0, got {self.max_pairs_per_tree!r}"
+            )
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise SearchConfigError(f"search config: seed must be an integer, got {self.seed!r}")
+        for name, low, high in (("c_uct", 0.0, math.inf), ("temperature", 0.0, math.inf)):
+            value = getattr(self, name)
+            if not _is_number(value) or not low <= value < high:
+                raise SearchConfigError(f"search config: {name} must be a number >= {low}, got {value!r}")
+        for name in ("alpha", "beta"):
+            value = getattr(self, name)
+            if not _is_number(value) or not 0.0 <= value <= 1.0:
+                raise SearchConfigError(f"search config: {name} must be a number in [0, 1], got {value!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchConfig:
+        """Build from a serialised config; unknown keys are an error naming them."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SearchConfigError(f"search config: unknown field(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass
+class TreeNode:
+    """One node: the history up to here is the path from the root. N and Q come from rollouts."""
+
+    node_id: str
+    parent_id: str | None
+    depth: int
+    action: str
+    thought: str
+    observation: str
+    reward: float
+    done: bool
+    valid: bool
+    children: list[str] = field(default_factory=list)
+    visits: int = 0
+    value_sum: float = 0.0
+    dead_end: bool = False  # the policy produced no parseable action here
+
+    @property
+    def mean_value(self) -> float:
+        return self.value_sum / self.visits if self.visits else 0.0
+
+
+class TreeError(ValueError):
+    """An event or operation inconsistent with the tree (unknown node, duplicate node, bad depth)."""
+
+
+class SearchTree:
+    """A search tree rebuilt from (and kept in step with) its events."""
+
+    def __init__(self, tree_id: str, root_id: str, max_depth: int) -> None:
+        self.tree_id = tree_id
+        self.root_id = root_id
+        self.max_depth = max_depth
+        self.nodes: dict[str, TreeNode] = {}
+        self.rollouts = 0
+        self.leaf_rewards: dict[str, float] = {}  # leaf id -> terminal reward of rollouts ending there
+        self.leaf_reasons: dict[str, str] = {}  # leaf id -> terminal reason
+        self.best_reward = 0.0
+
+    # ---- building -------------------------------------------------------------------------
+
+    @classmethod
+    def from_events(cls, events: Iterable[DomainEvent], max_depth: int | None = None) -> SearchTree:
+        """Rebuild a tree from its stream's events (TreeStarted first; other event types ignored)."""
+        tree: SearchTree | None = None
+        for event in events:
+            if isinstance(event, TreeStarted):
+                depth = max_depth if max_depth is not None else int(event.search_config.get("max_depth", 20))
+                tree = cls(event.tree_id, event.root_id, depth)
+            elif tree is not None:
+                tree.apply(event)
+            elif isinstance(event, NodesExpanded | RolloutFinished):
+                raise TreeError(f"{type(event).__name__} before TreeStarted")
+        if tree is None:
+            raise TreeError("no TreeStarted event in the sequence")
+        return tree
+
+    def apply(self, event: DomainEvent) -> None:
+        """Apply one event; event types that do not change the tree are ignored."""
+        if isinstance(event, NodesExpanded):
+            self.add_nodes(event.nodes)
+        elif isinstance(event, RolloutFinished):
+            self.finish_rollout(event.leaf_id, event.reward, event.terminal_reason)
+
+    def add_nodes(self, records: Sequence[NodeRecord]) -> None:
+        """Expansion: add nodes (the root has parent None); children keep their given order."""
+        for record in records:
+            if record.node_id in self.nodes:
+                raise TreeError(f"node {record.node_id} added twice")
+            if record.parent_id is None:
+                if record.node_id != self.root_id or record.depth != 0:
+                    raise TreeError(f"node {record.node_id} has no parent but is not the root")
+            else:
+                parent = self.nodes.get(record.parent_id)
+                if parent is None:
+                    raise TreeError(f"node {record.node_id}: unknown parent {record.parent_id}")
+                if record.depth != parent.depth + 1:
+                    raise TreeError(f"node {record.node_id}: depth {record.depth} under depth {parent.depth}")
+                parent.children.append(record.node_id)
+            self.nodes[record.node_id] = TreeNode(
+                node_id=record.node_id,
+                parent_id=record.parent_id,
+                depth=record.depth,
+                action=record.action,
+                thought=record.thought,
+                observation=record.observation,
+                reward=record.reward,
+                done=record.done,
+                valid=record.valid,
+            )
+
+    def finish_rollout(self, leaf_id: str, reward: float, reason: str) -> None:
+        """Backpropagation: one visit and ``reward`` to the leaf and every ancestor."""
+        if reason not in TERMINAL_REASONS:
+            raise TreeError(f"unknown terminal reason {reason!r}")
+        if not 0.0 <= reward <= 1.0:
+            raise TreeError(f"rollout reward {reward} is outside [0, 1]")
+        leaf = self.node(leaf_id)
+        if reason == "no valid action":
+            leaf.dead_end = True
+        backpropagate(self, leaf_id, reward)
+        self.rollouts += 1
+        self.leaf_rewards[leaf_id] = reward
+        self.leaf_reasons[leaf_id] = reason
+        self.best_reward = max(self.best_reward, reward)
+
+    # ---- queries --------------------------------------------------------------------------
+
+    @property
+    def root(self) -> TreeNode:
+        return self.node(self.root_id)
+
+    def node(self, node_id: str) -> TreeNode:
+        try:
+            return self.nodes[node_id]
+        except KeyError:
+            raise TreeError(f"unknown node {node_id}") from None
+
+    def path(self, node_id: str) -> list[TreeNode]:
+        """Nodes from the root down to ``node_id`` (inclusive)."""
+        out: list[TreeNode] = []
+        current: str | None = node_id
+        while current is not None:
+            node = self.node(current)
+            out.append(node)
+            current = node.parent_id
+        out.reverse()
+        return out
+
+    def terminal_reason(self, node_id: str) -> TerminalReason | None:
+        """Why ``node_id`` ends a descent, or None when the search can go on below it."""
+        node = self.node(node_id)
+        if node.done:
+            return "done" if node.valid else "failure"
+        if node.dead_end:
+            return "no valid action"
+        if node.depth >= self.max_depth:
+            return "max_depth"
+        return None
+
+    def is_expanded(self, node_id: str) -> bool:
+        return bool(self.node(node_id).children)
+
+
+def uct_score(parent_visits: int, visits: int, value_sum: float, c_uct: float) -> float:
+    """UCT of a child; an unvisited child scores +inf (visited first)."""
+    if visits == 0:
+        return math.inf
+    exploration = math.sqrt(math.log(parent_visits) / visits) if parent_visits > 0 else 0.0
+    return value_sum / visits + c_uct * exploration
+
+
+def select_child(tree: SearchTree, node_id: str, c_uct: float) -> str:
+    """The child of ``node_id`` to descend into: first unvisited, else the highest UCT (first on ties)."""
+    node = tree.node(node_id)
+    if not node.children:
+        raise TreeError(f"node {node_id} has no children to select from")
+    best_id = node.children[0]
+    best_score = -math.inf
+    for child_id in node.children:
+        child = tree.nodes[child_id]
+        score = uct_score(node.visits, child.visits, child.value_sum, c_uct)
+        if score > best_score:
+            best_id, best_score = child_id, score
+            if score == math.inf:
+                break
+    return best_id
+
+
+def select_path(tree: SearchTree, c_uct: float) -> list[str]:
+    """Selection: from the root through expanded nodes by UCT until a terminal or unexpanded node."""
+    path = [tree.root_id]
+    while tree.terminal_reason(path[-1]) is None and tree.is_expanded(path[-1]):
+        path.append(select_child(tree, path[-1], c_uct))
+    return path
+
+
+def backpropagate(tree: SearchTree, leaf_id: str, reward: float) -> None:
+    """Add one visit and ``reward`` to ``leaf_id`` and each of its ancestors."""
+    current: str | None = leaf_id
+    while current is not None:
+        node = tree.node(current)
+        node.visits += 1
+        node.value_sum += reward
+        current = node.parent_id
+
+
+T = TypeVar("T")
+
+
+def distinct_by(candidates: Iterable[T], key: Callable[[T], str], limit: int) -> list[T]:
+    """The first ``limit`` candidates with distinct non-empty keys (the parsed, normalised action)."""
+    seen: set[str] = set()
+    out: list[T] = []
+    for candidate in candidates:
+        k = key(candidate)
+        if not k or k in seen:
+            continue
+        seen.add(k)
+        out.append(candidate)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def expansion_seed(base_seed: int, path_actions: Sequence[str]) -> int:
+    """The sampling seed for expanding the node reached by ``path_actions`` (from the root).
+
+    Keyed by the history rather than by node ids, so the same seed gives the same tree whatever
+    the tree's id; stable across processes (sha256, no hash randomisation).
+    """
+    key = "\x1f".join(" ".join(action.lower().split()) for action in path_actions)
+    digest = hashlib.sha256(f"{base_seed}\x1e{key}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def clamp_reward(reward: float) -> float:
+    """Rewards are normalised to [0, 1]; anything outside (or NaN) is clamped."""
+    if not math.isfinite(reward):
+        return 0.0
+    return min(1.0, max(0.0, reward))

@@ -1,0 +1,155 @@
+"""Owns cross-tree batching of policy calls: concurrent ``sample()`` calls become one backend call.
+
+Several trees are searched concurrently in one worker; each expansion asks the policy for
+``n_candidates`` actions of ONE conversation. ``BatchingPolicy`` wraps any Policy and gathers the
+calls that arrive within a short window (or until ``max_batch`` conversations are waiting) into a
+single ``sample()`` of the wrapped policy, so a GPU/HTTP backend sees one batch instead of many
+small requests. Calls only merge when their sampling parameters (n, temperature, max_tokens, stop,
+logprobs) are equal.
+
+Seeds: a batch whose calls all carry the same seed (or one call alone) keeps that seed, so a single
+tree with a deterministic policy is reproducible exactly. A batch mixing seeds gets one seed derived
+from the calls' seeds in arrival order (deterministic when the arrival order is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from core.llm.ports import Completion, Conversation, Policy
+
+SampleKey = tuple[int, float, int, tuple[str, ...] | None, bool]
+
+
+@dataclass
+class _Call:
+    conversations: Sequence[Conversation]
+    seed: int | None
+    future: asyncio.Future[list[list[Completion]]]
+
+
+@dataclass
+class BatchStats:
+    calls: int = 0  # sample() calls received
+    backend_calls: int = 0  # sample() calls made on the wrapped policy
+    conversations: int = 0
+    largest_batch: int = 0  # conversations in the largest backend call
+    history: list[int] = field(default_factory=list)  # conversations per backend call (last 1000)
+
+
+def combine_seeds(seeds: Sequence[int | None]) -> int | None:
+    """One seed for a batch: the common seed when all agree, else a stable digest of all of them."""
+    if len(set(seeds)) == 1:
+        return seeds[0]
+    digest = hashlib.sha256(",".join(str(s) for s in seeds).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+class BatchingPolicy:
+    """A Policy that batches concurrent ``sample()`` calls into calls of ``inner``."""
+
+    def __init__(self, inner: Policy, *, max_batch: int = 32, window_s: float = 0.005) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.inner = inner
+        self.max_batch = max_batch
+        self.window_s = window_s
+        self.stats = BatchStats()
+        self._pending: dict[SampleKey, list[_Call]] = {}
+        self._timers: dict[SampleKey, asyncio.Task[None]] = {}
+        self._running: set[asyncio.Task[None]] = set()
+
+    @property
+    def model_version(self) -> str:
+        return self.inner.model_version
+
+    async def sample(
+        self,
+        conversations: Sequence[Conversation],
+        n: int = 1,
+        temperature: float = 1.0,
+        max_tokens: int = 64,
+        seed: int | None = None,
+        stop: Sequence[str] | None = None,
+        logprobs: bool = False,
+    ) -> list[list[Completion]]:
+        if not conversations:
+            return []
+        key: SampleKey = (n, float(temperature), max_tokens, tuple(stop) if stop else None, logprobs)
+        future: asyncio.Future[list[list[Completion]]] = asyncio.get_running_loop().create_future()
+        calls = self._pending.setdefault(key, [])
+        calls.append(_Call(conversations, seed, future))
+        self.stats.calls += 1
+        waiting = sum(len(c.conversations) for c in calls)
+        if waiting >= self.max_batch:
+            self._flush(key)
+        elif key not in self._timers:
+            self._timers[key] = asyncio.create_task(self._flush_after_window(key))
+        return await future
+
+    async def _flush_after_window(self, key: SampleKey) -> None:
+        await asyncio.sleep(self.window_s)
+        self._timers.pop(key, None)
+        self._flush(key)
+
+    def _flush(self, key: SampleKey) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+        calls = self._pending.pop(key, [])
+        if calls:
+            task = asyncio.create_task(self._run(key, calls))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run(self, key: SampleKey, calls: list[_Call]) -> None:
+        n, temperature, max_tokens, stop, logprobs = key
+        conversations = [conv for call in calls for conv in call.conversations]
+        self.stats.backend_calls += 1
+        self.stats.conversations += len(conversations)
+        self.stats.largest_batch = max(self.stats.largest_batch, len(conversations))
+        self.stats.history = (self.stats.history + [len(conversations)])[-1000:]
+        try:
+            results = await self.inner.sample(
+                conversations,
+                n=n,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                seed=combine_seeds([call.seed for call in calls]),
+                stop=list(stop) if stop else None,
+                logprobs=logprobs,
+            )
+            if len(results) != len(conversations):
+                raise RuntimeError(
+                    f"policy returned {len(results)} results for {len(conversations)} conversations"
+                )
+        except BaseException as exc:  # hand the failure to every waiting caller
+            for call in calls:
+                if not call.future.done():
+                    call.future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        offset = 0
+        for call in calls:
+            size = len(call.conversations)
+            if not call.future.done():
+                call.future.set_result(results[offset : offset + size])
+            offset += size
+
+    async def score_labels(
+        self, conversations: Sequence[Conversation], labels: Sequence[str]
+    ) -> list[dict[str, float]]:
+        return await self.inner.score_labels(conversations, labels)
+
+    async def close(self) -> None:
+        for timer in list(self._timers.values()):
+            timer.cancel()
+        for key in list(self._pending):
+            for call in self._pending.pop(key):
+                if not call.future.done():
+                    call.future.set_exception(RuntimeError("policy closed while a call was waiting"))
+        await self.inner.close()

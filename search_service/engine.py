@@ -1,0 +1,329 @@
+"""Owns the search engine: one tree's MCTS driven with a real Env and Policy, written as events.
+
+``TreeSearch.run`` resets the environment, writes ``TreeStarted`` + the root node, then performs
+``iterations`` descents. A descent selects by UCT through expanded nodes; an unexpanded node is
+expanded by ONE policy call for ``n_candidates`` completions, parsed and deduplicated on the
+normalised action, each distinct action stepped from the node's restored state (see
+``search_service.env_states``); the descent goes on until a terminal node (done, failure,
+max_depth, or "no valid action" when no completion parses). Each descent's ``NodesExpanded`` events
+and its ``RolloutFinished`` are handed to the sink together (one append per descent).
+
+The in-memory tree is the domain ``SearchTree`` updated by applying exactly the events written, so
+the tree in the store and the tree searched cannot drift apart. Event ids are derived from the tree
+id and the event's place in the tree, and a run resumes from a stream's existing events
+(``prior``): a crash mid-search loses nothing already appended and appends nothing twice.
+
+At the end ``final_events`` builds ``GoodTrajectoryFound`` (one per good leaf), ``PairFound`` (the
+chosen pairs, each in its own pair stream) and ``TreeCompleted``; the caller appends those (the
+worker does it together with its tracking row).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from core.domain.events import (
+    DomainEvent,
+    GoodTrajectoryFound,
+    Metadata,
+    NewEvent,
+    NodeRecord,
+    NodesExpanded,
+    PairFound,
+    RolloutFinished,
+    SearchRequested,
+    TreeCompleted,
+    TreeStarted,
+)
+from core.domain.ids import derived_id, pair_stream, tree_stream
+from core.domain.mcts import (
+    SearchConfig,
+    SearchTree,
+    TerminalReason,
+    clamp_reward,
+    distinct_by,
+    expansion_seed,
+    select_child,
+)
+from core.domain.pairs import good_leaves, path_trajectory, select_pairs
+from core.domain.trajectory import Step
+from core.envs.base import Env
+from core.llm.ports import Policy
+from core.llm.prompts import ParsedAction, build_prompt, parse_action
+from search_service.env_states import Candidate, EnvStates
+
+log = logging.getLogger(__name__)
+
+EventSink = Callable[[Sequence[NewEvent]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class TreeRequest:
+    """What to search: one task of one environment with one model, and how."""
+
+    tree_id: str
+    env_uri: str
+    task_id: str
+    model_ref: str
+    config: SearchConfig = field(default_factory=SearchConfig)
+    run_id: str | None = None
+    iteration: int = 0
+
+    @classmethod
+    def from_event(cls, event: SearchRequested) -> TreeRequest:
+        """From a SearchRequested; its ``seed`` overrides the config's (SearchConfigError if bad)."""
+        config = replace(SearchConfig.from_dict(dict(event.search_config)), seed=event.seed)
+        return cls(
+            tree_id=event.tree_id,
+            env_uri=event.env_uri,
+            task_id=event.task_id,
+            model_ref=event.model_ref,
+            config=config,
+            run_id=event.run_id,
+            iteration=event.iteration,
+        )
+
+
+@dataclass
+class SearchStats:
+    expansions: int = 0
+    policy_calls: int = 0
+    env_steps: int = 0
+    replay_steps: int = 0
+    search_seconds: float = 0.0  # wall time of the whole run
+    policy_seconds: float = 0.0  # time waiting for the policy
+    env_seconds: float = 0.0  # time in env resets/steps/clones
+
+
+class TreeSearch:
+    """Searches one tree; see the module docstring."""
+
+    def __init__(
+        self,
+        request: TreeRequest,
+        env: Env,
+        policy: Policy,
+        sink: EventSink,
+        *,
+        metadata: Metadata | None = None,
+        use_clone: bool = True,
+        prompt_budget: int | None = None,
+    ) -> None:
+        self.request = request
+        self.config = request.config
+        self.env = env
+        self.policy = policy
+        self.sink = sink
+        self.metadata = metadata or Metadata(producer="search")
+        self.states = EnvStates(env, request.task_id, use_clone=use_clone)
+        self.prompt_budget = prompt_budget
+        self.stats = SearchStats()
+        self.tree: SearchTree | None = None
+        self.task = ""
+
+    # ---- event helpers -----------------------------------------------------------------------
+
+    def _new(self, event: DomainEvent, *key: object, stream: str | None = None) -> NewEvent:
+        tree_id = self.request.tree_id
+        return NewEvent(
+            stream_id=stream or tree_stream(tree_id),
+            event=event,
+            metadata=self.metadata,
+            event_id=derived_id(tree_id, type(event).__name__, *key),
+        )
+
+    def _max_depth(self) -> int:
+        return min(self.config.max_depth, max(1, int(getattr(self.env, "max_steps", self.config.max_depth))))
+
+    # ---- the search --------------------------------------------------------------------------
+
+    async def run(self, prior: Sequence[DomainEvent] = ()) -> SearchTree:
+        """Search until ``iterations`` rollouts exist (resuming from ``prior`` events if any)."""
+        started_at = time.perf_counter()
+        req = self.request
+        root_id = derived_id(req.tree_id, "root")
+        env_started = time.perf_counter()
+        self.task = await self.states.start(root_id)
+        self.stats.env_seconds += time.perf_counter() - env_started
+        if any(isinstance(e, TreeStarted) for e in prior):
+            tree = SearchTree.from_events(prior, max_depth=self._max_depth())
+            log.info("tree %s: resuming at rollout %d/%d", req.tree_id, tree.rollouts, self.config.iterations)
+        else:
+            tree = SearchTree(req.tree_id, root_id, self._max_depth())
+            started = TreeStarted(
+                tree_id=req.tree_id,
+                run_id=req.run_id,
+                iteration=req.iteration,
+                env_uri=req.env_uri,
+                task_id=req.task_id,
+                instruction=self.env.instruction,
+                task=self.task,
+                model_version=self.policy.model_version,
+                search_config=self.config.to_dict(),
+                root_id=root_id,
+            )
+            root = NodesExpanded(req.tree_id, (NodeRecord(root_id, None, 0, "", "", self.task),))
+            tree.apply(root)
+            await self.sink([self._new(started), self._new(root, "root")])
+        self.tree = tree
+        while tree.rollouts < self.config.iterations:
+            await self._descend(tree)
+        self.stats.env_steps = self.states.steps
+        self.stats.replay_steps = self.states.replay_steps
+        self.stats.search_seconds += time.perf_counter() - started_at
+        log.info(
+            "tree %s: done, %d nodes, %d rollouts, best reward %.2f (%s mode, %d env steps)",
+            req.tree_id,
+            len(tree.nodes),
+            tree.rollouts,
+            tree.best_reward,
+            self.states.mode,
+            self.states.steps,
+        )
+        return tree
+
+    async def _descend(self, tree: SearchTree) -> None:
+        rollout = tree.rollouts
+        node_id = tree.root_id
+        events: list[NewEvent] = []
+        reason: TerminalReason | None = None
+        while True:
+            reason = tree.terminal_reason(node_id)
+            if reason is not None:
+                break
+            if not tree.is_expanded(node_id):
+                records = await self._expand(tree, node_id)
+                if not records:
+                    reason = "no valid action"
+                    break
+                expanded = NodesExpanded(tree.tree_id, tuple(records))
+                tree.apply(expanded)
+                events.append(self._new(expanded, node_id))
+            node_id = select_child(tree, node_id, self.config.c_uct)
+        leaf = tree.node(node_id)
+        finished = RolloutFinished(tree.tree_id, rollout, node_id, clamp_reward(leaf.reward), reason)
+        events.append(self._new(finished, rollout))
+        await self.sink(events)
+        tree.apply(finished)
+        log.info(
+            "tree %s: rollout %d/%d ended at depth %d (%s, reward %.2f); %d nodes, best %.2f",
+            tree.tree_id,
+            rollout + 1,
+            self.config.iterations,
+            leaf.depth,
+            reason,
+            finished.reward,
+            len(tree.nodes),
+            tree.best_reward,
+        )
+
+    async def _expand(self, tree: SearchTree, node_id: str) -> list[NodeRecord]:
+        path = tree.path(node_id)
+        steps = [Step(n.thought, n.action, n.observation, n.reward, n.done, n.valid) for n in path[1:]]
+        prompt = build_prompt(self.env.instruction, self.task, steps, budget=self.prompt_budget)
+        policy_started = time.perf_counter()
+        completions = await self.policy.sample(
+            [prompt],
+            n=self.config.n_candidates,
+            temperature=self.config.temperature,
+            max_tokens=self.config.max_tokens,
+            seed=expansion_seed(self.config.seed, [n.action for n in path[1:]]),
+        )
+        self.stats.policy_seconds += time.perf_counter() - policy_started
+        self.stats.policy_calls += 1
+        self.stats.expansions += 1
+        parsed: list[ParsedAction] = [p for p in (parse_action(c.text) for c in completions[0]) if p]
+        distinct = distinct_by(parsed, lambda p: p.normalized, self.config.n_candidates)
+        if not distinct:
+            return []
+        candidates = [
+            Candidate(derived_id(tree.tree_id, "node", node_id, p.normalized), p.action) for p in distinct
+        ]
+        env_started = time.perf_counter()
+        results = await self.states.expand(node_id, [(n.node_id, n.action) for n in path[1:]], candidates)
+        self.stats.env_seconds += time.perf_counter() - env_started
+        depth = path[-1].depth + 1
+        return [
+            NodeRecord(
+                node_id=candidate.node_id,
+                parent_id=node_id,
+                depth=depth,
+                action=p.action,
+                thought=p.thought,
+                observation=result.observation,
+                reward=clamp_reward(result.reward),
+                done=result.done,
+                valid=result.valid,
+            )
+            for candidate, p, result in zip(candidates, distinct, results, strict=True)
+        ]
+
+    # ---- results -----------------------------------------------------------------------------
+
+    def final_events(self) -> list[NewEvent]:
+        """GoodTrajectoryFound per good leaf, PairFound per chosen pair, then TreeCompleted."""
+        tree = self.tree
+        if tree is None:
+            raise RuntimeError("final_events() before run()")
+        req, config = self.request, self.config
+        provenance: dict[str, Any] = {
+            "model_version": self.policy.model_version,
+            "env_uri": req.env_uri,
+            "task_id": req.task_id,
+            "iteration": req.iteration,
+        }
+        instruction = self.env.instruction
+        out: list[NewEvent] = []
+        goods = good_leaves(tree, config.alpha)
+        for leaf in goods:
+            sample_id = derived_id(req.tree_id, "good", leaf)
+            trajectory = path_trajectory(
+                tree, leaf, task=self.task, instruction=instruction, provenance=provenance
+            )
+            event = GoodTrajectoryFound(sample_id, req.tree_id, req.run_id, req.iteration, leaf, trajectory)
+            out.append(self._new(event, leaf))
+        pairs = select_pairs(tree, config.alpha, config.beta, config.max_pairs_per_tree)
+        for spec in pairs:
+            pair_id = derived_id(req.tree_id, "pair", spec.bad_leaf_id, spec.good_leaf_id)
+            found = PairFound(
+                pair_id=pair_id,
+                source="search",
+                task_key=f"{req.env_uri}#{req.task_id}",
+                bad=path_trajectory(
+                    tree, spec.bad_leaf_id, task=self.task, instruction=instruction, provenance=provenance
+                ),
+                good=path_trajectory(
+                    tree, spec.good_leaf_id, task=self.task, instruction=instruction, provenance=provenance
+                ),
+                shared_steps=spec.shared_depth,
+                run_id=req.run_id,
+                iteration=req.iteration,
+                tree_id=req.tree_id,
+                bad_leaf_id=spec.bad_leaf_id,
+                good_leaf_id=spec.good_leaf_id,
+                divergence_node_id=spec.divergence_node_id,
+                env_uri=req.env_uri,
+                task_id=req.task_id,
+            )
+            out.append(self._new(found, pair_id, stream=pair_stream(pair_id)))
+        bad_count = len([leaf for leaf in tree.leaf_rewards if leaf not in set(goods)])
+        completed = TreeCompleted(
+            tree_id=req.tree_id,
+            run_id=req.run_id,
+            iteration=req.iteration,
+            nodes=len(tree.nodes),
+            rollouts=tree.rollouts,
+            best_reward=tree.best_reward,
+            good_leaves=len(goods),
+            bad_leaves=bad_count,
+            pairs=len(pairs),
+        )
+        out.append(self._new(completed))
+        return out
+
+    async def close(self) -> None:
+        await self.states.close()

@@ -1,0 +1,180 @@
+"""Owns the search worker's composition root: ``build_service(settings, store) -> Service``.
+
+The service handles ``SearchRequested``: it opens the environment from its URI and the policy from
+its model ref (one policy per ref, cached for the life of the worker and wrapped in a
+``BatchingPolicy`` so that the trees searched at once - ``settings.search_concurrency`` - share
+batched policy calls), runs ``TreeSearch``, appends progress events to the tree's stream as it goes
+(expected stream versions guard against two workers on one tree), and returns ``TreeCompleted``,
+``GoodTrajectoryFound`` and ``PairFound`` for the worker to append with its tracking row.
+
+A redelivered request resumes from the tree's stored events (nothing is redone or written twice);
+one whose tree already completed or failed returns nothing. An unknown environment, task, bad search
+config or a model ref that cannot be opened ends in ``SearchFailed`` with the reason, and the worker
+carries on. Model refs: anything ``core.llm.registry.open_policy`` accepts, plus
+``noisy-expert[?mistake=..]`` (the TextCraft expert with mistakes, for tests and demos).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from core.domain.events import (
+    Metadata,
+    NewEvent,
+    RecordedEvent,
+    SearchFailed,
+    SearchRequested,
+    TreeCompleted,
+    caused_by,
+)
+from core.domain.ids import derived_id, tree_stream
+from core.domain.mcts import SearchConfigError
+from core.envs.base import Env, EnvError, UnknownTask
+from core.llm.ports import Policy, PolicyError
+from core.runtime.service import HandlerResult, Service
+from core.runtime.settings import Settings
+from core.store.ports import EventStore
+from search_service.batching import BatchingPolicy
+from search_service.engine import TreeRequest, TreeSearch
+from search_service.noisy_expert import from_ref as noisy_expert_from_ref
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "search"
+PRODUCER = "search"
+
+
+def open_search_policy(ref: str) -> Policy:
+    """A model ref -> Policy: ``noisy-expert...`` here, everything else via core.llm.registry."""
+    noisy = noisy_expert_from_ref(ref)
+    if noisy is not None:
+        return noisy
+    from core.llm.registry import open_policy
+
+    return open_policy(ref)
+
+
+def open_search_env(uri: str) -> Env:
+    from core.envs.registry import open_env
+
+    return open_env(uri)
+
+
+class PolicyCache:
+    """One BatchingPolicy per model ref, opened once (in a thread: loading weights blocks)."""
+
+    def __init__(self, opener: Callable[[str], Policy], *, max_batch: int = 32) -> None:
+        self.opener = opener
+        self.max_batch = max_batch
+        self._policies: dict[str, asyncio.Task[BatchingPolicy]] = {}
+
+    async def get(self, ref: str) -> BatchingPolicy:
+        task = self._policies.get(ref)
+        if task is None or (task.done() and task.exception() is not None):
+            task = asyncio.ensure_future(self._open(ref))
+            self._policies[ref] = task
+        return await asyncio.shield(task)
+
+    async def _open(self, ref: str) -> BatchingPolicy:
+        log.info("opening policy %s", ref)
+        inner = await asyncio.to_thread(self.opener, ref)
+        return BatchingPolicy(inner, max_batch=self.max_batch)
+
+    async def close(self) -> None:
+        for task in self._policies.values():
+            if task.done() and task.exception() is None:
+                await task.result().close()
+        self._policies.clear()
+
+
+class SearchHandler:
+    """Handles SearchRequested; see the module docstring."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        policies: PolicyCache,
+        env_opener: Callable[[str], Env] = open_search_env,
+    ) -> None:
+        self.store = store
+        self.policies = policies
+        self.env_opener = env_opener
+
+    async def __call__(self, recorded: RecordedEvent) -> HandlerResult:
+        event = recorded.event
+        if not isinstance(event, SearchRequested):
+            raise TypeError(f"search handler got {recorded.event_type}")
+        metadata = caused_by(recorded, PRODUCER)
+        stream = tree_stream(event.tree_id)
+        prior_recorded = await self.store.read_stream(stream)
+        prior = [r.event for r in prior_recorded]
+        version = prior_recorded[-1].stream_version if prior_recorded else -1
+        if any(isinstance(e, TreeCompleted | SearchFailed) for e in prior):
+            log.info("tree %s: already finished; nothing to do", event.tree_id)
+            return HandlerResult()
+
+        def failed(reason: str) -> HandlerResult:
+            log.warning("tree %s: search failed: %s", event.tree_id, reason)
+            failure = SearchFailed(event.tree_id, event.run_id, event.iteration, reason)
+            new = NewEvent(stream, failure, metadata, derived_id(event.tree_id, "SearchFailed"))
+            return HandlerResult(events=[new], expected_versions={stream: version})
+
+        try:
+            request = TreeRequest.from_event(event)
+        except (SearchConfigError, TypeError) as exc:
+            return failed(f"bad search config: {exc}")
+        try:
+            env = self.env_opener(event.env_uri)
+        except EnvError as exc:
+            return failed(f"cannot open environment {event.env_uri!r}: {exc}")
+        try:
+            policy = await self.policies.get(event.model_ref)
+        except (PolicyError, ValueError, OSError) as exc:
+            await env.close()
+            return failed(f"cannot open model {event.model_ref!r}: {exc}")
+
+        state = {"version": version}
+
+        async def sink(events: Sequence[NewEvent]) -> None:
+            stored = await self.store.append(events, expected_versions={stream: state["version"]})
+            versions = [r.stream_version for r in stored if r.stream_id == stream]
+            if versions:
+                state["version"] = max(versions)
+
+        search = TreeSearch(request, env, policy, sink, metadata=_with_producer(metadata))
+        try:
+            await search.run(prior)
+        except UnknownTask as exc:
+            return failed(f"unknown task {event.task_id!r} in {event.env_uri!r}: {exc}")
+        finally:
+            await search.close()
+            await env.close()
+        return HandlerResult(events=search.final_events(), expected_versions={stream: state["version"]})
+
+
+def _with_producer(metadata: Metadata) -> Metadata:
+    return (
+        metadata
+        if metadata.producer
+        else Metadata(metadata.correlation_id, metadata.causation_id, PRODUCER, metadata.project_id)
+    )
+
+
+def build_service(
+    settings: Settings,
+    store: EventStore,
+    *,
+    policy_opener: Callable[[str], Policy] = open_search_policy,
+    env_opener: Callable[[str], Env] = open_search_env,
+) -> Service:
+    """The search worker's composition root."""
+    policies = PolicyCache(policy_opener, max_batch=max(1, settings.search_concurrency))
+    handler = SearchHandler(store, policies, env_opener)
+    return Service(
+        name=SERVICE_NAME,
+        handlers={SearchRequested.event_type: handler},
+        concurrency=max(1, settings.search_concurrency),
+        on_close=policies.close,
+    )
