@@ -1,0 +1,282 @@
+"""Owns the ``openai`` Policy backend: any OpenAI-compatible server (vLLM, SGLang, OpenAI, agentr).
+
+Sampling uses ``POST {base_url}/chat/completions`` with ``n``, ``seed``, ``stop``, ``logprobs``; one
+request per conversation, at most ``max_concurrency`` in flight. Transient failures (connection
+errors, timeouts, 429, 5xx) are retried with exponential backoff and jitter; anything else becomes a
+:class:`PolicyError` that names the server and quotes what came back.
+
+Label scoring, two documented approaches (``score_mode``):
+
+* ``"echo"`` (exact; used when ``template_from`` names a local tokenizer folder holding the served
+  model's chat template): the client renders the conversation with that template plus the
+  generation prompt, then sends ``prompt + label`` to ``POST {base_url}/completions`` with
+  ``echo=true, max_tokens=0, logprobs=0`` (supported by vLLM and ``agentr model serve``). The label's
+  score is the sum of the echoed token log-probabilities whose text offset is at or after the
+  label's start: the same quantity the hf backend computes.
+* ``"top_logprobs"`` (portable, approximate): one chat request per conversation with ``max_tokens=1,
+  logprobs=true, top_logprobs=20``; a label scores the log-probability of the top token that is the
+  longest prefix of the label (its first token), or ``-inf`` when none of the top 20 is. Exact when
+  labels are single tokens; a ranking signal otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from core.llm.ports import Completion, Conversation, PolicyError
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+TOP_LOGPROBS = 20
+
+
+class OpenAIPolicy:
+    """Policy over an OpenAI-compatible HTTP server.
+
+    ``base_url`` is the API root including ``/v1`` (e.g. ``http://127.0.0.1:8000/v1``). ``model``
+    None means: ask ``GET /models`` once and use the only model served (error if several).
+    ``template_from``: a local tokenizer folder whose chat template renders prompts for exact
+    ``echo`` label scoring; without it ``score_labels`` uses ``top_logprobs``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        *,
+        max_concurrency: int = 8,
+        timeout: float = 60.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        template_from: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise PolicyError(f"OpenAI base URL must start with http:// or https://, got {base_url!r}")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.retries = retries
+        self.backoff = backoff
+        self._semaphore = asyncio.Semaphore(max_concurrency)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+        )
+        self._template_from = template_from
+        self._tokenizer: Any = None
+        self._model_lock = asyncio.Lock()
+        self.model_version = f"{self.base_url}#{model or '?'}"  # the server's model name
+
+    # ----------------------------------------------------------------------------- HTTP
+    async def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+        attempt = 0
+        while True:
+            try:
+                async with self._semaphore:
+                    response = await self._client.request(method, path, json=payload)
+            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                if attempt >= self.retries:
+                    raise PolicyError(
+                        f"cannot reach model server {self.base_url} ({method} {path}): "
+                        f"{type(exc).__name__}: {exc} (after {attempt + 1} attempts)"
+                    ) from exc
+            else:
+                if response.status_code < 400:
+                    try:
+                        return response.json()
+                    except ValueError as exc:
+                        raise PolicyError(
+                            f"model server {self.base_url} answered {method} {path} with non-JSON: "
+                            f"{response.text[:300]!r}"
+                        ) from exc
+                if response.status_code not in RETRY_STATUS or attempt >= self.retries:
+                    raise self._http_error(method, path, response)
+            delay = self.backoff * (2**attempt) * (0.5 + random.random())
+            attempt += 1
+            log.warning("retrying %s %s%s in %.2fs (attempt %d)", method, self.base_url, path, delay, attempt)
+            await asyncio.sleep(delay)
+
+    def _http_error(self, method: str, path: str, response: httpx.Response) -> PolicyError:
+        body = response.text[:300]
+        if response.status_code == 404:
+            return PolicyError(
+                f"model server {self.base_url} answered 404 to {method} {path} "
+                f"(model {self.model!r} unknown or wrong base URL; base URL should end in /v1): {body}"
+            )
+        return PolicyError(
+            f"model server {self.base_url} answered HTTP {response.status_code} to {method} {path}: {body}"
+        )
+
+    async def _model_name(self) -> str:
+        if self.model:
+            return self.model
+        async with self._model_lock:
+            if self.model:
+                return self.model
+            listing = await self._request("GET", "/models")
+            try:
+                names = [entry["id"] for entry in listing["data"]]
+            except (KeyError, TypeError) as exc:
+                raise PolicyError(
+                    f"model server {self.base_url} sent a malformed /models list: {listing!r:.300}"
+                ) from exc
+            if len(names) != 1:
+                raise PolicyError(
+                    f"model server {self.base_url} serves {len(names)} models ({', '.join(names)}); "
+                    "name one with URL#model"
+                )
+            self.model = names[0]
+            self.model_version = f"{self.base_url}#{self.model}"
+            return self.model
+
+    async def list_models(self) -> list[str]:
+        listing = await self._request("GET", "/models")
+        try:
+            return [entry["id"] for entry in listing["data"]]
+        except (KeyError, TypeError) as exc:
+            raise PolicyError(
+                f"model server {self.base_url} sent a malformed /models list: {listing!r:.300}"
+            ) from exc
+
+    def _malformed(self, what: str, body: Any) -> PolicyError:
+        return PolicyError(f"model server {self.base_url} sent a malformed {what}: {str(body)[:300]}")
+
+    # ----------------------------------------------------------------------------- Policy port
+    async def sample(
+        self,
+        conversations: Sequence[Conversation],
+        n: int = 1,
+        temperature: float = 1.0,
+        max_tokens: int = 64,
+        seed: int | None = None,
+        stop: Sequence[str] | None = None,
+        logprobs: bool = False,
+    ) -> list[list[Completion]]:
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        model = await self._model_name()
+
+        async def one(index: int, conversation: Conversation) -> list[Completion]:
+            payload: dict[str, Any] = {
+                "model": model,
+                "messages": [{"role": m.role, "content": m.content} for m in conversation],
+                "n": n,
+                "temperature": temperature,
+                "max_tokens": max_tokens,
+            }
+            if seed is not None:
+                payload["seed"] = seed + index
+            if stop:
+                payload["stop"] = list(stop)
+            if logprobs:
+                payload["logprobs"] = True
+            body = await self._request("POST", "/chat/completions", payload)
+            return self._parse_chat(body, n, logprobs)
+
+        return list(await asyncio.gather(*(one(i, c) for i, c in enumerate(conversations))))
+
+    def _parse_chat(self, body: Any, n: int, logprobs: bool) -> list[Completion]:
+        try:
+            choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
+            usage_tokens = int((body.get("usage") or {}).get("completion_tokens", 0))
+            out = []
+            for choice in choices:
+                content = choice["message"]["content"]
+                if not isinstance(content, str):
+                    raise TypeError("message.content is not a string")
+                token_lps: tuple[float, ...] | None = None
+                if logprobs:
+                    entries = (choice.get("logprobs") or {}).get("content") or []
+                    token_lps = tuple(float(e["logprob"]) for e in entries)
+                tokens = len(token_lps) if token_lps is not None else usage_tokens // max(1, len(choices))
+                out.append(Completion(content, tokens, choice.get("finish_reason") or "stop", token_lps))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise self._malformed(f"chat completion ({exc})", body) from exc
+        if len(out) != n:
+            raise self._malformed(f"chat completion ({len(out)} choices for n={n})", body)
+        return out
+
+    async def score_labels(
+        self, conversations: Sequence[Conversation], labels: Sequence[str]
+    ) -> list[dict[str, float]]:
+        if not labels:
+            raise ValueError("score_labels needs at least one label")
+        model = await self._model_name()
+        if self._template_from is not None:
+            return await self._score_echo(model, conversations, labels)
+        return await self._score_top_logprobs(model, conversations, labels)
+
+    async def _score_top_logprobs(
+        self, model: str, conversations: Sequence[Conversation], labels: Sequence[str]
+    ) -> list[dict[str, float]]:
+        async def one(conversation: Conversation) -> dict[str, float]:
+            payload = {
+                "model": model,
+                "messages": [{"role": m.role, "content": m.content} for m in conversation],
+                "max_tokens": 1,
+                "temperature": 0,
+                "logprobs": True,
+                "top_logprobs": TOP_LOGPROBS,
+            }
+            body = await self._request("POST", "/chat/completions", payload)
+            try:
+                top = body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+                candidates = {str(e["token"]): float(e["logprob"]) for e in top}
+            except (KeyError, TypeError, IndexError, ValueError) as exc:
+                raise self._malformed(f"top_logprobs answer ({exc})", body) from exc
+            scores = {}
+            for label in labels:
+                prefixes = [tok for tok in candidates if tok and label.startswith(tok)]
+                scores[label] = candidates[max(prefixes, key=len)] if prefixes else -math.inf
+            return scores
+
+        return list(await asyncio.gather(*(one(c) for c in conversations)))
+
+    def _render(self, conversation: Conversation) -> str:
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(self._template_from)
+            except (OSError, ValueError) as exc:
+                raise PolicyError(f"cannot load the chat template from {self._template_from}: {exc}") from exc
+        messages = [{"role": m.role, "content": m.content} for m in conversation]
+        return str(self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+    async def _score_echo(
+        self, model: str, conversations: Sequence[Conversation], labels: Sequence[str]
+    ) -> list[dict[str, float]]:
+        async def one(prompt: str, label: str) -> float:
+            payload = {"model": model, "prompt": prompt + label, "max_tokens": 0, "echo": True, "logprobs": 0}
+            body = await self._request("POST", "/completions", payload)
+            try:
+                info = body["choices"][0]["logprobs"]
+                offsets, values = info["text_offset"], info["token_logprobs"]
+                total = 0.0
+                for offset, value in zip(offsets, values, strict=True):
+                    if offset >= len(prompt):
+                        total += float(value)
+            except (KeyError, TypeError, IndexError, ValueError) as exc:
+                raise self._malformed(f"echo logprobs answer ({exc})", body) from exc
+            return total
+
+        prompts = [self._render(c) for c in conversations]
+        results = []
+        for prompt in prompts:
+            values = await asyncio.gather(*(one(prompt, label) for label in labels))
+            results.append(dict(zip(labels, values, strict=True)))
+        return results
+
+    async def close(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,55 @@
+"""Owns policy references: turns a string naming a model into a Policy backend.
+
+* a local folder (``./models/tiny``, ``/abs/path``) -> :class:`core.llm.hf.HFPolicy`
+* ``http(s)://host:port/v1`` -> :class:`core.llm.openai_compat.OpenAIPolicy`; name the model with
+  ``#model-name`` or ``?model=model-name`` (else the server's only model is used). An API key comes
+  from ``api_key`` or the ``OPENAI_API_KEY`` environment variable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+from core.llm.ports import Policy, PolicyError
+
+
+def split_openai_ref(ref: str) -> tuple[str, str | None]:
+    """``http://h:p/v1#name`` or ``http://h:p/v1?model=name`` -> (base URL, model name or None)."""
+    parts = urlsplit(ref)
+    if not parts.netloc:
+        raise PolicyError(f"model URL {ref!r} has no host")
+    query = parse_qs(parts.query)
+    model = parts.fragment or None
+    if "model" in query:
+        model = query.pop("model")[0]
+    rest = urlencode({k: v[0] for k, v in query.items()})
+    base = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), rest, ""))
+    return base, model
+
+
+def open_policy(
+    ref: str,
+    *,
+    device: str | None = None,
+    dtype: Any = None,
+    api_key: str | None = None,
+    **openai_options: Any,
+) -> Policy:
+    """Open the policy ``ref`` names (a model folder or an OpenAI-compatible base URL)."""
+    if not ref or not ref.strip():
+        raise PolicyError("empty model reference: give a model folder or an http(s):// base URL")
+    ref = ref.strip()
+    if ref.startswith(("http://", "https://")):
+        from core.llm.openai_compat import OpenAIPolicy
+
+        base, model = split_openai_ref(ref)
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        return OpenAIPolicy(base, model, key, **openai_options)
+    if "://" in ref:
+        raise PolicyError(f"unsupported model reference scheme in {ref!r}: use a folder or http(s)://")
+    from core.llm.hf import HFPolicy
+
+    return HFPolicy.from_folder(Path(ref), device=device, dtype=dtype)

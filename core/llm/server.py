@@ -1,0 +1,271 @@
+"""Owns ``agentr model serve``: a small OpenAI-compatible HTTP server over the hf backend.
+
+Endpoints (OpenAI wire format): ``GET /v1/models``, ``POST /v1/chat/completions`` (n, seed,
+temperature, max_tokens, stop, logprobs, top_logprobs) and ``POST /v1/completions`` (prompt, n,
+seed, temperature, max_tokens, stop, echo, logprobs: with ``echo`` and ``max_tokens=0`` it returns
+the prompt's token log-probabilities, which exact label scoring uses). Errors come back as
+``{"error": {"message", "type", "code"}}``: 404 for an unknown model, 400 for bad parameters.
+Requests run one at a time on the model (HFPolicy's lock); the event loop stays free meanwhile.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from core.domain.trajectory import Message
+from core.llm.hf import HFPolicy, Sample
+from core.llm.ports import PolicyError
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, code: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.kind = status, message, code, kind
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class ChatRequest(BaseModel):
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    n: int = Field(1, ge=1, le=64)
+    temperature: float = Field(1.0, ge=0.0, le=10.0)
+    max_tokens: int | None = Field(None, ge=1, le=8192)
+    max_completion_tokens: int | None = Field(None, ge=1, le=8192)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+
+class CompletionRequest(BaseModel):
+    model: str
+    prompt: str | list[str]
+    n: int = Field(1, ge=1, le=64)
+    temperature: float = Field(1.0, ge=0.0, le=10.0)
+    max_tokens: int = Field(16, ge=0, le=8192)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=20)
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    return [stop] if isinstance(stop, str) else list(stop)
+
+
+def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
+    """The FastAPI app serving ``policy`` under the model id ``model_name``."""
+    app = FastAPI(title="agentr model server", description=f"OpenAI-compatible API over {model_name}")
+    tokenizer = policy.tokenizer
+
+    def token_text(token_id: int) -> str:
+        return str(tokenizer.decode([token_id]))
+
+    def check_model(name: str) -> None:
+        if name != model_name:
+            raise ApiError(
+                404,
+                f"The model `{name}` does not exist; this server serves `{model_name}`.",
+                "model_not_found",
+            )
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(
+            {"error": {"message": exc.message, "type": exc.kind, "code": exc.code}}, status_code=exc.status
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'][1:])}: {err['msg']}" for err in exc.errors()
+        )
+        return JSONResponse(
+            {
+                "error": {
+                    "message": f"invalid request: {problems}",
+                    "type": "invalid_request_error",
+                    "code": "invalid_request",
+                }
+            },
+            status_code=400,
+        )
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": model_name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "agentr",
+                    "root": policy.model_version,
+                }
+            ],
+        }
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatRequest) -> dict[str, Any]:
+        check_model(body.model)
+        conversation = [Message(m.role, m.content) for m in body.messages]
+        max_tokens = body.max_completion_tokens or body.max_tokens or 64
+        top = body.top_logprobs or 0
+        try:
+            samples = await policy.generate(
+                [policy.render(conversation)],
+                n=body.n,
+                temperature=body.temperature,
+                max_tokens=max_tokens,
+                seed=body.seed,
+                stop=_stops(body.stop),
+                logprobs=body.logprobs,
+                top_logprobs=top if body.logprobs else 0,
+            )
+        except (PolicyError, ValueError) as exc:
+            raise ApiError(400, str(exc), "invalid_request") from exc
+        choices = []
+        for index, sample in enumerate(samples[0]):
+            choice: dict[str, Any] = {
+                "index": index,
+                "message": {"role": "assistant", "content": sample.completion.text},
+                "finish_reason": sample.completion.finish_reason,
+                "logprobs": None,
+            }
+            if body.logprobs:
+                choice["logprobs"] = {"content": _chat_logprobs(sample, token_text)}
+            choices.append(choice)
+        generated = sum(s.completion.tokens for s in samples[0])
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model_name,
+            "choices": choices,
+            "usage": {"prompt_tokens": 0, "completion_tokens": generated, "total_tokens": generated},
+        }
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest) -> dict[str, Any]:
+        check_model(body.model)
+        prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+        if not prompts:
+            raise ApiError(400, "prompt must not be empty", "invalid_request")
+        if body.max_tokens == 0 and not body.echo:
+            raise ApiError(400, "max_tokens=0 only makes sense with echo=true", "invalid_request")
+        want_lp = body.logprobs is not None
+        try:
+            echoed = await policy.prompt_logprobs(prompts) if body.echo else None
+            generated: list[list[Sample]] | None = None
+            if body.max_tokens > 0:
+                generated = await policy.generate(
+                    prompts,
+                    n=body.n,
+                    temperature=body.temperature,
+                    max_tokens=body.max_tokens,
+                    seed=body.seed,
+                    stop=_stops(body.stop),
+                    logprobs=want_lp,
+                    top_logprobs=body.logprobs or 0,
+                )
+        except (PolicyError, ValueError) as exc:
+            raise ApiError(400, str(exc), "invalid_request") from exc
+        choices: list[dict[str, Any]] = []
+        total = 0
+        for p_index, prompt in enumerate(prompts):
+            rows = generated[p_index] if generated is not None else [None] * body.n
+            for sample in rows:
+                text = prompt if body.echo else ""
+                tokens: list[str] = []
+                token_lps: list[float | None] = []
+                offsets: list[int] = []
+                if echoed is not None:
+                    tokens += echoed[p_index].tokens
+                    token_lps += echoed[p_index].token_logprobs
+                    offsets += echoed[p_index].text_offsets
+                finish = "length"
+                if sample is not None:
+                    total += sample.completion.tokens
+                    start = len(text)
+                    text += sample.completion.text
+                    finish = sample.completion.finish_reason
+                    cursor = start
+                    for token_id, lp in zip(sample.token_ids, sample.completion.logprobs or (), strict=False):
+                        piece = token_text(token_id)
+                        tokens.append(piece)
+                        token_lps.append(lp)
+                        offsets.append(cursor)
+                        cursor += len(piece)
+                choices.append(
+                    {
+                        "index": len(choices),
+                        "text": text,
+                        "finish_reason": finish,
+                        "logprobs": {
+                            "tokens": tokens,
+                            "token_logprobs": token_lps,
+                            "text_offset": offsets,
+                            "top_logprobs": None,
+                        }
+                        if want_lp
+                        else None,
+                    }
+                )
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model_name,
+            "choices": choices,
+            "usage": {"prompt_tokens": 0, "completion_tokens": total, "total_tokens": total},
+        }
+
+    return app
+
+
+def _chat_logprobs(sample: Sample, token_text: Any) -> list[dict[str, Any]]:
+    content = []
+    logprobs = sample.completion.logprobs or ()
+    for position, (token_id, lp) in enumerate(zip(sample.token_ids, logprobs, strict=False)):
+        text = token_text(token_id)
+        alternatives = sample.top[position] if position < len(sample.top) else []
+        content.append(
+            {
+                "token": text,
+                "logprob": lp,
+                "bytes": list(text.encode()),
+                "top_logprobs": [
+                    {"token": token_text(alt), "logprob": alt_lp, "bytes": list(token_text(alt).encode())}
+                    for alt, alt_lp in alternatives
+                ],
+            }
+        )
+    if sample.end is not None and not content:  # the answer ended at once: report that position
+        token_id, lp, alternatives = sample.end
+        text = token_text(token_id)
+        content.append(
+            {
+                "token": text,
+                "logprob": lp,
+                "bytes": list(text.encode()),
+                "top_logprobs": [
+                    {"token": token_text(alt), "logprob": alt_lp, "bytes": list(token_text(alt).encode())}
+                    for alt, alt_lp in alternatives
+                ],
+            }
+        )
+    return content
