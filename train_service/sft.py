@@ -1,0 +1,388 @@
+"""Owns supervised fine-tuning: the config, the transformers Trainer run, and ``train_sft``.
+
+``train_sft(model_path, samples, out_dir, cfg)`` tokenises samples with the model's chat template
+(labels only on weight-1 assistant turns, see ``train_service.tokenize``), optionally packs them,
+trains with the stock ``transformers.Trainer`` and our data collator (so accelerate / torchrun
+DDP, FSDP and DeepSpeed work unchanged for multi-GPU users), and writes a checkpoint (weights +
+tokenizer + meta.json, see ``train_service.checkpoint``). LoRA adapters (peft) are merged into the
+saved weights, so every checkpoint loads with plain ``from_pretrained``.
+
+A time budget (``SFTConfig.time_budget_s``) stops training when the time is up and, with
+``lr_scheduler="time_cosine"``, decays the learning rate on WALL-CLOCK progress through that budget
+(so a CPU run of a fixed number of minutes ends at a small learning rate whatever its speed).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.domain.datasets import EmptyDatasetError
+from core.domain.trajectory import TrainingSample
+from train_service.checkpoint import CheckpointMeta, existing_checkpoint, write_checkpoint
+from train_service.tokenize import DataCollator, TokenizedSample, pack, tokenize_samples
+
+log = logging.getLogger(__name__)
+
+
+class TrainingCancelled(Exception):
+    """Training was stopped on request before it finished; no checkpoint was written."""
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """Low-rank adapters through peft.
+
+    r: adapter rank. alpha: scaling numerator (scale = alpha / r). dropout: adapter dropout.
+    target_modules: module names to adapt (None = peft's default for the architecture).
+    """
+
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.05
+    target_modules: tuple[str, ...] | None = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Every knob of one SFT run.
+
+    epochs: passes over the dataset (fractions allowed); ignored when ``max_steps`` > 0.
+    max_steps: optimizer steps to run; > 0 overrides ``epochs``.
+    learning_rate: peak learning rate (AdamW).
+    lr_scheduler: a transformers scheduler name ("cosine", "linear", "constant", ...) or
+        "time_cosine" (cosine decay over ``time_budget_s`` of wall-clock time; needs the budget).
+    warmup: warmup steps; a float in [0, 1) is a fraction of the total steps.
+    weight_decay: AdamW weight decay.
+    batch_size: samples (or packed blocks) per device per forward pass.
+    grad_accumulation: forward passes per optimizer step (effective batch = batch * accumulation).
+    max_length: tokens per sample (longer samples are cut from the right) and the packing block size.
+    packing: concatenate samples into blocks with per-sample attention (little padding).
+    pack_length: packing block size in tokens (None = ``max_length``). Attention costs grow with
+        the square of the block, so on small models a block of two or three typical samples is
+        faster than one long block.
+    seed: seeds model init of new heads, data order and dropout.
+    bf16: train in bfloat16; None = automatically when a CUDA device with bf16 support is present.
+    max_grad_norm: gradient clipping.
+    time_budget_s: stop after this many seconds of training (None = no limit).
+    logging_steps: log loss every this many optimizer steps.
+    lora: LoRA settings, or None for full fine-tuning.
+    """
+
+    epochs: float = 1.0
+    max_steps: int = -1
+    learning_rate: float = 5e-4
+    lr_scheduler: str = "cosine"
+    warmup: float = 0.0
+    weight_decay: float = 0.0
+    batch_size: int = 8
+    grad_accumulation: int = 1
+    max_length: int = 1024
+    packing: bool = False
+    pack_length: int | None = None
+    seed: int = 0
+    bf16: bool | None = None
+    max_grad_norm: float = 1.0
+    time_budget_s: float | None = None
+    logging_steps: int = 10
+    lora: LoraSettings | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.epochs <= 0 and self.max_steps <= 0:
+            problems.append("epochs must be > 0 (or max_steps > 0)")
+        if self.learning_rate <= 0:
+            problems.append("learning_rate must be > 0")
+        if self.batch_size < 1 or self.grad_accumulation < 1:
+            problems.append("batch_size and grad_accumulation must be >= 1")
+        if self.max_length < 8:
+            problems.append("max_length must be >= 8")
+        if self.pack_length is not None and self.pack_length < 8:
+            problems.append("pack_length must be >= 8")
+        if self.lr_scheduler == "time_cosine" and not self.time_budget_s:
+            problems.append("lr_scheduler 'time_cosine' needs time_budget_s")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            problems.append("time_budget_s must be > 0")
+        if problems:
+            raise ValueError("invalid SFTConfig: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SFTConfig:
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"SFTConfig: unknown field(s) {sorted(unknown)}")
+        values = dict(data)
+        if isinstance(values.get("lora"), dict):
+            lora = dict(values["lora"])
+            if lora.get("target_modules") is not None:
+                lora["target_modules"] = tuple(lora["target_modules"])
+            values["lora"] = LoraSettings(**lora)
+        return cls(**values)
+
+
+@dataclass
+class TrainReport:
+    checkpoint: Path
+    metrics: dict[str, Any] = field(default_factory=dict)
+    reused: bool = False  # a complete checkpoint of this dataset was already there (a retry)
+
+
+class _ListDataset:
+    """A map-style dataset over tokenised samples (what the Trainer's DataLoader indexes)."""
+
+    def __init__(self, items: Sequence[TokenizedSample]) -> None:
+        self.items = list(items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> TokenizedSample:
+        return self.items[i]
+
+
+def prepare_examples(
+    tokenizer: Any, samples: Iterable[TrainingSample], cfg: SFTConfig
+) -> tuple[list[TokenizedSample], dict[str, int]]:
+    """Tokenise (and pack) ``samples``; drops samples left with no trained token after truncation.
+
+    Raises ``EmptyDatasetError`` when nothing trainable remains.
+    """
+    kept: list[TokenizedSample] = []
+    total = dropped = 0
+    for tok in tokenize_samples(tokenizer, samples, cfg.max_length):
+        total += 1
+        if tok.trained_tokens == 0:
+            dropped += 1
+            continue
+        kept.append(tok)
+    if not kept:
+        why = (
+            "the dataset is empty"
+            if total == 0
+            else f"all {total} samples lost their trained tokens to max_length={cfg.max_length}"
+        )
+        raise EmptyDatasetError(f"nothing to train on: {why}")
+    if dropped:
+        log.warning(
+            "dropped %d of %d samples with no trained token after truncation to %d",
+            dropped,
+            total,
+            cfg.max_length,
+        )
+    stats = {
+        "samples": len(kept),
+        "samples_dropped": dropped,
+        "tokens": sum(len(t) for t in kept),
+        "trained_tokens": sum(t.trained_tokens for t in kept),
+    }
+    if cfg.packing:
+        kept = pack(kept, cfg.pack_length or cfg.max_length, tokenizer.pad_token_id)
+        stats["blocks"] = len(kept)
+    return kept, stats
+
+
+def _use_bf16(cfg: SFTConfig) -> bool:
+    if cfg.bf16 is not None:
+        return cfg.bf16
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+def _callbacks(
+    cfg: SFTConfig,
+    should_stop: Callable[[], bool] | None,
+    on_step: Callable[[int, int, float | None], None] | None,
+) -> list[Any]:
+    from transformers import TrainerCallback
+
+    budget = cfg.time_budget_s
+
+    class Control(TrainerCallback):  # type: ignore[misc]
+        """Stops on the time budget or a cancel request; reports progress."""
+
+        def __init__(self) -> None:
+            self.start = time.monotonic()
+            self.cancelled = False
+            self.out_of_time = False
+            self.last_loss: float | None = None
+
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kw: Any
+        ) -> None:
+            if logs and "loss" in logs:
+                self.last_loss = float(logs["loss"])
+                log.info("step %d/%d loss %.4f", state.global_step, state.max_steps, self.last_loss)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if on_step is not None:
+                on_step(state.global_step, state.max_steps, self.last_loss)
+            if budget is not None and time.monotonic() - self.start >= budget:
+                self.out_of_time = True
+                control.should_training_stop = True
+            if should_stop is not None and should_stop():
+                self.cancelled = True
+                control.should_training_stop = True
+
+    return [Control()]
+
+
+def _time_cosine(optimizer: Any, budget_s: float, warmup_s: float) -> Any:
+    import torch
+
+    start = time.monotonic()
+
+    def factor(_step: int) -> float:
+        elapsed = time.monotonic() - start
+        if warmup_s > 0 and elapsed < warmup_s:
+            return max(elapsed / warmup_s, 0.01)
+        progress = min(1.0, (elapsed - warmup_s) / max(budget_s - warmup_s, 1e-9))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def train_sft(
+    model_path: str | Path,
+    samples: Iterable[TrainingSample],
+    out_dir: str | Path,
+    cfg: SFTConfig | None = None,
+    *,
+    iteration: int = 0,
+    dataset_id: str = "",
+    run_id: str | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    on_step: Callable[[int, int, float | None], None] | None = None,
+) -> TrainReport:
+    """Fine-tune the model at ``model_path`` on ``samples``; the checkpoint goes to ``out_dir``.
+
+    ``should_stop`` is polled after every optimizer step (cancellation: raises ``TrainingCancelled``
+    and writes nothing); ``on_step(step, max_steps, last_loss)`` reports progress. A retry that finds
+    a complete checkpoint of the same ``dataset_id`` in ``out_dir`` returns it without training.
+    Raises ``EmptyDatasetError`` for an empty dataset (before any model is loaded).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback
+
+    cfg = cfg or SFTConfig()
+    out = Path(out_dir)
+    if dataset_id and (found := existing_checkpoint(out, dataset_id)) is not None:
+        log.info("checkpoint of dataset %s already at %s: reusing it", dataset_id, found)
+        return TrainReport(found, {}, reused=True)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    examples, stats = prepare_examples(tokenizer, samples, cfg)
+
+    bf16 = _use_bf16(cfg)
+    model: Any = AutoModelForCausalLM.from_pretrained(
+        model_path, dtype=torch.bfloat16 if bf16 else torch.float32
+    )
+    model.config.use_cache = False  # packed blocks rely on it (see train_service.tokenize)
+    if cfg.lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        lora_cfg = LoraConfig(
+            r=cfg.lora.r,
+            lora_alpha=cfg.lora.alpha,
+            lora_dropout=cfg.lora.dropout,
+            target_modules=list(cfg.lora.target_modules) if cfg.lora.target_modules else None,
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, lora_cfg)
+
+    steps_per_epoch = math.ceil(len(examples) / (cfg.batch_size * cfg.grad_accumulation))
+    max_steps = cfg.max_steps
+    if cfg.time_budget_s is not None and max_steps <= 0:
+        max_steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    scratch = Path(tempfile.mkdtemp(prefix="agentr-sft-"))
+    try:
+        args = TrainingArguments(
+            output_dir=str(scratch),
+            num_train_epochs=cfg.epochs,
+            max_steps=max_steps,
+            per_device_train_batch_size=cfg.batch_size,
+            gradient_accumulation_steps=cfg.grad_accumulation,
+            learning_rate=cfg.learning_rate,
+            lr_scheduler_type="constant" if cfg.lr_scheduler == "time_cosine" else cfg.lr_scheduler,
+            warmup_steps=0 if cfg.lr_scheduler == "time_cosine" else cfg.warmup,
+            weight_decay=cfg.weight_decay,
+            max_grad_norm=cfg.max_grad_norm,
+            logging_steps=cfg.logging_steps,
+            save_strategy="no",
+            report_to="none",
+            seed=cfg.seed,
+            data_seed=cfg.seed,
+            bf16=bf16,
+            remove_unused_columns=False,
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+        )
+        callbacks = _callbacks(cfg, should_stop, on_step)
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=_ListDataset(examples),  # type: ignore[arg-type]
+            data_collator=DataCollator(tokenizer.pad_token_id),
+            callbacks=callbacks,
+        )
+        trainer.remove_callback(PrinterCallback)  # our callback logs; stdout stays clean
+        if cfg.lr_scheduler == "time_cosine":
+            assert cfg.time_budget_s is not None
+            trainer.create_optimizer()
+            trainer.lr_scheduler = _time_cosine(
+                trainer.optimizer, cfg.time_budget_s, cfg.warmup * cfg.time_budget_s
+            )
+        started = time.monotonic()
+        result = trainer.train()
+        seconds = time.monotonic() - started
+        control = callbacks[0]
+        if control.cancelled:
+            raise TrainingCancelled(
+                f"training of dataset {dataset_id or '?'} was cancelled at step {trainer.state.global_step}"
+            )
+        trained_model = model.merge_and_unload() if cfg.lora is not None else model  # type: ignore[operator]
+        trained_model.config.use_cache = True
+        epochs_done = trainer.state.epoch or 0.0
+        metrics = {
+            **stats,
+            "train_loss": float(result.training_loss),
+            "steps": int(trainer.state.global_step),
+            "epochs": float(epochs_done),
+            "seconds": round(seconds, 3),
+            "tokens_per_s": round(stats["tokens"] * max(epochs_done, 1e-9) / max(seconds, 1e-9), 1),
+            "stopped_by_time_budget": bool(control.out_of_time),
+            "bf16": bf16,
+        }
+        meta = CheckpointMeta(
+            iteration=iteration,
+            dataset_id=dataset_id,
+            base_model=str(model_path),
+            config=cfg.to_dict(),
+            run_id=run_id,
+            metrics=metrics,
+            lora=asdict(cfg.lora) if cfg.lora is not None else None,
+        )
+        path = write_checkpoint(trained_model, tokenizer, out, meta)
+        log.info(
+            "trained %d steps in %.1fs (loss %.4f): checkpoint %s",
+            metrics["steps"],
+            seconds,
+            metrics["train_loss"],
+            path,
+        )
+        return TrainReport(path, metrics)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
