@@ -13,7 +13,7 @@ Semantics shared by all adapters (checked by tests/contract/test_event_store.py)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from core.domain.events import NewEvent, RecordedEvent
@@ -71,5 +71,23 @@ class EventStore(Protocol):
         ...
 
     async def is_tracked(self, consumer: str, position: int) -> bool: ...
+
+    async def get(self, position: int) -> RecordedEvent | None:
+        """The event at ``position`` (None when there is none)."""
+        ...
+
+    async def track(self, consumer: str, position: int) -> None:
+        """Record ``(consumer, position)`` on its own; raises ``AlreadyProcessed`` if it exists."""
+        ...
+
+    async def get_checkpoint(self, name: str) -> int:
+        """A named position (e.g. the relay's progress); 0 when never set."""
+        ...
+
+    async def set_checkpoint(self, name: str, position: int) -> None: ...
+
+    def add_commit_listener(self, callback: Callable[[int], None]) -> None:
+        """``callback(last_position)`` after every append that stored new events (keep it short)."""
+        ...
 
     async def close(self) -> None: ...

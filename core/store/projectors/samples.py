@@ -1,0 +1,184 @@
+"""Owns the pairs, samples, traces and dead_letters read models (and their iteration counters).
+
+Pair status: found -> critiqued -> revised | rejected. Trace status: ingested -> critiqued ->
+revised. ``samples.data`` is the serialised TrainingSample for kind "revision" and the serialised
+Trajectory for kind "good" (the dataset builder turns it into a sample). A revision belongs to a
+trace when its sample's provenance names the ``trace_id`` or its pair id equals the trace id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from core.domain import events as ev
+from core.domain.serde import to_dict
+from core.store.projectors._sql import Item, Projector, project_of, upsert
+from core.store.tables import dead_letters, iterations, pairs, samples, traces
+
+
+async def _bump(conn: AsyncConnection, run_id: str | None, iteration: int, column: str) -> None:
+    if run_id is None:
+        return
+    col = iterations.c[column]
+    await conn.execute(
+        update(iterations)
+        .where(iterations.c.run_id == run_id, iterations.c.iteration == iteration)
+        .values({col: col + 1})
+    )
+
+
+async def _good_found(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    for recorded, event in items:
+        assert isinstance(event, ev.GoodTrajectoryFound)
+        values = {
+            "sample_id": event.sample_id,
+            "run_id": event.run_id,
+            "project_id": project_of(recorded, run_id=event.run_id),
+            "iteration": event.iteration,
+            "kind": "good",
+            "pair_id": None,
+            "tree_id": event.tree_id,
+            "position": recorded.position,
+            "data": to_dict(event.trajectory),
+        }
+        await upsert(conn, samples, values, update=[])
+        await _bump(conn, event.run_id, event.iteration, "goods")
+
+
+async def _pair_found(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    for recorded, event in items:
+        assert isinstance(event, ev.PairFound)
+        values = {
+            "pair_id": event.pair_id,
+            "run_id": event.run_id,
+            "project_id": project_of(recorded, run_id=event.run_id),
+            "iteration": event.iteration,
+            "tree_id": event.tree_id,
+            "source": event.source,
+            "task_key": event.task_key,
+            "status": "found",
+            "shared_steps": event.shared_steps,
+        }
+        await upsert(conn, pairs, values, update=[])
+        await _bump(conn, event.run_id, event.iteration, "pairs")
+
+
+async def _first_error(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    for _recorded, event in items:
+        assert isinstance(event, ev.FirstErrorMarked)
+        await conn.execute(
+            update(pairs)
+            .where(pairs.c.pair_id == event.pair_id)
+            .values(status="critiqued", transition_index=event.transition_index, strategy=event.strategy)
+        )
+
+
+async def _revision(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    for recorded, event in items:
+        assert isinstance(event, ev.RevisionMaterialized)
+        values = {
+            "sample_id": event.sample_id,
+            "run_id": event.run_id,
+            "project_id": project_of(recorded, run_id=event.run_id, pair_id=event.pair_id),
+            "iteration": event.iteration,
+            "kind": "revision",
+            "pair_id": event.pair_id,
+            "tree_id": None,
+            "position": recorded.position,
+            "data": to_dict(event.sample),
+            "verified": event.verified,
+            "template_id": event.template_id,
+            "revision_length": event.revision_length,
+        }
+        await upsert(conn, samples, values, update=[])
+        await conn.execute(update(pairs).where(pairs.c.pair_id == event.pair_id).values(status="revised"))
+        trace_ids = {event.pair_id}
+        if event.sample.provenance.get("trace_id"):
+            trace_ids.add(str(event.sample.provenance["trace_id"]))
+        await conn.execute(
+            update(traces)
+            .where(traces.c.trace_id.in_(sorted(trace_ids)))
+            .values(status="revised", sample_id=event.sample_id)
+        )
+        if event.run_id is not None:
+            mean = (
+                select(func.avg(samples.c.revision_length))
+                .where(
+                    samples.c.run_id == event.run_id,
+                    samples.c.iteration == event.iteration,
+                    samples.c.kind == "revision",
+                )
+                .scalar_subquery()
+            )
+            await conn.execute(
+                update(iterations)
+                .where(iterations.c.run_id == event.run_id, iterations.c.iteration == event.iteration)
+                .values(revisions=iterations.c.revisions + 1, revision_length_mean=mean)
+            )
+
+
+async def _revision_rejected(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    for _recorded, event in items:
+        assert isinstance(event, ev.RevisionRejected)
+        await conn.execute(
+            update(pairs)
+            .where(pairs.c.pair_id == event.pair_id)
+            .values(status="rejected", reason=event.reason)
+        )
+
+
+async def _trace_ingested(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    for recorded, event in items:
+        assert isinstance(event, ev.TraceIngested)
+        values = {
+            "trace_id": event.trace_id,
+            "project_id": event.project_id,
+            "task_key": event.task_key,
+            "outcome": event.outcome,
+            "source_format": event.source_format,
+            "external_id": event.external_id,
+            "status": "ingested",
+            "created_at": recorded.recorded_at,
+        }
+        await upsert(conn, traces, values, update=[])
+
+
+async def _trace_critiqued(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    for _recorded, event in items:
+        assert isinstance(event, ev.TraceCritiqued)
+        await conn.execute(
+            update(traces)
+            .where(traces.c.trace_id == event.trace_id)
+            .values(status="critiqued", transition_index=event.transition_index, strategy=event.strategy)
+        )
+
+
+async def _dead_lettered(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    for recorded, event in items:
+        assert isinstance(event, ev.MessageDeadLettered)
+        values = {
+            "event_position": recorded.position,
+            "consumer": event.consumer,
+            "topic": event.topic,
+            "position": event.position,
+            "deliveries": event.deliveries,
+            "error": event.error,
+            "project_id": recorded.metadata.project_id,
+            "recorded_at": recorded.recorded_at,
+        }
+        await upsert(conn, dead_letters, values, update=[])
+
+
+PROJECTORS: dict[str, Projector] = {
+    "GoodTrajectoryFound": _good_found,
+    "PairFound": _pair_found,
+    "FirstErrorMarked": _first_error,
+    "RevisionMaterialized": _revision,
+    "RevisionRejected": _revision_rejected,
+    "TraceIngested": _trace_ingested,
+    "TraceCritiqued": _trace_critiqued,
+    "MessageDeadLettered": _dead_lettered,
+}

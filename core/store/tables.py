@@ -1,0 +1,266 @@
+"""Owns the relational schema: the event log, tracking/checkpoint tables and every read model.
+
+``events`` is the source of truth (and the outbox the relay publishes from). ``tracking`` records
+which positions each consumer has processed (exactly-once effect); ``checkpoints`` holds named
+positions (the relay's progress); ``idempotency_keys`` holds the API's recorded responses to
+requests sent with an Idempotency-Key (not derived from events, so not rebuilt). Everything
+else is a projection (read model) rebuilt from the events by ``core.store.projections``; rows the
+API serves carry ``project_id``.
+
+JSON columns are JSONB on PostgreSQL and JSON (text) on SQLite. Timestamps are timezone-aware.
+The Alembic migrations in ``migrations/`` must match this module (a test checks for drift).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+Timestamp = DateTime(timezone=True)
+# SQLite only auto-increments an "INTEGER PRIMARY KEY"; PostgreSQL gets a BIGINT identity.
+Position = BigInteger().with_variant(Integer(), "sqlite")
+
+events = Table(
+    "events",
+    metadata,
+    Column("position", Position, Identity(always=False), primary_key=True),
+    Column("event_id", String(36), nullable=False, unique=True),
+    Column("stream_id", String(200), nullable=False),
+    Column("stream_version", Integer, nullable=False),
+    Column("event_type", String(100), nullable=False),
+    Column("event_version", Integer, nullable=False),
+    Column("data", Json, nullable=False),
+    Column("metadata", Json, nullable=False),
+    Column("recorded_at", Timestamp, nullable=False),
+    UniqueConstraint("stream_id", "stream_version"),
+    Index(None, "event_type", "position"),
+)
+
+tracking = Table(
+    "tracking",
+    metadata,
+    Column("consumer", String(100), primary_key=True),
+    Column("position", BigInteger, primary_key=True),
+)
+
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("position", BigInteger, nullable=False),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("scope", String(100), primary_key=True),  # the caller's namespace (project or admin)
+    Column("key", String(200), primary_key=True),
+    Column("method", String(10), nullable=False),
+    Column("path", String(500), nullable=False),
+    Column("request_hash", String(64), nullable=False),
+    Column("status_code", Integer, nullable=False),
+    Column("response", Json, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+)
+
+# ------------------------------------------------------------------------------------------------
+# Read models (projections). Everything below is derived from ``events`` and may be rebuilt.
+# ------------------------------------------------------------------------------------------------
+
+projects = Table(
+    "projects",
+    metadata,
+    Column("project_id", String(36), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_id", String(36), primary_key=True),
+    Column("project_id", String(36), nullable=False, index=True),
+    Column("prefix", String(64), nullable=False, index=True),
+    Column("salt", String(128), nullable=False),
+    Column("key_hash", String(256), nullable=False),
+    Column("scopes", Json, nullable=False),
+    Column("label", String(200), nullable=False, default=""),
+    Column("revoked", Boolean, nullable=False, default=False),
+    Column("created_at", Timestamp, nullable=False),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", String(36), primary_key=True),
+    Column("project_id", String(36), nullable=False, index=True),
+    Column("status", String(32), nullable=False),
+    Column("config", Json, nullable=False),
+    Column("current_iteration", Integer, nullable=False, default=0),
+    Column("final_model_ref", Text, nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("summary", Json, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+)
+
+iterations = Table(
+    "iterations",
+    metadata,
+    Column("run_id", String(36), primary_key=True),
+    Column("iteration", Integer, primary_key=True),
+    Column("project_id", String(36), nullable=True, index=True),
+    Column("status", String(32), nullable=False),
+    Column("model_ref", Text, nullable=False),
+    Column("alpha", Float, nullable=False),
+    Column("trees_expected", Integer, nullable=False, default=0),
+    Column("trees_done", Integer, nullable=False, default=0),
+    Column("trees_failed", Integer, nullable=False, default=0),
+    Column("pairs", Integer, nullable=False, default=0),
+    Column("revisions", Integer, nullable=False, default=0),
+    Column("goods", Integer, nullable=False, default=0),
+    Column("dataset_id", String(64), nullable=True),
+    Column("checkpoint", Text, nullable=True),
+    Column("metrics", Json, nullable=False),
+    Column("revision_length_mean", Float, nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("updated_at", Timestamp, nullable=False),
+)
+
+trees = Table(
+    "trees",
+    metadata,
+    Column("tree_id", String(36), primary_key=True),
+    Column("run_id", String(36), nullable=True, index=True),
+    Column("project_id", String(36), nullable=True, index=True),
+    Column("iteration", Integer, nullable=False, default=0),
+    Column("env_uri", String(300), nullable=False),
+    Column("task_id", String(200), nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("root_id", String(36), nullable=True),
+    Column("nodes", Integer, nullable=False, default=0),
+    Column("rollouts", Integer, nullable=False, default=0),
+    Column("best_reward", Float, nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("updated_at", Timestamp, nullable=False),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("tree_id", String(36), primary_key=True),
+    Column("node_id", String(36), primary_key=True),
+    Column("project_id", String(36), nullable=True),  # event metadata, else the tree's
+    Column("parent_id", String(36), nullable=True),
+    Column("depth", Integer, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("thought", Text, nullable=False),
+    Column("observation", Text, nullable=False),
+    Column("reward", Float, nullable=False),
+    Column("done", Boolean, nullable=False),
+    Column("valid", Boolean, nullable=False),
+    Column("visits", Integer, nullable=False, default=0),
+    Column("value_sum", Float, nullable=False, default=0.0),
+)
+
+pairs = Table(
+    "pairs",
+    metadata,
+    Column("pair_id", String(36), primary_key=True),
+    Column("run_id", String(36), nullable=True, index=True),
+    Column("project_id", String(36), nullable=True, index=True),
+    Column("iteration", Integer, nullable=False, default=0),
+    Column("tree_id", String(36), nullable=True, index=True),
+    Column("source", String(16), nullable=False),
+    Column("task_key", Text, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("shared_steps", Integer, nullable=False),
+    Column("transition_index", Integer, nullable=True),
+    Column("strategy", String(16), nullable=True),
+    Column("reason", Text, nullable=True),
+)
+
+samples = Table(
+    "samples",
+    metadata,
+    Column("sample_id", String(36), primary_key=True),
+    Column("run_id", String(36), nullable=True),
+    Column("project_id", String(36), nullable=True, index=True),
+    Column("iteration", Integer, nullable=False, default=0),
+    Column("kind", String(16), nullable=False),
+    Column("pair_id", String(36), nullable=True, index=True),
+    Column("tree_id", String(36), nullable=True),
+    Column("position", BigInteger, nullable=False),
+    Column("data", Json, nullable=False),
+    Column("verified", Boolean, nullable=True),
+    Column("template_id", String(64), nullable=True),
+    Column("revision_length", Integer, nullable=True),
+    Index(None, "run_id", "iteration", "kind"),
+)
+
+traces = Table(
+    "traces",
+    metadata,
+    Column("trace_id", String(36), primary_key=True),
+    Column("project_id", String(36), nullable=False, index=True),
+    Column("task_key", Text, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("source_format", String(32), nullable=False),
+    Column("external_id", String(200), nullable=True),
+    Column("status", String(32), nullable=False),
+    Column("transition_index", Integer, nullable=True),
+    Column("strategy", String(16), nullable=True),
+    Column("sample_id", String(36), nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+)
+
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("event_position", BigInteger, primary_key=True),  # the MessageDeadLettered event
+    Column("consumer", String(100), nullable=False),
+    Column("topic", String(200), nullable=False),
+    Column("position", BigInteger, nullable=False),  # the message that failed
+    Column("deliveries", Integer, nullable=False),
+    Column("error", Text, nullable=False),
+    Column("project_id", String(36), nullable=True),
+    Column("recorded_at", Timestamp, nullable=False),
+)
+
+#: Tables derived from events: truncated and refilled by ``rebuild``.
+PROJECTION_TABLES: tuple[Table, ...] = (
+    projects,
+    api_keys,
+    runs,
+    iterations,
+    trees,
+    nodes,
+    pairs,
+    samples,
+    traces,
+    dead_letters,
+)
