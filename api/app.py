@@ -1,0 +1,85 @@
+"""Owns the FastAPI application factory: the API process's composition root.
+
+``create_app(settings)`` wires routers, error handlers and middleware; the store (and Redis, when
+``AGENTR_REDIS_URL`` is set) are opened in the lifespan, never at import, and closed on shutdown.
+Routes: /healthz, /readyz, /metrics, /openapi.json, and everything else under /v1.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from api.deps import ApiServices
+from api.errors import install_error_handlers
+from api.idempotency import IdempotentReplay, replay_handler
+from api.middleware import AccessLogMiddleware, ApiMetrics, BodyLimitMiddleware
+from api.routes import datasets, events, health, projects, runs, traces, trees
+from core.runtime.settings import Settings
+
+log = logging.getLogger("agentr.api")
+
+DESCRIPTION = """\
+Agent-R as a service: submit runs (MCTS search -> first-error critic -> revision splicing ->
+SFT), follow them, read trees, pairs and samples, download datasets, and ingest production traces.
+
+Authenticate with `Authorization: Bearer <key>`. Keys belong to one project and carry scopes
+(read, ingest, run, admin). POST routes accept an `Idempotency-Key` header.
+"""
+
+
+def create_app(settings: Settings, *, create_tables: bool | None = None) -> FastAPI:
+    """The API app for ``settings``.
+
+    ``create_tables``: create missing tables at start-up; default only for the embedded SQLite
+    database (PostgreSQL schemas come from ``agentr db upgrade``).
+    """
+    metrics = ApiMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from core.store.factory import open_store
+
+        url = settings.effective_database_url
+        make_tables = url.startswith("sqlite") if create_tables is None else create_tables
+        store = await open_store(url, create_tables=make_tables)
+        redis: Any | None = None
+        if settings.redis_url:
+            import redis.asyncio as aioredis
+
+            redis = aioredis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+        app.state.services = ApiServices(settings=settings, store=store, metrics=metrics, redis=redis)
+        log.info(
+            "api started",
+            extra={"database": store.dialect, "redis": bool(redis), "admin_key": bool(settings.admin_key)},
+        )
+        try:
+            yield
+        finally:
+            app.state.services = None
+            if redis is not None:
+                await redis.aclose()
+            await store.close()
+            log.info("api stopped")
+
+    app = FastAPI(
+        title="agentr",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    install_error_handlers(app)
+    app.add_exception_handler(IdempotentReplay, replay_handler)
+    for module in (health, projects, runs, trees, datasets, traces, events):
+        app.include_router(module.router)
+    # add_middleware wraps: the last added runs first. Access log outermost, so 413s are logged too.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(AccessLogMiddleware, metrics=metrics)
+    return app

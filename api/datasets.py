@@ -1,0 +1,219 @@
+"""Owns streaming an iteration's dataset out of the store: keyset pages in, export bytes out.
+
+The rows come from the ``samples`` read model in pages of ``page_size`` ordered by (event
+position, sample id), each page its own short query, so neither the database nor this process
+ever holds the whole dataset. Rows are turned into TrainingSamples (good trajectories become
+samples with every assistant turn trained on; only those with reward >= the iteration's alpha are
+part of the dataset, as in core.domain.datasets) and written with the export writers of
+core.formats.export (OpenAI JSONL, ShareGPT JSONL). Parquet is written one row group per page
+into an in-memory sink that is drained after every group.
+
+General chat data is not included: it is the user's own file, mixed in at training time (the
+iteration's manifest records which of its lines were used).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core.domain.datasets import trajectory_to_sample
+from core.domain.serde import from_dict
+from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
+from core.formats.export import aiter_lines
+from core.store.tables import samples
+
+DEFAULT_PAGE_SIZE = 500
+
+
+_SAMPLE_KEYS = frozenset(f.name for f in dataclasses.fields(TrainingSample))
+_MESSAGE_KEYS = frozenset(f.name for f in dataclasses.fields(Message))
+_TRAJECTORY_KEYS = frozenset(f.name for f in dataclasses.fields(Trajectory))
+_STEP_KEYS = frozenset(f.name for f in dataclasses.fields(Step))
+
+
+def _training_sample(data: dict[str, Any]) -> TrainingSample:
+    """Decode a stored TrainingSample. The generic ``from_dict`` costs most of an export's time, so
+    rows of the known shape take a direct path; anything else goes through ``from_dict``."""
+    messages = data.get("messages")
+    if (
+        data.keys() <= _SAMPLE_KEYS
+        and isinstance(messages, list)
+        and all(isinstance(m, dict) and m.keys() <= _MESSAGE_KEYS for m in messages)
+    ):
+        return TrainingSample(
+            sample_id=data["sample_id"],
+            kind=data["kind"],
+            messages=tuple(Message(m["role"], m["content"], m.get("weight", 0)) for m in messages),
+            reward=data.get("reward"),
+            provenance=data.get("provenance") or {},
+        )
+    return from_dict(TrainingSample, data)
+
+
+def _trajectory(data: dict[str, Any]) -> Trajectory:
+    steps = data.get("steps")
+    if (
+        data.keys() <= _TRAJECTORY_KEYS
+        and isinstance(steps, list)
+        and all(isinstance(s, dict) and s.keys() <= _STEP_KEYS for s in steps)
+    ):
+        return Trajectory(
+            task=data["task"],
+            instruction=data["instruction"],
+            steps=tuple(Step(**s) for s in steps),
+            reward=data.get("reward"),
+            provenance=data.get("provenance") or {},
+        )
+    return from_dict(Trajectory, data)
+
+
+def row_to_sample(row: Any) -> TrainingSample:
+    """A ``samples`` row as a TrainingSample (kind good rows hold a Trajectory)."""
+    if row["kind"] == "good":
+        return trajectory_to_sample(_trajectory(row["data"]), row["sample_id"])
+    return _training_sample(row["data"])
+
+
+async def iter_dataset(
+    engine: AsyncEngine,
+    *,
+    project_id: str,
+    run_id: str,
+    iteration: int,
+    alpha: float,
+    page_size: int = DEFAULT_PAGE_SIZE,
+) -> AsyncIterator[TrainingSample]:
+    """The iteration's agent samples in position order, fetched ``page_size`` rows at a time."""
+    last: tuple[int, str] | None = None
+    while True:
+        query = select(samples.c.sample_id, samples.c.kind, samples.c.position, samples.c.data).where(
+            samples.c.project_id == project_id,
+            samples.c.run_id == run_id,
+            samples.c.iteration == iteration,
+        )
+        if last is not None:
+            query = query.where(
+                (samples.c.position > last[0])
+                | ((samples.c.position == last[0]) & (samples.c.sample_id > last[1]))
+            )
+        query = query.order_by(samples.c.position, samples.c.sample_id).limit(page_size)
+        async with engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        for row in rows:
+            sample = row_to_sample(row)
+            if sample.kind == "good" and (sample.reward is None or sample.reward < alpha):
+                continue
+            yield sample
+        if len(rows) < page_size:
+            return
+        last = (rows[-1]["position"], rows[-1]["sample_id"])
+
+
+async def jsonl_bytes(samples_iter: AsyncIterator[TrainingSample], fmt: str) -> AsyncIterator[bytes]:
+    """OpenAI or ShareGPT JSONL, batched into chunks of about 64 KiB."""
+    buffer: list[str] = []
+    size = 0
+    async for line in aiter_lines(samples_iter, fmt):
+        buffer.append(line)
+        size += len(line)
+        if size >= 65536:
+            yield "".join(buffer).encode()
+            buffer, size = [], 0
+    if buffer:
+        yield "".join(buffer).encode()
+
+
+class _DrainSink:
+    """A write-only file object whose written bytes are taken out after each row group."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._position = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        chunk = bytes(data)
+        self._parts.append(chunk)
+        self._position += len(chunk)
+        return len(chunk)
+
+    def flush(self) -> None:
+        return None
+
+    def tell(self) -> int:
+        return self._position
+
+    def close(self) -> None:
+        self.closed = True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def drain(self) -> bytes:
+        out = b"".join(self._parts)
+        self._parts = []
+        return out
+
+
+def parquet_schema() -> Any:
+    """Same columns as core.formats.export.write_parquet, so iter_parquet reads API exports back."""
+    import pyarrow as pa
+
+    message = pa.struct([("role", pa.string()), ("content", pa.string()), ("weight", pa.int8())])
+    return pa.schema(
+        [
+            ("sample_id", pa.string()),
+            ("kind", pa.string()),
+            ("reward", pa.float64()),
+            ("messages", pa.list_(message)),
+            ("provenance", pa.string()),
+        ]
+    )
+
+
+async def parquet_bytes(
+    samples_iter: AsyncIterator[TrainingSample], row_group_size: int = DEFAULT_PAGE_SIZE
+) -> AsyncIterator[bytes]:
+    """A Parquet file, sent one row group at a time (then the footer)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = parquet_schema()
+    sink = _DrainSink()
+    writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema)
+    chunk: list[TrainingSample] = []
+
+    def write(batch: list[TrainingSample]) -> None:
+        columns = {
+            "sample_id": [s.sample_id for s in batch],
+            "kind": [s.kind for s in batch],
+            "reward": [s.reward for s in batch],
+            "messages": [
+                [{"role": m.role, "content": m.content, "weight": m.weight} for m in s.messages]
+                for s in batch
+            ],
+            "provenance": [json.dumps(s.provenance, sort_keys=True) for s in batch],
+        }
+        writer.write_table(pa.Table.from_pydict(columns, schema=schema), row_group_size=row_group_size)
+
+    try:
+        async for sample in samples_iter:
+            chunk.append(sample)
+            if len(chunk) >= row_group_size:
+                write(chunk)
+                chunk = []
+                yield sink.drain()
+        if chunk:
+            write(chunk)
+    finally:
+        writer.close()
+    yield sink.drain()

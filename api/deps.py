@@ -1,0 +1,128 @@
+"""Owns the API's request dependencies: the process services, the caller (Principal) and scopes.
+
+``ApiServices`` is what the app's lifespan builds once per process (store, optional Redis, key
+verifier, metrics). ``authenticate`` turns the ``Authorization: Bearer <key>`` header (or
+``X-API-Key``) into a ``Principal``: the bootstrap admin (AGENTR_ADMIN_KEY, no project) or a
+project key with scopes. ``require(scope)`` is the per-route guard: 401 without a valid key, 403
+when the key lacks the scope. Data routes filter every query by the principal's project, so another
+project's ids answer 404, exactly like ids that do not exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import select
+
+from api.errors import ApiError
+from api.keys import KeyVerifier, is_admin_key, parse_key
+from api.middleware import ApiMetrics
+from core.runtime.settings import Settings
+from core.store.sql import SqlEventStore
+from core.store.tables import api_keys
+
+bearer = HTTPBearer(auto_error=False, description="An agentr API key: `Authorization: Bearer agr_...`.")
+
+
+@dataclass
+class ApiServices:
+    """Everything a request handler may use; built in the app lifespan (the composition root)."""
+
+    settings: Settings
+    store: SqlEventStore
+    metrics: ApiMetrics
+    verifier: KeyVerifier = field(default_factory=KeyVerifier)
+    redis: Any | None = None  # redis.asyncio.Redis when AGENTR_REDIS_URL is set
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the bootstrap admin (project_id None) or a key of one project."""
+
+    project_id: str | None
+    key_id: str | None
+    prefix: str | None
+    scopes: frozenset[str]
+
+    @property
+    def is_bootstrap_admin(self) -> bool:
+        return self.project_id is None
+
+    @property
+    def scope_name(self) -> str:
+        """The namespace of this caller's idempotency keys."""
+        return self.project_id or "admin"
+
+    def allows(self, scope: str) -> bool:
+        return "admin" in self.scopes or scope in self.scopes
+
+    def project(self) -> str:
+        """The caller's project; the bootstrap admin has none and must use a project key."""
+        if self.project_id is None:
+            raise ApiError(
+                403,
+                "the bootstrap admin key manages projects and keys only; use a key of the project",
+            )
+        return self.project_id
+
+
+def services(request: Request) -> ApiServices:
+    svc: ApiServices | None = getattr(request.app.state, "services", None)
+    if svc is None:  # lifespan did not run
+        raise ApiError(503, "the API is not started", code="unavailable")
+    return svc
+
+
+def _unauthorized(detail: str) -> ApiError:
+    return ApiError(401, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def authenticate(
+    request: Request,
+    credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+    svc: ApiServices = Depends(services),
+) -> Principal:
+    presented = credentials.credentials if credentials is not None else request.headers.get("x-api-key")
+    if not presented:
+        raise _unauthorized("missing API key: send `Authorization: Bearer <key>`")
+    if is_admin_key(presented, svc.settings.admin_key):
+        request.state.key_prefix = "admin"
+        return Principal(project_id=None, key_id=None, prefix="admin", scopes=frozenset({"admin"}))
+    parsed = parse_key(presented)
+    if parsed is None:
+        raise _unauthorized("invalid API key")
+    async with svc.store.engine.connect() as conn:
+        rows = (
+            (await conn.execute(select(api_keys).where(api_keys.c.prefix == parsed.prefix))).mappings().all()
+        )
+    for row in rows:
+        if row["revoked"]:
+            continue
+        # scrypt takes tens of milliseconds on a cache miss: keep it off the event loop.
+        if await asyncio.to_thread(svc.verifier.verify, row["key_id"], parsed, row["salt"], row["key_hash"]):
+            request.state.project_id = row["project_id"]
+            request.state.key_prefix = parsed.prefix
+            return Principal(
+                project_id=row["project_id"],
+                key_id=row["key_id"],
+                prefix=parsed.prefix,
+                scopes=frozenset(row["scopes"]),
+            )
+    raise _unauthorized("invalid API key")
+
+
+def require(scope: str) -> Callable[..., Awaitable[Principal]]:
+    """A dependency that admits callers holding ``scope`` (or ``admin``); 403 otherwise."""
+
+    async def guard(principal: Principal = Depends(authenticate)) -> Principal:
+        if not principal.allows(scope):
+            raise ApiError(403, f"this key lacks the {scope!r} scope")
+        return principal
+
+    guard.__name__ = f"require_{scope}"
+    return guard

@@ -1,0 +1,131 @@
+"""Owns the API's error responses: one JSON shape (``ErrorBody``) for every failure, no stack traces.
+
+``ApiError`` is what routes raise; the handlers installed by ``install_error_handlers`` turn it,
+FastAPI's validation errors (422, each naming its field as a dotted path) and any unexpected
+exception (500, logged server-side with its traceback, answered with only a request id) into
+``{"error", "detail", "fields", "request_id"}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("agentr.api")
+
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    500: "internal_error",
+    503: "unavailable",
+}
+
+
+class ApiError(Exception):
+    """An expected failure with its HTTP status, e.g. ``ApiError(404, "run 'x' not found")``."""
+
+    def __init__(
+        self,
+        status_code: int,
+        detail: str,
+        *,
+        code: str | None = None,
+        fields: list[dict[str, str]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status_code = status_code
+        self.detail = detail
+        self.code = code or _CODES.get(status_code, "error")
+        self.fields = fields or []
+        self.headers = headers
+
+
+def not_found(kind: str, ident: object) -> ApiError:
+    return ApiError(404, f"{kind} {ident!r} not found")
+
+
+def field_error(field: str, message: str) -> ApiError:
+    """A 422 about one named field."""
+    return ApiError(422, f"{field}: {message}", fields=[{"field": field, "message": message}])
+
+
+def error_response(
+    request: Request | None,
+    status_code: int,
+    detail: str,
+    *,
+    code: str | None = None,
+    fields: list[dict[str, str]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    request_id = getattr(request.state, "request_id", None) if request is not None else None
+    body = {
+        "error": code or _CODES.get(status_code, "error"),
+        "detail": detail,
+        "fields": fields or [],
+        "request_id": request_id,
+    }
+    return JSONResponse(body, status_code=status_code, headers=headers)
+
+
+def _location(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            parts.append(f"[{part}]")
+        else:
+            parts.append(("." if parts else "") + str(part))
+    return "".join(parts)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(
+            request, exc.status_code, exc.detail, code=exc.code, fields=exc.fields, headers=exc.headers
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        fields = []
+        for err in exc.errors():
+            loc = err.get("loc", ())
+            message = str(err.get("msg", "invalid value"))
+            fields.append({"field": _location(loc), "message": message})
+        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5]) or "invalid request"
+        return error_response(request, 422, summary, fields=fields)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail if isinstance(exc.detail, str) else "request failed"
+        return error_response(request, exc.status_code, detail, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error(
+            "unhandled error on %s %s (request %s)",
+            request.method,
+            request.url.path,
+            getattr(request.state, "request_id", "?"),
+            exc_info=exc,
+        )
+        # Starlette answers this outside the app's middleware: add the request id header here.
+        request_id = getattr(request.state, "request_id", None)
+        headers = {"x-request-id": request_id} if request_id else None
+        return error_response(
+            request, 500, "internal error; see the server log for this request id", headers=headers
+        )

@@ -1,0 +1,173 @@
+"""Owns the API's ASGI middleware: request ids, access logs, Prometheus metrics and the body limit.
+
+Pure ASGI (no BaseHTTPMiddleware) so streamed responses stay streamed. The access log is one
+structured line per request (method, route template, status, duration, project and key prefix —
+never the key itself, the query string or the body). Metrics are labelled by route template, not by
+raw path, so ids do not explode the label space.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+access_log = logging.getLogger("agentr.api.access")
+
+
+class ApiMetrics:
+    """The API's Prometheus collectors, on a registry of their own (one per app instance)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "agentr_api_requests_total",
+            "HTTP requests handled, by method, route and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "agentr_api_request_seconds",
+            "Time to the end of the response, by method and route.",
+            ["method", "route"],
+            registry=self.registry,
+        )
+        self.events_appended = Counter(
+            "agentr_api_events_appended_total",
+            "Events the API appended, by event type.",
+            ["event_type"],
+            registry=self.registry,
+        )
+        self.export_rows = Counter(
+            "agentr_api_export_rows_total",
+            "Dataset rows streamed by export format.",
+            ["format"],
+            registry=self.registry,
+        )
+
+
+def _json_error(status: int, code: str, detail: str, request_id: str) -> tuple[dict[str, Any], bytes]:
+    body = json.dumps({"error": code, "detail": detail, "fields": [], "request_id": request_id}).encode()
+    start = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"x-request-id", request_id.encode()),
+        ],
+    }
+    return start, body
+
+
+class BodyLimitMiddleware:
+    """Answers 413 when a request body exceeds ``max_bytes`` (declared or actually sent).
+
+    The body is read here (bounded by the limit) and replayed to the app, so an over-long chunked
+    upload is refused before any handler sees a byte of it.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        request_id = scope.setdefault("state", {}).get("request_id", "")
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(send, request_id)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(send, request_id)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send, request_id: str) -> None:
+        start, body = _json_error(
+            413, "payload_too_large", f"request body exceeds the limit of {self.max_bytes} bytes", request_id
+        )
+        await send(start)
+        await send({"type": "http.response.body", "body": body})
+
+
+class AccessLogMiddleware:
+    """Gives every request an id (X-Request-ID), then logs and counts it when the response ends."""
+
+    def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        incoming = headers.get(b"x-request-id", b"").decode("latin-1")
+        request_id = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "<unmatched>"
+            method = scope["method"]
+            self.metrics.requests.labels(method, template, str(status)).inc()
+            self.metrics.latency.labels(method, template).observe(elapsed)
+            state = scope.get("state", {})
+            access_log.info(
+                "%s %s -> %d in %.1f ms",
+                method,
+                template,
+                status,
+                elapsed * 1000,
+                extra={
+                    "request_id": request_id,
+                    "method": method,
+                    "route": template,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 2),
+                    "project_id": state.get("project_id"),
+                    "key_prefix": state.get("key_prefix"),
+                },
+            )

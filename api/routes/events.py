@@ -1,0 +1,138 @@
+"""Owns GET /v1/events: the project's events as Server-Sent Events, for live following.
+
+Each event is sent as ``id: <position>``, ``event: <type>``, ``data: <JSON envelope>``. A client
+resumes with ``after=POSITION`` or the standard ``Last-Event-ID`` header. Events are read from the
+store in pages filtered by the caller's project (the ``project_id`` in each event's metadata); when
+caught up the stream waits for new commits (woken at once by appends in this process, otherwise by
+polling every ``poll_interval``), sending a comment line as keep-alive. ``follow=false`` ends the
+stream once caught up; ``limit`` ends it after that many events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import StreamingResponse
+from sqlalchemy import select
+
+from api.deps import ApiServices, Principal, require, services
+from api.schemas import ERROR_RESPONSES
+from core.store.sql import row_to_event
+from core.store.tables import events as events_table
+
+router = APIRouter(prefix="/v1", tags=["events"], responses=ERROR_RESPONSES)
+
+PAGE = 200
+POLL_INTERVAL_S = 0.5
+KEEPALIVE_S = 15.0
+
+
+def _sse(position: int, event_type: str, payload: dict[str, Any]) -> bytes:
+    data = json.dumps(payload, separators=(",", ":"), default=str)
+    return f"id: {position}\nevent: {event_type}\ndata: {data}\n\n".encode()
+
+
+async def _page(svc: ApiServices, project_id: str, after: int, types: list[str] | None) -> list[Any]:
+    query = select(events_table).where(
+        events_table.c.position > after,
+        events_table.c.metadata["project_id"].as_string() == project_id,
+    )
+    if types:
+        query = query.where(events_table.c.event_type.in_(types))
+    query = query.order_by(events_table.c.position).limit(PAGE)
+    async with svc.store.engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return [row_to_event(row) for row in rows]
+
+
+async def _stream(
+    request: Request,
+    svc: ApiServices,
+    project_id: str,
+    after: int,
+    types: list[str] | None,
+    follow: bool,
+    limit: int | None,
+) -> AsyncIterator[bytes]:
+    wake = asyncio.Event()
+
+    def on_commit(_position: int) -> None:
+        wake.set()
+
+    svc.store.add_commit_listener(on_commit)
+    sent = 0
+    idle = 0.0
+    try:
+        yield b": connected\n\n"
+        while True:
+            wake.clear()
+            page = await _page(svc, project_id, after, types)
+            for recorded in page:
+                payload = {
+                    "position": recorded.position,
+                    "event_id": recorded.event_id,
+                    "stream_id": recorded.stream_id,
+                    "event_type": recorded.event_type,
+                    "recorded_at": recorded.recorded_at.isoformat(),
+                    "data": recorded.data,
+                }
+                yield _sse(recorded.position, recorded.event_type, payload)
+                after = recorded.position
+                sent += 1
+                if limit is not None and sent >= limit:
+                    return
+            if len(page) == PAGE:
+                continue
+            if not follow or await request.is_disconnected():
+                return
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=POLL_INTERVAL_S)
+                idle = 0.0
+            except TimeoutError:
+                idle += POLL_INTERVAL_S
+                if idle >= KEEPALIVE_S:
+                    idle = 0.0
+                    yield b": keep-alive\n\n"
+    finally:
+        svc.store.remove_commit_listener(on_commit)
+
+
+@router.get(
+    "/events",
+    response_class=StreamingResponse,
+    summary="The project's events as Server-Sent Events",
+    responses={
+        200: {
+            "description": "text/event-stream",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    },
+)
+async def stream_events(
+    request: Request,
+    after: int | None = Query(None, ge=0, le=2**62, description="Send events with a position above this."),
+    types: str | None = Query(
+        None, pattern="^[A-Za-z0-9_, ]{0,2000}$", description="Comma-separated event types to send."
+    ),
+    follow: bool = Query(True, description="Keep the stream open for new events."),
+    limit: int | None = Query(None, ge=1, le=1_000_000, description="Close after this many events."),
+    last_event_id: str | None = Header(
+        None, alias="Last-Event-ID", pattern="^[0-9]{1,18}$", description="Resume after this position."
+    ),
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    project_id = principal.project()
+    start = after
+    if start is None and last_event_id:
+        start = int(last_event_id)
+    type_list = [t.strip() for t in types.split(",") if t.strip()] if types else None
+    return StreamingResponse(
+        _stream(request, svc, project_id, start or 0, type_list, follow, limit),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

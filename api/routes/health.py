@@ -1,0 +1,67 @@
+"""Owns the operational routes: /healthz (process alive), /readyz (database and Redis answer),
+/metrics (Prometheus text). None of them needs a key; none reveals data."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from api.deps import ApiServices, services
+from api.schemas import HealthOut
+
+router = APIRouter(tags=["health"])
+
+CHECK_TIMEOUT_S = 2.0
+
+
+@router.get("/healthz", response_model=HealthOut, summary="Liveness: the process answers")
+async def healthz() -> Any:
+    return HealthOut(status="ok")
+
+
+async def _check_database(svc: ApiServices) -> str:
+    async with svc.store.engine.connect() as conn:
+        await conn.execute(text("SELECT 1"))
+    return "ok"
+
+
+async def _check_redis(svc: ApiServices) -> str:
+    assert svc.redis is not None
+    await svc.redis.ping()
+    return "ok"
+
+
+@router.get(
+    "/readyz",
+    response_model=HealthOut,
+    summary="Readiness: the database (and Redis, when configured) answer",
+    responses={503: {"model": HealthOut, "description": "A dependency does not answer"}},
+)
+async def readyz(svc: ApiServices = Depends(services)) -> Any:
+    checks: dict[str, str] = {}
+    probes = {"database": _check_database(svc)}
+    if svc.redis is not None:
+        probes["redis"] = _check_redis(svc)
+    for name, probe in probes.items():
+        try:
+            checks[name] = await asyncio.wait_for(probe, CHECK_TIMEOUT_S)
+        except Exception as exc:  # any failure means not ready; say which and why
+            checks[name] = f"error: {type(exc).__name__}"
+    ready = all(v == "ok" for v in checks.values())
+    body = HealthOut(status="ok" if ready else "unavailable", checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    summary="Prometheus metrics (text exposition format)",
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+async def metrics(svc: ApiServices = Depends(services)) -> Any:
+    return PlainTextResponse(generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST)

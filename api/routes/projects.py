@@ -1,0 +1,212 @@
+"""Owns the project and API-key routes: create/list projects, issue/list/revoke keys.
+
+The bootstrap admin (AGENTR_ADMIN_KEY) creates projects and issues keys for any project; a project
+key with the ``admin`` scope manages the keys of its own project only. A project key never sees
+another project: asking for one answers 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Path
+from sqlalchemy import select
+
+from api.deps import ApiServices, Principal, require, services
+from api.errors import ApiError, not_found
+from api.idempotency import Idempotency, idempotency
+from api.keys import generate_key
+from api.schemas import ERROR_RESPONSES, ID_PATTERN, KeyIn, KeyIssuedOut, KeyOut, ProjectIn, ProjectOut
+from api.writes import append, new_event
+from core.domain.events import ApiKeyIssued, ApiKeyRevoked, ProjectCreated
+from core.domain.ids import project_stream
+from core.store.tables import api_keys, projects
+
+router = APIRouter(prefix="/v1/projects", tags=["projects"], responses=ERROR_RESPONSES)
+
+ProjectId = Path(pattern=ID_PATTERN, description="The project id.")
+
+
+def _visible(principal: Principal, project_id: str) -> None:
+    """404 unless the caller is the bootstrap admin or a key of this very project."""
+    if not principal.is_bootstrap_admin and principal.project_id != project_id:
+        raise not_found("project", project_id)
+
+
+async def _project_row(svc: ApiServices, project_id: str) -> dict[str, Any]:
+    async with svc.store.engine.connect() as conn:
+        row = (
+            (await conn.execute(select(projects).where(projects.c.project_id == project_id)))
+            .mappings()
+            .first()
+        )
+    if row is None:
+        raise not_found("project", project_id)
+    return dict(row)
+
+
+def _key_out(row: Any) -> KeyOut:
+    return KeyOut(
+        key_id=row["key_id"],
+        project_id=row["project_id"],
+        prefix=row["prefix"],
+        scopes=list(row["scopes"]),
+        label=row["label"],
+        revoked=bool(row["revoked"]),
+        created_at=row["created_at"],
+    )
+
+
+@router.post("", status_code=201, response_model=ProjectOut, summary="Create a project (bootstrap admin)")
+async def create_project(
+    body: ProjectIn,
+    principal: Principal = Depends(require("admin")),
+    idem: Idempotency = Depends(idempotency),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    if not principal.is_bootstrap_admin:
+        raise ApiError(403, "only the bootstrap admin key (AGENTR_ADMIN_KEY) creates projects")
+    project_id = idem.new_id("project")
+    event = ProjectCreated(project_id=project_id, name=body.name)
+    await append(
+        svc,
+        [new_event(project_stream(project_id), event, project_id=project_id, event_id=idem.new_id("event"))],
+    )
+    row = await _project_row(svc, project_id)
+    out = ProjectOut(**row).model_dump(mode="json")
+    await idem.save(201, out)
+    return out
+
+
+@router.get("", response_model=list[ProjectOut], summary="List the projects the caller can see")
+async def list_projects(
+    principal: Principal = Depends(require("read")), svc: ApiServices = Depends(services)
+) -> Any:
+    query = select(projects).order_by(projects.c.created_at, projects.c.project_id)
+    if not principal.is_bootstrap_admin:
+        query = query.where(projects.c.project_id == principal.project_id)
+    async with svc.store.engine.connect() as conn:
+        rows = (await conn.execute(query)).mappings().all()
+    return [ProjectOut(**row) for row in rows]
+
+
+@router.get("/{project_id}", response_model=ProjectOut, summary="One project")
+async def get_project(
+    project_id: str = ProjectId,
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    _visible(principal, project_id)
+    return ProjectOut(**await _project_row(svc, project_id))
+
+
+@router.post(
+    "/{project_id}/keys",
+    status_code=201,
+    response_model=KeyIssuedOut,
+    summary="Issue an API key (its secret is shown once)",
+)
+async def issue_key(
+    body: KeyIn,
+    project_id: str = ProjectId,
+    principal: Principal = Depends(require("admin")),
+    idem: Idempotency = Depends(idempotency),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    _visible(principal, project_id)
+    await _project_row(svc, project_id)
+    key_id = idem.new_id("key")
+    issued = generate_key()
+    event = ApiKeyIssued(
+        project_id=project_id,
+        key_id=key_id,
+        prefix=issued.prefix,
+        salt=issued.salt,
+        key_hash=issued.key_hash,
+        scopes=tuple(body.scopes),
+        label=body.label,
+    )
+    new = await append(
+        svc,
+        [new_event(project_stream(project_id), event, project_id=project_id, event_id=idem.new_id("event"))],
+    )
+    if not new:  # a concurrent retry with the same Idempotency-Key issued it first
+        raise ApiError(
+            409, f"this Idempotency-Key already issued key {key_id!r}; its secret is shown only once"
+        )
+    conflict: dict[str, Any] = {
+        "error": "conflict",
+        "detail": f"this Idempotency-Key already issued key {key_id!r} (prefix {issued.prefix}); "
+        "its secret is shown only once: revoke it and issue a new key if it was lost",
+        "fields": [],
+        "request_id": None,
+    }
+    await idem.save(409, conflict)
+    async with svc.store.engine.connect() as conn:
+        row = (await conn.execute(select(api_keys).where(api_keys.c.key_id == key_id))).mappings().one()
+    return KeyIssuedOut(**_key_out(row).model_dump(), key=issued.key)
+
+
+@router.get("/{project_id}/keys", response_model=list[KeyOut], summary="List a project's keys (no secrets)")
+async def list_keys(
+    project_id: str = ProjectId,
+    principal: Principal = Depends(require("admin")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    _visible(principal, project_id)
+    await _project_row(svc, project_id)
+    async with svc.store.engine.connect() as conn:
+        rows = (
+            (
+                await conn.execute(
+                    select(api_keys)
+                    .where(api_keys.c.project_id == project_id)
+                    .order_by(api_keys.c.created_at, api_keys.c.key_id)
+                )
+            )
+            .mappings()
+            .all()
+        )
+    return [_key_out(row) for row in rows]
+
+
+@router.post(
+    "/{project_id}/keys/{key_id}/revoke",
+    response_model=KeyOut,
+    summary="Revoke a key (it stops working at once)",
+)
+async def revoke_key(
+    project_id: str = ProjectId,
+    key_id: str = Path(pattern=ID_PATTERN),
+    principal: Principal = Depends(require("admin")),
+    idem: Idempotency = Depends(idempotency),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    _visible(principal, project_id)
+    async with svc.store.engine.connect() as conn:
+        row = (
+            (
+                await conn.execute(
+                    select(api_keys).where(api_keys.c.key_id == key_id, api_keys.c.project_id == project_id)
+                )
+            )
+            .mappings()
+            .first()
+        )
+    if row is None:
+        raise not_found("key", key_id)
+    if not row["revoked"]:
+        event = ApiKeyRevoked(project_id=project_id, key_id=key_id)
+        await append(
+            svc,
+            [
+                new_event(
+                    project_stream(project_id), event, project_id=project_id, event_id=idem.new_id("event")
+                )
+            ],
+        )
+    async with svc.store.engine.connect() as conn:
+        row = (await conn.execute(select(api_keys).where(api_keys.c.key_id == key_id))).mappings().one()
+    out = _key_out(row).model_dump(mode="json")
+    await idem.save(200, out)
+    return out

@@ -1,0 +1,163 @@
+"""Owns the run routes: submit, read (with per-iteration progress), list, cancel.
+
+Submitting appends RunRequested to the run's stream (the workers take it from there); cancelling
+appends RunCancelled. Reads come from the ``runs`` and ``iterations`` read models, always filtered
+by the caller's project.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Depends, Path, Query
+from sqlalchemy import select
+
+from api.deps import ApiServices, Principal, require, services
+from api.errors import ApiError, not_found
+from api.idempotency import Idempotency, idempotency
+from api.pagination import after, decode_cursor, encode_cursor, limit_param
+from api.schemas import (
+    ERROR_RESPONSES,
+    ID_PATTERN,
+    CancelIn,
+    IterationOut,
+    RunAccepted,
+    RunConfigIn,
+    RunOut,
+    RunPage,
+    RunSummaryOut,
+)
+from api.writes import append, new_event
+from core.domain.events import RunCancelled, RunRequested
+from core.domain.ids import run_stream
+from core.store.tables import iterations, runs
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERROR_RESPONSES)
+
+RunId = Path(pattern=ID_PATTERN, description="The run id.")
+TERMINAL = frozenset({"completed", "cancelled", "failed"})
+
+
+async def run_row(svc: ApiServices, project_id: str, run_id: str) -> dict[str, Any]:
+    """The run's read-model row, 404 when missing or in another project."""
+    async with svc.store.engine.connect() as conn:
+        row = (
+            (await conn.execute(select(runs).where(runs.c.run_id == run_id, runs.c.project_id == project_id)))
+            .mappings()
+            .first()
+        )
+    if row is None:
+        raise not_found("run", run_id)
+    return dict(row)
+
+
+@router.post("", status_code=202, response_model=RunAccepted, summary="Submit a run")
+async def submit_run(
+    body: RunConfigIn,
+    principal: Principal = Depends(require("run")),
+    idem: Idempotency = Depends(idempotency),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    project_id = principal.project()
+    run_id = idem.new_id("run")
+    config = body.to_domain()
+    event = RunRequested(run_id=run_id, project_id=project_id, config=config.to_data())
+    await append(
+        svc,
+        [
+            new_event(
+                run_stream(run_id),
+                event,
+                project_id=project_id,
+                event_id=idem.new_id("event"),
+                correlation_id=run_id,
+            )
+        ],
+    )
+    out = RunAccepted(run_id=run_id, status="requested").model_dump(mode="json")
+    await idem.save(202, out)
+    return out
+
+
+@router.get("", response_model=RunPage, summary="List runs, newest first")
+async def list_runs(
+    cursor: str | None = Query(None, max_length=500, description="From the previous page's next_cursor."),
+    status: str | None = Query(None, pattern="^[a-z_]{1,32}$", description="Only runs in this status."),
+    limit: int = Depends(limit_param),
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    project_id = principal.project()
+    query = select(runs).where(runs.c.project_id == project_id)
+    if status is not None:
+        query = query.where(runs.c.status == status)
+    position = decode_cursor(cursor, (str, str))
+    if position is not None:
+        try:
+            created = datetime.fromisoformat(position[0])
+        except ValueError:
+            raise ApiError(422, "cursor: not a cursor returned by this list") from None
+        query = query.where(
+            after([runs.c.created_at, runs.c.run_id], [created, position[1]], descending=True)
+        )
+    query = query.order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(limit + 1)
+    async with svc.store.engine.connect() as conn:
+        rows = (await conn.execute(query)).mappings().all()
+    page = rows[:limit]
+    next_cursor = None
+    if len(rows) > limit:
+        last = page[-1]
+        next_cursor = encode_cursor([last["created_at"].isoformat(), last["run_id"]])
+    return RunPage(items=[RunSummaryOut(**row) for row in page], next_cursor=next_cursor)
+
+
+@router.get("/{run_id}", response_model=RunOut, summary="A run with its per-iteration progress and metrics")
+async def get_run(
+    run_id: str = RunId,
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    row = await run_row(svc, principal.project(), run_id)
+    async with svc.store.engine.connect() as conn:
+        its = (
+            (
+                await conn.execute(
+                    select(iterations).where(iterations.c.run_id == run_id).order_by(iterations.c.iteration)
+                )
+            )
+            .mappings()
+            .all()
+        )
+    return RunOut(**row, iterations=[IterationOut(**{**it, "metrics": it["metrics"] or {}}) for it in its])
+
+
+@router.post("/{run_id}/cancel", status_code=202, response_model=RunAccepted, summary="Cancel a run")
+async def cancel_run(
+    body: CancelIn | None = None,
+    run_id: str = RunId,
+    principal: Principal = Depends(require("run")),
+    idem: Idempotency = Depends(idempotency),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    project_id = principal.project()
+    row = await run_row(svc, project_id, run_id)
+    if row["status"] in TERMINAL:
+        raise ApiError(409, f"run {run_id!r} is already {row['status']}")
+    reason = body.reason if body is not None else "cancelled by user"
+    event = RunCancelled(run_id=run_id, reason=reason)
+    await append(
+        svc,
+        [
+            new_event(
+                run_stream(run_id),
+                event,
+                project_id=project_id,
+                event_id=idem.new_id("event"),
+                correlation_id=run_id,
+            )
+        ],
+    )
+    out = RunAccepted(run_id=run_id, status="cancelled").model_dump(mode="json")
+    await idem.save(202, out)
+    return out

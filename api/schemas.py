@@ -1,0 +1,435 @@
+"""Owns the HTTP API's request and response shapes (pydantic), including the RunConfig mirror.
+
+``RunConfigIn`` mirrors the pure dataclass ``core.domain.config.RunConfig`` field for field (a test
+checks names and defaults stay in step) and adds what a dataclass cannot say: bounds, allowed values,
+and descriptions for the OpenAPI document. ``RunConfigIn.to_domain()`` gives the dataclass that
+RunRequested carries. Unknown fields are rejected everywhere, so a typo is a 422 naming the field.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from core.domain.config import RunConfig
+
+Scope = Literal["read", "ingest", "run", "admin"]
+TraceFormat = Literal["openai", "otel", "sharegpt"]
+ExportFormat = Literal["openai", "sharegpt", "parquet"]
+
+
+ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
+
+
+def _nul_path(value: Any, path: str) -> str | None:
+    """The location of the first string holding a NUL character (PostgreSQL cannot store one)."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _nul_path(key, path) or _nul_path(item, f"{path}.{key}" if path else str(key))
+            if found is not None:
+                return found
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _nul_path(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nul_characters(cls, data: Any) -> Any:
+        where = _nul_path(data, "")
+        if where is not None:
+            raise ValueError(f"{where or 'value'}: text must not contain NUL (\\u0000) characters")
+        return data
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors and pages
+# ------------------------------------------------------------------------------------------------
+
+
+class FieldError(BaseModel):
+    field: str = Field(description="Dotted location of the offending value, e.g. body.search.max_depth.")
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every error response: a machine code, a human sentence, and field errors for 422."""
+
+    error: str = Field(description="Short machine-readable code, e.g. not_found, validation_error.")
+    detail: str
+    fields: list[FieldError] = Field(default_factory=list)
+    request_id: str | None = None
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in (
+        (400, "Malformed request"),
+        (401, "Missing or invalid API key"),
+        (403, "The key lacks the scope this route needs"),
+        (404, "Not found (or belongs to another project)"),
+        (409, "Conflicts with the current state"),
+        (413, "Request body too large"),
+        (422, "Validation error naming the field"),
+    )
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# Projects and keys
+# ------------------------------------------------------------------------------------------------
+
+
+class ProjectIn(_Strict):
+    name: str = Field(min_length=1, max_length=200, description="Human-readable project name.")
+
+
+class ProjectOut(BaseModel):
+    project_id: str
+    name: str
+    created_at: datetime | None = None
+
+
+class KeyIn(_Strict):
+    scopes: list[Scope] = Field(
+        min_length=1,
+        description="read: GET routes; ingest: POST /v1/traces; run: submit and cancel runs; "
+        "admin: manage this project's keys (and implies every other scope).",
+    )
+    label: str = Field("", max_length=200, description="Free text shown in key listings.")
+
+    @field_validator("scopes")
+    @classmethod
+    def _dedupe(cls, scopes: list[str]) -> list[str]:
+        return sorted(set(scopes))
+
+
+class KeyOut(BaseModel):
+    key_id: str
+    project_id: str
+    prefix: str = Field(description="The public part of the key (agr_<prefix>_...).")
+    scopes: list[str]
+    label: str
+    revoked: bool = False
+    created_at: datetime | None = None
+
+
+class KeyIssuedOut(KeyOut):
+    key: str = Field(description="The full key. Shown once: only a salted hash is stored.")
+
+
+# ------------------------------------------------------------------------------------------------
+# Runs
+# ------------------------------------------------------------------------------------------------
+
+
+class SearchSettings(_Strict):
+    """Overrides of the MCTS configuration; unset fields keep the search service's defaults."""
+
+    n_candidates: int | None = Field(None, ge=1, le=32, description="Actions sampled per expansion (4).")
+    iterations: int | None = Field(None, ge=1, le=1000, description="Descents per tree (8).")
+    max_depth: int | None = Field(None, ge=1, le=200, description="Deepest node of a descent (20).")
+    c_uct: float | None = Field(None, ge=0, le=100, description="UCT exploration constant (0.25).")
+    temperature: float | None = Field(None, ge=0, le=5, description="Sampling temperature of expansion.")
+    max_tokens: int | None = Field(None, ge=1, le=8192, description="Token cap of one generated turn.")
+    max_pairs_per_tree: int | None = Field(None, ge=0, le=10_000, description="Cap on pairs per tree.")
+
+
+class CriticSettings(_Strict):
+    strategy: Literal["model", "direct", "rules"] = Field(
+        "model",
+        description="model: the actor judges each bad action (the paper); direct: the last action "
+        "(Direct-Revision baseline); rules: invalid actions, loops and tool errors.",
+    )
+
+
+class SpliceSettings(_Strict):
+    verify: bool = Field(True, description="Replay each revision in the environment when possible.")
+    keep_unverified: bool = Field(False, description="Keep revisions whose replay missed the good reward.")
+
+
+class RunConfigIn(_Strict):
+    """The body of POST /v1/runs. Mirrors core.domain.config.RunConfig."""
+
+    env: str = Field(
+        "textcraft",
+        min_length=1,
+        max_length=300,
+        description="Environment URI: textcraft, sciworld, agentgym+http://HOST:PORT/NAME.",
+    )
+    model: str = Field(
+        min_length=1,
+        max_length=1000,
+        description="Starting model: a local model folder or an OpenAI-compatible base URL.",
+    )
+    tasks: list[str] = Field(
+        default_factory=list,
+        max_length=100_000,
+        description="Explicit task ids; empty means `split` (cut to `max_tasks`).",
+    )
+    split: str = Field(
+        "train", min_length=1, max_length=100, description="Named split when `tasks` is empty."
+    )
+    max_tasks: int | None = Field(None, ge=1, description="Cap on tasks per iteration.")
+    eval_tasks: list[str] = Field(
+        default_factory=list, description="Held-out task ids; empty = `eval_split`."
+    )
+    eval_split: str = Field("test", min_length=1, max_length=100, description="Split used for evaluation.")
+    max_eval_tasks: int | None = Field(20, ge=1, description="Cap on evaluation tasks.")
+    iterations: int = Field(3, ge=1, le=100, description="Search -> train iterations.")
+    alpha_schedule: list[float] = Field(
+        default_factory=lambda: [0.5, 0.7, 1.0],
+        min_length=1,
+        max_length=100,
+        description="Good-trajectory reward threshold per iteration (inclusive); the last value repeats.",
+    )
+    beta: float = Field(0.2, ge=0, le=1, description="A bad leaf's reward is at most good reward - beta.")
+    eta: float = Field(0.2, ge=0, lt=1, description="Share of general chat data in the training mix.")
+    general_data: str | None = Field(None, max_length=1000, description="General chat data file (JSONL).")
+    search: SearchSettings = Field(default_factory=lambda: SearchSettings.model_validate({}))
+    critic: CriticSettings = Field(default_factory=lambda: CriticSettings.model_validate({}))
+    splice: SpliceSettings = Field(default_factory=lambda: SpliceSettings.model_validate({}))
+    train: dict[str, Any] = Field(
+        default_factory=dict, description="Overrides of the SFT configuration (epochs, learning_rate, ...)."
+    )
+    evaluation: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Overrides of the evaluation (max_steps, max_tokens, recovery_episodes, baseline, ...).",
+    )
+    data_only: bool = Field(False, description="Stop each iteration once its dataset is ready (no training).")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of everything random in the run.")
+
+    @field_validator("alpha_schedule")
+    @classmethod
+    def _alpha_in_unit_interval(cls, schedule: list[float]) -> list[float]:
+        for index, alpha in enumerate(schedule):
+            if not 0.0 <= alpha <= 1.0:
+                raise ValueError(f"alpha_schedule[{index}] = {alpha} is outside [0, 1]")
+        return schedule
+
+    @field_validator("tasks", "eval_tasks")
+    @classmethod
+    def _task_ids_non_empty(cls, ids: list[str]) -> list[str]:
+        for index, task_id in enumerate(ids):
+            if not task_id.strip():
+                raise ValueError(f"task id at index {index} is empty")
+        return ids
+
+    @model_validator(mode="after")
+    def _env_uri_shape(self) -> RunConfigIn:
+        env = self.env
+        if "://" in env and not env.startswith("agentgym+http"):
+            raise ValueError(
+                f"env: unsupported URI scheme in {env!r} (expected agentgym+http://HOST:PORT/NAME)"
+            )
+        return self
+
+    def to_domain(self) -> RunConfig:
+        data = self.model_dump()
+        data["search"] = self.search.model_dump(exclude_none=True)
+        data["tasks"] = tuple(self.tasks)
+        data["eval_tasks"] = tuple(self.eval_tasks)
+        data["alpha_schedule"] = tuple(self.alpha_schedule)
+        return RunConfig(**data)
+
+
+class RunAccepted(BaseModel):
+    run_id: str
+    status: str
+
+
+class IterationOut(BaseModel):
+    iteration: int
+    status: str
+    model_ref: str
+    alpha: float
+    trees_expected: int
+    trees_done: int
+    trees_failed: int
+    pairs: int
+    revisions: int
+    goods: int
+    dataset_id: str | None = None
+    checkpoint: str | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    revision_length_mean: float | None = None
+    reason: str | None = None
+
+
+class RunOut(BaseModel):
+    run_id: str
+    project_id: str
+    status: str
+    config: dict[str, Any]
+    current_iteration: int
+    final_model_ref: str | None = None
+    reason: str | None = None
+    summary: dict[str, Any] | None = None
+    created_at: datetime
+    updated_at: datetime
+    iterations: list[IterationOut] = Field(default_factory=list)
+
+
+class RunSummaryOut(BaseModel):
+    run_id: str
+    status: str
+    current_iteration: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class RunPage(BaseModel):
+    items: list[RunSummaryOut]
+    next_cursor: str | None = Field(None, description="Pass as `cursor` for the next page; null at the end.")
+
+
+class CancelIn(_Strict):
+    reason: str = Field("cancelled by user", min_length=1, max_length=500)
+
+
+# ------------------------------------------------------------------------------------------------
+# Trees, pairs, samples
+# ------------------------------------------------------------------------------------------------
+
+
+class NodeOut(BaseModel):
+    node_id: str
+    parent_id: str | None
+    depth: int
+    action: str
+    thought: str
+    observation: str
+    reward: float
+    done: bool
+    valid: bool
+    visits: int = Field(description="N(s): rollouts through this node.")
+    value_sum: float = Field(description="Sum of the terminal rewards of those rollouts.")
+    q: float | None = Field(description="Mean value Q(s)/N(s); null when unvisited.")
+
+
+class TreeSummaryOut(BaseModel):
+    tree_id: str
+    run_id: str | None
+    iteration: int
+    env_uri: str
+    task_id: str
+    status: str
+    node_count: int = Field(description="Nodes expanded so far.")
+    rollouts: int
+    best_reward: float | None
+    reason: str | None = None
+
+
+class TreeOut(TreeSummaryOut):
+    root_id: str | None = None
+    nodes: list[NodeOut] = Field(default_factory=list, description="Every node, parents before children.")
+
+
+class TreePage(BaseModel):
+    items: list[TreeSummaryOut]
+    next_cursor: str | None = None
+
+
+class PairOut(BaseModel):
+    pair_id: str
+    run_id: str | None
+    iteration: int
+    tree_id: str | None
+    source: str
+    task_key: str
+    status: str
+    shared_steps: int
+    transition_index: int | None = None
+    strategy: str | None = None
+    reason: str | None = None
+
+
+class PairPage(BaseModel):
+    items: list[PairOut]
+    next_cursor: str | None = None
+
+
+class SampleOut(BaseModel):
+    sample_id: str
+    run_id: str | None
+    iteration: int
+    kind: str
+    pair_id: str | None = None
+    tree_id: str | None = None
+    verified: bool | None = None
+    template_id: str | None = None
+    revision_length: int | None = None
+    sample: dict[str, Any] = Field(description="The TrainingSample: messages with loss weights, provenance.")
+
+
+class SamplePage(BaseModel):
+    items: list[SampleOut]
+    next_cursor: str | None = None
+
+
+# ------------------------------------------------------------------------------------------------
+# Traces
+# ------------------------------------------------------------------------------------------------
+
+
+class TraceBatchIn(_Strict):
+    """A batch of production traces in one import format; all are stored or none is."""
+
+    format: TraceFormat = Field(
+        description="openai: {messages, tools?}; otel: {spans: [...]} with gen_ai.* attributes; "
+        "sharegpt: {conversations: [{from, value}]}."
+    )
+    traces: list[dict[str, Any]] = Field(
+        min_length=1,
+        max_length=10_000,
+        description="The traces. Each may also carry task_key, outcome (success|failure|unknown), "
+        "reward and external_id next to its format's own fields.",
+    )
+
+
+class TraceAccepted(BaseModel):
+    trace_ids: list[str]
+
+
+class VerdictOut(BaseModel):
+    step_index: int
+    label: str
+    scores: dict[str, float] = Field(default_factory=dict)
+    method: str = ""
+    reason: str = ""
+
+
+class CritiqueOut(BaseModel):
+    strategy: str
+    transition_index: int | None
+    verdicts: list[VerdictOut]
+    model_version: str = ""
+
+
+class TraceOut(BaseModel):
+    trace_id: str
+    task_key: str
+    outcome: str
+    source_format: str
+    external_id: str | None = None
+    status: str
+    transition_index: int | None = None
+    created_at: datetime
+    trajectory: dict[str, Any] | None = None
+    critique: CritiqueOut | None = None
+    sample: dict[str, Any] | None = None
+
+
+class HealthOut(BaseModel):
+    status: str
+    checks: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,209 @@
+"""Dataset export through the HTTP API vs a raw SELECT of the same rows (PostgreSQL).
+
+Both sides read the same N revision samples of one iteration from a fresh throwaway database:
+
+* ours: ``GET /v1/runs/{id}/iterations/0/dataset?format=...`` from the real app served by uvicorn
+  over TCP, read by a streaming httpx client (keyset pages -> TrainingSample -> export lines);
+* baseline: one raw asyncpg ``SELECT data FROM samples ... ORDER BY position`` of the same rows
+  (no decoding, no formatting, no HTTP): a lower bound, so a ratio below 1 is expected.
+
+Prints one JSON line per format: {"metric", "ours", "baseline", "unit": "rows/s", "ratio"}.
+``--quick`` uses 3,000 rows (well under a minute); the default is 30,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ADMIN_DSN = os.environ.get("AGENTR_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+async def _admin(sql: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(ADMIN_DSN)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _seed(url: str, rows: int) -> tuple[str, str]:
+    """Project, key, run, and ``rows`` revision samples of iteration 0 marked ready."""
+    from api.keys import generate_key
+    from core.domain import events as ev
+    from core.domain.events import Metadata, NewEvent
+    from core.domain.ids import new_id, pair_stream, project_stream, run_stream
+    from core.domain.trajectory import Message, TrainingSample
+    from core.store.factory import open_store
+
+    store = await open_store(url, create_tables=True)
+    try:
+        project_id, run_id, pair_id = new_id(), new_id(), new_id()
+        issued = generate_key()
+        meta = Metadata(producer="bench", project_id=project_id)
+        await store.append(
+            [
+                NewEvent(project_stream(project_id), ev.ProjectCreated(project_id, "bench"), meta),
+                NewEvent(
+                    project_stream(project_id),
+                    ev.ApiKeyIssued(
+                        project_id, new_id(), issued.prefix, issued.salt, issued.key_hash, ("read",)
+                    ),
+                    meta,
+                ),
+                NewEvent(run_stream(run_id), ev.RunRequested(run_id, project_id, {"model": "m"}), meta),
+                NewEvent(run_stream(run_id), ev.IterationStarted(run_id, 0, "m", 0.5, ()), meta),
+            ]
+        )
+        batch = []
+        for index in range(rows):
+            sample_id = new_id()
+            sample = TrainingSample(
+                sample_id=sample_id,
+                kind="revision",
+                messages=(
+                    Message("system", "You craft Minecraft items. Answer with Thought: ... Action: ..."),
+                    Message("user", f"Crafting commands: ... Goal: craft item number {index}."),
+                    Message("assistant", "Thought: I need logs.\nAction: get 1 oak logs", 0),
+                    Message("user", "Got 1 oak logs"),
+                    Message(
+                        "assistant", "Thought: wrong item, let me fix it.\nAction: craft 4 oak planks", 1
+                    ),
+                    Message("user", "Crafted 4 minecraft:oak_planks"),
+                    Message(
+                        "assistant", "Thought: done.\nAction: craft 1 crafting table using 4 oak planks", 1
+                    ),
+                ),
+                reward=1.0,
+                provenance={"index": index},
+            )
+            batch.append(
+                NewEvent(
+                    pair_stream(pair_id),
+                    ev.RevisionMaterialized(sample_id, pair_id, run_id, 0, sample, "r01", 1, True),
+                    meta,
+                )
+            )
+            if len(batch) == 500:
+                await store.append(batch)
+                batch = []
+        if batch:
+            await store.append(batch)
+        await store.append(
+            [NewEvent(run_stream(run_id), ev.IterationDatasetReady(run_id, 0, new_id(), rows, 0, 0), meta)]
+        )
+    finally:
+        await store.close()
+    return issued.key, run_id
+
+
+async def _raw_select(dsn: str, run_id: str) -> tuple[float, int]:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        started = time.perf_counter()
+        records = await conn.fetch(
+            "SELECT data FROM samples WHERE run_id = $1 AND iteration = 0 ORDER BY position, sample_id",
+            run_id,
+        )
+        return time.perf_counter() - started, len(records)
+    finally:
+        await conn.close()
+
+
+async def _through_api(base: str, key: str, run_id: str, fmt: str) -> tuple[float, int, int]:
+    import httpx
+
+    url = f"{base}/v1/runs/{run_id}/iterations/0/dataset"
+    async with httpx.AsyncClient(timeout=600) as client:
+        started = time.perf_counter()
+        size = 0
+        newlines = 0
+        async with client.stream(
+            "GET", url, params={"format": fmt}, headers={"Authorization": f"Bearer {key}"}
+        ) as response:
+            response.raise_for_status()
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                newlines += chunk.count(b"\n")
+        return time.perf_counter() - started, size, newlines
+
+
+async def main(quick: bool) -> None:
+    import uvicorn
+
+    from api.app import create_app
+    from core.runtime.settings import Settings
+
+    rows = 3_000 if quick else 30_000
+    name = "agentr_bench_" + uuid.uuid4().hex[:10]
+    await _admin(f'CREATE DATABASE "{name}"')
+    base_dsn = ADMIN_DSN.rsplit("/", 1)[0]
+    dsn = f"{base_dsn}/{name}"
+    url = dsn.replace("postgresql://", "postgresql+asyncpg://")
+    try:
+        key, run_id = await _seed(url, rows)
+        port = _free_port()
+        app = create_app(Settings(database_url=url, redis_url=None, log_level="WARNING"))
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        )
+        serving = asyncio.create_task(server.serve())
+        for _ in range(200):  # uvicorn exposes no start event; wait up to 10 s for it to bind
+            if server.started:
+                break
+            await asyncio.sleep(0.05)  # noqa: ASYNC110
+        base = f"http://127.0.0.1:{port}"
+        try:
+            await _through_api(base, key, run_id, "openai")  # warm-up (connections, caches)
+            baseline_s, baseline_rows = await _raw_select(dsn, run_id)
+            for fmt in ("openai", "sharegpt", "parquet"):
+                ours_s, size, newlines = await _through_api(base, key, run_id, fmt)
+                if fmt != "parquet" and newlines != rows:
+                    raise SystemExit(f"{fmt}: expected {rows} lines, got {newlines}")
+                ours = rows / ours_s
+                baseline = baseline_rows / baseline_s
+                print(
+                    json.dumps(
+                        {
+                            "metric": f"dataset export {fmt} ({rows} rows, {size / 1e6:.1f} MB) via HTTP "
+                            "vs raw SELECT of the same rows",
+                            "ours": round(ours, 1),
+                            "baseline": round(baseline, 1),
+                            "unit": "rows/s",
+                            "ratio": round(ours / baseline, 4),
+                        }
+                    ),
+                    flush=True,
+                )
+        finally:
+            server.should_exit = True
+            await serving
+    finally:
+        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="3,000 rows; finishes well under a minute.")
+    asyncio.run(main(parser.parse_args().quick))

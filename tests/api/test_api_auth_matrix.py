@@ -1,0 +1,145 @@
+"""The auth matrix for EVERY route: no key, wrong key, wrong scope, and another project's key.
+
+No key / wrong key -> 401; a key without the route's scope -> 403; a key of another project (with
+every scope) -> 404 for the first project's ids, and never any of its rows in lists. A test also
+checks that the matrix lists every /v1 route the app serves, so a new route cannot skip it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from api.app import create_app
+from core.runtime.settings import Settings
+from tests.api.conftest import ApiHarness
+from tests.api.seed import mark_dataset_ready, seed_search
+
+ALL_SCOPES = ("read", "ingest", "run", "admin")
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    template: str
+    scope: str
+    # "404": another project's key gets 404; "list": it sees none of A's rows;
+    # "own": it acts on its own project
+    isolation: str
+    body: Any = None
+    params: dict[str, Any] | None = None
+
+
+TRACE = {
+    "messages": [{"role": "user", "content": "Goal: x"}, {"role": "assistant", "content": "Action: look"}]
+}
+
+ROUTES = (
+    Route("GET", "/v1/projects", "read", "list"),
+    Route("POST", "/v1/projects", "admin", "own", {"name": "n"}),
+    Route("GET", "/v1/projects/{project}", "read", "404"),
+    Route("POST", "/v1/projects/{project}/keys", "admin", "404", {"scopes": ["read"]}),
+    Route("GET", "/v1/projects/{project}/keys", "admin", "404"),
+    Route("POST", "/v1/projects/{project}/keys/{key_id}/revoke", "admin", "404"),
+    Route("POST", "/v1/runs", "run", "own", {"model": "m"}),
+    Route("GET", "/v1/runs", "read", "list"),
+    Route("GET", "/v1/runs/{run}", "read", "404"),
+    Route("POST", "/v1/runs/{run}/cancel", "run", "404"),
+    Route("GET", "/v1/trees/{tree}", "read", "404"),
+    Route("GET", "/v1/runs/{run}/trees", "read", "404"),
+    Route("GET", "/v1/runs/{run}/pairs", "read", "404"),
+    Route("GET", "/v1/runs/{run}/samples", "read", "404"),
+    Route("GET", "/v1/runs/{run}/iterations/{iteration}/dataset", "read", "404"),
+    Route("POST", "/v1/traces", "ingest", "own", {"format": "openai", "traces": [TRACE]}),
+    Route("GET", "/v1/traces/{trace}", "read", "404"),
+    Route("GET", "/v1/events", "read", "list", params={"follow": "false"}),
+)
+
+
+def _fastapi_template(template: str) -> str:
+    names = {
+        "{project}": "{project_id}",
+        "{key_id}": "{key_id}",
+        "{run}": "{run_id}",
+        "{tree}": "{tree_id}",
+        "{trace}": "{trace_id}",
+        "{iteration}": "{iteration}",
+    }
+    for ours, theirs in names.items():
+        template = template.replace(ours, theirs)
+    return template
+
+
+def test_matrix_covers_every_v1_route() -> None:
+    app = create_app(Settings(admin_key="unused"))
+    served = {
+        (method.upper(), path)
+        for path, operations in app.openapi()["paths"].items()
+        if path.startswith("/v1")
+        for method in operations
+    }
+    assert {(r.method, _fastapi_template(r.template)) for r in ROUTES} == served
+
+
+async def test_auth_matrix(api: ApiHarness) -> None:
+    project_a = await api.project("a")
+    project_b = await api.project("b")
+    full_a = api.auth(await api.key(project_a, *ALL_SCOPES))
+    full_b = api.auth(await api.key(project_b, *ALL_SCOPES))
+    run = (await api.client.post("/v1/runs", json={"model": "m"}, headers=full_a)).json()["run_id"]
+    seeded = await seed_search(api.store, project_a, run)
+    await mark_dataset_ready(api.store, project_a, run, 0, revisions=0)
+    trace = (
+        await api.client.post("/v1/traces", json={"format": "openai", "traces": [TRACE]}, headers=full_a)
+    ).json()["trace_ids"][0]
+    victim_key = (
+        await api.client.post(f"/v1/projects/{project_a}/keys", json={"scopes": ["read"]}, headers=full_a)
+    ).json()["key_id"]
+    ids = {
+        "{project}": project_a,
+        "{key_id}": victim_key,
+        "{run}": run,
+        "{tree}": seeded.tree_id,
+        "{trace}": trace,
+        "{iteration}": "0",
+    }
+    a_ids = {project_a, run, seeded.tree_id, trace, victim_key}
+
+    async def call(route: Route, headers: dict[str, str]) -> Any:
+        path = route.template
+        for placeholder, value in ids.items():
+            path = path.replace(placeholder, value)
+        return await api.client.request(
+            route.method, path, json=route.body, params=route.params, headers=headers
+        )
+
+    for route in ROUTES:
+        where = f"{route.method} {route.template}"
+        no_key = await call(route, {})
+        assert no_key.status_code == 401, where
+        assert no_key.json()["error"] == "unauthorized" and no_key.headers["www-authenticate"] == "Bearer"
+        for wrong in ("agr_0123456789ab_" + "B" * 43, "garbage", "Bearer"):
+            assert (await call(route, api.auth(wrong))).status_code == 401, (where, wrong)
+        lacking = [s for s in ALL_SCOPES if s != route.scope and s != "admin"]
+        if route.scope == "admin":
+            lacking = ["read", "ingest", "run"]
+        lacking_key = api.auth(await api.key(project_a, *lacking))
+        forbidden = await call(route, lacking_key)
+        assert forbidden.status_code == 403, (where, forbidden.text)
+        assert forbidden.json()["error"] == "forbidden"
+
+        other = await call(route, full_b)
+        if route.isolation == "404":
+            assert other.status_code == 404, (where, other.text)
+            assert other.json()["error"] == "not_found"
+        elif route.isolation == "list":
+            assert other.status_code == 200, where
+            assert not any(identifier in other.text for identifier in a_ids), where
+        else:  # creates in the caller's own project, or is refused to project keys
+            assert other.status_code in (201, 202, 403), where
+            assert not any(identifier in other.text for identifier in a_ids), where
+        # and the owner gets through
+        owner = await call(
+            route, full_a if route.template != "/v1/projects" or route.method != "POST" else api.admin
+        )
+        assert owner.status_code < 300, (where, owner.text)

@@ -1,0 +1,143 @@
+"""`agentr serve` as a real process, driven by the client commands over real HTTP.
+
+projects create -> keys create -> runs submit -> runs list -> traces upload (twice: the content-
+derived Idempotency-Key makes the retry a no-op) -> dataset download (workers' events seeded into
+the store) -> runs follow until the run completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from core.cli import app as cli_app
+from core.domain import events as ev
+from core.domain.events import Metadata, NewEvent
+from core.domain.ids import run_stream
+from core.store.factory import open_store
+from tests.api.conftest import ADMIN_KEY
+from tests.api.seed import mark_dataset_ready, seed_revisions, seed_search
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def served(pg_url: str, tmp_path: Path) -> Iterator[str]:
+    port = _free_port()
+    env = {**os.environ, "AGENTR_DATABASE_URL": pg_url, "AGENTR_ADMIN_KEY": ADMIN_KEY, "AGENTR_LOG_JSON": "1"}
+    env.pop("AGENTR_REDIS_URL", None)
+    agentr = Path(sys.executable).with_name("agentr")
+    log = (tmp_path / "serve.log").open("w")
+    process = subprocess.Popen(
+        [str(agentr), "serve", "--port", str(port), "--create-tables"], env=env, stdout=log, stderr=log
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("agentr serve did not start: " + (tmp_path / "serve.log").read_text())
+            time.sleep(0.2)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        log.close()
+
+
+def _run(*args: str) -> str:
+    result = CliRunner().invoke(cli_app, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout.strip()
+
+
+def test_client_commands_against_agentr_serve(served: str, pg_url: str, tmp_path: Path) -> None:
+    api = ["--api", served]
+    project = _run("projects", "create", "cli-project", *api, "--key", ADMIN_KEY)
+    key = _run(
+        "keys",
+        "create",
+        project,
+        "--scope",
+        "read",
+        "--scope",
+        "run",
+        "--scope",
+        "ingest",
+        *api,
+        "--key",
+        ADMIN_KEY,
+    )
+    assert key.startswith("agr_")
+    auth = [*api, "--key", key]
+    run_id = _run("runs", "submit", "--model", "/models/tiny", "--task", "1", "--iterations", "1", *auth)
+    listing = _run("runs", "list", *auth)
+    assert run_id[:8] in listing and "requested" in listing
+
+    traces = tmp_path / "traces.jsonl"
+    trace = {
+        "outcome": "failure",
+        "messages": [
+            {"role": "user", "content": "Goal: x"},
+            {"role": "assistant", "content": "Action: look"},
+        ],
+    }
+    traces.write_text("\n".join(json.dumps(trace | {"id": str(i)}) for i in range(3)) + "\n")
+    first = _run(
+        "traces", "upload", str(traces), "--format", "openai", "--batch-size", "2", *auth
+    ).splitlines()
+    again = _run(
+        "traces", "upload", str(traces), "--format", "openai", "--batch-size", "2", *auth
+    ).splitlines()
+    assert len(first) == 3 and first == again
+
+    async def workers_did_their_part() -> None:
+        store = await open_store(pg_url)
+        try:
+            seeded = await seed_search(store, project, run_id)
+            await seed_revisions(store, project, run_id, seeded.pair_id, 30)
+            await mark_dataset_ready(store, project, run_id, 0, revisions=30)
+            await store.append(
+                [
+                    NewEvent(
+                        run_stream(run_id),
+                        ev.RunCompleted(run_id=run_id, final_model_ref="/models/v1"),
+                        Metadata(producer="train", project_id=project),
+                    )
+                ]
+            )
+        finally:
+            await store.close()
+
+    asyncio.run(workers_did_their_part())
+    out = tmp_path / "data" / "iteration0.jsonl"
+    _run("dataset", "download", run_id, "0", "--out", str(out), "--format", "sharegpt", *auth)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 31 and all("conversations" in r for r in records)
+    assert not list(out.parent.glob(".*.part"))
+
+    followed = _run("runs", "follow", run_id, "--interval", "0.2", *auth)
+    assert "completed" in followed
+
+    missing = CliRunner().invoke(cli_app, ["runs", "follow", "no-such-run", *auth])
+    assert missing.exit_code == 1 and "404" in missing.output
