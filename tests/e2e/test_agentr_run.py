@@ -1,0 +1,82 @@
+"""`agentr run --quick` end to end: one real process (subprocess), tmp AGENTR_HOME, real tiny model.
+
+The whole loop runs: tiny model built and warm-started, MCTS, critic, splicer, SFT, evaluation, for
+two iterations; the datasets are not empty, the report exists, and `agentr export` writes the
+iteration's dataset in every format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+AGENTR = [str(Path(sys.executable).parent / "agentr")]
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTR_")}
+    env.update(AGENTR_HOME=str(home), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def test_agentr_run_quick_completes_with_data_and_report(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    proc = subprocess.run(
+        [*AGENTR, "run", "--quick"],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=Path.cwd(),
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    runs = [p for p in (home / "runs").iterdir() if p.is_dir()]
+    assert len(runs) == 1
+    run_dir = runs[0]
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "completed"
+    assert [row["model"] for row in report["rows"]] == ["start", "iter 0", "iter 1"]
+    for row in report["rows"]:
+        assert 0.0 <= row["success_rate"] <= 1.0 and row["episodes"] == 2
+    assert (run_dir / "report.md").read_text().startswith("# agentr run")
+    assert (run_dir / "report.png").stat().st_size > 1000
+    # both iterations had something to train on, and training wrote checkpoints with meta.json
+    for iteration in (0, 1):
+        counts = report["datasets"][str(iteration)]
+        assert counts.get("revision", 0) + counts.get("good", 0) > 0
+        lines = (run_dir / "datasets" / f"iter-{iteration}.jsonl").read_text().splitlines()
+        assert lines and all(json.loads(line)["messages"] for line in lines)
+        assert (run_dir / "checkpoints" / f"iter-{iteration}" / "meta.json").is_file()
+    # the event log says the same
+    db = sqlite3.connect(home / "agentr.db")
+    types = [
+        t
+        for (t,) in db.execute("select event_type from events where stream_id = ?", (f"run-{run_dir.name}",))
+    ]
+    assert types.count("IterationStarted") == 2 and types.count("ModelTrained") == 2
+    assert types[-1] == "RunCompleted"
+
+    # export the first iteration's dataset in each format
+    for fmt, name in (("openai", "d.jsonl"), ("sharegpt", "s.jsonl"), ("parquet", "d.parquet")):
+        out = tmp_path / name
+        exported = subprocess.run(
+            [*AGENTR, "export", run_dir.name, "0", "--format", fmt, "-o", str(out)],
+            env=_env(home), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert exported.returncode == 0, exported.stderr
+        assert out.stat().st_size > 0
+    first = json.loads((tmp_path / "d.jsonl").read_text().splitlines()[0])
+    assert any(m["role"] == "assistant" and m.get("weight") == 1 for m in first["messages"])
+    bad = subprocess.run(
+        [*AGENTR, "export", "no-such-run", "0", "-o", str(tmp_path / "x.jsonl")],
+        env=_env(home), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "no run no-such-run" in bad.stderr

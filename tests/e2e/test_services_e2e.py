@@ -1,0 +1,244 @@
+"""End to end: the compose topology as separate OS processes on the real PostgreSQL and Redis.
+
+api (``agentr serve``), relay, search, critic, splice, train and the Celery trainer run as their
+own processes (the commands docker-compose.yml runs), sharing a fresh database and an isolated Redis
+prefix. A user bootstraps a project key over HTTP, submits a small data-only TextCraft run, follows
+it to completion and downloads its dataset. The same run (same seeds) is then submitted again and
+the search worker is SIGKILLed in the middle of it and restarted: the run still completes, and its
+dataset has the same samples as the undisturbed one - no duplicates, no losses.
+
+The search policy is the seeded noisy TextCraft expert (``noisy-expert?...``, a real Policy the
+search service serves), because a tiny random-init model never reaches a TextCraft goal and so
+would yield no pairs; the search runs one tree at a time so every policy call keeps its own seed.
+``agentr up`` is exercised too: it starts everything, and stops everything when one process dies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import AGENTR, ApiClient, ServiceGroup, free_port, wait_until
+
+ADMIN_KEY = "e2e-admin-" + "k" * 24
+WORKERS = ("relay", "search", "critic", "splice", "train")
+RUN = {
+    "env": "textcraft?distractors=0&split=demo&max_steps=12",
+    "model": "noisy-expert?mistake=0.5&seed=3",
+    "max_tasks": 8,
+    "iterations": 1,
+    "alpha_schedule": [1.0],
+    "search": {"n_candidates": 3, "iterations": 12, "max_depth": 5},
+    "critic": {"strategy": "rules"},
+    "data_only": True,
+    "seed": 11,
+}
+
+
+def service_env(pg_url: str, redis_url: str, redis_prefix: str, home: Path, port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTR_")}
+    env.update(
+        AGENTR_DATABASE_URL=pg_url,
+        AGENTR_REDIS_URL=redis_url,
+        AGENTR_REDIS_PREFIX=redis_prefix,
+        AGENTR_HOME=str(home),
+        AGENTR_ADMIN_KEY=ADMIN_KEY,
+        AGENTR_API_HOST="127.0.0.1",
+        AGENTR_API_PORT=str(port),
+        AGENTR_BLOCK_MS="200",
+        AGENTR_RECLAIM_IDLE_MS="1500",  # a killed worker's messages are reclaimed quickly
+        AGENTR_SEARCH_CONCURRENCY="1",
+        AGENTR_LOG_LEVEL="INFO",
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+    )
+    return env
+
+
+def follow(client: ApiClient, group: ServiceGroup, run_id: str, timeout: float = 150) -> dict[str, Any]:
+    def finished() -> dict[str, Any] | None:
+        run = client.run(run_id)
+        return run if run["status"] in ("completed", "failed", "cancelled") else None
+
+    run: dict[str, Any] = wait_until(finished, timeout=timeout, what=f"run {run_id}", check=group.check_alive)
+    assert run["status"] == "completed", (
+        f"run {run_id} ended {run['status']}: {run.get('reason')}\n{group.logs()}"
+    )
+    return run
+
+
+def dataset_records(client: ApiClient, run_id: str) -> list[dict[str, Any]]:
+    response, text = client.dataset(run_id, 0, "sharegpt")
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def content_key(record: dict[str, Any]) -> str:
+    """A sample's content without what is run-specific by design: its id, and the wording of
+    assistant thoughts (the reflection template is picked by a hash of the pair id, which derives
+    from the run id). Observations, actions and loss flags are compared exactly."""
+    turns = []
+    for turn in record["conversations"]:
+        value = turn["value"]
+        if turn["from"] == "gpt":
+            value = [line for line in value.splitlines() if line.startswith("Action:")]
+        turns.append((turn["from"], turn["loss"], value))
+    return json.dumps(turns)
+
+
+def check_dataset(records: list[dict[str, Any]]) -> None:
+    assert records, "the dataset is empty"
+    ids = [r["id"] for r in records]
+    assert len(set(ids)) == len(ids), f"duplicate sample ids: {[i for i, n in Counter(ids).items() if n > 1]}"
+    for record in records:
+        turns = record["conversations"]
+        assert turns[0]["from"] in ("system", "human")
+        assert any(t["from"] == "gpt" and t["loss"] for t in turns), "a sample with nothing to learn"
+        assert all(t["loss"] is None for t in turns if t["from"] != "gpt")
+        assert any(t["from"] == "gpt" and "Action:" in t["value"] for t in turns)
+
+
+@pytest.fixture
+def deployment(pg_url: str, redis_url: str, redis_prefix: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    port = free_port()
+    env = service_env(pg_url, redis_url, redis_prefix, tmp_path / "home", port)
+    group = ServiceGroup(env, tmp_path)
+    client = ApiClient(f"http://127.0.0.1:{port}", ADMIN_KEY)
+    try:
+        group.run_once("migrate", "db", "upgrade")
+        group.start("api", "serve")
+        for name in WORKERS:
+            group.start(name, "worker", name)
+        group.start("trainer", "celery-worker")
+        wait_until(client.ready, timeout=60, what="the API's /readyz", check=group.check_alive)
+        client.bootstrap()
+        yield group, client
+    finally:
+        client.close()
+        codes = group.stop_all()
+        # SIGTERM drains gracefully: every service exits 0 (the killed search was restarted);
+        # uvicorn re-raises the SIGTERM it handled once its shutdown is complete.
+        bad = {name: code for name, code in codes.items() if code not in (0, None)}
+        if bad.get("api") == -signal.SIGTERM and "api stopped" in group.processes["api"].tail():
+            del bad["api"]
+        assert not bad, f"services did not stop cleanly: {bad}\n{group.logs()}"
+
+
+def test_run_over_http_and_survives_a_killed_worker(deployment) -> None:  # type: ignore[no-untyped-def]
+    group, client = deployment
+
+    # 1. The undisturbed run.
+    first = client.submit_run(RUN)
+    run = follow(client, group, first)
+    iteration = run["iterations"][0]
+    assert iteration["trees_expected"] == RUN["max_tasks"] and iteration["trees_failed"] == 0
+    assert iteration["dataset_id"], iteration
+    reference = dataset_records(client, first)
+    check_dataset(reference)
+    assert len(reference) == iteration["revisions"] + iteration["goods"] > 0
+    assert iteration["revisions"] > 0, "no revision trajectories: the run found no pairs"
+
+    # 2. The same run; the search worker is SIGKILLed mid-run and restarted.
+    second = client.submit_run(RUN)
+
+    def searching() -> bool:
+        its = client.run(second)["iterations"]
+        return bool(its) and 1 <= its[0]["trees_done"] < its[0]["trees_expected"]
+
+    wait_until(
+        searching,
+        timeout=90,
+        poll_s=0.05,
+        what="the second run's search to be under way",
+        check=group.check_alive,
+    )
+    group.kill("search", signal.SIGKILL)
+    assert group.processes["search"].proc is not None
+    assert group.processes["search"].proc.returncode == -signal.SIGKILL
+    group.restart("search")
+    run = follow(client, group, second)
+    iteration2 = run["iterations"][0]
+    assert iteration2["trees_failed"] == 0 and iteration2["trees_done"] == iteration["trees_done"]
+    disturbed = dataset_records(client, second)
+    check_dataset(disturbed)
+    assert len(disturbed) == len(reference)
+    assert Counter(map(content_key, disturbed)) == Counter(map(content_key, reference)), (
+        "the killed-and-restarted run's dataset differs from the undisturbed run's"
+    )
+    assert (iteration2["revisions"], iteration2["goods"]) == (iteration["revisions"], iteration["goods"])
+
+
+def test_agentr_up_stops_everything_when_one_process_dies(
+    pg_url: str, redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = service_env(pg_url, redis_url, redis_prefix, tmp_path / "home", port)
+    log_path = tmp_path / "up.log"
+    pids: dict[str, int] = {}
+    with log_path.open("wb") as log:
+        up = subprocess.Popen(
+            [AGENTR, "up", "--grace", "20"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        client = ApiClient(f"http://127.0.0.1:{port}", ADMIN_KEY)
+
+        def alive() -> None:
+            assert up.poll() is None, f"agentr up exited {up.returncode}:\n{log_path.read_text()[-3000:]}"
+
+        wait_until(client.ready, timeout=90, what="agentr up's API", check=alive)
+        client.close()
+        text = log_path.read_text()
+        pids.update({name: int(pid) for name, pid in re.findall(r"\[up\] started (\S+) \(pid (\d+)\)", text)})
+        assert set(pids) == {"migrate", "api", "relay", "search", "critic", "splice", "train", "trainer"}
+        assert re.search(r"^\[migrate\] database ", text, re.MULTILINE) and "is at revision" in text
+        assert re.search(r"^\[api\] ", text, re.MULTILINE)
+        # One process dies: up reports it and stops the rest.
+        os.kill(pids["relay"], signal.SIGKILL)
+        assert up.wait(timeout=60) == 1
+        text = log_path.read_text()
+        assert "relay exited on its own" in text
+        for name, pid in pids.items():
+            assert not _running(pid), f"{name} (pid {pid}) still runs after agentr up stopped"
+            if name not in ("migrate", "relay"):
+                assert f"stopping {name} (SIGTERM)" in text
+    finally:
+        if up.poll() is None:  # the test failed early: let up stop its children, then make sure
+            up.send_signal(signal.SIGTERM)
+            try:
+                up.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                up.kill()
+                up.wait()
+        for pid in pids.values():
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_agentr_up_needs_database_and_redis(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTR_")}
+    done = subprocess.run([AGENTR, "up"], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "AGENTR_DATABASE_URL and AGENTR_REDIS_URL" in done.stderr
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    finally:
+        time.sleep(0)
