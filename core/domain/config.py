@@ -49,6 +49,8 @@ class RunConfig:
     """Splicer settings: replay verification and whether unverified samples are kept."""
     train: dict[str, Any] = field(default_factory=dict)
     """Overrides of the SFT configuration (epochs, learning_rate, ...)."""
+    evaluation: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the evaluation (max_steps, max_tokens, recovery_episodes, baseline, ...)."""
     data_only: bool = False
     """Stop each iteration once its dataset is ready (no training): for teams that train elsewhere."""
     seed: int = 0

@@ -1,0 +1,127 @@
+"""Owns ``agentr run`` (the whole loop in one process), ``agentr eval`` and ``agentr export``.
+
+``agentr run`` is the embedded composition root: SQLite under ``AGENTR_HOME`` (default ``.agentr``),
+the in-process bus, and the search, critic, splice and train services in ONE process
+(``core.runtime.embedded.run_embedded``). Without ``--model`` it builds the tiny local model and
+warm-starts it on expert TextCraft episodes, both cached under ``<home>/models`` by a key of their
+settings (the same command reproduces them). Progress bars follow the store's read models; at the
+end the report (JSON, Markdown, PNG) is written to ``<home>/runs/<run id>/``. The work itself lives in
+``core.cli.run_support`` (imported inside the commands, so ``agentr --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from core.cli.run_support import DEMO_ENV, QUICK_ENV
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    def run(
+        model: str = typer.Option(
+            "",
+            "--model",
+            help="Starting model: a local model folder or an OpenAI-compatible base URL "
+            "(http://host:port/v1#model). Default: the tiny local model, built and warm-started if absent.",
+        ),
+        env: str = typer.Option(
+            "",
+            "--env",
+            help=f"Environment URI (default {DEMO_ENV}; with --quick {QUICK_ENV}).",
+        ),
+        iterations: int = typer.Option(2, "--iterations", min=1, help="Search -> train iterations."),
+        tasks: str = typer.Option(
+            "", "--tasks", help="Comma-separated task ids to search (default: the env's split)."
+        ),
+        max_tasks: int | None = typer.Option(
+            None, "--max-tasks", min=1, help="Cap on tasks searched per iteration."
+        ),
+        eval_tasks: str = typer.Option(
+            "", "--eval-tasks", help="Comma-separated held-out task ids for evaluation."
+        ),
+        max_eval_tasks: int | None = typer.Option(
+            None, "--max-eval-tasks", min=1, help="Cap on evaluation tasks."
+        ),
+        warm_start_minutes: float | None = typer.Option(
+            None, "--warm-start-minutes", min=0.0, help="Warm-start SFT budget for the tiny model (0 = none)."
+        ),
+        seed: int = typer.Option(0, "--seed", help="Seed of the run (search, training, tiny model)."),
+        quick: bool = typer.Option(
+            False, "--quick", help="A reduced configuration that finishes in about a minute (tests)."
+        ),
+        data_only: bool = typer.Option(
+            False, "--data-only", help="Stop each iteration at its dataset (no training)."
+        ),
+        home: str = typer.Option("", "--home", help="Data folder (default $AGENTR_HOME or .agentr)."),
+        resume: str = typer.Option(
+            "", "--resume", help="Resume the unfinished run with this id instead of starting one."
+        ),
+    ) -> None:
+        """Run the whole Agent-R loop in this process: MCTS search -> first-error critic -> revision
+        splicing -> SFT -> evaluation, for N iterations, on the embedded SQLite store, with progress
+        bars and a final report (JSON + Markdown + PNG under <home>/runs/RUN_ID/)."""
+        from core.cli.run_support import RunOptions, run_command
+
+        options = RunOptions(
+            model=model,
+            env=env,
+            iterations=iterations,
+            tasks=tuple(t.strip() for t in tasks.split(",") if t.strip()),
+            max_tasks=max_tasks,
+            eval_tasks=tuple(t.strip() for t in eval_tasks.split(",") if t.strip()),
+            max_eval_tasks=max_eval_tasks,
+            warm_start_minutes=warm_start_minutes,
+            seed=seed,
+            quick=quick,
+            data_only=data_only,
+            home=home,
+            resume=resume,
+        )
+        raise typer.Exit(run_command(options))
+
+    @app.command("eval")
+    def eval_(
+        model: str = typer.Option(..., "--model", help="Model folder or OpenAI-compatible base URL."),
+        env: str = typer.Option(
+            ..., "--env", help="Environment URI (textcraft, sciworld, agentgym+http://...)."
+        ),
+        tasks: str = typer.Option("", "--tasks", help="Comma-separated task ids (default: --split)."),
+        split: str = typer.Option("test", "--split", help="Named split when --tasks is not given."),
+        max_tasks: int | None = typer.Option(20, "--max-tasks", min=1, help="Cap on tasks."),
+        max_steps: int = typer.Option(12, "--max-steps", min=1, help="Actions per episode."),
+        max_tokens: int = typer.Option(40, "--max-tokens", min=1, help="Generation budget per turn."),
+        out: str = typer.Option(
+            "", "--out", "-o", help="Folder for eval.json / eval.md / eval.png (default: print only)."
+        ),
+    ) -> None:
+        """Evaluate a model with greedy episodes: average reward, success rate, average steps, dead
+        loops and invalid-action rate (episodes are batched: one model call per turn)."""
+        from core.cli.run_support import eval_command
+
+        raise typer.Exit(
+            eval_command(
+                model=model,
+                env=env,
+                tasks=tuple(t.strip() for t in tasks.split(",") if t.strip()),
+                split=split,
+                max_tasks=max_tasks,
+                max_steps=max_steps,
+                max_tokens=max_tokens,
+                out=out,
+            )
+        )
+
+    @app.command("export")
+    def export(
+        run_id: str = typer.Argument(..., help="The run's id."),
+        iteration: int = typer.Argument(..., min=0, help="The iteration (0-based)."),
+        fmt: str = typer.Option("openai", "--format", "-f", help="openai | sharegpt | parquet"),
+        output: str = typer.Option(..., "--output", "-o", help="File to write (written atomically)."),
+        home: str = typer.Option("", "--home", help="Data folder (default $AGENTR_HOME or .agentr)."),
+    ) -> None:
+        """Export an iteration's dataset (revision samples + good trajectories >= alpha + general data
+        mixed with eta) as OpenAI fine-tuning JSONL, ShareGPT/AgentGym JSONL or Parquet."""
+        from core.cli.run_support import export_command
+
+        raise typer.Exit(export_command(run_id, iteration, fmt, output, home))

@@ -1,0 +1,279 @@
+"""Owns the side effects of a run: task lists, the iteration's dataset file, training, evaluation.
+
+The pure state machine (``core.domain.runs``) says WHAT happens next; :class:`RunEffects` does the
+I/O behind it for the train service:
+
+* ``task_ids`` / ``eval_task_ids``: the tasks of ``RunConfig.tasks`` or the environment's split
+  (cut to ``max_tasks``); evaluation tasks likewise from ``eval_tasks`` / ``eval_split``.
+* ``write_dataset``: the iteration's samples read from the store's ``samples`` read model, mixed by
+  ``core.domain.datasets.build_dataset`` (alpha of the iteration, eta, general data) and written as
+  ``<home>/runs/<run>/datasets/iter-<i>.jsonl`` (internal ``samples`` format) + ``.manifest.json``.
+* ``train``: inline (embedded mode: ``run_train_iteration`` in a thread) or as the Celery task on the
+  ``train`` queue (with Redis), waited for; returns ``ModelTrained`` or ``TrainingFailed`` (bad input:
+  empty dataset, missing general-data file, bad template, ...). Transient errors raise (retried).
+* ``evaluate``: ``train_service.evaluation`` on the held-out tasks, with the recovery test on the
+  starting model's failed paths and the iteration's mean revision length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from core.domain.config import RunConfig
+from core.domain.datasets import Candidate, DatasetConfig, DatasetError, build_dataset, trajectory_to_sample
+from core.domain.events import IterationEvaluated, ModelTrained, TrainingFailed
+from core.domain.ids import derived_id
+from core.domain.runs import EvaluateModel, RunState, TrainModel
+from core.domain.serde import from_dict
+from core.domain.trajectory import TrainingSample, Trajectory
+from core.envs.base import Env
+from core.llm.ports import Policy
+from core.runtime.settings import Settings
+from train_service.evaluation import EvalConfig, evaluate, failed_prefixes, revision_lengths
+
+log = logging.getLogger(__name__)
+
+TrainProgress = Callable[[int, int, float | None], None]  # (step, max_steps, loss)
+EvalProgress = Callable[[str, int, int], None]  # (model label, finished episodes, total)
+
+
+class BadTrainingInput(Exception):
+    """The iteration cannot be trained as configured; the run fails with this message."""
+
+
+def _open_env(uri: str) -> Env:
+    from core.envs.registry import open_env
+
+    return open_env(uri)
+
+
+def _open_policy(ref: str) -> Policy:
+    from core.llm.registry import open_policy
+
+    return open_policy(ref)
+
+
+def select_tasks(env: Env, explicit: tuple[str, ...], split: str, cap: int | None) -> list[str]:
+    ids = list(explicit) if explicit else list(env.task_ids(split))
+    if cap is not None:
+        ids = ids[:cap]
+    return ids
+
+
+class RunEffects:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Any,
+        *,
+        env_opener: Callable[[str], Env] = _open_env,
+        policy_opener: Callable[[str], Policy] = _open_policy,
+        inline_training: bool | None = None,
+        on_train_step: TrainProgress | None = None,
+        on_eval: EvalProgress | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.env_opener = env_opener
+        self.policy_opener = policy_opener
+        self.inline_training = settings.embedded if inline_training is None else inline_training
+        self.on_train_step = on_train_step
+        self.on_eval = on_eval
+        self._celery: Any = None
+
+    # ---------------------------------------------------------------------------- tasks
+    async def task_ids(self, config: RunConfig) -> list[str]:
+        env = self.env_opener(config.env)
+        try:
+            return select_tasks(env, config.tasks, config.split, config.max_tasks)
+        finally:
+            await env.close()
+
+    async def eval_task_ids(self, config: RunConfig) -> list[str]:
+        env = self.env_opener(config.env)
+        try:
+            return select_tasks(env, config.eval_tasks, config.eval_split, config.max_eval_tasks)
+        finally:
+            await env.close()
+
+    def run_dir(self, run_id: str) -> Path:
+        return Path(self.settings.home).resolve() / "runs" / run_id
+
+    # ---------------------------------------------------------------------------- dataset
+    async def load_samples(self, run_id: str, iteration: int) -> tuple[list[Candidate], list[Candidate]]:
+        from sqlalchemy import select
+
+        from core.store.tables import samples
+
+        async with self.store.engine.connect() as conn:
+            rows = (
+                (
+                    await conn.execute(
+                        select(samples)
+                        .where(samples.c.run_id == run_id, samples.c.iteration == iteration)
+                        .order_by(samples.c.position, samples.c.sample_id)
+                    )
+                )
+                .mappings()
+                .all()
+            )
+        revisions: list[Candidate] = []
+        good: list[Candidate] = []
+        for row in rows:
+            if row["kind"] == "good":
+                sample = trajectory_to_sample(from_dict(Trajectory, row["data"]), row["sample_id"])
+                good.append(Candidate(sample, row["position"], row["template_id"]))
+            elif row["kind"] == "revision":
+                revisions.append(
+                    Candidate(from_dict(TrainingSample, row["data"]), row["position"], row["template_id"])
+                )
+        return revisions, good
+
+    async def write_dataset(
+        self, state: RunState, iteration: int, dataset_id: str
+    ) -> tuple[Path, dict[str, Any]]:
+        """The iteration's dataset file (samples JSONL) and a summary of its manifest."""
+        from core.formats.export import file_fingerprint, read_general_chat, write_jsonl
+
+        config = state.config
+        revisions, good = await self.load_samples(state.run_id, iteration)
+        general: list[TrainingSample] = []
+        source = None
+        if config.general_data:
+            try:
+                general = list(read_general_chat(config.general_data))
+            except FileNotFoundError as exc:
+                raise BadTrainingInput(str(exc)) from None
+            source = file_fingerprint(config.general_data)
+        try:
+            built = build_dataset(
+                run_id=state.run_id,
+                iteration=iteration,
+                revisions=revisions,
+                good=good,
+                general=general,
+                config=DatasetConfig(alpha_schedule=config.alpha_schedule, eta=config.eta, seed=config.seed),
+                general_source=source,
+            )
+        except DatasetError as exc:
+            raise BadTrainingInput(str(exc)) from None
+        folder = self.run_dir(state.run_id) / "datasets"
+        path = folder / f"iter-{iteration}.jsonl"
+        await asyncio.to_thread(write_jsonl, path, built.samples, "samples")
+        from core.domain.serde import to_dict
+
+        manifest = {"dataset_id": dataset_id, **to_dict(built.manifest)}
+        (folder / f"iter-{iteration}.manifest.json").write_text(
+            json.dumps(manifest, indent=1, sort_keys=True)
+        )
+        counts = {"revision": 0, "good": 0, "general": 0}
+        for sample in built.samples:
+            counts[sample.kind] = counts.get(sample.kind, 0) + 1
+        return path, {"content_id": built.manifest.dataset_id, "samples": counts}
+
+    # ---------------------------------------------------------------------------- training
+    def _celery_app(self) -> Any:
+        if self._celery is None:
+            from train_service.celery_app import make_celery
+
+            self._celery = make_celery(self.settings)
+        return self._celery
+
+    async def train(self, state: RunState, effect: TrainModel) -> ModelTrained | TrainingFailed:
+        run_id, iteration = state.run_id, effect.iteration
+        try:
+            dataset_path, summary = await self.write_dataset(state, iteration, effect.dataset_id)
+        except BadTrainingInput as exc:
+            return TrainingFailed(run_id, iteration, str(exc))
+        out_dir = self.run_dir(run_id) / "checkpoints" / f"iter-{iteration}"
+        kwargs: dict[str, Any] = {
+            "run_id": run_id,
+            "iteration": iteration,
+            "dataset_id": effect.dataset_id,
+            "dataset_path": str(dataset_path),
+            "model_path": effect.model_ref,
+            "out_dir": str(out_dir),
+            "config": dict(state.config.train),
+        }
+        log.info("run %s iteration %d: training %s on %s", run_id, iteration, effect.model_ref, dataset_path)
+        try:
+            if self.inline_training:
+                from train_service.celery_app import run_train_iteration
+
+                result = await asyncio.to_thread(run_train_iteration, on_step=self.on_train_step, **kwargs)
+            else:
+                result = await self._train_with_celery(kwargs)
+        except BadTrainingInput as exc:
+            return TrainingFailed(run_id, iteration, str(exc))
+        except (ValueError, FileNotFoundError, OSError) as exc:
+            # bad input (empty dataset, unknown SFT field, missing model folder, bad template)
+            from train_service.celery_app import TransientTrainingError
+
+            if isinstance(exc, TransientTrainingError):
+                raise
+            return TrainingFailed(run_id, iteration, f"{type(exc).__name__}: {exc}")
+        metrics = {
+            **dict(result.get("metrics") or {}),
+            "dataset": summary,
+            "reused": result.get("reused", False),
+        }
+        return ModelTrained(run_id, iteration, effect.dataset_id, str(result["checkpoint"]), metrics)
+
+    async def _train_with_celery(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        from train_service.celery_app import submit_training
+
+        app = self._celery_app()
+        task_id = derived_id("train-task", kwargs["run_id"], kwargs["iteration"], kwargs["dataset_id"])
+        result = app.AsyncResult(task_id)
+        if result.state == "PENDING":
+            # never submitted (or unknown to the backend): submit under the derived task id; a
+            # duplicate submission reuses the complete checkpoint of the same dataset
+            result = await asyncio.to_thread(lambda: submit_training(app, task_id=task_id, **kwargs))
+        while not result.ready():
+            info = result.info if result.state == "PROGRESS" else None
+            if self.on_train_step and isinstance(info, dict):
+                self.on_train_step(int(info.get("step", 0)), int(info.get("max_steps", 0)), info.get("loss"))
+            await asyncio.sleep(1.0)
+        if result.state == "SUCCESS":
+            return dict(result.result)
+        if result.state == "REVOKED":
+            raise BadTrainingInput("training was cancelled")
+        raise BadTrainingInput(f"training task {task_id} ended in {result.state}: {result.result!r}")
+
+    # ---------------------------------------------------------------------------- evaluation
+    async def _evaluate_model(
+        self, label: str, model_ref: str, config: RunConfig, tasks: list[str], prefixes: Any, cfg: EvalConfig
+    ) -> dict[str, Any]:
+        policy = await asyncio.to_thread(self.policy_opener, model_ref)
+        try:
+
+            def progress(done: int, total: int) -> None:
+                if self.on_eval:
+                    self.on_eval(label, done, total)
+
+            return await evaluate(
+                policy, lambda: self.env_opener(config.env), tasks, cfg, prefixes=prefixes, progress=progress
+            )
+        finally:
+            await policy.close()
+
+    async def evaluate(self, state: RunState, effect: EvaluateModel) -> IterationEvaluated:
+        config = state.config
+        cfg = EvalConfig.from_data(config.evaluation)
+        tasks = await self.eval_task_ids(config)
+        prefixes = await failed_prefixes(self.store, state.run_id, 0, cfg.recovery_episodes)
+        metrics = await self._evaluate_model(
+            f"iteration {effect.iteration}", effect.model_ref, config, tasks, prefixes, cfg
+        )
+        lengths = await revision_lengths(self.store, state.run_id)
+        metrics["revision_length_mean"] = lengths.get(effect.iteration)
+        if cfg.baseline and effect.iteration == 0:
+            metrics["start"] = await self._evaluate_model(
+                "starting model", effect.start_model_ref, config, tasks, prefixes, cfg
+            )
+        return IterationEvaluated(state.run_id, effect.iteration, effect.model_ref, metrics)
