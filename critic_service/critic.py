@@ -9,7 +9,9 @@
       its new action/observation plus the question (early exit at the first "bad" by default);
     * ``batched``: all steps' conversations in ONE ``score_labels`` call (any Policy, e.g. an
       OpenAI-compatible server).
-  ``tokens_processed`` counts the tokens the model actually ran a forward pass over.
+  ``tokens_processed`` counts the tokens the model actually ran a forward pass over. Each prompt
+  fits the model's context when the policy tells it (oldest whole steps dropped, room left for the
+  longest label).
 - ``direct``: the Direct-Revision baseline (t' = the last action).
 - ``rules``: invalid-action observations, tool errors and action loops (core.domain.critic).
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from core.domain.critic import (
     LABEL_WORDS,
@@ -33,7 +35,8 @@ from core.domain.critic import (
 )
 from core.domain.events import StepVerdict
 from core.domain.trajectory import Message, Trajectory
-from core.llm.ports import Policy
+from core.llm.context import context_limit, fit_prompt
+from core.llm.ports import ContextWindow, Policy
 from core.llm.prompts import build_messages
 
 Strategy = Literal["model", "direct", "rules"]
@@ -76,11 +79,25 @@ class Critique:
     model_version: str = ""
 
 
-def judge_conversation(path: Trajectory, step_index: int) -> list[Message]:
-    """The conversation asking about ``path.steps[step_index]`` (history through its observation)."""
-    messages = build_messages(path.instruction, path.task, path.steps[: step_index + 1])
-    messages.append(Message("user", JUDGE_QUESTION))
-    return messages
+def label_reserve(policy: object) -> int:
+    """Tokens to leave for the longest label after the prompt (0 when the context is unknown)."""
+    if context_limit(policy) is None:
+        return 0
+    return max(cast(ContextWindow, policy).count_tokens(label) for label in LABEL_TEXTS)
+
+
+def judge_conversation(path: Trajectory, step_index: int, policy: object | None = None) -> list[Message]:
+    """The conversation asking about ``path.steps[step_index]`` (history through its observation).
+
+    With a ``policy`` that tells its context length, the oldest whole steps are dropped until the
+    prompt and the longest label fit (the judged step and the question are always kept).
+    """
+    history = build_messages(path.instruction, path.task, path.steps[:step_index])
+    judged = build_messages("", "", path.steps[step_index : step_index + 1])[2:]
+    question = [*judged, Message("user", JUDGE_QUESTION)]
+    if policy is None:
+        return [*history, *question]
+    return fit_prompt(policy, history, reserve=label_reserve(policy), suffix=question)
 
 
 def supports_prefix_reuse(policy: Any) -> bool:
@@ -91,7 +108,7 @@ async def judge_batched(
     policy: Policy, path: Trajectory, steps: Sequence[int]
 ) -> tuple[list[StepVerdict], int]:
     """All steps in ONE score_labels call; tokens counted when the policy can count them."""
-    conversations = [judge_conversation(path, i) for i in steps]
+    conversations = [judge_conversation(path, i, policy) for i in steps]
     scores = await policy.score_labels(conversations, LABEL_TEXTS)
     verdicts = [verdict_from_scores(i, s) for i, s in zip(steps, scores, strict=True)]
     tokens = 0
@@ -125,7 +142,7 @@ async def judge_prefix(
     from critic_service.prefix_scoring import PrefixScorer
 
     scorer = PrefixScorer(policy, reuse=reuse)
-    prompts = [policy.render(judge_conversation(path, i)) for i in steps]
+    prompts = [policy.render(judge_conversation(path, i, policy)) for i in steps]
 
     def is_bad(row: list[float]) -> bool:
         return label_from_scores(dict(zip(LABEL_TEXTS, row, strict=True))) == "bad"

@@ -6,6 +6,8 @@
 - ``TraceIngested`` -> for a failed trace, ``TraceCritiqued`` (strategy from settings: rules by
   default, model when ``AGENTR_CRITIC_MODEL`` is set); a failed and a successful trace of the same
   project and task key -> ``PairFound`` (source "trace", divergence = longest common prefix of actions).
+  The partners are looked up in the ``traces`` projection (project, task key, outcome), and only
+  their streams are read: the cost does not grow with the number of traces stored.
 
 The critic for a search pair is the iteration's actor: the ``model_ref`` of its IterationStarted
 (the trained model of iteration i judges iteration i's pairs). Strategy and plan come from the run's
@@ -17,6 +19,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import Any
+
+from sqlalchemy import select
 
 from core.domain.config import RunConfig
 from core.domain.critic import CriticInputError
@@ -45,7 +49,8 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = "critic"
 
 
-def _open_policy(ref: str) -> Policy:
+def open_model(ref: str) -> Policy:
+    """A model reference -> Policy (core.llm.registry), for the critic and the splicer."""
     from core.llm.registry import open_policy
 
     return open_policy(ref)
@@ -82,6 +87,10 @@ async def run_context(store: EventStore, run_id: str, iteration: int) -> tuple[R
         elif isinstance(event, IterationStarted) and event.iteration == iteration:
             model_ref = event.model_ref
     return config, model_ref
+
+
+def _trace_pair_id(failed_trace_id: str) -> str:
+    return derived_id("trace-pair", failed_trace_id)
 
 
 class CriticHandlers:
@@ -158,33 +167,49 @@ class CriticHandlers:
             out.extend(await self._pairs_for(trace, meta))
         return HandlerResult(out)
 
+    async def _partners(self, trace: TraceIngested) -> list[TraceIngested]:
+        """The other traces of ``trace``'s project and task key with the opposite outcome, found in
+        the ``traces`` projection; only their own streams are read."""
+        from core.store.tables import traces
+
+        wanted = "success" if trace.outcome == "failure" else "failure"
+        query = (
+            select(traces.c.trace_id)
+            .where(
+                traces.c.project_id == trace.project_id,
+                traces.c.task_key == trace.task_key,
+                traces.c.outcome == wanted,
+                traces.c.trace_id != trace.trace_id,
+            )
+            .order_by(traces.c.created_at, traces.c.trace_id)
+        )
+        async with self.store.engine.connect() as conn:  # type: ignore[attr-defined]
+            trace_ids = (await conn.execute(query)).scalars().all()
+        partners = []
+        for trace_id in trace_ids:
+            if wanted == "failure" and await self._paired(trace_id):
+                continue  # that failure already has its pair: its stream is not needed
+            for recorded in await self.store.read_stream(trace_stream(trace_id)):
+                if isinstance(recorded.event, TraceIngested):
+                    partners.append(recorded.event)
+                    break
+        return partners
+
+    async def _paired(self, failed_trace_id: str) -> bool:
+        return await self.store.stream_version(pair_stream(_trace_pair_id(failed_trace_id))) >= 0
+
     async def _pairs_for(self, trace: TraceIngested, meta: Metadata) -> list[NewEvent]:
         """Pair failed and successful traces of the same project and task key (one pair per failure)."""
-        failures: list[TraceIngested] = []
-        successes: list[TraceIngested] = []
-        after = 0
-        while True:
-            batch = await self.store.read_all(after=after, limit=1000, event_types=["TraceIngested"])
-            if not batch:
-                break
-            after = batch[-1].position
-            for recorded in batch:
-                other = recorded.event
-                assert isinstance(other, TraceIngested)
-                if other.project_id != trace.project_id or other.task_key != trace.task_key:
-                    continue
-                if other.trace_id == trace.trace_id:
-                    continue
-                (failures if other.outcome == "failure" else successes).append(other)
+        partners = await self._partners(trace)
         if trace.outcome == "failure":
-            wanted = [(trace, successes)]
+            wanted = [(trace, partners)]
         else:
-            wanted = [(failed, [trace]) for failed in failures]
+            wanted = [(failed, [trace]) for failed in partners]
         out = []
         for failed, candidates in wanted:
-            pair_id = derived_id("trace-pair", failed.trace_id)
-            if await self.store.stream_version(pair_stream(pair_id)) >= 0:
+            if await self._paired(failed.trace_id):
                 continue  # this failure already has its pair
+            pair_id = _trace_pair_id(failed.trace_id)
             best = None
             for good in candidates:
                 shared = longest_common_prefix(failed.trajectory.steps, good.trajectory.steps)
@@ -223,7 +248,7 @@ class CriticHandlers:
 
 
 def build_service(
-    settings: Settings, store: EventStore, *, policy_opener: Callable[[str], Policy] = _open_policy
+    settings: Settings, store: EventStore, *, policy_opener: Callable[[str], Policy] = open_model
 ) -> Service:
     """The critic worker's composition root."""
     policies = PolicyCache(policy_opener)

@@ -1,7 +1,9 @@
 """Owns the splice worker (`agentr worker splice`): revision samples and the iteration's dataset signal.
 
 - ``FirstErrorMarked`` -> ``RevisionMaterialized`` (or ``RevisionRejected`` with the reason): the
-  pair is spliced (core.domain.splice) with a reflection chosen from the pair id; where the pair names
+  pair is spliced (core.domain.splice) with a reflection chosen from the pair id (``reflection:
+  template``, the default) or written by the iteration's model (``reflection: model``, see
+  ``critic_service.reflector``; template fallback recorded as ``model|fallback:<id>``); where the pair names
   an environment and task, the spliced action sequence is replayed there: ``verified`` says whether it
   still reaches the good path's reward, and the sample keeps the observations the environment really
   returned. Unverified samples are kept or dropped by ``RunConfig.splice["keep_unverified"]``.
@@ -16,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import func, select
 
@@ -35,14 +37,22 @@ from core.domain.events import (
     caused_by,
 )
 from core.domain.ids import derived_id, pair_stream, run_stream
-from core.domain.reflections import DEFAULT_TEMPLATES, ReflectionError, choose_reflection
+from core.domain.reflections import (
+    DEFAULT_TEMPLATES,
+    Reflection,
+    ReflectionError,
+    choose_reflection,
+    model_or_template,
+)
 from core.domain.splice import SplicedPath, SpliceError, revision_sample, splice_path
 from core.domain.trajectory import Step
 from core.envs.base import Env, EnvError
+from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
-from critic_service.service import run_context
+from critic_service.reflector import ReflectionRequest, model_reflections
+from critic_service.service import PolicyCache, open_model, run_context
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "splice"
@@ -63,15 +73,21 @@ class SpliceConfig:
     """Keep a sample whose replay does not reach the good reward (marked verified=False)."""
     reflections: dict[str, str] | None = None
     """Reflection templates (id -> sentence); None = core.domain.reflections.DEFAULT_TEMPLATES."""
+    reflection: Literal["template", "model"] = "template"
+    """Where the reflection sentence comes from: a template, or the iteration's model (with fallback)."""
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None) -> SpliceConfig:
         data = dict(data or {})
         templates = data.get("reflections")
+        source = data.get("reflection", "template")
+        if source not in ("template", "model"):
+            raise ReflectionError(f"splice.reflection: unknown source {source!r} (template, model)")
         return cls(
             verify=bool(data.get("verify", True)),
             keep_unverified=bool(data.get("keep_unverified", False)),
             reflections=dict(templates) if templates else None,
+            reflection=source,
         )
 
 
@@ -104,10 +120,17 @@ async def replay(env: Env, task_id: str, path: SplicedPath, good_reward: float |
 
 
 class SpliceHandlers:
-    def __init__(self, settings: Settings, store: EventStore, env_opener: Callable[[str], Env]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: EventStore,
+        env_opener: Callable[[str], Env],
+        policies: PolicyCache | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.env_opener = env_opener
+        self.policies = policies or PolicyCache(open_model)
 
     async def _pair(self, pair_id: str) -> PairFound | None:
         for recorded in await self.store.read_stream(pair_stream(pair_id)):
@@ -123,11 +146,12 @@ class SpliceHandlers:
         if pair is None:
             raise LookupError(f"splice: no PairFound in stream {pair_stream(marked.pair_id)}")
         config = SpliceConfig()
-        if pair.run_id is not None:
-            run_config, _ = await run_context(self.store, pair.run_id, pair.iteration)
-            config = SpliceConfig.from_data(run_config.splice)
+        model_ref: str | None = None
         try:
-            outcome = await self._splice(pair, marked, config)
+            if pair.run_id is not None:
+                run_config, model_ref = await run_context(self.store, pair.run_id, pair.iteration)
+                config = SpliceConfig.from_data(run_config.splice)
+            outcome = await self._splice(pair, marked, config, model_ref)
         except (SpliceError, ReflectionError) as exc:
             outcome = RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"splice: {exc}")
         if isinstance(outcome, RevisionRejected):
@@ -150,12 +174,38 @@ class SpliceHandlers:
             events.extend(await self._iteration_check(pair.run_id, pair.iteration, meta, *extra))
         return HandlerResult(events)
 
+    async def _reflection(
+        self, pair: PairFound, marked: FirstErrorMarked, config: SpliceConfig, model_ref: str | None
+    ) -> Reflection:
+        templates = config.reflections or DEFAULT_TEMPLATES
+        wrong = pair.bad.steps[marked.transition_index]
+        if config.reflection == "template":
+            return choose_reflection(pair.pair_id, wrong.action, templates)
+        if not model_ref:
+            reflection, _ = model_or_template(None, pair.pair_id, wrong.action, templates)
+            log.warning("splice: pair %s: no model to reflect with; %s", pair.pair_id, reflection.template_id)
+            return reflection
+        try:
+            policy: Policy = self.policies.get(model_ref)
+        except (PolicyError, OSError, ValueError) as exc:
+            reflection, _ = model_or_template(None, pair.pair_id, wrong.action, templates)
+            log.warning(
+                "splice: pair %s: cannot open %s (%s); %s",
+                pair.pair_id,
+                model_ref,
+                exc,
+                reflection.template_id,
+            )
+            return reflection
+        request = ReflectionRequest(pair.pair_id, pair.bad.task, wrong.action, wrong.observation)
+        (reflection,) = await model_reflections(policy, [request], templates)
+        return reflection
+
     async def _splice(
-        self, pair: PairFound, marked: FirstErrorMarked, config: SpliceConfig
+        self, pair: PairFound, marked: FirstErrorMarked, config: SpliceConfig, model_ref: str | None
     ) -> RevisionMaterialized | RevisionRejected:
         path = splice_path(pair.bad, pair.good, pair.shared_steps, marked.transition_index)
-        wrong_action = pair.bad.steps[marked.transition_index].action
-        reflection = choose_reflection(pair.pair_id, wrong_action, config.reflections or DEFAULT_TEMPLATES)
+        reflection = await self._reflection(pair, marked, config, model_ref)  # t' checked by splice_path
         verified: bool | None = None
         if config.verify and pair.env_uri and pair.task_id is not None:
             env = self.env_opener(pair.env_uri)
@@ -292,10 +342,15 @@ class SpliceHandlers:
 
 
 def build_service(
-    settings: Settings, store: EventStore, *, env_opener: Callable[[str], Env] = _open_env
+    settings: Settings,
+    store: EventStore,
+    *,
+    env_opener: Callable[[str], Env] = _open_env,
+    policy_opener: Callable[[str], Policy] = open_model,
 ) -> Service:
     """The splice worker's composition root."""
-    handlers = SpliceHandlers(settings, store, env_opener)
+    policies = PolicyCache(policy_opener)
+    handlers = SpliceHandlers(settings, store, env_opener, policies)
     return Service(
         name=SERVICE_NAME,
         handlers={
@@ -305,4 +360,5 @@ def build_service(
             RevisionRejected.event_type: handlers.on_progress,
         },
         concurrency=1,
+        on_close=policies.close,
     )

@@ -18,8 +18,10 @@ import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
-from core.llm.ports import Completion, Conversation, Policy
+from core.llm.context import context_limit
+from core.llm.ports import Completion, ContextWindow, Conversation, Policy
 
 SampleKey = tuple[int, float, int, tuple[str, ...] | None, bool]
 
@@ -65,6 +67,17 @@ class BatchingPolicy:
     @property
     def model_version(self) -> str:
         return self.inner.model_version
+
+    # ContextWindow, passed through (None when the wrapped policy does not tell its context)
+    @property
+    def max_context_tokens(self) -> int | None:
+        return context_limit(self.inner)
+
+    def prompt_tokens(self, conversation: Conversation) -> int:
+        return cast(ContextWindow, self.inner).prompt_tokens(conversation)
+
+    def count_tokens(self, text: str) -> int:
+        return cast(ContextWindow, self.inner).count_tokens(text)
 
     async def sample(
         self,

@@ -6,7 +6,9 @@ expanded by ONE policy call for ``n_candidates`` completions, parsed and dedupli
 normalised action, each distinct action stepped from the node's restored state (see
 ``search_service.env_states``); the descent goes on until a terminal node (done, failure,
 max_depth, or "no valid action" when no completion parses). Each descent's ``NodesExpanded`` events
-and its ``RolloutFinished`` are handed to the sink together (one append per descent).
+and its ``RolloutFinished`` are handed to the sink together (one append per descent). Prompts fit
+the policy's context (``core.llm.context.fit_prompt``: oldest whole steps dropped, room left for
+``max_tokens``) when the policy tells its context length.
 
 The in-memory tree is the domain ``SearchTree`` updated by applying exactly the events written, so
 the tree in the store and the tree searched cannot drift apart. Event ids are derived from the tree
@@ -52,8 +54,9 @@ from core.domain.mcts import (
 from core.domain.pairs import good_leaves, path_trajectory, select_pairs
 from core.domain.trajectory import Step
 from core.envs.base import Env
+from core.llm.context import fit_prompt
 from core.llm.ports import Policy
-from core.llm.prompts import ParsedAction, build_prompt, parse_action
+from core.llm.prompts import ParsedAction, build_messages, parse_action
 from search_service.env_states import Candidate, EnvStates
 
 log = logging.getLogger(__name__)
@@ -111,7 +114,6 @@ class TreeSearch:
         *,
         metadata: Metadata | None = None,
         use_clone: bool = True,
-        prompt_budget: int | None = None,
     ) -> None:
         self.request = request
         self.config = request.config
@@ -120,7 +122,6 @@ class TreeSearch:
         self.sink = sink
         self.metadata = metadata or Metadata(producer="search")
         self.states = EnvStates(env, request.task_id, use_clone=use_clone)
-        self.prompt_budget = prompt_budget
         self.stats = SearchStats()
         self.tree: SearchTree | None = None
         self.task = ""
@@ -224,7 +225,8 @@ class TreeSearch:
     async def _expand(self, tree: SearchTree, node_id: str) -> list[NodeRecord]:
         path = tree.path(node_id)
         steps = [Step(n.thought, n.action, n.observation, n.reward, n.done, n.valid) for n in path[1:]]
-        prompt = build_prompt(self.env.instruction, self.task, steps, budget=self.prompt_budget)
+        messages = build_messages(self.env.instruction, self.task, steps)
+        prompt = fit_prompt(self.policy, messages, reserve=self.config.max_tokens)
         policy_started = time.perf_counter()
         completions = await self.policy.sample(
             [prompt],

@@ -9,9 +9,11 @@ batched policy calls), runs ``TreeSearch``, appends progress events to the tree'
 
 A redelivered request resumes from the tree's stored events (nothing is redone or written twice);
 one whose tree already completed or failed returns nothing. An unknown environment, task, bad search
-config or a model ref that cannot be opened ends in ``SearchFailed`` with the reason, and the worker
-carries on. Model refs: anything ``core.llm.registry.open_policy`` accepts, plus
-``noisy-expert[?mistake=..]`` (the TextCraft expert with mistakes, for tests and demos).
+config, a model ref that cannot be opened or a task too long for the model's context even with every
+earlier step omitted ends in ``SearchFailed`` with the reason, and the worker carries on. Prompts are
+fitted to the model's context by the engine (older steps dropped whole). Model refs: anything
+``core.llm.registry.open_policy`` accepts, plus ``noisy-expert[?mistake=..]`` (the TextCraft expert
+with mistakes, for tests and demos).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from core.domain.events import (
 from core.domain.ids import derived_id, tree_stream
 from core.domain.mcts import SearchConfigError
 from core.envs.base import Env, EnvError, UnknownTask
+from core.llm.context import ContextOverflow
 from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
@@ -148,6 +151,8 @@ class SearchHandler:
             await search.run(prior)
         except UnknownTask as exc:
             return failed(f"unknown task {event.task_id!r} in {event.env_uri!r}: {exc}")
+        except ContextOverflow as exc:
+            return failed(f"model {event.model_ref!r}: {exc}")
         finally:
             await search.close()
             await env.close()

@@ -4,13 +4,21 @@ Each template is a short first-person sentence an agent says when it notices its
 for this project. ``{action}`` (optional) is filled with the wrong action at the transition point.
 The choice is a pure function of the pair id (a stable hash, not Python's salted ``hash``), so a
 replayed splice picks the same sentence; the chosen template id is recorded with the sample.
+
+Reflections may also come from the model (``reflection_prompt`` asks for one first-person sentence);
+``check_model_reflection`` accepts only one non-empty first-person sentence with no ``Action:`` /
+``Thought:`` marker, and ``model_or_template`` falls back to the template choice, recording it in the
+template id (``"model"``, or ``"model|fallback:r03"``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from core.domain.trajectory import Message
 
 
 @dataclass(frozen=True)
@@ -63,3 +71,68 @@ def choose_reflection(
     template_id = ids[int.from_bytes(digest[:8], "big") % len(ids)]
     action = " ".join(wrong_action.split()) or "that action"
     return Reflection(template_id=template_id, text=templates[template_id].format(action=action))
+
+
+# --------------------------------------------------------------------------------------------
+# Reflections from the model
+# --------------------------------------------------------------------------------------------
+
+MODEL_TEMPLATE_ID = "model"
+REFLECTION_SYSTEM = "You review your own attempt at a task and notice your mistakes."
+REFLECTION_REQUEST = (
+    "Task: {task}\nYour action: {action}\nWhat happened: {observation}\n"
+    "In one short first-person sentence, say what was wrong with that action and that you will "
+    "change course. Answer with the sentence only."
+)
+MAX_REFLECTION_CHARS = 240
+_FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'll|i'd|me|my|myself)\b", re.IGNORECASE)
+_MARKER = re.compile(r"\b(action|thought)\s*:", re.IGNORECASE)
+_INNER_END = re.compile(r"[.!?][\"')\]]*\s+\S")
+
+
+def reflection_prompt(task: str, wrong_action: str, observation: str) -> list[Message]:
+    """The conversation asking the model for a one-sentence reflection on ``wrong_action``."""
+    request = REFLECTION_REQUEST.format(
+        task=task.strip(), action=" ".join(wrong_action.split()), observation=observation.strip()
+    )
+    return [Message("system", REFLECTION_SYSTEM), Message("user", request)]
+
+
+def check_model_reflection(text: str) -> str:
+    """The model's sentence, whitespace-folded; ``ReflectionError`` says why it is unusable."""
+    sentence = " ".join(text.split()).strip("\"'` ")
+    if not sentence:
+        raise ReflectionError("model reflection: empty answer")
+    if "\n" in text.strip():
+        raise ReflectionError("model reflection: more than one line")
+    if _MARKER.search(sentence):
+        raise ReflectionError("model reflection: contains an Action:/Thought: marker")
+    if len(sentence) > MAX_REFLECTION_CHARS:
+        raise ReflectionError(f"model reflection: longer than {MAX_REFLECTION_CHARS} characters")
+    if sentence[-1] not in ".!?":
+        raise ReflectionError("model reflection: not a finished sentence (no final . ! or ?)")
+    if _INNER_END.search(sentence):
+        raise ReflectionError("model reflection: more than one sentence")
+    if len(sentence.split()) < 3:
+        raise ReflectionError("model reflection: fewer than three words")
+    if not _FIRST_PERSON.search(sentence):
+        raise ReflectionError("model reflection: not in the first person (no I / me / my)")
+    return sentence
+
+
+def model_or_template(
+    answer: str | None,
+    pair_id: str,
+    wrong_action: str = "",
+    templates: Mapping[str, str] = DEFAULT_TEMPLATES,
+) -> tuple[Reflection, str | None]:
+    """The model's reflection when ``answer`` passes ``check_model_reflection``, else the template
+    choice for ``pair_id`` with id ``"model|fallback:<template id>"``; second: why it fell back."""
+    try:
+        if answer is None:
+            raise ReflectionError("model reflection: no answer")
+        return Reflection(MODEL_TEMPLATE_ID, check_model_reflection(answer)), None
+    except ReflectionError as exc:
+        fallback = choose_reflection(pair_id, wrong_action, templates)
+        template_id = f"{MODEL_TEMPLATE_ID}|fallback:{fallback.template_id}"
+        return Reflection(template_id, fallback.text), str(exc)

@@ -74,7 +74,10 @@ class HFPolicy:
         self._lock = threading.Lock()
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+        configured = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+        self.max_positions = configured or 1 << 30
+        # ContextWindow (core.llm.ports): None when the config does not say
+        self.max_context_tokens: int | None = configured or None
         eos = tokenizer.eos_token_id
         if eos is None:
             raise PolicyError("the tokenizer has no eos token; the model cannot end a turn")
@@ -127,6 +130,10 @@ class HFPolicy:
     def count_tokens(self, text: str) -> int:
         """Token length of ``text`` (a ``measure`` for :func:`core.llm.prompts.truncate_messages`)."""
         return len(self.encode(text))
+
+    def prompt_tokens(self, conversation: Conversation) -> int:
+        """Token length of ``conversation`` as :meth:`sample` renders it (ContextWindow)."""
+        return len(self.encode(self.render(conversation)))
 
     # ----------------------------------------------------------------------------- Policy port
     async def sample(

@@ -45,6 +45,8 @@ class OpenAIPolicy:
     None means: ask ``GET /models`` once and use the only model served (error if several).
     ``template_from``: a local tokenizer folder whose chat template renders prompts for exact
     ``echo`` label scoring; without it ``score_labels`` uses ``top_logprobs``.
+    ``max_context_tokens``: the served model's context length, when known (ContextWindow); None =
+    unknown, and callers do not truncate.
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class OpenAIPolicy:
         backoff: float = 0.5,
         template_from: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_context_tokens: int | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise PolicyError(f"OpenAI base URL must start with http:// or https://, got {base_url!r}")
@@ -77,6 +80,10 @@ class OpenAIPolicy:
         self._tokenizer: Any = None
         self._model_lock = asyncio.Lock()
         self.model_version = f"{self.base_url}#{model or '?'}"  # the server's model name
+        if max_context_tokens is not None and max_context_tokens < 1:
+            raise ValueError(f"max_context_tokens must be >= 1, got {max_context_tokens}")
+        # ContextWindow (core.llm.ports): unknown unless configured
+        self.max_context_tokens = max_context_tokens
 
     # ----------------------------------------------------------------------------- HTTP
     async def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
@@ -243,7 +250,22 @@ class OpenAIPolicy:
 
         return list(await asyncio.gather(*(one(c) for c in conversations)))
 
-    def _render(self, conversation: Conversation) -> str:
+    # ----------------------------------------------------------------------------- ContextWindow
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text``: exact with ``template_from``'s tokenizer, else a conservative estimate
+        (UTF-8 bytes / 3, rounded up)."""
+        if self._template_from:
+            self._load_tokenizer()
+            return len(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+        return -(-len(text.encode("utf-8")) // 3)
+
+    def prompt_tokens(self, conversation: Conversation) -> int:
+        """The rendered prompt's tokens with ``template_from``, else the estimate + 4 per message."""
+        if self._template_from:
+            return self.count_tokens(self._render(conversation))
+        return sum(self.count_tokens(m.content) + 4 for m in conversation) + 4
+
+    def _load_tokenizer(self) -> None:
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
@@ -251,6 +273,9 @@ class OpenAIPolicy:
                 self._tokenizer = AutoTokenizer.from_pretrained(self._template_from)
             except (OSError, ValueError) as exc:
                 raise PolicyError(f"cannot load the chat template from {self._template_from}: {exc}") from exc
+
+    def _render(self, conversation: Conversation) -> str:
+        self._load_tokenizer()
         messages = [{"role": m.role, "content": m.content} for m in conversation]
         return str(self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 

@@ -2,6 +2,11 @@
 
 Two real backends implement it: ``openai`` (any OpenAI-compatible server, over httpx) and ``hf``
 (a local transformers model folder). Conversations are sequences of ``Message`` (role, content).
+
+A policy MAY also implement ``ContextWindow`` (optional, duck-typed): its context length and how
+many tokens a prompt takes, so callers can truncate long episodes to fit
+(``core.llm.context.fit_prompt``). A policy without it, or whose ``max_context_tokens`` is None,
+is treated as having an unknown (unlimited) context.
 """
 
 from __future__ import annotations
@@ -51,3 +56,18 @@ class Policy(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ContextWindow(Protocol):
+    """Optional Policy capability: the context length and prompt token counts (see module docstring)."""
+
+    max_context_tokens: int | None  # prompt + generated tokens the model can hold; None = unknown
+
+    def prompt_tokens(self, conversation: Conversation) -> int:
+        """Tokens of ``conversation`` rendered as a prompt (chat template + generation prompt)."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of one message's text (the ``measure`` for truncation)."""
+        ...

@@ -14,9 +14,16 @@ from critic_service.critic import (
     judge_batched,
     judge_conversation,
     judge_prefix,
+    label_reserve,
 )
 
 torch = pytest.importorskip("torch")
+
+TEXTS = [
+    "Crafting commands: craft 4 oak planks using 1 oak logs. Goal: craft stick.",
+    "Thought: I need logs.\nAction: get 1 oak logs",
+    "Got 1 oak logs. Could not execute craft 1 stick. Judge your last action. Good Bad Uncertain",
+] * 20
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +33,7 @@ def policy(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 
     torch.set_num_threads(1)
     folder = tmp_path_factory.mktemp("tiny") / "model"
-    texts = [
-        "Crafting commands: craft 4 oak planks using 1 oak logs. Goal: craft stick.",
-        "Thought: I need logs.\nAction: get 1 oak logs",
-        "Got 1 oak logs. Could not execute craft 1 stick. Judge your last action. Good Bad Uncertain",
-    ] * 20
-    build_tiny_model(folder, texts, hidden=64, layers=2, heads=2, vocab_size=400, seed=0)
+    build_tiny_model(folder, TEXTS, hidden=64, layers=2, heads=2, vocab_size=400, seed=0)
     return HFPolicy.from_folder(folder, device="cpu")
 
 
@@ -84,3 +86,60 @@ async def test_early_exit_stops_at_first_bad(policy) -> None:  # type: ignore[no
     stop = labels.index("bad") + 1 if "bad" in labels else len(labels)
     assert [v.label for v in early] == labels[:stop]
     assert len(early) <= len(full)
+
+
+@pytest.fixture(scope="module")
+def short_policy(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The same kind of tiny model with a context of only 256 positions."""
+    from core.llm.hf import HFPolicy
+    from core.llm.tiny import build_tiny_model
+
+    folder = tmp_path_factory.mktemp("tiny-short") / "model"
+    build_tiny_model(folder, TEXTS, hidden=32, layers=1, heads=2, vocab_size=400, seed=0, max_positions=256)
+    return HFPolicy.from_folder(folder, device="cpu")
+
+
+async def test_long_paths_are_judged_within_the_models_context(short_policy) -> None:  # type: ignore[no-untyped-def]
+    from core.llm.ports import PolicyError
+
+    path = _path(12)
+    last = len(path.steps) - 1
+    full = judge_conversation(path, last)
+    assert short_policy.prompt_tokens(full) > 256  # the untruncated prompt cannot be scored
+    with pytest.raises(PolicyError):
+        await short_policy.sample([full], max_tokens=1)
+    fitted = judge_conversation(path, last, short_policy)
+    assert short_policy.prompt_tokens(fitted) + label_reserve(short_policy) <= 256
+    assert fitted[-1].content == full[-1].content and fitted[-2:] == full[-2:]  # judged step + question
+    assert "earlier steps omitted]" in fitted[1].content
+    prefix = await critique(CriticConfig(strategy="model", early_exit=False), path, 4, short_policy)
+    batched = await critique(CriticConfig(strategy="model", plan="batched"), path, 4, short_policy)
+    assert [v.step_index for v in prefix.verdicts] == list(range(4, 12))
+    assert [v.label for v in batched.verdicts] == [v.label for v in prefix.verdicts]
+    for a, b in zip(prefix.verdicts, batched.verdicts, strict=True):
+        for label, value in a.scores.items():
+            assert b.scores[label] == pytest.approx(value, abs=2e-3)
+
+
+async def test_model_reflections_from_the_tiny_model_fall_back_to_templates(policy) -> None:  # type: ignore[no-untyped-def]
+    from core.domain.reflections import check_model_reflection, choose_reflection
+    from core.llm.prompts import parse_action
+    from critic_service.reflector import ReflectionRequest, model_reflections
+
+    requests = [
+        ReflectionRequest(f"pair-{i}", "Goal: craft stick.", f"get {i + 1} oak logs", "Could not execute")
+        for i in range(3)
+    ]
+    got = await model_reflections(policy, requests)
+    assert len(got) == 3
+    for request, reflection in zip(requests, got, strict=True):
+        if reflection.template_id == "model":  # only a checked sentence is ever used as is
+            assert check_model_reflection(reflection.text) == reflection.text
+            assert parse_action(reflection.text) is None
+        else:
+            template = choose_reflection(request.pair_id, request.wrong_action)
+            assert reflection.template_id == f"model|fallback:{template.template_id}"
+            assert reflection.text == template.text
+    # the random tiny model writes no usable sentence: every reflection took the fallback path
+    assert all(r.template_id.startswith("model|fallback:") for r in got)
+    assert got == await model_reflections(policy, requests)  # greedy: deterministic

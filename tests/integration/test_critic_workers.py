@@ -5,6 +5,8 @@ rejected with a reason; replay verification rejects a path that does not reach t
 
 from __future__ import annotations
 
+import re
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -27,12 +29,15 @@ from core.domain.events import (
     TreeCompleted,
 )
 from core.domain.ids import derived_id, new_id, pair_stream, run_stream, trace_stream, tree_stream
+from core.domain.reflections import Reflection, choose_reflection
 from core.domain.trajectory import Step, Trajectory
 from core.envs.textcraft import TextCraftEnv
 from core.envs.textcraft.solver import solve
+from core.llm.ports import Completion
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store
+from critic_service.reflector import ReflectionRequest, model_reflections
 from critic_service.service import build_service as build_critic
 from critic_service.splice_service import build_service as build_splice
 from critic_service.splice_service import replay
@@ -63,13 +68,46 @@ async def _textcraft_pair() -> tuple[str, Trajectory, Trajectory, int]:
     return task_id, bad, good, shared
 
 
-@pytest.fixture
-async def stack(pg_url: str, redis_url: str, redis_prefix: str):  # type: ignore[no-untyped-def]
+class ReflectingPolicy:
+    """A deterministic Policy for tests: answers a reflection request with one first-person sentence
+    about the wrong action it names ("Your action: ..."), except for ``inventory``, where it answers
+    with an action line (an unusable reflection). Records every call's sampling parameters."""
+
+    model_version = "reflecting-policy"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, float, int]] = []  # (conversations, temperature, max_tokens)
+
+    async def sample(
+        self, conversations, n=1, temperature=1.0, max_tokens=64, seed=None, stop=None, logprobs=False
+    ):  # type: ignore[no-untyped-def]
+        self.calls.append((len(conversations), temperature, max_tokens))
+        out = []
+        for conversation in conversations:
+            match = re.search(r"^Your action: (.*)$", conversation[-1].content, re.MULTILINE)
+            action = match.group(1) if match else "that"
+            text = (
+                "Action: inventory"
+                if action == "inventory"
+                else f"I see that {action} was premature, so I will change course."
+            )
+            out.append([Completion(text=text, tokens=len(text.split())) for _ in range(n)])
+        return out
+
+    async def score_labels(self, conversations, labels):  # type: ignore[no-untyped-def]
+        raise NotImplementedError("this test policy only writes reflections")
+
+    async def close(self) -> None:
+        return None
+
+
+@asynccontextmanager
+async def _workers(pg_url: str, redis_url: str, redis_prefix: str, **splice_options: Any):  # type: ignore[no-untyped-def]
     store = await open_store(pg_url, create_tables=True)
     bus = RedisStreamsBus(redis_url, redis_prefix)
     settings = Settings(block_ms=50, critic_trace_strategy="rules")
     critic = Worker(build_critic(settings, store), store, bus, settings)
-    splice = Worker(build_splice(settings, store), store, bus, settings)
+    splice = Worker(build_splice(settings, store, **splice_options), store, bus, settings)
     relay = Relay(store, bus)
 
     async def settle() -> None:
@@ -79,28 +117,34 @@ async def stack(pg_url: str, redis_url: str, redis_prefix: str):  # type: ignore
             await relay.drain()
             await splice.run(burst=True)
 
-    yield store, settle
-    await bus.close()
-    await store.close()
+    try:
+        yield store, settle
+    finally:
+        await bus.close()
+        await store.close()
+
+
+@pytest.fixture
+async def stack(pg_url: str, redis_url: str, redis_prefix: str):  # type: ignore[no-untyped-def]
+    async with _workers(pg_url, redis_url, redis_prefix) as pair:
+        yield pair
 
 
 def _events(recorded: list[Any], cls: type) -> list[Any]:
     return [r.event for r in recorded if isinstance(r.event, cls)]
 
 
-async def test_search_pair_becomes_verified_revision_and_dataset(stack) -> None:  # type: ignore[no-untyped-def]
-    store, settle = stack
+async def _search_run(store: Any, splice: dict[str, Any], model_ref: str = "tiny") -> tuple[Any, ...]:
+    """A run whose iteration 0 has one completed tree with one TextCraft pair (rules critic)."""
     task_id, bad, good, shared = await _textcraft_pair()
     run_id, tree_id, project = new_id(), new_id(), new_id()
-    config = RunConfig(
-        env=ENV_URI, critic={"strategy": "rules"}, splice={"verify": True, "keep_unverified": False}
-    )
+    config = RunConfig(env=ENV_URI, critic={"strategy": "rules"}, splice=splice)
     meta = Metadata(project_id=project)
     pair_id = derived_id("pair", tree_id, 0)
     await store.append(
         [
             NewEvent(run_stream(run_id), RunRequested(run_id, project, config.to_data()), meta),
-            NewEvent(run_stream(run_id), IterationStarted(run_id, 0, "tiny", 1.0, (tree_id,)), meta),
+            NewEvent(run_stream(run_id), IterationStarted(run_id, 0, model_ref, 1.0, (tree_id,)), meta),
             NewEvent(
                 pair_stream(pair_id),
                 PairFound(
@@ -121,6 +165,12 @@ async def test_search_pair_becomes_verified_revision_and_dataset(stack) -> None:
             NewEvent(tree_stream(tree_id), TreeCompleted(tree_id, run_id, 0, 9, 8, 1.0, 1, 1, 1), meta),
         ]
     )
+    return run_id, pair_id, bad, good, shared
+
+
+async def test_search_pair_becomes_verified_revision_and_dataset(stack) -> None:  # type: ignore[no-untyped-def]
+    store, settle = stack
+    run_id, pair_id, bad, good, shared = await _search_run(store, {"verify": True, "keep_unverified": False})
     await settle()
     pair_events = await store.read_stream(pair_stream(pair_id))
     (marked,) = _events(pair_events, FirstErrorMarked)
@@ -213,3 +263,73 @@ async def test_replay_rejects_a_path_that_misses_the_good_reward() -> None:
     short = splice_path(bad, truncated, shared, shared)
     miss = await replay(env, task_id, short, truncated.reward)
     assert not miss.verified and "below the good reward" in miss.reason
+
+
+@pytest.mark.parametrize("failure_first", [True, False], ids=["failure-first", "success-first"])
+async def test_trace_pairs_are_found_through_the_traces_projection_once(stack, failure_first) -> None:  # type: ignore[no-untyped-def]
+    store, settle = stack
+    _, bad, good, shared = await _textcraft_pair()
+    project, other_project = new_id(), new_id()
+    failed_id, ok_id, foreign_ok, other_key_ok = new_id(), new_id(), new_id(), new_id()
+
+    def trace(trace_id: str, proj: str, key: str, path: Trajectory, outcome: str) -> NewEvent:
+        event = TraceIngested(trace_id, proj, key, path, outcome, "openai")
+        return NewEvent(trace_stream(trace_id), event, Metadata(project_id=proj))
+
+    # successes of the same task key in another project, and of another key in this project: never partners
+    await store.append([trace(foreign_ok, other_project, "k2", good, "success")])
+    await store.append([trace(other_key_ok, project, "k3", good, "success")])
+    await settle()
+    failed, ok = trace(failed_id, project, "k2", bad, "failure"), trace(ok_id, project, "k2", good, "success")
+    for new in [failed, ok] if failure_first else [ok, failed]:
+        await store.append([new])
+        await settle()  # each trace handled before the next one is uploaded
+    await settle()
+    pairs_found = _events(await store.read_all(limit=10_000, event_types=["PairFound"]), PairFound)
+    (pair,) = [p for p in pairs_found if p.bad_leaf_id == failed_id]
+    assert (pair.good_leaf_id, pair.shared_steps, pair.task_key) == (ok_id, shared, "k2")
+    assert pair.pair_id == derived_id("trace-pair", failed_id)
+    assert len(pairs_found) == 1  # nothing paired across projects or task keys
+
+
+async def test_model_reflection_from_the_iterations_policy(pg_url, redis_url, redis_prefix) -> None:  # type: ignore[no-untyped-def]
+    policy = ReflectingPolicy()
+
+    def opener(ref: str) -> ReflectingPolicy:
+        assert ref == "reflector"  # the iteration's model
+        return policy
+
+    async with _workers(pg_url, redis_url, redis_prefix, policy_opener=opener) as (store, settle):
+        run_id, pair_id, bad, good, shared = await _search_run(
+            store, {"verify": True, "reflection": "model"}, model_ref="reflector"
+        )
+        await settle()
+        (revision,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionMaterialized)
+    wrong = bad.steps[shared].action
+    sentence = f"I see that {wrong} was premature, so I will change course."
+    assert revision.template_id == "model" and revision.sample.provenance["template_id"] == "model"
+    assert revision.verified is True
+    first_good = [m for m in revision.sample.messages if m.role == "assistant" and m.weight == 1][0]
+    assert first_good.content.startswith(f"Thought: {sentence}")
+    assert policy.calls == [(1, 0.0, 48)]  # one greedy, short call
+
+
+async def test_model_reflections_batch_and_fall_back_per_answer() -> None:
+    policy = ReflectingPolicy()
+    requests = [
+        ReflectionRequest("p1", "Goal: craft stick.", "craft 1 stick", "Could not execute craft 1 stick"),
+        ReflectionRequest("p2", "Goal: craft stick.", "inventory", "Inventory: [oak logs] (1)"),
+    ]
+    got = await model_reflections(policy, requests)
+    assert policy.calls == [(2, 0.0, 48)]  # both in ONE batched call
+    assert got[0] == Reflection("model", "I see that craft 1 stick was premature, so I will change course.")
+    template = choose_reflection("p2", "inventory")
+    assert got[1] == Reflection(f"model|fallback:{template.template_id}", template.text)
+
+
+async def test_unknown_reflection_source_rejects_the_revision(stack) -> None:  # type: ignore[no-untyped-def]
+    store, settle = stack
+    _, pair_id, *_ = await _search_run(store, {"reflection": "oracle"})
+    await settle()
+    (rejected,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionRejected)
+    assert "splice.reflection: unknown source 'oracle'" in rejected.reason

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 from core.domain.events import NewEvent, NodesExpanded, PairFound, RolloutFinished, TreeStarted
 from core.domain.mcts import SearchConfig, SearchTree
+from core.domain.trajectory import Message, Step
 from core.envs.textcraft import TextCraftEnv
+from core.llm.context import ContextOverflow, fit_prompt
+from core.llm.ports import PolicyError
+from core.llm.prompts import build_messages
 from search_service.batching import BatchingPolicy
 from search_service.engine import TreeRequest, TreeSearch
 from search_service.noisy_expert import NoisyExpertPolicy, from_ref
@@ -196,3 +201,82 @@ async def test_batching_hands_a_backend_error_to_every_caller_of_the_batch():
     one, two = await asyncio.gather(batching.sample([good], n=1), batching.sample([good], n=2))
     assert (len(one[0]), len(two[0])) == (1, 2) and inner.calls == 2
     assert "Action:" in one[0][0].text
+
+
+class ExpertOnTinyModel:
+    """A Policy whose actions come from the noisy expert but whose every call also runs the real tiny
+    HF model on the same conversations (so HFPolicy's context check applies), and which tells the tiny
+    model's context (ContextWindow). Records the prompts it was given."""
+
+    def __init__(self, hf: Any, expert: NoisyExpertPolicy) -> None:
+        self.hf = hf
+        self.expert = expert
+        self.model_version = f"expert-on-{hf.model_version}"
+        self.max_context_tokens = hf.max_context_tokens
+        self.prompts: list[list[Message]] = []
+
+    def prompt_tokens(self, conversation: Sequence[Message]) -> int:
+        return int(self.hf.prompt_tokens(conversation))
+
+    def count_tokens(self, text: str) -> int:
+        return int(self.hf.count_tokens(text))
+
+    async def sample(
+        self, conversations, n=1, temperature=1.0, max_tokens=64, seed=None, stop=None, logprobs=False
+    ):  # type: ignore[no-untyped-def]
+        self.prompts.extend(list(c) for c in conversations)
+        await self.hf.sample(conversations, n=1, temperature=0.0, max_tokens=max_tokens, seed=seed)
+        return await self.expert.sample(conversations, n, temperature, max_tokens, seed, stop, logprobs)
+
+    async def score_labels(self, conversations, labels):  # type: ignore[no-untyped-def]
+        return await self.hf.score_labels(conversations, labels)
+
+    async def close(self) -> None:
+        await self.hf.close()
+
+
+@pytest.fixture(scope="module")
+def short_context_model(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    torch.set_num_threads(1)
+    from core.llm.hf import HFPolicy
+    from core.llm.tiny import build_tiny_model, default_corpus
+
+    folder = tmp_path_factory.mktemp("tiny-short") / "model"
+    build_tiny_model(
+        folder, default_corpus(), hidden=32, layers=1, heads=2, vocab_size=512, seed=0, max_positions=640
+    )
+    return HFPolicy.from_folder(folder, device="cpu")
+
+
+async def test_long_episodes_are_truncated_to_the_models_context(short_context_model):  # type: ignore[no-untyped-def]
+    hf = short_context_model
+    assert hf.max_context_tokens == 640
+    policy = ExpertOnTinyModel(hf, NoisyExpertPolicy(mistake_rate=0.3))
+    config = SearchConfig(n_candidates=2, iterations=3, max_depth=12, max_tokens=16, alpha=1.0, seed=4)
+    sink = Recorder()
+    request = TreeRequest("tree-ctx", "textcraft", "200", "expert-on-tiny", config)
+    engine = TreeSearch(request, TextCraftEnv(), policy, sink)
+    tree = await engine.run()  # without fitting, the tiny model raises PolicyError past 640 tokens
+    assert tree.rollouts == 3
+    truncated = [p for p in policy.prompts if "earlier steps omitted]" in p[1].content]
+    assert truncated, "the episodes never outgrew the context: the test does not test truncation"
+    for prompt in policy.prompts:
+        assert hf.prompt_tokens(prompt) + config.max_tokens <= 640
+        assert prompt[0].content == engine.env.instruction  # instruction and task always kept
+        assert prompt[1].content.startswith(engine.task)
+    # the deepest node's full history would not have fit
+    deepest = max(tree.nodes.values(), key=lambda n: n.depth)
+    steps = [Step(n.thought, n.action, n.observation) for n in tree.path(deepest.node_id)[1:]]
+    full = build_messages(engine.env.instruction, engine.task, steps)
+    assert hf.prompt_tokens(full) + config.max_tokens > 640
+    with pytest.raises(PolicyError, match="exceeds the model's context"):
+        await hf.sample([full], max_tokens=config.max_tokens)
+
+
+async def test_a_task_longer_than_the_context_is_a_clear_error(short_context_model):  # type: ignore[no-untyped-def]
+    messages = [Message("system", "x " * 2000), Message("user", "Goal: craft stick.")]
+    with pytest.raises(ContextOverflow, match="exceeds the model's context of 640 tokens"):
+        fit_prompt(short_context_model, messages, reserve=16)
+    # a policy that does not tell its context is left alone
+    assert fit_prompt(NoisyExpertPolicy(), messages, reserve=16) == messages

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from core.domain.reflections import DEFAULT_TEMPLATES, ReflectionError, choose_reflection
+from core.domain.reflections import (
+    DEFAULT_TEMPLATES,
+    ReflectionError,
+    check_model_reflection,
+    choose_reflection,
+    model_or_template,
+    reflection_prompt,
+)
 from core.domain.splice import (
     SpliceError,
     check_pair,
@@ -146,3 +153,39 @@ def test_reflections_are_many_first_person_and_deterministic() -> None:
         choose_reflection("x", "", {"t": "I {nope}"})
     with pytest.raises(ReflectionError, match="empty"):
         choose_reflection("x", "", {})
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("Thought: I was wrong.\nAction: get 1 oak logs", "more than one line"),
+        ("I was wrong. Action: inventory.", "Action:/Thought:"),
+        ("I crafted too early. Now I will get the logs first.", "more than one sentence"),
+        ("I should have gathered the logs first", "not a finished sentence"),
+        ("The craft failed because logs were missing.", "first person"),
+        ("I erred.", "fewer than three words"),
+        ("I " + "really " * 60 + "erred.", "longer than"),
+    ],
+)
+def test_unusable_model_reflections_are_rejected_with_the_reason(answer: str, why: str) -> None:
+    with pytest.raises(ReflectionError, match=why):
+        check_model_reflection(answer)
+
+
+def test_a_model_reflection_is_used_else_the_template_fallback_is_recorded() -> None:
+    sentence = "  I crafted the stick before I had any planks, so I will get the planks first. "
+    used, why = model_or_template(sentence, "pair-1", "craft 1 stick")
+    assert (used.template_id, used.text, why) == ("model", sentence.strip(), None)
+    assert (
+        check_model_reflection('"I see that my craft was premature!"') == "I see that my craft was premature!"
+    )
+    template = choose_reflection("pair-1", "craft 1 stick")
+    for answer in (None, "Action: craft 1 stick", "xq zz"):
+        fallback, why = model_or_template(answer, "pair-1", "craft 1 stick")
+        assert fallback.template_id == f"model|fallback:{template.template_id}"
+        assert fallback.text == template.text and why
+    prompt = reflection_prompt("Goal: craft stick.", "craft  1 stick", "Could not execute craft 1 stick")
+    assert [m.role for m in prompt] == ["system", "user"]
+    assert "Your action: craft 1 stick\n" in prompt[1].content and "Could not execute" in prompt[1].content
