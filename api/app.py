@@ -1,7 +1,8 @@
 """Owns the FastAPI application factory: the API process's composition root.
 
 ``create_app(settings)`` wires routers, error handlers and middleware; the store (and Redis, when
-``AGENTR_REDIS_URL`` is set) are opened in the lifespan, never at import, and closed on shutdown.
+``AGENTR_REDIS_URL`` is set) are opened in the lifespan, never at import, and closed on shutdown;
+the lifespan also warms pyarrow up so the first Parquet download is not slowed by its start.
 Routes: /healthz, /readyz, /metrics, /openapi.json, and everything else under /v1.
 """
 
@@ -42,8 +43,10 @@ def create_app(settings: Settings, *, create_tables: bool | None = None) -> Fast
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from api.datasets import warm_up
         from core.store.factory import open_store
 
+        warm_up()
         url = settings.effective_database_url
         make_tables = url.startswith("sqlite") if create_tables is None else create_tables
         store = await open_store(url, create_tables=make_tables)

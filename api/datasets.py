@@ -5,8 +5,11 @@ position, sample id), each page its own short query, so neither the database nor
 ever holds the whole dataset. Rows are turned into TrainingSamples (good trajectories become
 samples with every assistant turn trained on; only those with reward >= the iteration's alpha are
 part of the dataset, as in core.domain.datasets) and written with the export writers of
-core.formats.export (OpenAI JSONL, ShareGPT JSONL). Parquet is written one row group per page
-into an in-memory sink that is drained after every group.
+core.formats.export (OpenAI JSONL, ShareGPT JSONL). Parquet uses the same module's schema and
+columnar batch builder (``parquet_schema`` / ``parquet_batch``): one writer for the response, one
+row group per page, written into an in-memory sink that is drained after every group. The app's
+lifespan calls ``warm_up`` so that pyarrow's one-time start (on its first conversion it imports
+pandas, about half a second) happens at start-up, not inside the first Parquet download.
 
 General chat data is not included: it is the user's own file, mixed in at training time (the
 iteration's manifest records which of its lines were used).
@@ -15,61 +18,56 @@ iteration's manifest records which of its lines were used).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.domain.datasets import trajectory_to_sample
 from core.domain.serde import from_dict
 from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
-from core.formats.export import aiter_lines
+from core.formats.export import aiter_lines, parquet_batch, parquet_schema
 from core.store.tables import samples
 
 DEFAULT_PAGE_SIZE = 500
 
 
 _SAMPLE_KEYS = frozenset(f.name for f in dataclasses.fields(TrainingSample))
-_MESSAGE_KEYS = frozenset(f.name for f in dataclasses.fields(Message))
 _TRAJECTORY_KEYS = frozenset(f.name for f in dataclasses.fields(Trajectory))
-_STEP_KEYS = frozenset(f.name for f in dataclasses.fields(Step))
 
 
 def _training_sample(data: dict[str, Any]) -> TrainingSample:
     """Decode a stored TrainingSample. The generic ``from_dict`` costs most of an export's time, so
     rows of the known shape take a direct path; anything else goes through ``from_dict``."""
-    messages = data.get("messages")
-    if (
-        data.keys() <= _SAMPLE_KEYS
-        and isinstance(messages, list)
-        and all(isinstance(m, dict) and m.keys() <= _MESSAGE_KEYS for m in messages)
-    ):
-        return TrainingSample(
-            sample_id=data["sample_id"],
-            kind=data["kind"],
-            messages=tuple(Message(m["role"], m["content"], m.get("weight", 0)) for m in messages),
-            reward=data.get("reward"),
-            provenance=data.get("provenance") or {},
-        )
+    if data.keys() <= _SAMPLE_KEYS:
+        try:
+            return TrainingSample(
+                sample_id=data["sample_id"],
+                kind=data["kind"],
+                messages=tuple(Message(**m) for m in data["messages"]),
+                reward=data.get("reward"),
+                provenance=data.get("provenance") or {},
+            )
+        except (KeyError, TypeError):  # not the plain shape: let from_dict decode or explain it
+            pass
     return from_dict(TrainingSample, data)
 
 
 def _trajectory(data: dict[str, Any]) -> Trajectory:
-    steps = data.get("steps")
-    if (
-        data.keys() <= _TRAJECTORY_KEYS
-        and isinstance(steps, list)
-        and all(isinstance(s, dict) and s.keys() <= _STEP_KEYS for s in steps)
-    ):
-        return Trajectory(
-            task=data["task"],
-            instruction=data["instruction"],
-            steps=tuple(Step(**s) for s in steps),
-            reward=data.get("reward"),
-            provenance=data.get("provenance") or {},
-        )
+    if data.keys() <= _TRAJECTORY_KEYS:
+        try:
+            return Trajectory(
+                task=data["task"],
+                instruction=data["instruction"],
+                steps=tuple(Step(**s) for s in data["steps"]),
+                reward=data.get("reward"),
+                provenance=data.get("provenance") or {},
+            )
+        except (KeyError, TypeError):
+            pass
     return from_dict(Trajectory, data)
 
 
@@ -164,56 +162,28 @@ class _DrainSink:
         return out
 
 
-def parquet_schema() -> Any:
-    """Same columns as core.formats.export.write_parquet, so iter_parquet reads API exports back."""
-    import pyarrow as pa
-
-    message = pa.struct([("role", pa.string()), ("content", pa.string()), ("weight", pa.int8())])
-    return pa.schema(
-        [
-            ("sample_id", pa.string()),
-            ("kind", pa.string()),
-            ("reward", pa.float64()),
-            ("messages", pa.list_(message)),
-            ("provenance", pa.string()),
-        ]
-    )
+def warm_up() -> None:
+    """Run pyarrow's lazy one-time initialisation now (an empty Parquet batch converts nothing)."""
+    parquet_batch([])
 
 
 async def parquet_bytes(
     samples_iter: AsyncIterator[TrainingSample], row_group_size: int = DEFAULT_PAGE_SIZE
 ) -> AsyncIterator[bytes]:
     """A Parquet file, sent one row group at a time (then the footer)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     schema = parquet_schema()
     sink = _DrainSink()
     writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema)
     chunk: list[TrainingSample] = []
-
-    def write(batch: list[TrainingSample]) -> None:
-        columns = {
-            "sample_id": [s.sample_id for s in batch],
-            "kind": [s.kind for s in batch],
-            "reward": [s.reward for s in batch],
-            "messages": [
-                [{"role": m.role, "content": m.content, "weight": m.weight} for m in s.messages]
-                for s in batch
-            ],
-            "provenance": [json.dumps(s.provenance, sort_keys=True) for s in batch],
-        }
-        writer.write_table(pa.Table.from_pydict(columns, schema=schema), row_group_size=row_group_size)
-
     try:
         async for sample in samples_iter:
             chunk.append(sample)
             if len(chunk) >= row_group_size:
-                write(chunk)
+                writer.write_batch(parquet_batch(chunk, schema), row_group_size=row_group_size)
                 chunk = []
                 yield sink.drain()
         if chunk:
-            write(chunk)
+            writer.write_batch(parquet_batch(chunk, schema), row_group_size=row_group_size)
     finally:
         writer.close()
     yield sink.drain()

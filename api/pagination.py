@@ -2,7 +2,8 @@
 
 A cursor is the url-safe base64 of a JSON list: the sort-key values of the last row of the previous
 page. The next page is ``WHERE (k1, k2) > (v1, v2)`` (or ``<`` for descending lists), so pages stay
-consistent while rows are added and never cost an OFFSET scan.
+consistent while rows are added and never cost an OFFSET scan. ``keyset_page`` runs one such page
+of any list route: cursor in, rows and the next cursor out.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from fastapi import Query
-from sqlalchemy import ColumnElement, and_, or_
+from sqlalchemy import ColumnElement, RowMapping, Select, and_, or_
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.errors import ApiError
 
@@ -33,6 +36,14 @@ def encode_cursor(values: Sequence[Any]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+def _bad_cursor() -> ApiError:
+    return ApiError(
+        422,
+        "cursor: not a cursor returned by this list",
+        fields=[{"field": "query.cursor", "message": "not a cursor returned by this list"}],
+    )
+
+
 def decode_cursor(cursor: str | None, types: Sequence[type]) -> list[Any] | None:
     """The values of ``cursor`` checked against ``types``; 422 naming ``cursor`` when malformed."""
     if cursor is None:
@@ -47,11 +58,7 @@ def decode_cursor(cursor: str | None, types: Sequence[type]) -> list[Any] | None
         or len(values) != len(types)
         or not all(_valid(v, t) for v, t in zip(values, types, strict=True))
     ):
-        raise ApiError(
-            422,
-            "cursor: not a cursor returned by this list",
-            fields=[{"field": "query.cursor", "message": "not a cursor returned by this list"}],
-        )
+        raise _bad_cursor()
     return values
 
 
@@ -71,3 +78,42 @@ def after(columns: Sequence[Any], values: Sequence[Any], descending: bool = Fals
         step = column < values[i] if descending else column > values[i]
         clauses.append(and_(*equal_prefix, step))
     return or_(*clauses)
+
+
+def _from_wire(value: Any, kind: type) -> Any:
+    if kind is datetime:
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            raise _bad_cursor() from None
+    return value
+
+
+def _to_wire(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+async def keyset_page(
+    engine: AsyncEngine,
+    query: Select[Any],
+    keys: Sequence[Any],
+    types: Sequence[type],
+    cursor: str | None,
+    limit: int,
+    *,
+    descending: bool = False,
+) -> tuple[Sequence[RowMapping], str | None]:
+    """One page of ``query`` ordered by the columns ``keys`` (value types ``types``; a datetime
+    travels in the cursor as ISO text), starting after ``cursor``: the rows and the next cursor
+    (None on the last page). One row past ``limit`` is fetched to know whether more follow."""
+    position = decode_cursor(cursor, [str if kind is datetime else kind for kind in types])
+    if position is not None:
+        values = [_from_wire(value, kind) for value, kind in zip(position, types, strict=True)]
+        query = query.where(after(keys, values, descending=descending))
+    order = [key.desc() for key in keys] if descending else list(keys)
+    query = query.order_by(*order).limit(limit + 1)
+    async with engine.connect() as conn:
+        rows = (await conn.execute(query)).mappings().all()
+    page = rows[:limit]
+    next_cursor = encode_cursor([_to_wire(page[-1][key.name]) for key in keys]) if len(rows) > limit else None
+    return page, next_cursor

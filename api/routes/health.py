@@ -1,5 +1,6 @@
-"""Owns the operational routes: /healthz (process alive), /readyz (database and Redis answer),
-/metrics (Prometheus text). None of them needs a key; none reveals data."""
+"""Owns the operational routes: /healthz (process alive), /readyz (the database answers, and Redis
+when AGENTR_REDIS_URL is set), /metrics (Prometheus text). None of them needs a key; none reveals
+data."""
 
 from __future__ import annotations
 
@@ -43,6 +44,15 @@ async def _check_redis(svc: ApiServices) -> str:
     responses={503: {"model": HealthOut, "description": "A dependency does not answer"}},
 )
 async def readyz(svc: ApiServices = Depends(services)) -> Any:
+    """Ready when every dependency of this deployment answers within 2 s; 503 naming the one that
+    does not.
+
+    The database is always checked. Redis is checked only when AGENTR_REDIS_URL is set: request
+    handlers never talk to Redis (every change is an event appended to the store), but in such a
+    deployment the relay publishes those events to Redis Streams for the workers, so a run
+    submitted here goes nowhere while Redis is down. Without AGENTR_REDIS_URL (embedded, in-process
+    bus) there is no Redis to wait for, and none is checked.
+    """
     checks: dict[str, str] = {}
     probes = {"database": _check_database(svc)}
     if svc.redis is not None:

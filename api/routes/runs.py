@@ -14,9 +14,10 @@ from fastapi import APIRouter, Depends, Path, Query
 from sqlalchemy import select
 
 from api.deps import ApiServices, Principal, require, services
-from api.errors import ApiError, not_found
+from api.errors import ApiError
 from api.idempotency import Idempotency, idempotency
-from api.pagination import after, decode_cursor, encode_cursor, limit_param
+from api.pagination import keyset_page, limit_param
+from api.reads import owned_row
 from api.schemas import (
     ERROR_RESPONSES,
     ID_PATTERN,
@@ -29,7 +30,7 @@ from api.schemas import (
     RunSummaryOut,
 )
 from api.writes import append, new_event
-from core.domain.events import RunCancelled, RunRequested
+from core.domain.events import DomainEvent, RunCancelled, RunRequested
 from core.domain.ids import run_stream
 from core.store.tables import iterations, runs
 
@@ -42,14 +43,28 @@ TERMINAL = frozenset({"completed", "cancelled", "failed"})
 async def run_row(svc: ApiServices, project_id: str, run_id: str) -> dict[str, Any]:
     """The run's read-model row, 404 when missing or in another project."""
     async with svc.store.engine.connect() as conn:
-        row = (
-            (await conn.execute(select(runs).where(runs.c.run_id == run_id, runs.c.project_id == project_id)))
-            .mappings()
-            .first()
-        )
-    if row is None:
-        raise not_found("run", run_id)
-    return dict(row)
+        return dict(await owned_row(conn, runs, "run_id", run_id, project_id, "run"))
+
+
+async def _accept(
+    svc: ApiServices, idem: Idempotency, project_id: str, run_id: str, event: DomainEvent, status: str
+) -> dict[str, Any]:
+    """Append ``event`` to the run's stream and answer (and remember, for retries) 202 ``status``."""
+    await append(
+        svc,
+        [
+            new_event(
+                run_stream(run_id),
+                event,
+                project_id=project_id,
+                event_id=idem.new_id("event"),
+                correlation_id=run_id,
+            )
+        ],
+    )
+    out = RunAccepted(run_id=run_id, status=status).model_dump(mode="json")
+    await idem.save(202, out)
+    return out
 
 
 @router.post("", status_code=202, response_model=RunAccepted, summary="Submit a run")
@@ -63,21 +78,7 @@ async def submit_run(
     run_id = idem.new_id("run")
     config = body.to_domain()
     event = RunRequested(run_id=run_id, project_id=project_id, config=config.to_data())
-    await append(
-        svc,
-        [
-            new_event(
-                run_stream(run_id),
-                event,
-                project_id=project_id,
-                event_id=idem.new_id("event"),
-                correlation_id=run_id,
-            )
-        ],
-    )
-    out = RunAccepted(run_id=run_id, status="requested").model_dump(mode="json")
-    await idem.save(202, out)
-    return out
+    return await _accept(svc, idem, project_id, run_id, event, "requested")
 
 
 @router.get("", response_model=RunPage, summary="List runs, newest first")
@@ -92,23 +93,15 @@ async def list_runs(
     query = select(runs).where(runs.c.project_id == project_id)
     if status is not None:
         query = query.where(runs.c.status == status)
-    position = decode_cursor(cursor, (str, str))
-    if position is not None:
-        try:
-            created = datetime.fromisoformat(position[0])
-        except ValueError:
-            raise ApiError(422, "cursor: not a cursor returned by this list") from None
-        query = query.where(
-            after([runs.c.created_at, runs.c.run_id], [created, position[1]], descending=True)
-        )
-    query = query.order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(limit + 1)
-    async with svc.store.engine.connect() as conn:
-        rows = (await conn.execute(query)).mappings().all()
-    page = rows[:limit]
-    next_cursor = None
-    if len(rows) > limit:
-        last = page[-1]
-        next_cursor = encode_cursor([last["created_at"].isoformat(), last["run_id"]])
+    page, next_cursor = await keyset_page(
+        svc.store.engine,
+        query,
+        [runs.c.created_at, runs.c.run_id],
+        (datetime, str),
+        cursor,
+        limit,
+        descending=True,
+    )
     return RunPage(items=[RunSummaryOut(**row) for row in page], next_cursor=next_cursor)
 
 
@@ -145,19 +138,6 @@ async def cancel_run(
     if row["status"] in TERMINAL:
         raise ApiError(409, f"run {run_id!r} is already {row['status']}")
     reason = body.reason if body is not None else "cancelled by user"
-    event = RunCancelled(run_id=run_id, reason=reason)
-    await append(
-        svc,
-        [
-            new_event(
-                run_stream(run_id),
-                event,
-                project_id=project_id,
-                event_id=idem.new_id("event"),
-                correlation_id=run_id,
-            )
-        ],
+    return await _accept(
+        svc, idem, project_id, run_id, RunCancelled(run_id=run_id, reason=reason), "cancelled"
     )
-    out = RunAccepted(run_id=run_id, status="cancelled").model_dump(mode="json")
-    await idem.save(202, out)
-    return out

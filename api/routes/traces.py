@@ -16,8 +16,8 @@ from sqlalchemy import select
 from api.datasets import row_to_sample
 from api.deps import ApiServices, Principal, require, services
 from api.errors import field_error as make_field_error
-from api.errors import not_found
 from api.idempotency import Idempotency, idempotency
+from api.reads import owned_row
 from api.schemas import ERROR_RESPONSES, ID_PATTERN, CritiqueOut, TraceAccepted, TraceBatchIn, TraceOut
 from api.writes import append, new_event
 from core.domain.events import TraceCritiqued, TraceIngested
@@ -76,19 +76,8 @@ async def get_trace(
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    project_id = principal.project()
     async with svc.store.engine.connect() as conn:
-        row = (
-            (
-                await conn.execute(
-                    select(traces).where(traces.c.trace_id == trace_id, traces.c.project_id == project_id)
-                )
-            )
-            .mappings()
-            .first()
-        )
-        if row is None:
-            raise not_found("trace", trace_id)
+        row = await owned_row(conn, traces, "trace_id", trace_id, principal.project(), "trace")
         sample_row = None
         if row["sample_id"] is not None:
             sample_row = (

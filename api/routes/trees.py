@@ -7,15 +7,16 @@ RolloutFinished events (they are never stored as mutable truth).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query
-from sqlalchemy import select
+from sqlalchemy import RowMapping, Table, select
 
 from api.datasets import row_to_sample
 from api.deps import ApiServices, Principal, require, services
-from api.errors import not_found
-from api.pagination import after, decode_cursor, encode_cursor, limit_param
+from api.pagination import keyset_page, limit_param
+from api.reads import owned_row
 from api.routes.runs import RunId, run_row
 from api.schemas import (
     ERROR_RESPONSES,
@@ -35,6 +36,30 @@ from core.store.tables import nodes, pairs, samples, trees
 router = APIRouter(prefix="/v1", tags=["trees"], responses=ERROR_RESPONSES)
 
 Cursor = Query(None, max_length=500, description="From the previous page's next_cursor.")
+Iteration = Query(None, ge=0, le=10_000, description="Only this iteration.")
+
+
+async def _run_page(
+    svc: ApiServices,
+    principal: Principal,
+    run_id: str,
+    table: Table,
+    keys: list[Any],
+    cursor: str | None,
+    limit: int,
+    *,
+    iteration: int | None,
+    kind: str | None = None,
+) -> tuple[Sequence[RowMapping], str | None]:
+    """One keyset page of the run's rows in ``table`` (404 for a run outside the caller's project)."""
+    project_id = principal.project()
+    await run_row(svc, project_id, run_id)
+    query = select(table).where(table.c.run_id == run_id, table.c.project_id == project_id)
+    if iteration is not None:
+        query = query.where(table.c.iteration == iteration)
+    if kind is not None:
+        query = query.where(table.c.kind == kind)
+    return await keyset_page(svc.store.engine, query, keys, (int, str), cursor, limit)
 
 
 def _tree_summary(row: Any) -> dict[str, Any]:
@@ -49,19 +74,8 @@ async def get_tree(
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    project_id = principal.project()
     async with svc.store.engine.connect() as conn:
-        row = (
-            (
-                await conn.execute(
-                    select(trees).where(trees.c.tree_id == tree_id, trees.c.project_id == project_id)
-                )
-            )
-            .mappings()
-            .first()
-        )
-        if row is None:
-            raise not_found("tree", tree_id)
+        row = await owned_row(conn, trees, "tree_id", tree_id, principal.project(), "tree")
         node_rows = (
             (
                 await conn.execute(
@@ -84,50 +98,32 @@ async def get_tree(
 @router.get("/runs/{run_id}/trees", response_model=TreePage, summary="A run's trees")
 async def list_trees(
     run_id: str = RunId,
-    iteration: int | None = Query(None, ge=0, le=10_000, description="Only this iteration."),
+    iteration: int | None = Iteration,
     cursor: str | None = Cursor,
     limit: int = Depends(limit_param),
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    project_id = principal.project()
-    await run_row(svc, project_id, run_id)
-    query = select(trees).where(trees.c.run_id == run_id, trees.c.project_id == project_id)
-    if iteration is not None:
-        query = query.where(trees.c.iteration == iteration)
-    position = decode_cursor(cursor, (int, str))
-    if position is not None:
-        query = query.where(after([trees.c.iteration, trees.c.tree_id], position))
-    query = query.order_by(trees.c.iteration, trees.c.tree_id).limit(limit + 1)
-    async with svc.store.engine.connect() as conn:
-        rows = (await conn.execute(query)).mappings().all()
-    page = rows[:limit]
-    next_cursor = encode_cursor([page[-1]["iteration"], page[-1]["tree_id"]]) if len(rows) > limit else None
+    keys = [trees.c.iteration, trees.c.tree_id]
+    page, next_cursor = await _run_page(
+        svc, principal, run_id, trees, keys, cursor, limit, iteration=iteration
+    )
     return TreePage(items=[TreeSummaryOut(**_tree_summary(r)) for r in page], next_cursor=next_cursor)
 
 
 @router.get("/runs/{run_id}/pairs", response_model=PairPage, summary="A run's bad/good pairs")
 async def list_pairs(
     run_id: str = RunId,
-    iteration: int | None = Query(None, ge=0, le=10_000, description="Only this iteration."),
+    iteration: int | None = Iteration,
     cursor: str | None = Cursor,
     limit: int = Depends(limit_param),
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    project_id = principal.project()
-    await run_row(svc, project_id, run_id)
-    query = select(pairs).where(pairs.c.run_id == run_id, pairs.c.project_id == project_id)
-    if iteration is not None:
-        query = query.where(pairs.c.iteration == iteration)
-    position = decode_cursor(cursor, (int, str))
-    if position is not None:
-        query = query.where(after([pairs.c.iteration, pairs.c.pair_id], position))
-    query = query.order_by(pairs.c.iteration, pairs.c.pair_id).limit(limit + 1)
-    async with svc.store.engine.connect() as conn:
-        rows = (await conn.execute(query)).mappings().all()
-    page = rows[:limit]
-    next_cursor = encode_cursor([page[-1]["iteration"], page[-1]["pair_id"]]) if len(rows) > limit else None
+    keys = [pairs.c.iteration, pairs.c.pair_id]
+    page, next_cursor = await _run_page(
+        svc, principal, run_id, pairs, keys, cursor, limit, iteration=iteration
+    )
     return PairPage(
         items=[PairOut(**{k: v for k, v in r.items() if k != "project_id"}) for r in page],
         next_cursor=next_cursor,
@@ -152,26 +148,15 @@ def sample_out(row: Any) -> SampleOut:
 @router.get("/runs/{run_id}/samples", response_model=SamplePage, summary="A run's samples (revision, good)")
 async def list_samples(
     run_id: str = RunId,
-    iteration: int | None = Query(None, ge=0, le=10_000, description="Only this iteration."),
+    iteration: int | None = Iteration,
     kind: str | None = Query(None, pattern="^(revision|good)$", description="revision or good."),
     cursor: str | None = Cursor,
     limit: int = Depends(limit_param),
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    project_id = principal.project()
-    await run_row(svc, project_id, run_id)
-    query = select(samples).where(samples.c.run_id == run_id, samples.c.project_id == project_id)
-    if iteration is not None:
-        query = query.where(samples.c.iteration == iteration)
-    if kind is not None:
-        query = query.where(samples.c.kind == kind)
-    position = decode_cursor(cursor, (int, str))
-    if position is not None:
-        query = query.where(after([samples.c.position, samples.c.sample_id], position))
-    query = query.order_by(samples.c.position, samples.c.sample_id).limit(limit + 1)
-    async with svc.store.engine.connect() as conn:
-        rows = (await conn.execute(query)).mappings().all()
-    page = rows[:limit]
-    next_cursor = encode_cursor([page[-1]["position"], page[-1]["sample_id"]]) if len(rows) > limit else None
+    keys = [samples.c.position, samples.c.sample_id]
+    page, next_cursor = await _run_page(
+        svc, principal, run_id, samples, keys, cursor, limit, iteration=iteration, kind=kind
+    )
     return SamplePage(items=[sample_out(r) for r in page], next_cursor=next_cursor)

@@ -9,8 +9,10 @@ Formats (one JSON object per line unless noted):
   ``from`` in system / human / gpt and ``loss`` true/false on gpt turns, null elsewhere (AgentGym).
 * ``samples``: the internal format, one serialised ``TrainingSample`` per line (ids, kind, reward,
   provenance kept): what a training job reads back with ``read_samples_jsonl``.
-* Parquet (``write_parquet``): one row per sample, written in row groups with pyarrow so only one
-  chunk sits in memory; readable by HF ``datasets`` (``Dataset.from_parquet``).
+* Parquet (``write_parquet``): one row per sample (``parquet_schema``), written in row groups with
+  pyarrow so only one chunk sits in memory; readable by HF ``datasets`` (``Dataset.from_parquet``).
+  ``parquet_batch`` turns a chunk of samples into one columnar record batch; any other Parquet
+  writer (the HTTP export) uses it too.
 
 Writers are iterators (and async iterators) of lines, so a caller can stream a dataset from the
 store into a file or an HTTP response; ``write_jsonl`` / ``write_parquet`` write to a temporary file
@@ -22,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
@@ -130,7 +132,12 @@ def write_jsonl(path: str | Path, samples: Iterable[TrainingSample], fmt: Export
     return count
 
 
-def _parquet_schema() -> Any:
+_provenance_json = json.JSONEncoder(sort_keys=True).encode  # = json.dumps(sort_keys=True), one encoder
+
+
+def parquet_schema() -> Any:
+    """The ``pyarrow.Schema`` of a Parquet dataset: one row per sample, messages as a list of
+    structs. Every Parquet writer of samples (``write_parquet``, the HTTP export) uses this one."""
     import pyarrow as pa
 
     message = pa.struct([("role", pa.string()), ("content", pa.string()), ("weight", pa.int8())])
@@ -145,15 +152,59 @@ def _parquet_schema() -> Any:
     )
 
 
+def parquet_batch(samples: Sequence[TrainingSample], schema: Any | None = None) -> Any:
+    """``samples`` as one ``pyarrow.RecordBatch`` of ``parquet_schema()``, built column by column.
+
+    The messages column is assembled from flat role / content / weight arrays plus list offsets,
+    so no per-message Python dict is made and pyarrow never infers nested Python objects.
+    """
+    import pyarrow as pa
+
+    schema = parquet_schema() if schema is None else schema
+    message_type = schema.field("messages").type
+    roles: list[str] = []
+    contents: list[str] = []
+    weights: list[int] = []
+    offsets = [0]
+    for sample in samples:
+        for m in sample.messages:
+            roles.append(m.role)
+            contents.append(m.content)
+            weights.append(m.weight)
+        offsets.append(len(roles))
+    struct = message_type.value_type
+    messages = pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.StructArray.from_arrays(
+            [
+                pa.array(roles, struct.field("role").type),
+                pa.array(contents, struct.field("content").type),
+                pa.array(weights, struct.field("weight").type),
+            ],
+            fields=list(struct),
+        ),
+        type=message_type,
+    )
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([s.sample_id for s in samples], pa.string()),
+            pa.array([s.kind for s in samples], pa.string()),
+            pa.array([s.reward for s in samples], pa.float64()),
+            messages,
+            pa.array([_provenance_json(s.provenance) for s in samples], pa.string()),
+        ],
+        schema=schema,
+    )
+
+
 def write_parquet(path: str | Path, samples: Iterable[TrainingSample], row_group_size: int = 1000) -> int:
     """Write samples as Parquet, ``row_group_size`` rows at a time (only one group in memory)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     if row_group_size < 1:
         raise FormatError(f"row_group_size must be >= 1, got {row_group_size}")
     target = Path(path)
-    schema = _parquet_schema()
+    schema = parquet_schema()
     fd, tmp = _atomic_target(target)
     os.close(fd)
     count = 0
@@ -161,19 +212,7 @@ def write_parquet(path: str | Path, samples: Iterable[TrainingSample], row_group
     try:
         with pq.ParquetWriter(tmp, schema) as writer:
             while chunk := list(islice(it, row_group_size)):
-                columns = {
-                    "sample_id": [s.sample_id for s in chunk],
-                    "kind": [s.kind for s in chunk],
-                    "reward": [s.reward for s in chunk],
-                    "messages": [
-                        [{"role": m.role, "content": m.content, "weight": m.weight} for m in s.messages]
-                        for s in chunk
-                    ],
-                    "provenance": [json.dumps(s.provenance, sort_keys=True) for s in chunk],
-                }
-                writer.write_table(
-                    pa.Table.from_pydict(columns, schema=schema), row_group_size=row_group_size
-                )
+                writer.write_batch(parquet_batch(chunk, schema), row_group_size=row_group_size)
                 count += len(chunk)
         os.replace(tmp, target)
     except BaseException:

@@ -1,0 +1,23 @@
+"""Owns the project-scoped read of one read-model row: by its id, only inside the caller's project.
+
+A row of another project answers exactly like a missing one (404 naming the kind and id), so ids
+never leak across projects.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import RowMapping, Table, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from api.errors import not_found
+
+
+async def owned_row(
+    conn: AsyncConnection, table: Table, key: str, value: str, project_id: str, what: str
+) -> RowMapping:
+    """The row of ``table`` whose column ``key`` is ``value`` in ``project_id``; 404 otherwise."""
+    query = select(table).where(table.c[key] == value, table.c.project_id == project_id)
+    row = (await conn.execute(query)).mappings().first()
+    if row is None:
+        raise not_found(what, value)
+    return row
