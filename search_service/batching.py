@@ -7,21 +7,23 @@ single ``sample()`` of the wrapped policy, so a GPU/HTTP backend sees one batch 
 small requests. Calls only merge when their sampling parameters (n, temperature, max_tokens, stop,
 logprobs) are equal.
 
-Seeds: a batch whose calls all carry the same seed (or one call alone) keeps that seed, so a single
-tree with a deterministic policy is reproducible exactly. A batch mixing seeds gets one seed derived
-from the calls' seeds in arrival order (deterministic when the arrival order is).
+Seeds are per conversation (``core.llm.ports.conversation_seeds``): the backend call carries one seed
+per conversation, each caller's own (``seed + i`` for its i-th conversation when it gave an int), so
+a conversation's samples never depend on which other calls arrived in the same window, nor in what
+order - a tree searched alone, alongside other trees, or after a worker restart samples the same.
+A caller without a seed gets a fresh random one for each of its conversations.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
 from core.llm.context import context_limit
-from core.llm.ports import Completion, ContextWindow, Conversation, Policy
+from core.llm.ports import Completion, ContextWindow, Conversation, Policy, Seeds, conversation_seeds
 
 SampleKey = tuple[int, float, int, tuple[str, ...] | None, bool]
 
@@ -29,7 +31,7 @@ SampleKey = tuple[int, float, int, tuple[str, ...] | None, bool]
 @dataclass
 class _Call:
     conversations: Sequence[Conversation]
-    seed: int | None
+    seeds: list[int] | None  # one per conversation
     future: asyncio.Future[list[list[Completion]]]
 
 
@@ -42,12 +44,20 @@ class BatchStats:
     history: list[int] = field(default_factory=list)  # conversations per backend call (last 1000)
 
 
-def combine_seeds(seeds: Sequence[int | None]) -> int | None:
-    """One seed for a batch: the common seed when all agree, else a stable digest of all of them."""
-    if len(set(seeds)) == 1:
-        return seeds[0]
-    digest = hashlib.sha256(",".join(str(s) for s in seeds).encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+def batch_seeds(calls: Sequence[_Call]) -> list[int] | None:
+    """The per-conversation seeds of a batch, in conversation order: each call's own; None when no
+    call has a seed (the backend draws fresh ones), a fresh random seed for a seedless call's
+    conversations when others have seeds."""
+    if all(call.seeds is None for call in calls):
+        return None
+    fresh = random.SystemRandom()
+    out: list[int] = []
+    for call in calls:
+        if call.seeds is None:
+            out.extend(fresh.randrange(1 << 31) for _ in call.conversations)
+        else:
+            out.extend(call.seeds)
+    return out
 
 
 class BatchingPolicy:
@@ -85,16 +95,17 @@ class BatchingPolicy:
         n: int = 1,
         temperature: float = 1.0,
         max_tokens: int = 64,
-        seed: int | None = None,
+        seed: Seeds = None,
         stop: Sequence[str] | None = None,
         logprobs: bool = False,
     ) -> list[list[Completion]]:
         if not conversations:
             return []
+        seeds = conversation_seeds(seed, len(conversations))  # ValueError here, not in the batch
         key: SampleKey = (n, float(temperature), max_tokens, tuple(stop) if stop else None, logprobs)
         future: asyncio.Future[list[list[Completion]]] = asyncio.get_running_loop().create_future()
         calls = self._pending.setdefault(key, [])
-        calls.append(_Call(conversations, seed, future))
+        calls.append(_Call(conversations, seeds, future))
         self.stats.calls += 1
         waiting = sum(len(c.conversations) for c in calls)
         if waiting >= self.max_batch:
@@ -131,7 +142,7 @@ class BatchingPolicy:
                 n=n,
                 temperature=temperature,
                 max_tokens=max_tokens,
-                seed=combine_seeds([call.seed for call in calls]),
+                seed=batch_seeds(calls),
                 stop=list(stop) if stop else None,
                 logprobs=logprobs,
             )

@@ -8,8 +8,10 @@ these mistakes instead: skipping ahead in the plan (usually an invalid craft), a
 ingredient that does not exist, or a useless ``inventory``; with probability ``garbage_rate`` it
 answers without any ``Action:`` line. Each answer is "Thought: ...\\nAction: ...".
 
-Randomness: with a ``seed`` in ``sample()``, sample j of conversation i draws from
-``random.Random(f"{seed}:{i}:{j}")``, so the same seed gives the same answers in any process.
+Randomness: seeds are per conversation (``core.llm.ports.conversation_seeds``: ``seed + i`` for an
+int, ``seed[i]`` for a sequence); sample j of a conversation with seed s draws from
+``random.Random(f"{s}:0:{j}")``, so the same seed gives the same answers in any process and in any
+batch.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 
 from core.envs.textcraft.recipes import RecipeBook, recipe_book
 from core.envs.textcraft.solver import solve
-from core.llm.ports import Completion, Conversation
+from core.llm.ports import Completion, Conversation, Seeds, conversation_seeds
 from core.llm.prompts import normalize_action, parse_action
 
 _GOAL = re.compile(r"Goal:\s*craft\s+(.+?)\.?\s*$", re.MULTILINE)
@@ -111,16 +113,17 @@ class NoisyExpertPolicy:
         n: int = 1,
         temperature: float = 1.0,
         max_tokens: int = 64,
-        seed: int | None = None,
+        seed: Seeds = None,
         stop: Sequence[str] | None = None,
         logprobs: bool = False,
     ) -> list[list[Completion]]:
         self.calls += 1
+        seeds = conversation_seeds(seed, len(conversations))
         out: list[list[Completion]] = []
         for i, conversation in enumerate(conversations):
             samples = []
             for j in range(n):
-                rng = random.Random(f"{seed}:{i}:{j}") if seed is not None else self._rng
+                rng = random.Random(f"{seeds[i]}:0:{j}") if seeds is not None else self._rng
                 text = self._answer(conversation, rng)
                 samples.append(Completion(text=text, tokens=len(text.split())))
             out.append(samples)

@@ -5,12 +5,20 @@ Generation is a small decoding loop of our own over the model's KV cache (rather
 ``n`` samples (prefix reuse), (b) draw every prompt's samples from its own explicit
 ``torch.Generator``, (c) stop on strings and report per-token log-probabilities.
 
-Determinism: with ``seed`` given, prompt ``i`` of a call samples from a generator seeded with
-``seed + i``; one draw per step is taken for all of its ``n`` rows, finished or not, so a prompt's
-samples depend only on (seed, its index, its own tokens). Prompts are left-padded into one batch;
-padding is masked out, so neighbours in the batch change nothing but float rounding. Same seed and same
-conversations => same samples (on the same device, dtype and torch build). ``seed=None`` draws a
-fresh seed. ``temperature=0`` decodes greedily.
+Determinism: seeds are per prompt (``core.llm.ports.conversation_seeds``): prompt ``i`` samples from
+its own generator seeded with ``seed[i]`` (a sequence) or ``seed + i`` (an int); one draw per step is
+taken for all of its ``n`` rows, finished or not, so a prompt's samples depend only on its own seed
+and its own tokens. ``seed=None`` draws a fresh seed. ``temperature=0`` decodes greedily.
+
+Batch invariance: a forward pass over several prompts is NOT bit-identical to one over a prompt
+alone - CPU kernels round differently with the batch's shape (measured: logits differ by ~2e-7 with
+one more row), which now and then flips a sampled token or a near-tied label. With
+``batch_invariant`` (the default on CPU, where reproducible runs and tests matter and the cost is
+about 2x for a tiny model) every prompt runs its own forward passes (its ``n`` samples together),
+so a prompt samples and scores exactly the same alone or with any neighbours, in any order. Off
+(the default on CUDA, for throughput), prompts are left-padded into shared passes; padding is
+masked out, so neighbours change nothing but float rounding. Same seed, same conversations and the
+same neighbours => same samples (on the same device, dtype, thread count and torch build).
 
 Label scoring: ``score_labels`` renders each conversation with the chat template and the generation
 prompt and prefills all conversations in ONE batched forward pass (its last position scores every
@@ -35,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from core.llm.hf_folder import check_folder, resolve_dtype, weights_fingerprint
-from core.llm.ports import Completion, Conversation, PolicyError
+from core.llm.ports import Completion, Conversation, PolicyError, Seeds, conversation_seeds
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +70,15 @@ class Sample:
 class HFPolicy:
     """Policy over a local transformers model folder; build with :meth:`from_folder`."""
 
-    def __init__(self, model: Any, tokenizer: Any, model_version: str, *, max_batch_rows: int = 64) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        model_version: str,
+        *,
+        max_batch_rows: int = 64,
+        batch_invariant: bool | None = None,
+    ) -> None:
         import torch
 
         self._torch = torch
@@ -71,6 +87,8 @@ class HFPolicy:
         self.model_version = model_version
         self.max_batch_rows = max_batch_rows
         self.device = next(model.parameters()).device
+        # module docstring: each prompt in its own forward passes (exact), default on CPU
+        self.batch_invariant = self.device.type == "cpu" if batch_invariant is None else batch_invariant
         self._lock = threading.Lock()
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -90,11 +108,19 @@ class HFPolicy:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
 
     @classmethod
-    def from_folder(cls, path: str | Path, device: str | None = None, dtype: Any = None) -> HFPolicy:
+    def from_folder(
+        cls,
+        path: str | Path,
+        device: str | None = None,
+        dtype: Any = None,
+        *,
+        batch_invariant: bool | None = None,
+    ) -> HFPolicy:
         """Load tokenizer and model from ``path`` (``save_pretrained`` layout).
 
         ``device``: "cuda", "cuda:1", "cpu"...; default CUDA when available. ``dtype``: torch dtype or
-        "float32" / "bfloat16" / "float16"; default bfloat16 on CUDA, float32 on CPU. A folder missing
+        "float32" / "bfloat16" / "float16"; default bfloat16 on CUDA, float32 on CPU.
+        ``batch_invariant``: see the module docstring (default: on for CPU, off for CUDA). A folder missing
         its config, weights or tokenizer raises PolicyError naming what is missing.
         """
         import torch
@@ -115,7 +141,7 @@ class HFPolicy:
         model.eval()
         version = f"{folder.resolve()}@{weights_fingerprint(folder)}"
         log.info("loaded %s on %s as %s", folder, device, torch_dtype)
-        return cls(model, tokenizer, version)
+        return cls(model, tokenizer, version, batch_invariant=batch_invariant)
 
     # ----------------------------------------------------------------------------- rendering
     def render(self, conversation: Conversation) -> str:
@@ -142,7 +168,7 @@ class HFPolicy:
         n: int = 1,
         temperature: float = 1.0,
         max_tokens: int = 64,
-        seed: int | None = None,
+        seed: Seeds = None,
         stop: Sequence[str] | None = None,
         logprobs: bool = False,
     ) -> list[list[Completion]]:
@@ -155,7 +181,7 @@ class HFPolicy:
         n: int = 1,
         temperature: float = 1.0,
         max_tokens: int = 64,
-        seed: int | None = None,
+        seed: Seeds = None,
         stop: Sequence[str] | None = None,
         logprobs: bool = False,
     ) -> list[list[Completion]]:
@@ -169,7 +195,7 @@ class HFPolicy:
         n: int = 1,
         temperature: float = 1.0,
         max_tokens: int = 64,
-        seed: int | None = None,
+        seed: Seeds = None,
         stop: Sequence[str] | None = None,
         logprobs: bool = False,
         top_logprobs: int = 0,
@@ -185,6 +211,8 @@ class HFPolicy:
             return []
         if seed is None:
             seed = random.SystemRandom().randrange(1 << 62)
+        seeds = conversation_seeds(seed, len(prompts))
+        assert seeds is not None
         encoded = [self.encode(p) for p in prompts]
         for index, ids in enumerate(encoded):
             if len(ids) + max_tokens > self.max_positions:
@@ -199,7 +227,7 @@ class HFPolicy:
             n,
             temperature,
             max_tokens,
-            seed,
+            seeds,
             tuple(stop or ()),
             logprobs,
             top_logprobs,
@@ -217,7 +245,7 @@ class HFPolicy:
         prompts = [self.encode(self.render(c)) for c in conversations]
         if not prompts:
             return []
-        rows = await asyncio.to_thread(self._score_blocking, prompts, label_ids)
+        rows = await asyncio.to_thread(self._score_all, prompts, label_ids)
         return [dict(zip(labels, row, strict=True)) for row in rows]
 
     async def prompt_logprobs(self, texts: Sequence[str]) -> list[PromptLogprobs]:
@@ -261,20 +289,26 @@ class HFPolicy:
         n: int,
         temperature: float,
         max_tokens: int,
-        seed: int,
+        seeds: list[int],
         stop: tuple[str, ...],
         want_logprobs: bool,
         top_logprobs: int,
     ) -> list[list[Sample]]:
-        per_chunk = max(1, self.max_batch_rows // n)
+        per_chunk = 1 if self.batch_invariant else max(1, self.max_batch_rows // n)
         results: list[list[Sample]] = []
         with self._lock, self._torch.inference_mode():
             for start in range(0, len(encoded), per_chunk):
                 chunk = encoded[start : start + per_chunk]
-                seeds = [seed + start + i for i in range(len(chunk))]
                 results.extend(
                     self._decode_chunk(
-                        chunk, seeds, n, temperature, max_tokens, stop, want_logprobs, top_logprobs
+                        chunk,
+                        seeds[start : start + per_chunk],
+                        n,
+                        temperature,
+                        max_tokens,
+                        stop,
+                        want_logprobs,
+                        top_logprobs,
                     )
                 )
         return results
@@ -378,6 +412,11 @@ class HFPolicy:
                 samples.append(Sample(completion, generated[row], tops[row], ends[row]))
             out.append(samples)
         return out
+
+    def _score_all(self, prompts: list[list[int]], label_ids: list[list[int]]) -> list[list[float]]:
+        if not self.batch_invariant:
+            return self._score_blocking(prompts, label_ids)
+        return [row for prompt in prompts for row in self._score_blocking([prompt], label_ids)]
 
     def _score_blocking(self, prompts: list[list[int]], label_ids: list[list[int]]) -> list[list[float]]:
         torch = self._torch

@@ -1,7 +1,8 @@
 """Owns the ``openai`` Policy backend: any OpenAI-compatible server (vLLM, SGLang, OpenAI, agentr).
 
 Sampling uses ``POST {base_url}/chat/completions`` with ``n``, ``seed``, ``stop``, ``logprobs``; one
-request per conversation, at most ``max_concurrency`` in flight. Transient failures (connection
+request per conversation, at most ``max_concurrency`` in flight, each carrying its conversation's own
+seed (``core.llm.ports.conversation_seeds``). Transient failures (connection
 errors, timeouts, 429, 5xx) are retried with exponential backoff and jitter; anything else becomes a
 :class:`PolicyError` that names the server and quotes what came back.
 
@@ -30,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from core.llm.ports import Completion, Conversation, PolicyError
+from core.llm.ports import Completion, Conversation, PolicyError, Seeds, conversation_seeds
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +167,13 @@ class OpenAIPolicy:
         n: int = 1,
         temperature: float = 1.0,
         max_tokens: int = 64,
-        seed: int | None = None,
+        seed: Seeds = None,
         stop: Sequence[str] | None = None,
         logprobs: bool = False,
     ) -> list[list[Completion]]:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
+        seeds = conversation_seeds(seed, len(conversations))  # one request per conversation, its own seed
         model = await self._model_name()
 
         async def one(index: int, conversation: Conversation) -> list[Completion]:
@@ -182,8 +184,8 @@ class OpenAIPolicy:
                 "temperature": temperature,
                 "max_tokens": max_tokens,
             }
-            if seed is not None:
-                payload["seed"] = seed + index
+            if seeds is not None:
+                payload["seed"] = seeds[index]
             if stop:
                 payload["stop"] = list(stop)
             if logprobs:

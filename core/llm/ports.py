@@ -7,6 +7,13 @@ A policy MAY also implement ``ContextWindow`` (optional, duck-typed): its contex
 many tokens a prompt takes, so callers can truncate long episodes to fit
 (``core.llm.context.fit_prompt``). A policy without it, or whose ``max_context_tokens`` is None,
 is treated as having an unknown (unlimited) context.
+
+Seeds are per conversation: ``sample(seed=...)`` takes one int for the call - conversation ``i``
+then samples with seed ``seed + i`` - or a sequence of ints, one per conversation. Either way a
+conversation's samples depend only on its own seed and its own text, never on which other
+conversations share the call, so a caller that batches other callers' conversations together
+(``search_service.batching``) passes each conversation's own seed and changes no result.
+``conversation_seeds`` turns either form into the per-conversation list.
 """
 
 from __future__ import annotations
@@ -18,6 +25,25 @@ from typing import Protocol, runtime_checkable
 from core.domain.trajectory import Message
 
 Conversation = Sequence[Message]
+Seeds = int | Sequence[int] | None  # one seed for the call, or one per conversation
+
+
+def conversation_seeds(seed: Seeds, count: int) -> list[int] | None:
+    """The seed of each of ``count`` conversations: None stays None, an int ``s`` gives
+    ``[s, s + 1, ...]``, a sequence is checked (ValueError: wrong length or not ints) and copied."""
+    if seed is None:
+        return None
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        return [seed + i for i in range(count)]
+    if isinstance(seed, str | bytes) or not isinstance(seed, Sequence):
+        raise ValueError(f"seed must be an int or a sequence of ints, got {type(seed).__name__}")
+    seeds = list(seed)
+    if len(seeds) != count:
+        raise ValueError(f"{len(seeds)} seeds for {count} conversations: give one seed per conversation")
+    bad = [s for s in seeds if not isinstance(s, int) or isinstance(s, bool)]
+    if bad:
+        raise ValueError(f"seeds must be ints, got {bad[0]!r}")
+    return seeds
 
 
 class PolicyError(Exception):
@@ -34,7 +60,11 @@ class Completion:
 
 @runtime_checkable
 class Policy(Protocol):
-    model_version: str  # identifies the weights (folder + hash, or server model name)
+    @property
+    def model_version(self) -> str:
+        """Identifies the weights (folder + hash, or server model name). Read-only for callers: a
+        plain attribute or a property (a wrapper passing its inner policy's) both implement it."""
+        ...
 
     async def sample(
         self,
@@ -42,11 +72,14 @@ class Policy(Protocol):
         n: int = 1,
         temperature: float = 1.0,
         max_tokens: int = 64,
-        seed: int | None = None,
+        seed: Seeds = None,
         stop: Sequence[str] | None = None,
         logprobs: bool = False,
     ) -> list[list[Completion]]:
-        """n completions for each conversation (outer list aligned with ``conversations``)."""
+        """n completions for each conversation (outer list aligned with ``conversations``).
+
+        ``seed``: an int for the call or one int per conversation (module docstring); None = fresh.
+        """
         ...
 
     async def score_labels(

@@ -4,6 +4,8 @@
 under the test's tmp folder), kills or restarts one by name, and stops all of them (SIGTERM, then
 SIGKILL after a grace period). ``ApiClient`` bootstraps a project key with the admin key and wraps
 the run / dataset routes. Failures include the tail of every log, so a broken service says why.
+``quick_tiny_model`` builds and warm-starts the tiny model exactly as ``agentr run --quick`` does
+(its own functions, cached in the given home folder) for tests that need a model that can succeed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,25 @@ from typing import Any
 import httpx
 
 AGENTR = str(Path(sys.executable).parent / "agentr")
+
+
+# Warm-start steps for the tests' tiny model (``agentr run --quick --warm-start-steps``): with the
+# quick default (40) the model has seen its 2 expert episodes too little to write actions (measured:
+# train loss 3.3, garbage text); at 200 (~8 s) it writes the episodes' actions, with slips at the
+# search temperature, so trees hold successes and failures.
+QUICK_WARM_START_STEPS = 200
+
+
+def quick_tiny_model(
+    home: Path, seed: int = 0, warm_start_steps: int = QUICK_WARM_START_STEPS
+) -> tuple[str, dict[str, Any]]:
+    """(model folder, run config) of ``agentr run --quick``: the tiny model built and warm-started by
+    ``core.cli.run_support.prepare_model`` (cached under ``home/models``: a second call reuses it)."""
+    from core.cli.run_support import RunOptions, plan_run, prepare_model
+
+    plan = plan_run(RunOptions(quick=True, iterations=1, seed=seed, warm_start_steps=warm_start_steps))
+    ref = prepare_model(plan, home, seed)
+    return ref, dict(plan.config, model=ref)
 
 
 def free_port() -> int:

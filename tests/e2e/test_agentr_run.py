@@ -1,8 +1,9 @@
 """`agentr run --quick` end to end: one real process (subprocess), tmp AGENTR_HOME, real tiny model.
 
 The whole loop runs: tiny model built and warm-started, MCTS, critic, splicer, SFT, evaluation, for
-two iterations; the datasets are not empty, the report exists, and `agentr export` writes the
-iteration's dataset in every format.
+two iterations; the first dataset holds revision samples (the search found both successes and
+failures), the report (held-out and seen tasks) exists, and `agentr export` writes the iteration's
+dataset in every format.
 """
 
 from __future__ import annotations
@@ -45,16 +46,31 @@ def test_agentr_run_quick_completes_with_data_and_report(tmp_path: Path) -> None
     assert report["status"] == "completed"
     assert [row["model"] for row in report["rows"]] == ["start", "iter 0", "iter 1"]
     for row in report["rows"]:
+        # held-out goals (test split) and, apart, the searched (seen) demo goals
         assert 0.0 <= row["success_rate"] <= 1.0 and row["episodes"] == 2
-    assert (run_dir / "report.md").read_text().startswith("# agentr run")
+        assert 0.0 <= row["seen_success_rate"] <= 1.0 and row["seen_episodes"] == 2
+    markdown = (run_dir / "report.md").read_text()
+    assert markdown.startswith("# agentr run")
+    assert "## Held-out tasks" in markdown and "## Seen tasks" in markdown and "## Datasets" in markdown
     assert (run_dir / "report.png").stat().st_size > 1000
     # both iterations had something to train on, and training wrote checkpoints with meta.json
+    kinds: dict[int, list[str]] = {}
     for iteration in (0, 1):
         counts = report["datasets"][str(iteration)]
+        assert counts["trees"] == 2
         assert counts.get("revision", 0) + counts.get("good", 0) > 0
         lines = (run_dir / "datasets" / f"iter-{iteration}.jsonl").read_text().splitlines()
         assert lines and all(json.loads(line)["messages"] for line in lines)
+        kinds[iteration] = [json.loads(line)["kind"] for line in lines]
+        assert kinds[iteration].count("revision") == counts.get("revision", 0)
         assert (run_dir / "checkpoints" / f"iter-{iteration}" / "meta.json").is_file()
+    # the search found successes AND failures: the starting model's trees gave pairs, hence
+    # verified revision samples in the first dataset (fixed seeds: the same on every run)
+    first = report["datasets"]["0"]
+    assert first["pairs"] > 0 and first["revision"] > 0 and first["good"] > 0
+    assert first["verified"] == first["revision"] and 0.0 < first["verified_share"] <= 1.0
+    assert "revision" in kinds[0] and "good" in kinds[0]
+    assert report["rows"][1]["revision_length_mean"] >= 1.0
     # the event log says the same
     db = sqlite3.connect(home / "agentr.db")
     types = [
@@ -73,8 +89,8 @@ def test_agentr_run_quick_completes_with_data_and_report(tmp_path: Path) -> None
         )  # fmt: skip
         assert exported.returncode == 0, exported.stderr
         assert out.stat().st_size > 0
-    first = json.loads((tmp_path / "d.jsonl").read_text().splitlines()[0])
-    assert any(m["role"] == "assistant" and m.get("weight") == 1 for m in first["messages"])
+    exported_first = json.loads((tmp_path / "d.jsonl").read_text().splitlines()[0])
+    assert any(m["role"] == "assistant" and m.get("weight") == 1 for m in exported_first["messages"])
     bad = subprocess.run(
         [*AGENTR, "export", "no-such-run", "0", "-o", str(tmp_path / "x.jsonl")],
         env=_env(home), capture_output=True, text=True, timeout=120,

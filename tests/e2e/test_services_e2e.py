@@ -2,15 +2,18 @@
 
 api (``agentr serve``), relay, search, critic, splice, train and the Celery trainer run as their
 own processes (the commands docker-compose.yml runs), sharing a fresh database and an isolated Redis
-prefix. A user bootstraps a project key over HTTP, submits a small data-only TextCraft run, follows
-it to completion and downloads its dataset. The same run (same seeds) is then submitted again and
-the search worker is SIGKILLed in the middle of it and restarted: the run still completes, and its
+prefix. A user bootstraps a project key over HTTP, submits a small TextCraft run with the tiny model,
+follows it to completion and downloads its dataset. The same run (same seeds) is then submitted again
+and the search worker is SIGKILLed in the middle of it and restarted: the run still completes, and its
 dataset has the same samples as the undisturbed one - no duplicates, no losses.
 
-The search policy is the seeded noisy TextCraft expert (``noisy-expert?...``, a real Policy the
-search service serves), because a tiny random-init model never reaches a TextCraft goal and so
-would yield no pairs; the search runs one tree at a time so every policy call keeps its own seed.
-``agentr up`` is exercised too: it starts everything, and stops everything when one process dies.
+The model is the tiny one ``agentr run --quick`` builds and warm-starts (built once per test session
+through ``core.cli.run_support``, cached in the session's tmp folder): it searches, judges the pairs
+(critic strategy ``model``) and is fine-tuned by the Celery trainer, then evaluated. The comparison is
+exact because sampling seeds are per conversation (a tree samples the same whatever else the search
+worker batches with it, before or after a restart) and the CPU model is batch-invariant
+(``core.llm.hf``). ``agentr up`` is exercised too: it starts everything, and stops everything when
+one process dies.
 """
 
 from __future__ import annotations
@@ -27,21 +30,26 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.helpers import AGENTR, ApiClient, ServiceGroup, free_port, wait_until
+from core.domain.reflections import DEFAULT_TEMPLATES
+from tests.e2e.helpers import AGENTR, ApiClient, ServiceGroup, free_port, quick_tiny_model, wait_until
 
 ADMIN_KEY = "e2e-admin-" + "k" * 24
 WORKERS = ("relay", "search", "critic", "splice", "train")
-RUN = {
-    "env": "textcraft?distractors=0&split=demo&max_steps=12",
-    "model": "noisy-expert?mistake=0.5&seed=3",
-    "max_tasks": 8,
-    "iterations": 1,
-    "alpha_schedule": [1.0],
-    "search": {"n_candidates": 3, "iterations": 12, "max_depth": 5},
-    "critic": {"strategy": "rules"},
-    "data_only": True,
-    "seed": 11,
-}
+
+
+@pytest.fixture(scope="session")
+def run_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The ``agentr run --quick`` configuration with its warm-started tiny model: 1 iteration with
+    training (through the Celery trainer) and a small evaluation."""
+    _ref, config = quick_tiny_model(tmp_path_factory.getbasetemp() / "agentr-quick-home")
+    return dict(
+        config,
+        iterations=1,
+        max_eval_tasks=1,
+        evaluation={"max_steps": 4, "max_tokens": 32, "recovery_episodes": 1, "baseline": False},
+        data_only=False,
+        seed=11,
+    )
 
 
 def service_env(pg_url: str, redis_url: str, redis_prefix: str, home: Path, port: int) -> dict[str, str]:
@@ -133,22 +141,30 @@ def deployment(pg_url: str, redis_url: str, redis_prefix: str, tmp_path: Path): 
         assert not bad, f"services did not stop cleanly: {bad}\n{group.logs()}"
 
 
-def test_run_over_http_and_survives_a_killed_worker(deployment) -> None:  # type: ignore[no-untyped-def]
+def test_run_over_http_and_survives_a_killed_worker(deployment, run_config: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
     group, client = deployment
 
-    # 1. The undisturbed run.
-    first = client.submit_run(RUN)
+    # 1. The undisturbed run: search, model critic, splice, dataset, SFT on the Celery trainer, eval.
+    first = client.submit_run(run_config)
     run = follow(client, group, first)
     iteration = run["iterations"][0]
-    assert iteration["trees_expected"] == RUN["max_tasks"] and iteration["trees_failed"] == 0
+    assert iteration["trees_expected"] == run_config["max_tasks"] and iteration["trees_failed"] == 0
     assert iteration["dataset_id"], iteration
     reference = dataset_records(client, first)
     check_dataset(reference)
     assert len(reference) == iteration["revisions"] + iteration["goods"] > 0
     assert iteration["revisions"] > 0, "no revision trajectories: the run found no pairs"
+    assert iteration["goods"] > 0, "no good trajectories: the tiny model never reached a goal"
+    check_sample_kinds(client, first, iteration)
+    # trained by the Celery trainer process: ModelTrained's checkpoint is a model folder with meta.json
+    checkpoint = Path(iteration["checkpoint"])
+    assert (checkpoint / "meta.json").is_file(), iteration
+    meta = json.loads((checkpoint / "meta.json").read_text())
+    assert meta["iteration"] == 0 and meta["dataset_id"] == iteration["dataset_id"]
+    assert run["final_model_ref"] == str(checkpoint)
 
     # 2. The same run; the search worker is SIGKILLed mid-run and restarted.
-    second = client.submit_run(RUN)
+    second = client.submit_run(run_config)
 
     def searching() -> bool:
         its = client.run(second)["iterations"]
@@ -175,6 +191,31 @@ def test_run_over_http_and_survives_a_killed_worker(deployment) -> None:  # type
         "the killed-and-restarted run's dataset differs from the undisturbed run's"
     )
     assert (iteration2["revisions"], iteration2["goods"]) == (iteration["revisions"], iteration["goods"])
+    assert (Path(iteration2["checkpoint"]) / "meta.json").is_file()
+
+
+def check_sample_kinds(client: ApiClient, run_id: str, iteration: dict[str, Any]) -> None:
+    """In the OpenAI export, revision samples' assistant weights are 0 (the bad steps) then 1 (the
+    reflection, then the good continuation), the first weight-1 turn opening with a reflection
+    sentence; good samples have every assistant turn at weight 1. Their counts are the run's."""
+    _response, text = client.dataset(run_id, 0, "openai")
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    openings = tuple(t.split("{action}")[0].split("'")[0] for t in DEFAULT_TEMPLATES.values())
+    revisions = goods = 0
+    for record in records:
+        assistant = [m for m in record["messages"] if m["role"] == "assistant"]
+        weights = [m["weight"] for m in assistant]
+        assert weights and weights[-1] == 1, record
+        if all(w == 1 for w in weights):
+            goods += 1
+            continue
+        revisions += 1
+        first = weights.index(1)
+        assert weights == [0] * first + [1] * (len(weights) - first), weights
+        thought = assistant[first]["content"].removeprefix("Thought:").strip()
+        assert thought.startswith(openings), f"no reflection opens the revision: {thought!r}"
+        assert "Action:" in assistant[first]["content"]
+    assert (revisions, goods) == (iteration["revisions"], iteration["goods"])
 
 
 def test_agentr_up_stops_everything_when_one_process_dies(
