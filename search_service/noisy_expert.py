@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from core.envs.textcraft.recipes import RecipeBook, recipe_book
 from core.envs.textcraft.solver import solve
-from core.llm.ports import Completion, Conversation, Seeds, conversation_seeds
+from core.llm.ports import Completion, Conversation, PolicyError, Seeds, conversation_seeds
 from core.llm.prompts import normalize_action, parse_action
 
 _GOAL = re.compile(r"Goal:\s*craft\s+(.+?)\.?\s*$", re.MULTILINE)
@@ -132,7 +132,10 @@ class NoisyExpertPolicy:
     async def score_labels(
         self, conversations: Sequence[Conversation], labels: Sequence[str]
     ) -> list[dict[str, float]]:
-        raise NotImplementedError("the noisy expert proposes actions only; it has no label scores")
+        raise PolicyError(
+            "the noisy expert proposes actions only and cannot judge them: "
+            "use the critic strategy 'rules' or 'direct' with it"
+        )
 
     async def close(self) -> None:
         return None

@@ -33,7 +33,7 @@ from core.domain.reflections import Reflection, choose_reflection
 from core.domain.trajectory import Step, Trajectory
 from core.envs.textcraft import TextCraftEnv
 from core.envs.textcraft.solver import solve
-from core.llm.ports import Completion
+from core.llm.ports import Completion, PolicyError
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store
@@ -95,7 +95,7 @@ class ReflectingPolicy:
         return out
 
     async def score_labels(self, conversations, labels):  # type: ignore[no-untyped-def]
-        raise NotImplementedError("this test policy only writes reflections")
+        raise PolicyError("this test policy only writes reflections")
 
     async def close(self) -> None:
         return None
