@@ -23,13 +23,7 @@ app = typer.Typer(
 
 def _register_all() -> None:
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"core.cli.{name}")
-        except ModuleNotFoundError as exc:  # a command group not built yet
-            if exc.name == f"core.cli.{name}":
-                continue
-            raise
-        module.register(app)
+        importlib.import_module(f"core.cli.{name}").register(app)
 
 
 _register_all()
