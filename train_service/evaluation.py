@@ -45,6 +45,9 @@ class EvalConfig:
     recovery_episodes: failed prefixes continued for the recovery test (0 = no recovery test).
     success_threshold: final reward that counts as a success.
     baseline: also evaluate the run's starting model (once, with the first iteration).
+    seen_tasks: also evaluate on the run's SEARCH tasks (seen in training: searched, and their
+        good / revised paths trained on), reported apart from the held-out ones, to show whether
+        the loop changes behaviour where it has data (held-out goals measure generalisation).
     """
 
     max_steps: int = 12
@@ -53,6 +56,7 @@ class EvalConfig:
     recovery_episodes: int = 8
     success_threshold: float = 1.0
     baseline: bool = True
+    seen_tasks: bool = True
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.max_tokens < 1:

@@ -2,7 +2,8 @@
 
 ``collect_report(run_id, run_events, revision_lengths)`` turns a run's stream into rows, one per
 evaluated model (the starting model, then the model trained in each iteration), with the metrics of
-``train_service.evaluation`` and the iteration's mean revision length; ``write_report`` writes
+``train_service.evaluation`` on the held-out tasks, the same on the SEEN (searched, trained-on)
+tasks under ``seen_*`` keys, and the iteration's mean revision length; ``write_report`` writes
 ``report.json``, ``report.md`` and ``report.png`` into a folder. ``write_eval`` does the same for a
 single ``agentr eval``.
 """
@@ -17,19 +18,36 @@ from typing import Any
 from core.domain.events import DomainEvent
 from core.domain.runs import fold
 
-COLUMNS: tuple[tuple[str, str], ...] = (
+HELD_OUT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("success_rate", "success"),
+    ("avg_reward", "reward"),
+    ("avg_steps", "steps"),
+    ("invalid_action_rate", "invalid"),
+    ("dead_loop_rate", "dead loops"),
+)
+# the mean revision length per iteration is in the datasets table; the recovery test continues
+# the starting model's failed SEARCH paths, so it is a seen-task figure
+SEEN_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("seen_success_rate", "success"),
+    ("seen_avg_reward", "reward"),
+    ("seen_avg_steps", "steps"),
+    ("seen_invalid_action_rate", "invalid"),
+    ("seen_dead_loop_rate", "dead loops"),
+    ("recovery_success", "recovery"),
+)
+COLUMNS: tuple[tuple[str, str], ...] = (  # the single table of ``agentr eval``
     ("success_rate", "success"),
     ("avg_reward", "reward"),
     ("avg_steps", "steps"),
     ("invalid_action_rate", "invalid"),
     ("dead_loop_rate", "dead loops"),
     ("recovery_success", "recovery"),
-    ("revision_length_mean", "revision len"),
 )
 
 
 def _row(label: str, metrics: dict[str, Any], revision_length: float | None) -> dict[str, Any]:
     recovery = metrics.get("recovery") or {}
+    seen = metrics.get("seen") or {}
     return {
         "model": label,
         "model_version": metrics.get("model_version"),
@@ -43,12 +61,23 @@ def _row(label: str, metrics: dict[str, Any], revision_length: float | None) -> 
         "recovery_success": recovery.get("success_rate"),
         "recovery_episodes": recovery.get("episodes"),
         "revision_length_mean": revision_length,
+        "seen_episodes": seen.get("episodes"),
+        "seen_success_rate": seen.get("success_rate"),
+        "seen_avg_reward": seen.get("avg_reward"),
+        "seen_avg_steps": seen.get("avg_steps"),
+        "seen_invalid_action_rate": seen.get("invalid_action_rate"),
+        "seen_dead_loop_rate": seen.get("dead_loop_rate"),
     }
 
 
 def collect_report(
     run_id: str, run_events: Sequence[DomainEvent], revision_lengths: dict[int, float]
 ) -> dict[str, Any]:
+    """The run's report: config, per-iteration facts and one row per evaluated model.
+
+    A row holds the held-out metrics (``success_rate``, ...) and, when the run evaluated on its
+    search tasks too, the same metrics on those SEEN tasks under ``seen_*`` keys.
+    """
     state = fold(run_id, run_events)
     rows: list[dict[str, Any]] = []
     for it in state.iterations:
@@ -88,27 +117,69 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
-    header = "| model | " + " | ".join(title for _, title in COLUMNS) + " |"
-    rule = "|---|" + "---:|" * len(COLUMNS)
+def markdown_table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]] = HELD_OUT_COLUMNS
+) -> str:
+    header = "| model | " + " | ".join(title for _, title in columns) + " |"
+    rule = "|---|" + "---:|" * len(columns)
     lines = [header, rule]
     for row in rows:
-        lines.append(f"| {row['model']} | " + " | ".join(_fmt(row.get(key)) for key, _ in COLUMNS) + " |")
+        lines.append(f"| {row['model']} | " + " | ".join(_fmt(row.get(key)) for key, _ in columns) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _first(rows: Sequence[dict[str, Any]], key: str) -> Any:
+    return next((r[key] for r in rows if r.get(key) is not None), None)
 
 
 def report_markdown(report: dict[str, Any]) -> str:
     out = [f"# agentr run {report['run_id']}", "", f"status: **{report['status']}**"]
     if report.get("reason"):
         out.append(f"reason: {report['reason']}")
-    out += ["", markdown_table(report["rows"]) if report["rows"] else "(no evaluation yet)", ""]
+    rows = report["rows"]
+    config = report.get("config") or {}
+    if not rows:
+        out += ["", "(no evaluation yet)", ""]
+    else:
+        held_out = config.get("eval_tasks") or f"split {config.get('eval_split', '?')!r}"
+        out += [
+            "",
+            f"## Held-out tasks ({_first(rows, 'episodes')} goals of {held_out}, never searched or "
+            "trained on)",
+            "",
+            markdown_table(rows, HELD_OUT_COLUMNS),
+        ]
+        if _first(rows, "seen_episodes") is not None:
+            searched = config.get("tasks") or f"split {config.get('split', '?')!r}"
+            out += [
+                f"## Seen tasks ({_first(rows, 'seen_episodes')} searched goals of {searched}: their "
+                "good and revised paths are trained on)",
+                "",
+                markdown_table(rows, SEEN_COLUMNS),
+                f"recovery: success when continuing {_first(rows, 'recovery_episodes') or 0} failed search "
+                "paths of the starting model, cut after the critic's first error.",
+                "",
+            ]
     datasets = report.get("datasets") or {}
     if datasets:
-        out.append("| iteration | revision samples | good trajectories |")
-        out.append("|---:|---:|---:|")
+        out.append("## Datasets")
+        out.append("")
+        out.append(
+            "| iteration | trees | pairs | revision samples | verified / pairs | good trajectories "
+            "| revision len |"
+        )
+        out.append("|---:|---:|---:|---:|---:|---:|---:|")
         for iteration in sorted(datasets, key=int):
-            counts = datasets[iteration]
-            out.append(f"| {iteration} | {counts.get('revision', 0)} | {counts.get('good', 0)} |")
+            c = datasets[iteration]
+            cells = (
+                _fmt(c.get("trees")),
+                c.get("pairs", 0),
+                c.get("revision", 0),
+                _fmt(c.get("verified_share")),
+                c.get("good", 0),
+                _fmt(c.get("revision_length_mean")),
+            )
+            out.append(f"| {iteration} | " + " | ".join(str(x) for x in cells) + " |")
         out.append("")
     return "\n".join(out)
 
@@ -120,11 +191,13 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     keys = [
-        ("success_rate", "success rate"),
-        ("avg_reward", "avg reward"),
-        ("invalid_action_rate", "invalid actions"),
-        ("dead_loop_rate", "dead loops"),
-        ("recovery_success", "recovery"),
+        ("success_rate", "success (held-out)"),
+        ("avg_reward", "avg reward (held-out)"),
+        ("invalid_action_rate", "invalid actions (held-out)"),
+        ("dead_loop_rate", "dead loops (held-out)"),
+        ("recovery_success", "recovery (held-out)"),
+        ("seen_success_rate", "success (seen tasks)"),
+        ("seen_invalid_action_rate", "invalid actions (seen tasks)"),
     ]
     labels = [r["model"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -152,7 +225,7 @@ def write_report(report: dict[str, Any], folder: Path) -> dict[str, str]:
 
 
 def eval_markdown(metrics: dict[str, Any]) -> str:
-    return markdown_table([_row(str(metrics.get("model", "model")), metrics, None)])
+    return markdown_table([_row(str(metrics.get("model", "model")), metrics, None)], COLUMNS)
 
 
 def write_eval(metrics: dict[str, Any], folder: Path) -> dict[str, str]:

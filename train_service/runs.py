@@ -12,7 +12,9 @@ I/O behind it for the train service:
   ``train`` queue (with Redis), waited for; returns ``ModelTrained`` or ``TrainingFailed`` (bad input:
   empty dataset, missing general-data file, bad template, ...). Transient errors raise (retried).
 * ``evaluate``: ``train_service.evaluation`` on the held-out tasks, with the recovery test on the
-  starting model's failed paths and the iteration's mean revision length.
+  starting model's failed paths and the iteration's mean revision length; and (``seen_tasks``) on
+  the run's search tasks, stored under ``metrics["seen"]`` (the starting model's under
+  ``metrics["start"]["seen"]``).
 """
 
 from __future__ import annotations
@@ -270,10 +272,20 @@ class RunEffects:
         metrics = await self._evaluate_model(
             f"iteration {effect.iteration}", effect.model_ref, config, tasks, prefixes, cfg
         )
+        seen = await self.task_ids(config) if cfg.seen_tasks else []
+        if seen:
+            metrics["seen"] = await self._evaluate_model(
+                f"iteration {effect.iteration}, seen tasks", effect.model_ref, config, seen, (), cfg
+            )
         lengths = await revision_lengths(self.store, state.run_id)
         metrics["revision_length_mean"] = lengths.get(effect.iteration)
         if cfg.baseline and effect.iteration == 0:
-            metrics["start"] = await self._evaluate_model(
+            start = await self._evaluate_model(
                 "starting model", effect.start_model_ref, config, tasks, prefixes, cfg
             )
+            if seen:
+                start["seen"] = await self._evaluate_model(
+                    "starting model, seen tasks", effect.start_model_ref, config, seen, (), cfg
+                )
+            metrics["start"] = start
         return IterationEvaluated(state.run_id, effect.iteration, effect.model_ref, metrics)

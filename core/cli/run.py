@@ -43,8 +43,12 @@ def register(app: typer.Typer) -> None:
         max_eval_tasks: int | None = typer.Option(
             None, "--max-eval-tasks", min=1, help="Cap on evaluation tasks."
         ),
-        warm_start_minutes: float | None = typer.Option(
-            None, "--warm-start-minutes", min=0.0, help="Warm-start SFT budget for the tiny model (0 = none)."
+        warm_start_steps: int | None = typer.Option(
+            None,
+            "--warm-start-steps",
+            min=0,
+            help="Optimizer steps of the tiny model's warm start on expert episodes "
+            "(0 = none; default 80, with --quick 300).",
         ),
         seed: int = typer.Option(0, "--seed", help="Seed of the run (search, training, tiny model)."),
         quick: bool = typer.Option(
@@ -71,7 +75,7 @@ def register(app: typer.Typer) -> None:
             max_tasks=max_tasks,
             eval_tasks=tuple(t.strip() for t in eval_tasks.split(",") if t.strip()),
             max_eval_tasks=max_eval_tasks,
-            warm_start_minutes=warm_start_minutes,
+            warm_start_steps=warm_start_steps,
             seed=seed,
             quick=quick,
             data_only=data_only,

@@ -27,10 +27,10 @@ import httpx
 AGENTR = str(Path(sys.executable).parent / "agentr")
 
 
-# Warm-start steps for the tests' tiny model (``agentr run --quick --warm-start-steps``): with the
-# quick default (40) the model has seen its 2 expert episodes too little to write actions (measured:
-# train loss 3.3, garbage text); at 200 (~8 s) it writes the episodes' actions, with slips at the
-# search temperature, so trees hold successes and failures.
+# Warm-start steps for the tests' tiny model (``agentr run --quick --warm-start-steps``): at 40 the
+# model has seen its 2 expert episodes too little to write actions (measured: train loss 3.3, garbage
+# text); at 200 (~8 s) it writes the episodes' actions, with slips at the search temperature, so trees
+# hold successes and failures (`agentr run --quick` itself uses 300).
 QUICK_WARM_START_STEPS = 200
 
 
