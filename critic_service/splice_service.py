@@ -7,10 +7,17 @@
   an environment and task, the spliced action sequence is replayed there: ``verified`` says whether it
   still reaches the good path's reward, and the sample keeps the observations the environment really
   returned. Unverified samples are kept or dropped by ``RunConfig.splice["keep_unverified"]``.
-- After each outcome, and on ``TreeCompleted`` / ``SearchFailed`` / ``RevisionRejected``, the iteration
-  is checked: when every tree of ``IterationStarted.tree_ids`` is completed or failed and every pair
+- On every event that can complete an iteration (``TreeCompleted``, ``SearchFailed``,
+  ``RevisionMaterialized``, ``RevisionRejected``) the iteration is checked AFTER that event has been
+  committed: when every tree of ``IterationStarted.tree_ids`` is completed or failed and every pair
   is revised or rejected, ``IterationDatasetReady`` (deterministic dataset id) or
-  ``IterationDatasetEmpty`` is appended to the run's stream, once (derived event id).
+  ``IterationDatasetEmpty`` is appended to the run's stream, once (derived event id; the store skips
+  an id it already holds). The check never runs inside the handler that produces an outcome: that
+  handler's events are not committed yet, so with two replicas (or concurrency > 1) both handlers
+  of the last two events could see "not ready" and the wakeup would be lost. Checking after each
+  commit means whichever relevant event commits last is followed by a check that sees all of them.
+  The event is built from committed projections only (``built_from.last_position`` is the highest
+  store position among the dataset's samples), so concurrent checks emit identical contents.
 """
 
 from __future__ import annotations
@@ -159,7 +166,6 @@ class SpliceHandlers:
             event = NewEvent(
                 pair_stream(pair.pair_id), outcome, meta, derived_id(SERVICE_NAME, "rej", pair.pair_id)
             )
-            extra = (0, 1)
         else:
             log.info(
                 "splice: pair %s -> sample %s (revision length %d, verified %s)",
@@ -168,11 +174,9 @@ class SpliceHandlers:
             event = NewEvent(
                 pair_stream(pair.pair_id), outcome, meta, derived_id(SERVICE_NAME, "rev", pair.pair_id)
             )
-            extra = (1, 0)
-        events = [event]
-        if pair.run_id is not None:
-            events.extend(await self._iteration_check(pair.run_id, pair.iteration, meta, *extra))
-        return HandlerResult(events)
+        # No iteration check here: ``event`` is not committed yet (see the module docstring); the
+        # post-commit check runs in ``on_progress`` when this outcome is delivered.
+        return HandlerResult([event])
 
     async def _reflection(
         self, pair: PairFound, marked: FirstErrorMarked, config: SpliceConfig, model_ref: str | None
@@ -254,18 +258,18 @@ class SpliceHandlers:
         )
 
     async def on_progress(self, recorded: RecordedEvent) -> HandlerResult:
-        """TreeCompleted / SearchFailed / RevisionRejected: maybe the iteration is now complete."""
+        """TreeCompleted / SearchFailed / RevisionMaterialized / RevisionRejected, once committed:
+        maybe the iteration is now complete."""
         event = recorded.event
-        assert isinstance(event, TreeCompleted | SearchFailed | RevisionRejected)
+        assert isinstance(event, TreeCompleted | SearchFailed | RevisionMaterialized | RevisionRejected)
         if event.run_id is None:
             return HandlerResult()
         return HandlerResult(
             await self._iteration_check(event.run_id, event.iteration, caused_by(recorded, SERVICE_NAME))
         )
 
-    async def _iteration_check(
-        self, run_id: str, iteration: int, meta: Metadata, new_revisions: int = 0, new_rejections: int = 0
-    ) -> list[NewEvent]:
+    async def _iteration_check(self, run_id: str, iteration: int, meta: Metadata) -> list[NewEvent]:
+        """The iteration's dataset event when it is complete, from committed projections only."""
         from core.store.tables import iterations, pairs, samples
 
         engine = self.store.engine  # type: ignore[attr-defined]
@@ -286,25 +290,30 @@ class SpliceHandlers:
                     )
                 )
             ).scalar_one()
-            good_rows = (
+            sample_rows = (
                 await conn.execute(
-                    select(samples.c.data).where(
-                        samples.c.run_id == run_id, samples.c.iteration == iteration, samples.c.kind == "good"
+                    select(samples.c.kind, samples.c.data, samples.c.position).where(
+                        samples.c.run_id == run_id, samples.c.iteration == iteration
                     )
                 )
             ).all()
         trees_finished = row.trees_done + row.trees_failed
-        pairs_finished = row.revisions + new_revisions + rejected + new_rejections
-        if trees_finished < row.trees_expected or pairs_finished < row.pairs:
+        if trees_finished < row.trees_expected or row.revisions + rejected < row.pairs:
             return []
-        revisions = row.revisions + new_revisions
-        goods = sum(1 for (data,) in good_rows if (data.get("reward") or 0.0) >= row.alpha)
+        revisions = row.revisions
+        good_positions = [
+            position
+            for kind, data, position in sample_rows
+            if kind == "good" and (data.get("reward") or 0.0) >= row.alpha
+        ]
+        revision_positions = [position for kind, _, position in sample_rows if kind == "revision"]
+        goods = len(good_positions)
         run_config, _ = await run_context(self.store, run_id, iteration)
         stream = run_stream(run_id)
         if revisions + goods == 0:
             reason = (
                 f"iteration {iteration}: {row.trees_done} tree(s) completed, {row.trees_failed} failed, "
-                f"{row.pairs} pair(s) with {rejected + new_rejections} rejected, and no good trajectory "
+                f"{row.pairs} pair(s) with {rejected} rejected, and no good trajectory "
                 f"reached alpha {row.alpha}"
             )
             empty = IterationDatasetEmpty(run_id, iteration, reason)
@@ -327,8 +336,8 @@ class SpliceHandlers:
                 "trees_done": row.trees_done,
                 "trees_failed": row.trees_failed,
                 "pairs": row.pairs,
-                "rejected": rejected + new_rejections,
-                "last_position": await self.store.last_position(),
+                "rejected": rejected,
+                "last_position": max(good_positions + revision_positions, default=0),
             },
         )
         log.info(
@@ -357,6 +366,7 @@ def build_service(
             FirstErrorMarked.event_type: handlers.on_first_error,
             TreeCompleted.event_type: handlers.on_progress,
             SearchFailed.event_type: handlers.on_progress,
+            RevisionMaterialized.event_type: handlers.on_progress,
             RevisionRejected.event_type: handlers.on_progress,
         },
         concurrency=1,

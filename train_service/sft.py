@@ -328,6 +328,7 @@ def train_sft(
             bf16=bf16,
             remove_unused_columns=False,
             dataloader_num_workers=0,
+            dataloader_pin_memory=torch.cuda.is_available(),
             disable_tqdm=True,
         )
         callbacks = _callbacks(cfg, should_stop, on_step)

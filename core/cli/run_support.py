@@ -291,6 +291,9 @@ def run_command(opts: RunOptions) -> int:
     home.mkdir(parents=True, exist_ok=True)
     configure_logging(os.environ.get("AGENTR_LOG_LEVEL", "WARNING"), False)
     import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own rich bars say what is happening
 
     if not os.environ.get("OMP_NUM_THREADS"):  # an explicit OMP_NUM_THREADS is respected by torch
         torch.set_num_threads(_torch_threads())
