@@ -185,31 +185,46 @@ def report_markdown(report: dict[str, Any]) -> str:
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
+    """Two panels, held-out tasks and seen tasks; markers and dashes keep coinciding lines visible."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [
-        ("success_rate", "success (held-out)"),
-        ("avg_reward", "avg reward (held-out)"),
-        ("invalid_action_rate", "invalid actions (held-out)"),
-        ("dead_loop_rate", "dead loops (held-out)"),
-        ("recovery_success", "recovery (held-out)"),
-        ("seen_success_rate", "success (seen tasks)"),
-        ("seen_invalid_action_rate", "invalid actions (seen tasks)"),
+    panels = [
+        (
+            "held-out tasks",
+            [
+                ("success_rate", "success"),
+                ("avg_reward", "avg reward"),
+                ("invalid_action_rate", "invalid actions"),
+                ("dead_loop_rate", "dead loops"),
+            ],
+        ),
+        (
+            "seen tasks",
+            [
+                ("seen_success_rate", "success"),
+                ("seen_invalid_action_rate", "invalid actions"),
+                ("recovery_success", "recovery from failed prefixes"),
+            ],
+        ),
     ]
+    styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":")]
     labels = [r["model"] for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for key, name in keys:
-        values = [r.get(key) for r in rows]
-        xs = [i for i, v in enumerate(values) if v is not None]
-        ax.plot(xs, [float(values[i] or 0.0) for i in xs], marker="o", label=name)
-    ax.set_xticks(range(len(labels)), labels)
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_title(title)
-    ax.legend(loc="best", fontsize="small")
-    ax.grid(alpha=0.3)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, (panel, keys) in zip(axes, panels, strict=True):
+        for (key, name), (marker, dash) in zip(keys, styles, strict=False):
+            values = [r.get(key) for r in rows]
+            xs = [i for i, v in enumerate(values) if v is not None]
+            ys = [float(values[i] or 0.0) for i in xs]
+            ax.plot(xs, ys, marker=marker, linestyle=dash, markersize=7, alpha=0.85, label=name)
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_title(panel)
+        ax.legend(loc="best", fontsize="small")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
