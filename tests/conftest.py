@@ -3,6 +3,8 @@
 Each test (or module) that asks for ``pg_url`` gets a fresh, empty database on the PostgreSQL at
 ``AGENTR_TEST_PG`` (default 127.0.0.1:5432, trust auth) that is dropped afterwards; ``redis_url``
 plus ``redis_prefix`` give an isolated key namespace on the real Redis, deleted afterwards.
+``store_url`` runs a test on both adapters (a SQLite file, then a fresh PostgreSQL database) and
+``store`` opens the event store there with its tables created.
 Several test runs (and developers) can share the servers without seeing each other's data.
 """
 
@@ -11,8 +13,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from core.store.sql import SqlEventStore
 
 PG_ADMIN_DSN = os.environ.get("AGENTR_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("AGENTR_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -77,3 +83,20 @@ async def redis_prefix() -> AsyncIterator[str]:
             await client.delete(*keys)
     finally:
         await client.aclose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    # a sync fixture: pg_url creates its database with asyncio.run, outside the test's loop
+    return str(request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url"))
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[SqlEventStore]:
+    from core.store.factory import open_store
+
+    opened = await open_store(store_url, create_tables=True)
+    try:
+        yield opened
+    finally:
+        await opened.close()

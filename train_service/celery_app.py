@@ -152,21 +152,17 @@ def make_celery(settings: Settings | None = None) -> Celery:
         retry_jitter=True,
         max_retries=3,
     )
-    def train_iteration(
-        self: Task,
-        run_id: str | None,
-        iteration: int,
-        dataset_id: str,
-        dataset_path: str,
-        model_path: str,
-        out_dir: str,
-        config: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    def train_iteration(self: Task, **job: Any) -> dict[str, Any]:
+        """``job``: the keyword arguments of ``run_train_iteration`` that ``submit_training`` sends."""
         from train_service.sft import TrainingCancelled
 
         task_id = self.request.id or ""
         log.info(
-            "training run %s iteration %d on dataset %s (task %s)", run_id, iteration, dataset_id, task_id
+            "training run %s iteration %s on dataset %s (task %s)",
+            job.get("run_id"),
+            job.get("iteration"),
+            job.get("dataset_id"),
+            task_id,
         )
 
         def progress(step: int, max_steps: int, loss: float | None) -> None:
@@ -175,13 +171,7 @@ def make_celery(settings: Settings | None = None) -> Celery:
 
         try:
             return run_train_iteration(
-                run_id=run_id,
-                iteration=iteration,
-                dataset_id=dataset_id,
-                dataset_path=dataset_path,
-                model_path=model_path,
-                out_dir=out_dir,
-                config=config,
+                **job,
                 should_stop=_cancel_poller(settings, task_id) if task_id else None,
                 on_step=progress,
             )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +22,7 @@ from core.domain.events import (
     upcaster,
 )
 from core.domain.ids import new_id
-from core.store.factory import make_engine, open_store
+from core.store.factory import make_engine
 from core.store.ports import AlreadyProcessed, ConcurrencyConflict, EventStore
 from core.store.sql import SqlEventStore
 from core.store.tables import events as events_table
@@ -44,21 +43,6 @@ class ContractTestRenamed(DomainEvent):
 def _rename_title(data: dict[str, Any]) -> dict[str, Any]:
     data["name"] = data.pop("title")
     return data
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest) -> str:
-    # a sync fixture: pg_url creates its database with asyncio.run, outside the test's loop
-    return str(request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url"))
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[SqlEventStore]:
-    opened = await open_store(store_url, create_tables=True)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def project(name: str = "p") -> ProjectCreated:

@@ -30,9 +30,8 @@ from core.domain.events import (
 )
 from core.domain.ids import derived_id, new_id, pair_stream, run_stream, trace_stream, tree_stream
 from core.domain.reflections import Reflection, choose_reflection
-from core.domain.trajectory import Step, Trajectory
+from core.domain.trajectory import Trajectory
 from core.envs.textcraft import TextCraftEnv
-from core.envs.textcraft.solver import solve
 from core.llm.ports import Completion, PolicyError
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
@@ -41,31 +40,11 @@ from critic_service.reflector import ReflectionRequest, model_reflections
 from critic_service.service import build_service as build_critic
 from critic_service.splice_service import build_service as build_splice
 from critic_service.splice_service import replay
-
-ENV_URI = "textcraft?distractors=2"
-
-
-async def _run(env: TextCraftEnv, task_id: str, actions: list[str]) -> Trajectory:
-    task = await env.reset(task_id)
-    steps = []
-    for action in actions:
-        result = await env.step(action)
-        steps.append(
-            Step(f"I do {action}", action, result.observation, result.reward, result.done, result.valid)
-        )
-    return Trajectory(task=task, instruction=env.instruction, steps=tuple(steps), reward=steps[-1].reward)
+from tests.integration.textcraft_pairs import ENV_URI, INVALID_CRAFT, textcraft_pair
 
 
 async def _textcraft_pair() -> tuple[str, Trajectory, Trajectory, int]:
-    env = TextCraftEnv(distractors=2)
-    task_id = next(t for t in env.task_ids("test") if len(solve(env.goal_of(t))) >= 3)
-    gold = solve(env.goal_of(task_id))
-    good = await _run(env, task_id, gold)
-    assert good.reward == 1.0
-    shared = 1
-    wrong = ["craft 1 golden apple using 8 gold ingot, 1 apple", "inventory", "inventory", "inventory"]
-    bad = await _run(env, task_id, gold[:shared] + wrong)
-    return task_id, bad, good, shared
+    return await textcraft_pair([INVALID_CRAFT, "inventory", "inventory", "inventory"])
 
 
 class ReflectingPolicy:

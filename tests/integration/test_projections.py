@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -28,20 +27,6 @@ from core.store.tables import (
     traces,
     trees,
 )
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url"))
-
-
-@pytest.fixture
-async def store(store_url: str) -> AsyncIterator[SqlEventStore]:
-    opened = await open_store(store_url, create_tables=True)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def trajectory(n: int, reward: float) -> Trajectory:
@@ -398,8 +383,7 @@ async def test_node_statistics_equal_a_recount_of_rollouts(store: SqlEventStore)
     assert sorted(r.visits for r in roots) == [12, 30]  # the root sees every rollout of its tree
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
-def test_cli_rebuild_restores_lost_read_models(kind: str, request: pytest.FixtureRequest) -> None:
+def test_cli_rebuild_restores_lost_read_models(store_url: str) -> None:
     import asyncio
 
     from sqlalchemy import delete
@@ -407,7 +391,7 @@ def test_cli_rebuild_restores_lost_read_models(kind: str, request: pytest.Fixtur
 
     from core.cli.db import db_app
 
-    url = str(request.getfixturevalue("sqlite_url" if kind == "sqlite" else "pg_url"))
+    url = store_url
 
     async def prepare() -> dict[str, list[dict[str, Any]]]:
         store = await open_store(url, create_tables=True)

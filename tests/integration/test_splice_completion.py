@@ -30,43 +30,21 @@ from core.domain.events import (
     TreeCompleted,
 )
 from core.domain.ids import derived_id, new_id, pair_stream, run_stream, tree_stream
-from core.domain.trajectory import Step, Trajectory
-from core.envs.textcraft import TextCraftEnv
-from core.envs.textcraft.solver import solve
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store
 from critic_service.splice_service import build_service as build_splice
-
-ENV_URI = "textcraft?distractors=2"
-
-
-async def _played(env: TextCraftEnv, task_id: str, actions: list[str]) -> Trajectory:
-    task = await env.reset(task_id)
-    steps = []
-    for action in actions:
-        result = await env.step(action)
-        steps.append(
-            Step(f"I do {action}", action, result.observation, result.reward, result.done, result.valid)
-        )
-    return Trajectory(task=task, instruction=env.instruction, steps=tuple(steps), reward=steps[-1].reward)
+from tests.integration.textcraft_pairs import ENV_URI, INVALID_CRAFT, textcraft_pair
 
 
 async def _pair(run_id: str, tree_id: str) -> PairFound:
     """A real TextCraft pair: the gold recipe vs. one shared step then an invalid craft."""
-    env = TextCraftEnv(distractors=2)
-    task_id = next(t for t in env.task_ids("test") if len(solve(env.goal_of(t))) >= 3)
-    gold = solve(env.goal_of(task_id))
-    good = await _played(env, task_id, gold)
-    bad = await _played(
-        env, task_id, gold[:1] + ["craft 1 golden apple using 8 gold ingot, 1 apple", "inventory"]
-    )
-    await env.close()
-    assert good.reward == 1.0 and not bad.steps[1].valid
+    task_id, bad, good, shared = await textcraft_pair([INVALID_CRAFT, "inventory"])
+    assert not bad.steps[1].valid
     pair_id = derived_id("pair", tree_id, 0)
     return PairFound(
-        pair_id=pair_id, source="search", task_key=task_id, bad=bad, good=good, shared_steps=1,
+        pair_id=pair_id, source="search", task_key=task_id, bad=bad, good=good, shared_steps=shared,
         run_id=run_id, iteration=0, tree_id=tree_id, env_uri=ENV_URI, task_id=task_id,
     )  # fmt: skip
 

@@ -1,16 +1,17 @@
-"""Owns the small SQL helpers projectors share: dialect-neutral upsert and project-id lookup."""
+"""Owns the small SQL helpers projectors share: dialect-neutral upsert, project-id lookup and
+iteration-row updates (status changes and counters)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, func, literal, select
+from sqlalchemy import ColumnElement, Table, Update, func, literal, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core.domain.events import DomainEvent, RecordedEvent
-from core.store.tables import pairs, runs
+from core.store.tables import iterations, pairs, runs
 
 Item = tuple[RecordedEvent, DomainEvent]
 Projector = Callable[[AsyncConnection, Sequence[Item]], Awaitable[None]]
@@ -59,3 +60,16 @@ def project_of(
     if len(candidates) == 1:
         return candidates[0]
     return func.coalesce(*candidates)
+
+
+def update_iteration(run_id: str, iteration: int) -> Update:
+    """An UPDATE of one iteration row; the caller adds ``.values(...)``."""
+    return update(iterations).where(iterations.c.run_id == run_id, iterations.c.iteration == iteration)
+
+
+async def bump_iteration(conn: AsyncConnection, run_id: str | None, iteration: int, column: str) -> None:
+    """Add one to an iteration counter column; an event outside any run (no ``run_id``) counts nowhere."""
+    if run_id is None:
+        return
+    col = iterations.c[column]
+    await conn.execute(update_iteration(run_id, iteration).values({col: col + 1}))

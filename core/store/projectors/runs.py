@@ -8,13 +8,13 @@ Timestamps are the events' recorded times, so a rebuild reproduces them exactly.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, cast
 
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core.domain import events as ev
-from core.store.projectors._sql import Item, Projector, project_of, upsert
+from core.store.projectors._sql import Item, Projector, project_of, update_iteration, upsert
 from core.store.tables import api_keys, iterations, projects, runs
 
 
@@ -72,11 +72,44 @@ async def _set_run(conn: AsyncConnection, run_id: str, recorded: ev.RecordedEven
 async def _set_iteration(
     conn: AsyncConnection, run_id: str, iteration: int, recorded: ev.RecordedEvent, **values: Any
 ) -> None:
-    await conn.execute(
-        update(iterations)
-        .where(iterations.c.run_id == run_id, iterations.c.iteration == iteration)
-        .values(updated_at=recorded.recorded_at, **values)
-    )
+    await conn.execute(update_iteration(run_id, iteration).values(updated_at=recorded.recorded_at, **values))
+
+
+class _RunEvent(Protocol):
+    @property
+    def run_id(self) -> str: ...
+
+
+class _IterationEvent(_RunEvent, Protocol):
+    @property
+    def iteration(self) -> int: ...
+
+
+def _run_status(kind: type[ev.DomainEvent], status: str, *copied: str) -> Projector:
+    """A projector moving the event's run to ``status`` and copying the event's ``copied`` fields
+    into the run's same-named columns."""
+
+    async def project(conn: AsyncConnection, items: Sequence[Item]) -> None:
+        for recorded, event in items:
+            assert isinstance(event, kind)
+            values = {name: getattr(event, name) for name in copied}
+            await _set_run(conn, cast(_RunEvent, event).run_id, recorded, status=status, **values)
+
+    return project
+
+
+def _iteration_status(kind: type[ev.DomainEvent], status: str, *copied: str) -> Projector:
+    """A projector moving the event's iteration to ``status`` and copying the event's ``copied``
+    fields into the iteration's same-named columns."""
+
+    async def project(conn: AsyncConnection, items: Sequence[Item]) -> None:
+        for recorded, event in items:
+            assert isinstance(event, kind)
+            at = cast(_IterationEvent, event)
+            values = {name: getattr(event, name) for name in copied}
+            await _set_iteration(conn, at.run_id, at.iteration, recorded, status=status, **values)
+
+    return project
 
 
 async def _iteration_started(conn: AsyncConnection, items: Sequence[Item]) -> None:
@@ -102,36 +135,12 @@ async def _iteration_started(conn: AsyncConnection, items: Sequence[Item]) -> No
         await _set_run(conn, event.run_id, recorded, status="running", current_iteration=event.iteration)
 
 
-async def _dataset_ready(conn: AsyncConnection, items: Sequence[Item]) -> None:
-    for recorded, event in items:
-        assert isinstance(event, ev.IterationDatasetReady)
-        await _set_iteration(
-            conn, event.run_id, event.iteration, recorded, status="dataset_ready", dataset_id=event.dataset_id
-        )
-
-
-async def _dataset_empty(conn: AsyncConnection, items: Sequence[Item]) -> None:
-    for recorded, event in items:
-        assert isinstance(event, ev.IterationDatasetEmpty)
-        await _set_iteration(
-            conn, event.run_id, event.iteration, recorded, status="dataset_empty", reason=event.reason
-        )
-
-
 async def _model_trained(conn: AsyncConnection, items: Sequence[Item]) -> None:
     for recorded, event in items:
         assert isinstance(event, ev.ModelTrained)
         await _merge_metrics(conn, event.run_id, event.iteration, {"train": event.metrics})
         await _set_iteration(
             conn, event.run_id, event.iteration, recorded, status="trained", checkpoint=event.checkpoint
-        )
-
-
-async def _training_failed(conn: AsyncConnection, items: Sequence[Item]) -> None:
-    for recorded, event in items:
-        assert isinstance(event, ev.TrainingFailed)
-        await _set_iteration(
-            conn, event.run_id, event.iteration, recorded, status="training_failed", reason=event.reason
         )
 
 
@@ -152,36 +161,7 @@ async def _merge_metrics(conn: AsyncConnection, run_id: str, iteration: int, ext
     )
     if current is None:
         return
-    await conn.execute(
-        update(iterations)
-        .where(iterations.c.run_id == run_id, iterations.c.iteration == iteration)
-        .values(metrics={**current, **extra})
-    )
-
-
-async def _run_completed(conn: AsyncConnection, items: Sequence[Item]) -> None:
-    for recorded, event in items:
-        assert isinstance(event, ev.RunCompleted)
-        await _set_run(
-            conn,
-            event.run_id,
-            recorded,
-            status="completed",
-            final_model_ref=event.final_model_ref,
-            summary=event.summary,
-        )
-
-
-async def _run_cancelled(conn: AsyncConnection, items: Sequence[Item]) -> None:
-    for recorded, event in items:
-        assert isinstance(event, ev.RunCancelled)
-        await _set_run(conn, event.run_id, recorded, status="cancelled", reason=event.reason)
-
-
-async def _run_failed(conn: AsyncConnection, items: Sequence[Item]) -> None:
-    for recorded, event in items:
-        assert isinstance(event, ev.RunFailed)
-        await _set_run(conn, event.run_id, recorded, status="failed", reason=event.reason)
+    await conn.execute(update_iteration(run_id, iteration).values(metrics={**current, **extra}))
 
 
 PROJECTORS: dict[str, Projector] = {
@@ -190,12 +170,12 @@ PROJECTORS: dict[str, Projector] = {
     "ApiKeyRevoked": _key_revoked,
     "RunRequested": _run_requested,
     "IterationStarted": _iteration_started,
-    "IterationDatasetReady": _dataset_ready,
-    "IterationDatasetEmpty": _dataset_empty,
+    "IterationDatasetReady": _iteration_status(ev.IterationDatasetReady, "dataset_ready", "dataset_id"),
+    "IterationDatasetEmpty": _iteration_status(ev.IterationDatasetEmpty, "dataset_empty", "reason"),
     "ModelTrained": _model_trained,
-    "TrainingFailed": _training_failed,
+    "TrainingFailed": _iteration_status(ev.TrainingFailed, "training_failed", "reason"),
     "IterationEvaluated": _evaluated,
-    "RunCompleted": _run_completed,
-    "RunCancelled": _run_cancelled,
-    "RunFailed": _run_failed,
+    "RunCompleted": _run_status(ev.RunCompleted, "completed", "final_model_ref", "summary"),
+    "RunCancelled": _run_status(ev.RunCancelled, "cancelled", "reason"),
+    "RunFailed": _run_status(ev.RunFailed, "failed", "reason"),
 }

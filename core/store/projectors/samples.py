@@ -10,23 +10,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, Table, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core.domain import events as ev
 from core.domain.serde import to_dict
-from core.store.projectors._sql import Item, Projector, project_of, upsert
+from core.store.projectors._sql import Item, Projector, bump_iteration, project_of, update_iteration, upsert
 from core.store.tables import dead_letters, iterations, pairs, samples, traces
 
 
-async def _bump(conn: AsyncConnection, run_id: str | None, iteration: int, column: str) -> None:
-    if run_id is None:
-        return
-    col = iterations.c[column]
+async def _mark_critiqued(
+    conn: AsyncConnection,
+    table: Table,
+    row: ColumnElement[bool],
+    event: ev.FirstErrorMarked | ev.TraceCritiqued,
+) -> None:
+    """A pair or trace row (``row`` selects it in ``table``) gets the critic's first-error verdict."""
     await conn.execute(
-        update(iterations)
-        .where(iterations.c.run_id == run_id, iterations.c.iteration == iteration)
-        .values({col: col + 1})
+        update(table)
+        .where(row)
+        .values(status="critiqued", transition_index=event.transition_index, strategy=event.strategy)
     )
 
 
@@ -45,7 +48,7 @@ async def _good_found(conn: AsyncConnection, items: Sequence[Item]) -> None:
             "data": to_dict(event.trajectory),
         }
         await upsert(conn, samples, values, update=[])
-        await _bump(conn, event.run_id, event.iteration, "goods")
+        await bump_iteration(conn, event.run_id, event.iteration, "goods")
 
 
 async def _pair_found(conn: AsyncConnection, items: Sequence[Item]) -> None:
@@ -63,17 +66,13 @@ async def _pair_found(conn: AsyncConnection, items: Sequence[Item]) -> None:
             "shared_steps": event.shared_steps,
         }
         await upsert(conn, pairs, values, update=[])
-        await _bump(conn, event.run_id, event.iteration, "pairs")
+        await bump_iteration(conn, event.run_id, event.iteration, "pairs")
 
 
 async def _first_error(conn: AsyncConnection, items: Sequence[Item]) -> None:
     for _recorded, event in items:
         assert isinstance(event, ev.FirstErrorMarked)
-        await conn.execute(
-            update(pairs)
-            .where(pairs.c.pair_id == event.pair_id)
-            .values(status="critiqued", transition_index=event.transition_index, strategy=event.strategy)
-        )
+        await _mark_critiqued(conn, pairs, pairs.c.pair_id == event.pair_id, event)
 
 
 async def _revision(conn: AsyncConnection, items: Sequence[Item]) -> None:
@@ -114,9 +113,9 @@ async def _revision(conn: AsyncConnection, items: Sequence[Item]) -> None:
                 .scalar_subquery()
             )
             await conn.execute(
-                update(iterations)
-                .where(iterations.c.run_id == event.run_id, iterations.c.iteration == event.iteration)
-                .values(revisions=iterations.c.revisions + 1, revision_length_mean=mean)
+                update_iteration(event.run_id, event.iteration).values(
+                    revisions=iterations.c.revisions + 1, revision_length_mean=mean
+                )
             )
 
 
@@ -149,11 +148,7 @@ async def _trace_ingested(conn: AsyncConnection, items: Sequence[Item]) -> None:
 async def _trace_critiqued(conn: AsyncConnection, items: Sequence[Item]) -> None:
     for _recorded, event in items:
         assert isinstance(event, ev.TraceCritiqued)
-        await conn.execute(
-            update(traces)
-            .where(traces.c.trace_id == event.trace_id)
-            .values(status="critiqued", transition_index=event.transition_index, strategy=event.strategy)
-        )
+        await _mark_critiqued(conn, traces, traces.c.trace_id == event.trace_id, event)
 
 
 async def _dead_lettered(conn: AsyncConnection, items: Sequence[Item]) -> None:

@@ -17,44 +17,38 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core.domain import events as ev
 from core.store import bulk
-from core.store.projectors._sql import Item, Projector, project_of, upsert
-from core.store.tables import iterations, nodes, trees
+from core.store.projectors._sql import Item, Projector, bump_iteration, project_of, upsert
+from core.store.tables import nodes, trees
+
+
+def _new_tree(
+    recorded: ev.RecordedEvent, event: ev.SearchRequested | ev.TreeStarted, status: str
+) -> dict[str, Any]:
+    """A fresh trees row (no nodes, no rollouts yet) for the tree that ``event`` names."""
+    return {
+        "tree_id": event.tree_id,
+        "run_id": event.run_id,
+        "project_id": project_of(recorded, run_id=event.run_id),
+        "iteration": event.iteration,
+        "env_uri": event.env_uri,
+        "task_id": event.task_id,
+        "status": status,
+        "nodes": 0,
+        "rollouts": 0,
+        "updated_at": recorded.recorded_at,
+    }
 
 
 async def _search_requested(conn: AsyncConnection, items: Sequence[Item]) -> None:
     for recorded, event in items:
         assert isinstance(event, ev.SearchRequested)
-        values = {
-            "tree_id": event.tree_id,
-            "run_id": event.run_id,
-            "project_id": project_of(recorded, run_id=event.run_id),
-            "iteration": event.iteration,
-            "env_uri": event.env_uri,
-            "task_id": event.task_id,
-            "status": "requested",
-            "nodes": 0,
-            "rollouts": 0,
-            "updated_at": recorded.recorded_at,
-        }
-        await upsert(conn, trees, values, update=[])
+        await upsert(conn, trees, _new_tree(recorded, event, "requested"), update=[])
 
 
 async def _tree_started(conn: AsyncConnection, items: Sequence[Item]) -> None:
     for recorded, event in items:
         assert isinstance(event, ev.TreeStarted)
-        values = {
-            "tree_id": event.tree_id,
-            "run_id": event.run_id,
-            "project_id": project_of(recorded, run_id=event.run_id),
-            "iteration": event.iteration,
-            "env_uri": event.env_uri,
-            "task_id": event.task_id,
-            "status": "running",
-            "root_id": event.root_id,
-            "nodes": 0,
-            "rollouts": 0,
-            "updated_at": recorded.recorded_at,
-        }
+        values = {**_new_tree(recorded, event, "running"), "root_id": event.root_id}
         await upsert(conn, trees, values, update=["status", "root_id", "updated_at"])
 
 
@@ -127,43 +121,41 @@ async def _rollout_finished(conn: AsyncConnection, items: Sequence[Item]) -> Non
         )
 
 
-async def _bump_iteration(conn: AsyncConnection, run_id: str | None, iteration: int, column: str) -> None:
-    if run_id is None:
-        return
-    col = iterations.c[column]
+async def _finish_tree(
+    conn: AsyncConnection,
+    recorded: ev.RecordedEvent,
+    event: ev.TreeCompleted | ev.SearchFailed,
+    counter: str,
+    **values: Any,
+) -> None:
+    """The tree's row takes its final ``values`` (status included); its iteration counts it in ``counter``."""
     await conn.execute(
-        update(iterations)
-        .where(iterations.c.run_id == run_id, iterations.c.iteration == iteration)
-        .values({col: col + 1})
+        update(trees)
+        .where(trees.c.tree_id == event.tree_id)
+        .values(updated_at=recorded.recorded_at, **values)
     )
+    await bump_iteration(conn, event.run_id, event.iteration, counter)
 
 
 async def _tree_completed(conn: AsyncConnection, items: Sequence[Item]) -> None:
     for recorded, event in items:
         assert isinstance(event, ev.TreeCompleted)
-        await conn.execute(
-            update(trees)
-            .where(trees.c.tree_id == event.tree_id)
-            .values(
-                status="completed",
-                nodes=event.nodes,
-                rollouts=event.rollouts,
-                best_reward=event.best_reward,
-                updated_at=recorded.recorded_at,
-            )
+        await _finish_tree(
+            conn,
+            recorded,
+            event,
+            "trees_done",
+            status="completed",
+            nodes=event.nodes,
+            rollouts=event.rollouts,
+            best_reward=event.best_reward,
         )
-        await _bump_iteration(conn, event.run_id, event.iteration, "trees_done")
 
 
 async def _search_failed(conn: AsyncConnection, items: Sequence[Item]) -> None:
     for recorded, event in items:
         assert isinstance(event, ev.SearchFailed)
-        await conn.execute(
-            update(trees)
-            .where(trees.c.tree_id == event.tree_id)
-            .values(status="failed", reason=event.reason, updated_at=recorded.recorded_at)
-        )
-        await _bump_iteration(conn, event.run_id, event.iteration, "trees_failed")
+        await _finish_tree(conn, recorded, event, "trees_failed", status="failed", reason=event.reason)
 
 
 PROJECTORS: dict[str, Projector] = {
