@@ -200,7 +200,10 @@ class RunConfigIn(_Strict):
     critic: CriticSettings = Field(default_factory=lambda: CriticSettings.model_validate({}))
     splice: SpliceSettings = Field(default_factory=lambda: SpliceSettings.model_validate({}))
     train: dict[str, Any] = Field(
-        default_factory=dict, description="Overrides of the SFT configuration (epochs, learning_rate, ...)."
+        default_factory=dict,
+        description="Overrides of the SFT configuration (epochs, learning_rate, ...), plus `model_path`: "
+        "when `model` is a served URL, the local folder with the weights that server serves (required "
+        "unless `data_only`); later iterations load the trained checkpoint folder locally.",
     )
     evaluation: dict[str, Any] = Field(
         default_factory=dict,
@@ -232,6 +235,13 @@ class RunConfigIn(_Strict):
             raise ValueError(
                 f"env: unsupported URI scheme in {env!r} (expected agentgym+http://HOST:PORT/NAME)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _served_model_trains_from_local_weights(self) -> RunConfigIn:
+        problem = self.to_domain().training_problem()
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     def to_domain(self) -> RunConfig:

@@ -8,7 +8,9 @@ I/O behind it for the train service:
 * ``write_dataset``: the iteration's samples read from the store's ``samples`` read model, mixed by
   ``core.domain.datasets.build_dataset`` (alpha of the iteration, eta, general data) and written as
   ``<home>/runs/<run>/datasets/iter-<i>.jsonl`` (internal ``samples`` format) + ``.manifest.json``.
-* ``train``: inline (embedded mode: ``run_train_iteration`` in a thread) or as the Celery task on the
+* ``train``: from the iteration's model folder, or from ``train.model_path`` when that model is a
+  served URL (``RunConfig.train_weights``; the checkpoint folder then serves later iterations);
+  inline (embedded mode: ``run_train_iteration`` in a thread) or as the Celery task on the
   ``train`` queue (with Redis), waited for; returns ``ModelTrained`` or ``TrainingFailed`` (bad input:
   empty dataset, missing general-data file, bad template, ...). Transient errors raise (retried).
 * ``evaluate``: ``train_service.evaluation`` on the held-out tasks, with the recovery test on the
@@ -189,6 +191,11 @@ class RunEffects:
     async def train(self, state: RunState, effect: TrainModel) -> ModelTrained | TrainingFailed:
         run_id, iteration = state.run_id, effect.iteration
         try:
+            # a served URL model trains from train.model_path (its local weights); folders train as-is
+            weights = state.config.train_weights(effect.model_ref)
+        except ValueError as exc:
+            return TrainingFailed(run_id, iteration, str(exc))
+        try:
             dataset_path, summary = await self.write_dataset(state, iteration, effect.dataset_id)
         except BadTrainingInput as exc:
             return TrainingFailed(run_id, iteration, str(exc))
@@ -198,11 +205,18 @@ class RunEffects:
             "iteration": iteration,
             "dataset_id": effect.dataset_id,
             "dataset_path": str(dataset_path),
-            "model_path": effect.model_ref,
+            "model_path": weights,
             "out_dir": str(out_dir),
-            "config": dict(state.config.train),
+            "config": state.config.sft_overrides(),
         }
-        log.info("run %s iteration %d: training %s on %s", run_id, iteration, effect.model_ref, dataset_path)
+        log.info(
+            "run %s iteration %d: training %s (model %s) on %s",
+            run_id,
+            iteration,
+            weights,
+            effect.model_ref,
+            dataset_path,
+        )
         try:
             if self.inline_training:
                 from train_service.celery_app import run_train_iteration

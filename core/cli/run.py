@@ -57,6 +57,13 @@ def register(app: typer.Typer) -> None:
         data_only: bool = typer.Option(
             False, "--data-only", help="Stop each iteration at its dataset (no training)."
         ),
+        train_from: str = typer.Option(
+            "",
+            "--train-from",
+            help="With a served --model URL: the local folder holding the weights that server serves; "
+            "iteration 0 trains from it, later iterations load the trained checkpoints locally. "
+            "Without it a URL model needs --data-only.",
+        ),
         home: str = typer.Option("", "--home", help="Data folder (default $AGENTR_HOME or .agentr)."),
         resume: str = typer.Option(
             "", "--resume", help="Resume the unfinished run with this id instead of starting one."
@@ -79,6 +86,7 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             quick=quick,
             data_only=data_only,
+            train_from=train_from,
             home=home,
             resume=resume,
         )

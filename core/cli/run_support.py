@@ -65,6 +65,7 @@ class RunOptions:
     data_only: bool = False
     home: str = ""
     resume: str = ""
+    train_from: str = ""  # local weights of a served --model URL (RunConfig.train["model_path"])
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,9 @@ def plan_run(opts: RunOptions) -> Plan:
         eval_split = "test"  # its first goals are depth-1 goals the demo split never shows
     if opts.warm_start_steps is not None:
         warm_steps = opts.warm_start_steps
+    train_config: dict[str, Any] = dict(train)
+    if opts.train_from:
+        train_config["model_path"] = opts.train_from
     config = RunConfig(
         env=env,
         model=opts.model,
@@ -155,7 +159,7 @@ def plan_run(opts: RunOptions) -> Plan:
         search=search,
         critic={"strategy": "model"},
         splice={"verify": True, "keep_unverified": False},
-        train=train,
+        train=train_config,
         evaluation=evaluation,
         data_only=opts.data_only,
         seed=opts.seed,
@@ -300,6 +304,13 @@ def run_command(opts: RunOptions) -> int:
     started = time.monotonic()
     plan = plan_run(opts)
     config = dict(plan.config)
+    if not opts.resume:
+        from core.domain.config import RunConfig
+
+        problem = RunConfig.from_data(config).training_problem()
+        if problem is not None:
+            console.print(f"[red]cannot start the run:[/red] {problem}")
+            return 2
     if not opts.resume:
         try:
             config["model"] = prepare_model(plan, home, opts.seed)

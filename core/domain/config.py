@@ -3,6 +3,14 @@
 A Run is N iterations of search -> critic -> splice -> dataset -> train -> evaluate. The API accepts
 this shape (api/schemas.py mirrors it with pydantic for validation and OpenAPI), RunRequested carries
 it serialised, and every worker reads it back with ``RunConfig.from_data``.
+
+Served starting models: ``model`` may be an OpenAI-compatible base URL (``http://HOST:PORT/v1#name``,
+vLLM or ``agentr model serve``). Search, critic and the starting model's evaluation then talk to that
+server, but fine-tuning needs the weights themselves: ``train["model_path"]`` names the local folder
+holding the same weights the server serves, and iteration 0 trains from it. Every later iteration
+searches, critiques and evaluates with the trained checkpoint FOLDER, which the workers load locally
+(the hf backend), not through the server. Without ``train["model_path"]`` such a run must be
+``data_only``; :meth:`RunConfig.training_problem` says so at submission (API 422, ``agentr run`` exit 2).
 """
 
 from __future__ import annotations
@@ -11,6 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.domain.serde import from_dict, to_dict
+
+TRAIN_MODEL_PATH = "model_path"  # the key of RunConfig.train naming the local weights of a served model
+
+
+def is_served_model(ref: str) -> bool:
+    """True when ``ref`` names a model behind an OpenAI-compatible server (http(s) URL)."""
+    return ref.strip().lower().startswith(("http://", "https://"))
 
 
 @dataclass(frozen=True)
@@ -48,7 +63,10 @@ class RunConfig:
     splice: dict[str, Any] = field(default_factory=lambda: {"verify": True, "keep_unverified": False})
     """Splicer settings: replay verification and whether unverified samples are kept."""
     train: dict[str, Any] = field(default_factory=dict)
-    """Overrides of the SFT configuration (epochs, learning_rate, ...)."""
+    """Overrides of the SFT configuration (epochs, learning_rate, ...), plus ``model_path``: when
+    ``model`` is a served URL, the local folder with the weights that server serves; iteration 0
+    fine-tunes it, later iterations use (and load locally) the trained checkpoint folder. Required
+    for a URL model unless ``data_only``; not allowed with a local ``model`` folder."""
     evaluation: dict[str, Any] = field(default_factory=dict)
     """Overrides of the evaluation (max_steps, max_tokens, recovery_episodes, baseline, ...)."""
     data_only: bool = False
@@ -59,6 +77,43 @@ class RunConfig:
     def alpha(self, iteration: int) -> float:
         schedule = self.alpha_schedule or (1.0,)
         return schedule[min(iteration, len(schedule) - 1)]
+
+    def training_problem(self) -> str | None:
+        """Why this configuration cannot train as asked (checked at submission), or None."""
+        path = self.train.get(TRAIN_MODEL_PATH)
+        if path is not None and (not isinstance(path, str) or not path.strip()):
+            return f"train.{TRAIN_MODEL_PATH} must be a non-empty path to a local model folder, got {path!r}"
+        if is_served_model(self.model):
+            if path is None and not self.data_only:
+                return (
+                    f"train.{TRAIN_MODEL_PATH} is required: model {self.model!r} is a served URL and "
+                    "training needs local weights; set train.model_path to the folder holding the weights "
+                    "that server serves (agentr run --train-from FOLDER), or set data_only (agentr run "
+                    "--data-only) to "
+                    "stop each iteration at its dataset"
+                )
+        elif path is not None:
+            return (
+                f"train.{TRAIN_MODEL_PATH} only applies when model is an http(s) URL; model {self.model!r} "
+                "is a local folder, which is trained itself"
+            )
+        return None
+
+    def train_weights(self, model_ref: str) -> str:
+        """The local folder to fine-tune when the iteration's model is ``model_ref``: the folder
+        itself, or ``train.model_path`` when ``model_ref`` is a served URL (ValueError without it)."""
+        if not is_served_model(model_ref):
+            return model_ref
+        path = self.train.get(TRAIN_MODEL_PATH)
+        if not isinstance(path, str) or not path.strip():
+            raise ValueError(
+                f"cannot train the served model {model_ref!r}: train.{TRAIN_MODEL_PATH} names no local folder"
+            )
+        return path
+
+    def sft_overrides(self) -> dict[str, Any]:
+        """``train`` without ``model_path``: the overrides of the SFT configuration proper."""
+        return {k: v for k, v in self.train.items() if k != TRAIN_MODEL_PATH}
 
     def to_data(self) -> dict[str, Any]:
         return to_dict(self)  # type: ignore[no-any-return]

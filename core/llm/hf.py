@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import random
 import threading
@@ -191,7 +192,7 @@ class HFPolicy:
 
     async def generate(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[str | Sequence[int]],
         n: int = 1,
         temperature: float = 1.0,
         max_tokens: int = 64,
@@ -200,7 +201,8 @@ class HFPolicy:
         logprobs: bool = False,
         top_logprobs: int = 0,
     ) -> list[list[Sample]]:
-        """Samples with token ids and, when ``top_logprobs`` > 0, the best alternatives per token."""
+        """Samples with token ids and, when ``top_logprobs`` > 0, the best alternatives per token.
+        A prompt is a text (encoded without special tokens) or a list of token ids."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if max_tokens < 1:
@@ -213,7 +215,7 @@ class HFPolicy:
             seed = random.SystemRandom().randrange(1 << 62)
         seeds = conversation_seeds(seed, len(prompts))
         assert seeds is not None
-        encoded = [self.encode(p) for p in prompts]
+        encoded = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         for index, ids in enumerate(encoded):
             if len(ids) + max_tokens > self.max_positions:
                 raise PolicyError(
@@ -248,8 +250,9 @@ class HFPolicy:
         rows = await asyncio.to_thread(self._score_all, prompts, label_ids)
         return [dict(zip(labels, row, strict=True)) for row in rows]
 
-    async def prompt_logprobs(self, texts: Sequence[str]) -> list[PromptLogprobs]:
-        """Log-probability of every token of each text given the tokens before it (echo scoring)."""
+    async def prompt_logprobs(self, texts: Sequence[str | Sequence[int]]) -> list[PromptLogprobs]:
+        """Log-probability of every token of each text (or list of token ids) given the tokens
+        before it (echo scoring); token ids are scored as given, their offsets are decoded lengths."""
         return await asyncio.to_thread(self._prompt_logprobs_blocking, list(texts))
 
     async def close(self) -> None:
@@ -456,15 +459,23 @@ class HFPolicy:
                 flat.append(float(total))
         return [flat[p * n_labels : (p + 1) * n_labels] for p in range(len(prompts))]
 
-    def _prompt_logprobs_blocking(self, texts: list[str]) -> list[PromptLogprobs]:
+    def _prompt_logprobs_blocking(self, texts: list[str | Sequence[int]]) -> list[PromptLogprobs]:
         torch = self._torch
         results: list[PromptLogprobs] = []
         with self._lock, torch.inference_mode():
             for text in texts:
-                enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-                ids = list(enc["input_ids"])
-                offsets = [int(start) for start, _ in enc["offset_mapping"]]
-                tokens = [self.tokenizer.decode([t]) for t in ids]
+                if isinstance(text, str):
+                    enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+                    ids = list(enc["input_ids"])
+                    offsets = [int(start) for start, _ in enc["offset_mapping"]]
+                    tokens = [self.tokenizer.decode([t]) for t in ids]
+                else:
+                    ids = [int(t) for t in text]
+                    tokens = [self.tokenizer.decode([t]) for t in ids]
+                    offsets = [0, *itertools.accumulate(len(piece) for piece in tokens)][: len(tokens)]
+                if any(not 0 <= t < self.model.config.vocab_size for t in ids):
+                    top = self.model.config.vocab_size - 1
+                    raise PolicyError(f"token ids outside the vocabulary (0..{top})")
                 if not ids:
                     results.append(PromptLogprobs([], [], []))
                     continue

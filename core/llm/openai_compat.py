@@ -6,15 +6,26 @@ seed (``core.llm.ports.conversation_seeds``). Transient failures (connection
 errors, timeouts, 429, 5xx) are retried with exponential backoff and jitter; anything else becomes a
 :class:`PolicyError` that names the server and quotes what came back.
 
-Label scoring, two documented approaches (``score_mode``):
+Label scoring, three documented approaches, chosen once per policy and cached (``score_mode``):
 
+* ``"tokenize"`` (exact, needs no local tokenizer; the default when the server offers it): vLLM's
+  ``POST {root}/tokenize`` (``root`` = the base URL without ``/v1``) renders the conversation with
+  the SERVED model's chat template + generation prompt (``messages``, ``add_generation_prompt=true``,
+  ``add_special_tokens=false``) and tokenizes each label alone; then ONE ``POST {base_url}/completions``
+  per conversation sends every ``prompt ids + label ids`` as a token-id prompt with ``echo=true,
+  logprobs=0, max_tokens=1, temperature=0`` (vLLM rejects ``max_tokens=0``). A label's score is the
+  sum of the echoed log-probabilities at the label's positions: exactly what the hf backend computes
+  (same ids, same forward pass). Detected on first use: a server that answers the probe with 404 /
+  405 / 400 / 422 / 501 (no ``/tokenize``, or no token-id prompts) falls back to ``top_logprobs``
+  for the life of the policy, logged once. ``agentr model serve`` implements both endpoints.
 * ``"echo"`` (exact; used when ``template_from`` names a local tokenizer folder holding the served
   model's chat template): the client renders the conversation with that template plus the
   generation prompt, then sends ``prompt + label`` to ``POST {base_url}/completions`` with
   ``echo=true, max_tokens=0, logprobs=0`` (supported by vLLM and ``agentr model serve``). The label's
   score is the sum of the echoed token log-probabilities whose text offset is at or after the
   label's start: the same quantity the hf backend computes.
-* ``"top_logprobs"`` (portable, approximate): one chat request per conversation with ``max_tokens=1,
+* ``"top_logprobs"`` (portable, approximate; the fallback for servers without ``/tokenize``, e.g.
+  OpenAI itself): one chat request per conversation with ``max_tokens=1,
   logprobs=true, top_logprobs=20``; a label scores the log-probability of the top token that is the
   longest prefix of the label (its first token), or ``-inf`` when none of the top 20 is. Exact when
   labels are single tokens; a ranking signal otherwise.
@@ -39,13 +50,27 @@ RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 TOP_LOGPROBS = 20
 
 
+SCORE_MODES = ("tokenize", "echo", "top_logprobs")
+UNSUPPORTED_STATUS = {400, 404, 405, 422, 501}  # answers meaning "this server lacks that feature"
+
+
+class ServerRefused(PolicyError):
+    """The server answered a request with an HTTP error status (not retried); ``status`` says which."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class OpenAIPolicy:
     """Policy over an OpenAI-compatible HTTP server.
 
     ``base_url`` is the API root including ``/v1`` (e.g. ``http://127.0.0.1:8000/v1``). ``model``
     None means: ask ``GET /models`` once and use the only model served (error if several).
     ``template_from``: a local tokenizer folder whose chat template renders prompts for exact
-    ``echo`` label scoring; without it ``score_labels`` uses ``top_logprobs``.
+    ``echo`` label scoring; without it ``score_labels`` uses the server's ``/tokenize`` (exact) when
+    it has one, else ``top_logprobs`` (approximate). ``score_mode`` forces one ("tokenize", "echo",
+    "top_logprobs"); None = decide (attribute ``score_mode`` then says which, once decided).
     ``max_context_tokens``: the served model's context length, when known (ContextWindow); None =
     unknown, and callers do not truncate.
     """
@@ -63,6 +88,7 @@ class OpenAIPolicy:
         template_from: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         max_context_tokens: int | None = None,
+        score_mode: str | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise PolicyError(f"OpenAI base URL must start with http:// or https://, got {base_url!r}")
@@ -80,6 +106,17 @@ class OpenAIPolicy:
         self._template_from = template_from
         self._tokenizer: Any = None
         self._model_lock = asyncio.Lock()
+        self._score_lock = asyncio.Lock()
+        self._label_ids: dict[str, list[int]] = {}  # label -> the served tokenizer's ids
+        # "echo" with a local template; else decided on first use: "tokenize" or "top_logprobs"
+        if score_mode not in (None, *SCORE_MODES):
+            raise ValueError(f"score_mode must be one of {SCORE_MODES} or None, got {score_mode!r}")
+        if score_mode == "echo" and template_from is None:
+            raise ValueError("score_mode='echo' needs template_from (a local tokenizer folder)")
+        if template_from is not None and score_mode is None:
+            score_mode = "echo"
+        self.score_mode: str | None = score_mode
+        self.root_url = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
         self.model_version = f"{self.base_url}#{model or '?'}"  # the server's model name
         if max_context_tokens is not None and max_context_tokens < 1:
             raise ValueError(f"max_context_tokens must be >= 1, got {max_context_tokens}")
@@ -118,12 +155,14 @@ class OpenAIPolicy:
     def _http_error(self, method: str, path: str, response: httpx.Response) -> PolicyError:
         body = response.text[:300]
         if response.status_code == 404:
-            return PolicyError(
+            return ServerRefused(
                 f"model server {self.base_url} answered 404 to {method} {path} "
-                f"(model {self.model!r} unknown or wrong base URL; base URL should end in /v1): {body}"
+                f"(model {self.model!r} unknown or wrong base URL; base URL should end in /v1): {body}",
+                404,
             )
-        return PolicyError(
-            f"model server {self.base_url} answered HTTP {response.status_code} to {method} {path}: {body}"
+        return ServerRefused(
+            f"model server {self.base_url} answered HTTP {response.status_code} to {method} {path}: {body}",
+            response.status_code,
         )
 
     async def _model_name(self) -> str:
@@ -222,9 +261,93 @@ class OpenAIPolicy:
         if not labels:
             raise ValueError("score_labels needs at least one label")
         model = await self._model_name()
-        if self._template_from is not None:
+        if self.score_mode == "echo":
             return await self._score_echo(model, conversations, labels)
+        if not conversations:
+            return []
+        if self.score_mode is None:
+            async with self._score_lock:
+                if self.score_mode is None:
+                    # probe with the first conversation: its answer is kept, the mode is cached
+                    try:
+                        first = await self._score_tokenized(model, conversations[:1], labels)
+                    except ServerRefused as exc:
+                        if exc.status not in UNSUPPORTED_STATUS:
+                            raise
+                        self.score_mode = "top_logprobs"
+                        log.warning(
+                            "model server %s offers no exact label scoring (/tokenize + token-id echo: %s); "
+                            "label scores are approximate (first token among the top %d)",
+                            self.base_url,
+                            exc,
+                            TOP_LOGPROBS,
+                        )
+                    else:
+                        self.score_mode = "tokenize"
+                        log.info("model server %s: exact label scoring over /tokenize", self.base_url)
+                        return first + await self._score_tokenized(model, conversations[1:], labels)
+        if self.score_mode == "tokenize":
+            return await self._score_tokenized(model, conversations, labels)
         return await self._score_top_logprobs(model, conversations, labels)
+
+    async def _tokenize(self, payload: dict[str, Any]) -> list[int]:
+        body = await self._request("POST", f"{self.root_url}/tokenize", payload)
+        try:
+            tokens = body["tokens"]
+            if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+                raise TypeError("tokens is not a list of ints")
+        except (KeyError, TypeError) as exc:
+            raise self._malformed(f"/tokenize answer ({exc})", body) from exc
+        return [int(t) for t in tokens]
+
+    async def _score_tokenized(
+        self, model: str, conversations: Sequence[Conversation], labels: Sequence[str]
+    ) -> list[dict[str, float]]:
+        if not conversations:
+            return []
+        for label in labels:  # few labels, asked once each (sequential: a refusal stops at the first)
+            if label not in self._label_ids:
+                self._label_ids[label] = await self._tokenize(
+                    {"model": model, "prompt": label, "add_special_tokens": False}
+                )
+        label_ids = [self._label_ids[label] for label in labels]
+        for label, ids in zip(labels, label_ids, strict=True):
+            if not ids:
+                raise ValueError(f"label {label!r} encodes to no tokens")
+
+        async def one(conversation: Conversation) -> dict[str, float]:
+            prompt = await self._tokenize(
+                {
+                    "model": model,
+                    "messages": [{"role": m.role, "content": m.content} for m in conversation],
+                    "add_generation_prompt": True,
+                    "add_special_tokens": False,
+                }
+            )
+            payload = {
+                "model": model,
+                "prompt": [prompt + ids for ids in label_ids],
+                "max_tokens": 1,
+                "temperature": 0,
+                "echo": True,
+                "logprobs": 0,
+            }
+            body = await self._request("POST", "/completions", payload)
+            try:
+                choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
+                if len(choices) != len(labels):
+                    raise ValueError(f"{len(choices)} choices for {len(labels)} prompts")
+                scores = {}
+                for label, ids, choice in zip(labels, label_ids, choices, strict=True):
+                    values = choice["logprobs"]["token_logprobs"][len(prompt) : len(prompt) + len(ids)]
+                    if len(values) != len(ids) or any(v is None for v in values):
+                        raise ValueError(f"no echoed log-probabilities for label {label!r}")
+                    scores[label] = float(sum(float(v) for v in values))
+            except (KeyError, TypeError, IndexError, ValueError, AttributeError) as exc:
+                raise self._malformed(f"echo logprobs answer ({exc})", body) from exc
+            return scores
+
+        return list(await asyncio.gather(*(one(c) for c in conversations)))
 
     async def _score_top_logprobs(
         self, model: str, conversations: Sequence[Conversation], labels: Sequence[str]

@@ -1,10 +1,13 @@
 """Owns ``agentr model serve``: a small OpenAI-compatible HTTP server over the hf backend.
 
 Endpoints (OpenAI wire format): ``GET /v1/models``, ``POST /v1/chat/completions`` (n, seed,
-temperature, max_tokens, stop, logprobs, top_logprobs) and ``POST /v1/completions`` (prompt, n,
-seed, temperature, max_tokens, stop, echo, logprobs: with ``echo`` and ``max_tokens=0`` it returns
-the prompt's token log-probabilities, which exact label scoring uses). Errors come back as
-``{"error": {"message", "type", "code"}}``: 404 for an unknown model, 400 for bad parameters.
+temperature, max_tokens, stop, logprobs, top_logprobs) and ``POST /v1/completions`` (prompt as text,
+texts, token ids or lists of token ids; n, seed, temperature, max_tokens, stop, echo, logprobs: with
+``echo`` it returns the prompt's token log-probabilities, which exact label scoring uses), plus vLLM's
+``POST /tokenize`` (``prompt`` or chat ``messages`` with ``add_generation_prompt``; answers
+``{"tokens", "count", "max_model_len"}``) so a client without the tokenizer can score labels
+exactly. Errors come back as ``{"error": {"message", "type", "code"}}``: 404 for an unknown model,
+400 for bad parameters.
 Requests run one at a time on the model (HFPolicy's lock); the event loop stays free meanwhile.
 """
 
@@ -35,6 +38,16 @@ class ChatMessage(BaseModel):
     content: str
 
 
+class TokenizeRequest(BaseModel):
+    """vLLM's ``/tokenize`` body: ``prompt`` (text) or ``messages`` (rendered with the chat template)."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_generation_prompt: bool = True
+    add_special_tokens: bool = False
+
+
 class ChatRequest(BaseModel):
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
@@ -50,7 +63,7 @@ class ChatRequest(BaseModel):
 
 class CompletionRequest(BaseModel):
     model: str
-    prompt: str | list[str]
+    prompt: str | list[str] | list[int] | list[list[int]]
     n: int = Field(1, ge=1, le=64)
     temperature: float = Field(1.0, ge=0.0, le=10.0)
     max_tokens: int = Field(16, ge=0, le=8192)
@@ -159,12 +172,42 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
             "usage": {"prompt_tokens": 0, "completion_tokens": generated, "total_tokens": generated},
         }
 
+    vocab = len(tokenizer)
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+        if body.model is not None:
+            check_model(body.model)
+        if (body.prompt is None) == (body.messages is None):
+            raise ApiError(400, "give exactly one of prompt or messages", "invalid_request")
+        if body.messages is not None:
+            messages = [{"role": m.role, "content": m.content} for m in body.messages]
+            text = str(
+                tokenizer.apply_chat_template(
+                    messages, tokenize=False, add_generation_prompt=body.add_generation_prompt
+                )
+            )
+        else:
+            text = body.prompt or ""
+        ids = [int(t) for t in tokenizer(text, add_special_tokens=body.add_special_tokens)["input_ids"]]
+        return {"tokens": ids, "count": len(ids), "max_model_len": policy.max_positions}
+
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> dict[str, Any]:
         check_model(body.model)
-        prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
-        if not prompts:
+        raw = body.prompt
+        prompts: list[str | list[int]]
+        if isinstance(raw, str):
+            prompts = [raw]
+        elif raw and all(isinstance(item, int) for item in raw):
+            prompts = [[int(item) for item in raw]]  # type: ignore[arg-type]
+        else:
+            prompts = list(raw)  # type: ignore[arg-type]
+        if not prompts or any(len(p) == 0 for p in prompts):
             raise ApiError(400, "prompt must not be empty", "invalid_request")
+        for prompt in prompts:
+            if not isinstance(prompt, str) and any(not 0 <= t < vocab for t in prompt):
+                raise ApiError(400, f"prompt token ids must lie in 0..{vocab - 1}", "invalid_request")
         if body.max_tokens == 0 and not body.echo:
             raise ApiError(400, "max_tokens=0 only makes sense with echo=true", "invalid_request")
         want_lp = body.logprobs is not None
@@ -189,7 +232,8 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
         for p_index, prompt in enumerate(prompts):
             rows = generated[p_index] if generated is not None else [None] * body.n
             for sample in rows:
-                text = prompt if body.echo else ""
+                prompt_text = prompt if isinstance(prompt, str) else tokenizer.decode(prompt)
+                text = prompt_text if body.echo else ""
                 tokens: list[str] = []
                 token_lps: list[float | None] = []
                 offsets: list[int] = []

@@ -151,7 +151,7 @@ async def test_top_logprobs_scoring_is_exact_for_single_token_labels(server: str
         if len(labels) == 2:
             break
     assert len(labels) == 2
-    remote = OpenAIPolicy(server, "tiny-llama")
+    remote = OpenAIPolicy(server, "tiny-llama", score_mode="top_logprobs")
     try:
         over_http = await remote.score_labels(CONVERSATIONS[:1], labels)
     finally:
