@@ -8,6 +8,7 @@ RolloutFinished events (they are never stored as mutable truth).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query
@@ -39,27 +40,40 @@ Cursor = Query(None, max_length=500, description="From the previous page's next_
 Iteration = Query(None, ge=0, le=10_000, description="Only this iteration.")
 
 
-async def _run_page(
-    svc: ApiServices,
-    principal: Principal,
-    run_id: str,
-    table: Table,
-    keys: list[Any],
-    cursor: str | None,
-    limit: int,
-    *,
-    iteration: int | None,
-    kind: str | None = None,
-) -> tuple[Sequence[RowMapping], str | None]:
-    """One keyset page of the run's rows in ``table`` (404 for a run outside the caller's project)."""
-    project_id = principal.project()
-    await run_row(svc, project_id, run_id)
-    query = select(table).where(table.c.run_id == run_id, table.c.project_id == project_id)
-    if iteration is not None:
-        query = query.where(table.c.iteration == iteration)
-    if kind is not None:
-        query = query.where(table.c.kind == kind)
-    return await keyset_page(svc.store.engine, query, keys, (int, str), cursor, limit)
+@dataclass(frozen=True)
+class RunListing:
+    """The parameters every list of a run's rows shares: which run, iteration and page, and for whom."""
+
+    run_id: str
+    iteration: int | None
+    cursor: str | None
+    limit: int
+    principal: Principal
+    svc: ApiServices
+
+    async def page(
+        self, table: Table, keys: list[Any], *, kind: str | None = None
+    ) -> tuple[Sequence[RowMapping], str | None]:
+        """One keyset page of the run's rows in ``table`` (404 for a run outside the caller's project)."""
+        project_id = self.principal.project()
+        await run_row(self.svc, project_id, self.run_id)
+        query = select(table).where(table.c.run_id == self.run_id, table.c.project_id == project_id)
+        if self.iteration is not None:
+            query = query.where(table.c.iteration == self.iteration)
+        if kind is not None:
+            query = query.where(table.c.kind == kind)
+        return await keyset_page(self.svc.store.engine, query, keys, (int, str), self.cursor, self.limit)
+
+
+async def run_listing(
+    run_id: str = RunId,
+    iteration: int | None = Iteration,
+    cursor: str | None = Cursor,
+    limit: int = Depends(limit_param),
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> RunListing:
+    return RunListing(run_id, iteration, cursor, limit, principal, svc)
 
 
 def _tree_summary(row: Any) -> dict[str, Any]:
@@ -96,34 +110,14 @@ async def get_tree(
 
 
 @router.get("/runs/{run_id}/trees", response_model=TreePage, summary="A run's trees")
-async def list_trees(
-    run_id: str = RunId,
-    iteration: int | None = Iteration,
-    cursor: str | None = Cursor,
-    limit: int = Depends(limit_param),
-    principal: Principal = Depends(require("read")),
-    svc: ApiServices = Depends(services),
-) -> Any:
-    keys = [trees.c.iteration, trees.c.tree_id]
-    page, next_cursor = await _run_page(
-        svc, principal, run_id, trees, keys, cursor, limit, iteration=iteration
-    )
+async def list_trees(listing: RunListing = Depends(run_listing)) -> Any:
+    page, next_cursor = await listing.page(trees, [trees.c.iteration, trees.c.tree_id])
     return TreePage(items=[TreeSummaryOut(**_tree_summary(r)) for r in page], next_cursor=next_cursor)
 
 
 @router.get("/runs/{run_id}/pairs", response_model=PairPage, summary="A run's bad/good pairs")
-async def list_pairs(
-    run_id: str = RunId,
-    iteration: int | None = Iteration,
-    cursor: str | None = Cursor,
-    limit: int = Depends(limit_param),
-    principal: Principal = Depends(require("read")),
-    svc: ApiServices = Depends(services),
-) -> Any:
-    keys = [pairs.c.iteration, pairs.c.pair_id]
-    page, next_cursor = await _run_page(
-        svc, principal, run_id, pairs, keys, cursor, limit, iteration=iteration
-    )
+async def list_pairs(listing: RunListing = Depends(run_listing)) -> Any:
+    page, next_cursor = await listing.page(pairs, [pairs.c.iteration, pairs.c.pair_id])
     return PairPage(
         items=[PairOut(**{k: v for k, v in r.items() if k != "project_id"}) for r in page],
         next_cursor=next_cursor,
@@ -147,16 +141,8 @@ def sample_out(row: Any) -> SampleOut:
 
 @router.get("/runs/{run_id}/samples", response_model=SamplePage, summary="A run's samples (revision, good)")
 async def list_samples(
-    run_id: str = RunId,
-    iteration: int | None = Iteration,
+    listing: RunListing = Depends(run_listing),
     kind: str | None = Query(None, pattern="^(revision|good)$", description="revision or good."),
-    cursor: str | None = Cursor,
-    limit: int = Depends(limit_param),
-    principal: Principal = Depends(require("read")),
-    svc: ApiServices = Depends(services),
 ) -> Any:
-    keys = [samples.c.position, samples.c.sample_id]
-    page, next_cursor = await _run_page(
-        svc, principal, run_id, samples, keys, cursor, limit, iteration=iteration, kind=kind
-    )
+    page, next_cursor = await listing.page(samples, [samples.c.position, samples.c.sample_id], kind=kind)
     return SamplePage(items=[sample_out(r) for r in page], next_cursor=next_cursor)

@@ -10,14 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -28,41 +24,24 @@ from core.domain.ids import run_stream
 from core.store.factory import open_store
 from tests.api.conftest import ADMIN_KEY
 from tests.api.seed import mark_dataset_ready, seed_revisions, seed_search
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support import free_port, start_http_process
 
 
 @pytest.fixture
 def served(pg_url: str, tmp_path: Path) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "AGENTR_DATABASE_URL": pg_url, "AGENTR_ADMIN_KEY": ADMIN_KEY, "AGENTR_LOG_JSON": "1"}
     env.pop("AGENTR_REDIS_URL", None)
     agentr = Path(sys.executable).with_name("agentr")
-    log = (tmp_path / "serve.log").open("w")
-    process = subprocess.Popen(
-        [str(agentr), "serve", "--port", str(port), "--create-tables"], env=env, stdout=log, stderr=log
-    )
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("agentr serve did not start: " + (tmp_path / "serve.log").read_text())
-            time.sleep(0.2)
+    with start_http_process(
+        [str(agentr), "serve", "--port", str(port), "--create-tables"],
+        f"{base}/readyz",
+        what="agentr serve",
+        env=env,
+        log_path=tmp_path / "serve.log",
+    ):
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
-        log.close()
 
 
 def _run(*args: str) -> str:

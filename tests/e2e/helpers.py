@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.support import free_port as free_port  # re-exported: the e2e tests take it from here
 
 AGENTR = str(Path(sys.executable).parent / "agentr")
 
@@ -44,12 +45,6 @@ def quick_tiny_model(
     plan = plan_run(RunOptions(quick=True, iterations=1, seed=seed, warm_start_steps=warm_start_steps))
     ref = prepare_model(plan, home, seed)
     return ref, dict(plan.config, model=ref)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,19 +14,14 @@ from core.envs.agentgym import AgentGymEnv
 from core.envs.base import EnvError, UnknownTask
 from core.envs.registry import open_env
 from core.envs.textcraft import TextCraftEnv, solve
+from tests.support import ServedProcess, free_port, start_http_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_server(env_uri: str, startup_s: float = 60.0) -> tuple[subprocess.Popen[bytes], int]:
+def start_server(env_uri: str, startup_s: float = 60.0) -> tuple[ServedProcess, int]:
     port = free_port()
-    proc = subprocess.Popen(
+    served = start_http_process(
         [
             sys.executable,
             "-c",
@@ -40,40 +32,22 @@ def start_server(env_uri: str, startup_s: float = 60.0) -> tuple[subprocess.Pope
             "--port",
             str(port),
         ],
-        cwd=ROOT,
+        f"http://127.0.0.1:{port}/",
+        what=f"agentr env serve {env_uri}",
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        timeout_s=startup_s,
     )
-    deadline = time.monotonic() + startup_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"env server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/", timeout=1).status_code == 200:
-                return proc, port
-        except httpx.TransportError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("env server did not start")
-
-
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    return served, port
 
 
 @pytest.fixture(scope="module")
 def textcraft_server() -> Iterator[int]:
-    proc, port = start_server("textcraft")
+    server, port = start_server("textcraft")
     try:
         yield port
     finally:
-        stop_server(proc)
+        server.stop()
 
 
 async def test_expert_episodes_over_http_match_in_process(textcraft_server: int) -> None:
@@ -135,16 +109,16 @@ async def test_error_with_http_200_becomes_env_error(textcraft_server: int) -> N
 
 
 async def test_vanished_server_gives_clear_error_after_bounded_retries() -> None:
-    proc, port = start_server("textcraft")
+    server, port = start_server("textcraft")
     env = open_env(f"agentgym+http://127.0.0.1:{port}/textcraft?retries=2&backoff=0.05&timeout=5")
     try:
         await env.reset("1")
-        stop_server(proc)
+        server.stop()
         with pytest.raises(EnvError, match=r"POST http://127.0.0.1:\d+/step failed after 3 attempt\(s\)"):
             await env.step("inventory")
         with pytest.raises(EnvError, match="failed after 3 attempt"):
             await env.reset("1")
     finally:
-        stop_server(proc)
+        server.stop()
         assert isinstance(env, AgentGymEnv)
         await env._client.aclose()

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from core.bus.relay import Relay
 from core.domain.events import DomainEvent, NewEvent, register
 from core.store.factory import open_store
 from core.store.sql import SqlEventStore
+from tests.support import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 
@@ -37,12 +37,6 @@ class RelayProbeSent(DomainEvent):
 @dataclass(frozen=True)
 class RelayProbeEchoed(DomainEvent):
     number: int
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class RedisServer:

@@ -6,24 +6,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import httpx
 import pytest
-import torch
 
 from core.domain.trajectory import Message
 from core.llm.hf import HFPolicy
 from core.llm.openai_compat import OpenAIPolicy
-from core.llm.tiny import build_tiny_model, default_corpus
+from tests.support import TinySpec
 
 LABELS = ["Good", "Bad", "Uncertain", "Thought: the first wrong action"]  # multi-token labels too
 CONVERSATIONS = [
@@ -38,54 +30,9 @@ CONVERSATIONS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny") / "judge"
-    return build_tiny_model(folder, default_corpus(), hidden=64, layers=2, heads=2, vocab_size=512, seed=3)
-
-
-@pytest.fixture(scope="module")
-def local(tiny_folder: Path) -> HFPolicy:
-    torch.set_num_threads(1)
-    return HFPolicy.from_folder(tiny_folder, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def server(tiny_folder: Path) -> Iterator[str]:
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    process = subprocess.Popen(
-        [sys.executable, "-c", "from core.cli import main; main()", "model", "serve", str(tiny_folder)]
-        + ["--port", str(port), "--device", "cpu"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if process.poll() is not None:
-                output = process.stdout.read().decode() if process.stdout else ""
-                raise RuntimeError(f"model server exited: {output[-2000:]}")
-            try:
-                if httpx.get(f"{base}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("model server did not come up within 90 s")
-            time.sleep(0.3)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+def tiny_spec() -> TinySpec:
+    return TinySpec(name="judge", seed=3)
 
 
 async def test_tokenize_endpoint_matches_the_local_chat_template(server: str, local: HFPolicy) -> None:

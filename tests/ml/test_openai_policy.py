@@ -4,10 +4,6 @@ against a small stdlib HTTP server that misbehaves on purpose (5xx, malformed bo
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +18,7 @@ from core.domain.trajectory import Message
 from core.llm.hf import HFPolicy
 from core.llm.openai_compat import OpenAIPolicy
 from core.llm.ports import PolicyError
-from core.llm.tiny import build_tiny_model, default_corpus
+from tests.support import TinySpec, free_port
 
 LABELS = ["Good", "Bad", "Uncertain"]
 CONVERSATIONS = [
@@ -36,56 +32,9 @@ CONVERSATIONS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny") / "tiny-llama"
-    return build_tiny_model(folder, default_corpus(), hidden=64, layers=2, heads=2, vocab_size=512, seed=1)
-
-
-@pytest.fixture(scope="module")
-def local(tiny_folder: Path) -> HFPolicy:
-    torch.set_num_threads(1)
-    return HFPolicy.from_folder(tiny_folder, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def server(tiny_folder: Path) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    script = Path(sys.executable).with_name("agentr")  # the installed console script `agentr`
-    command = (
-        [str(script)] if script.exists() else [sys.executable, "-c", "from core.cli import main; main()"]
-    )
-    process = subprocess.Popen(
-        [*command, "model", "serve", str(tiny_folder), "--port", str(port), "--device", "cpu"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"model server exited: {process.stdout.read().decode()[-2000:]}")  # type: ignore[union-attr]
-            try:
-                if httpx.get(f"{base}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("model server did not come up within 90 s")
-            time.sleep(0.3)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+def tiny_spec() -> TinySpec:
+    return TinySpec(name="tiny-llama", seed=1)
 
 
 async def test_models_endpoint_and_model_discovery(server: str) -> None:
