@@ -12,14 +12,13 @@ import math
 import os
 import sqlite3
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.e2e.helpers import AGENTR, free_port, quick_tiny_model
+from tests.support import start_http_process
 
 NAME = "served-tiny"
 
@@ -37,31 +36,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     folder, _config = quick_tiny_model(models_home)
     port = free_port()
     log_path = models_home / "serve.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [AGENTR, "model", "serve", folder, "--port", str(port), "--device", "cpu", "--name", NAME],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=_env(models_home),
-        )
     base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"model server exited: {log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{base}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"model server did not come up: {log_path.read_text()[-2000:]}")
-            time.sleep(0.3)
+    with start_http_process(
+        [AGENTR, "model", "serve", folder, "--port", str(port), "--device", "cpu", "--name", NAME],
+        f"{base}/models",
+        what="agentr model serve",
+        env=_env(models_home),
+        log_path=log_path,
+        timeout_s=90,
+    ):
         yield base, log_path, folder
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
 
 
 def test_data_only_run_against_a_served_model(served: tuple[str, Path, str], tmp_path: Path) -> None:
