@@ -3,9 +3,12 @@
 Used in embedded mode, where every service runs in ONE process. It keeps what the Redis adapter
 keeps, with the same rules: topics with entries in publish order, consumer groups that start at the
 beginning of a topic, a pending list per group (owner, delivery time, delivery count), reclaim of
-entries idle at least ``min_idle_ms``, dead-letter lists, and trimming that only drops entries every
-group has acked. Everything lives in memory and is lost with the process; the store stays the
-mailbox, so the relay republishes from its checkpoint after a restart.
+entries idle at least ``min_idle_ms``, dead-letter lists, trimming that only drops entries every
+group has acked, and the consumers of each group with their last-seen time for pruning, kept as
+Redis 7.0 keeps it: a consumer appears, and its idle time restarts, only when a read, reclaim or
+touch actually hands it something (Redis 7.2+ also counts reads that found nothing).
+Everything lives in memory and is lost with the process; the store stays the mailbox, so the
+relay republishes from its checkpoint after a restart.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from core.bus.ports import BusError, BusMessage, DeadLetter, Delivery
+from core.bus.ports import BusError, BusMessage, ConsumerInfo, DeadLetter, Delivery
 from core.bus.redis_streams import check_name
 
 
@@ -31,6 +34,13 @@ class _Pending:
 class _Group:
     last_delivered: int = 0  # sequence number of the newest entry handed to the group
     pending: dict[int, _Pending] = field(default_factory=dict)
+    seen: dict[str, float] = field(default_factory=dict)  # consumer -> when it last read or claimed
+
+    def pending_of(self) -> dict[str, int]:
+        counts: dict[str, int] = dict.fromkeys(self.seen, 0)
+        for entry in self.pending.values():
+            counts[entry.consumer] = counts.get(entry.consumer, 0) + 1
+        return counts
 
 
 @dataclass
@@ -100,6 +110,7 @@ class InProcessBus:
             state = self._group(topic, group)
             start = stream.index_after(state.last_delivered)
             for seq, message in stream.entries[start : start + count]:
+                state.seen[consumer] = now
                 state.pending[seq] = _Pending(consumer, now, 1)
                 state.last_delivered = seq
                 deliveries.append(Delivery(str(seq), topic, message, 1))
@@ -145,6 +156,8 @@ class InProcessBus:
                 continue
             entry.consumer, entry.delivered_at, entry.deliveries = consumer, now, entry.deliveries + 1
             claimed.append(Delivery(str(seq), topic, message, entry.deliveries))
+        if claimed:
+            state.seen[consumer] = now
         return claimed
 
     async def ack(self, topic: str, group: str, message_ids: Sequence[str]) -> None:
@@ -161,6 +174,7 @@ class InProcessBus:
             entry = state.pending.get(int(message_id))
             if entry is not None:
                 entry.consumer, entry.delivered_at = consumer, now
+                state.seen[consumer] = now
 
     async def dead_letter(self, delivery: Delivery, group: str, error: str) -> None:
         self._check_open()
@@ -182,6 +196,35 @@ class InProcessBus:
 
     async def dead_letters(self, topic: str, limit: int = 100) -> list[DeadLetter]:
         return list(self._topic(topic).dead[:limit])
+
+    async def consumers(self, topic: str, group: str) -> list[ConsumerInfo]:
+        self._check_open()
+        state = self._group(topic, group)
+        now = self._clock()
+        pending = state.pending_of()
+        return [
+            ConsumerInfo(name, pending[name], int((now - seen) * 1000))
+            for name, seen in sorted(state.seen.items())
+        ]
+
+    async def prune_consumers(
+        self, topic: str, group: str, min_idle_ms: int, *, keep: Sequence[str] = ()
+    ) -> list[str]:
+        self._check_open()
+        if min_idle_ms < 0:
+            raise BusError(f"min_idle_ms must be >= 0, got {min_idle_ms}")
+        keep_names = {check_name("consumer", name) for name in keep}
+        state = self._group(topic, group)
+        now = self._clock()
+        pending = state.pending_of()
+        pruned = sorted(
+            name
+            for name, seen in state.seen.items()
+            if name not in keep_names and pending[name] == 0 and (now - seen) * 1000 > min_idle_ms
+        )
+        for name in pruned:
+            del state.seen[name]
+        return pruned
 
     async def pending_count(self, topic: str, group: str) -> int:
         found = self._topic(topic).groups.get(group)

@@ -39,6 +39,15 @@ class DeadLetter:
     error: str
 
 
+@dataclass(frozen=True)
+class ConsumerInfo:
+    """One consumer of a group, as the bus lists it (XINFO CONSUMERS)."""
+
+    name: str
+    pending: int  # messages delivered to it and not acked yet
+    idle_ms: int  # since it was last handed messages (Redis >= 7.2: since it last tried to read)
+
+
 class BusError(Exception):
     """A bus operation failed because of bad input (unknown topic name, block time too long, ...)."""
 
@@ -82,6 +91,24 @@ class Bus(Protocol):
 
     async def dead_letters(self, topic: str, limit: int = 100) -> list[DeadLetter]:
         """The oldest ``limit`` entries of the topic's dead-letter stream."""
+        ...
+
+    async def consumers(self, topic: str, group: str) -> list[ConsumerInfo]:
+        """The consumers the group lists on this topic, sorted by name."""
+        ...
+
+    async def prune_consumers(
+        self, topic: str, group: str, min_idle_ms: int, *, keep: Sequence[str] = ()
+    ) -> list[str]:
+        """Forget the group's consumers idle longer than ``min_idle_ms`` that hold NO pending
+        message (XGROUP DELCONSUMER), except those named in ``keep``; returns their names, sorted.
+
+        Dead processes leave their consumer behind; this keeps the list to live ones. A consumer
+        with pending messages is never removed (that would lose them): once ``reclaim`` has moved
+        its messages to a live consumer, a later prune removes it. Check and delete are atomic.
+        Pruning a live but idle consumer is harmless: it holds nothing, and it is listed again as
+        soon as it is handed a message.
+        """
         ...
 
     async def pending_count(self, topic: str, group: str) -> int:

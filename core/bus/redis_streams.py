@@ -9,6 +9,9 @@ group per consuming service, a dead-letter stream per topic at ``{prefix}:dlq:{t
 - ``trim`` runs a Lua script that, atomically, finds the oldest entry some group still needs (its
   oldest pending entry, or its last-delivered id when nothing is pending) and trims with XTRIM MINID
   below it, so an unacknowledged entry is never dropped (MAXLEN trimming would drop them).
+- ``prune_consumers`` runs a Lua script that reads XINFO CONSUMERS and calls XGROUP DELCONSUMER on
+  the idle consumers with no pending entry in one atomic step, so a consumer that reads a message
+  between the check and the delete cannot exist (DELCONSUMER would drop its pending entries).
 - The client's ``socket_timeout`` is set above the longest allowed block time, so a blocking
   XREADGROUP never times out on the socket first; a longer ``block_ms`` is refused with an error.
 """
@@ -22,7 +25,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from core.bus.ports import BusError, BusMessage, DeadLetter, Delivery
+from core.bus.ports import BusError, BusMessage, ConsumerInfo, DeadLetter, Delivery
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _MAX_ERROR_CHARS = 4000
@@ -57,6 +60,32 @@ return redis.call('XTRIM', key, 'MINID', best_id)
 """
 
 
+# KEYS[1] = stream; ARGV[1] = group, ARGV[2] = min idle ms, ARGV[3..] = consumers to keep.
+# Returns the names deleted. A consumer is deleted only with zero pending entries.
+_PRUNE_SCRIPT = """
+local key, group, min_idle = KEYS[1], ARGV[1], tonumber(ARGV[2])
+if redis.call('EXISTS', key) == 0 then
+  return redis.error_reply('NOGROUP no such key ' .. key)
+end
+local keep = {}
+for i = 3, #ARGV do keep[ARGV[i]] = true end
+local pruned = {}
+for _, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', key, group)) do
+  local name, pending, idle = nil, nil, nil
+  for i = 1, #consumer, 2 do
+    if consumer[i] == 'name' then name = consumer[i + 1] end
+    if consumer[i] == 'pending' then pending = tonumber(consumer[i + 1]) end
+    if consumer[i] == 'idle' then idle = tonumber(consumer[i + 1]) end
+  end
+  if not keep[name] and pending == 0 and idle > min_idle then
+    redis.call('XGROUP', 'DELCONSUMER', key, group, name)
+    pruned[#pruned + 1] = name
+  end
+end
+return pruned
+"""
+
+
 def check_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise BusError(f"invalid {kind} name {name!r}: use letters, digits, '_', '.', '-' only")
@@ -88,6 +117,7 @@ class RedisStreamsBus:
             health_check_interval=30,
         )
         self._trim = self._client.register_script(_TRIM_SCRIPT)
+        self._prune = self._client.register_script(_PRUNE_SCRIPT)
 
     # -- keys ----------------------------------------------------------------------------------
 
@@ -210,6 +240,28 @@ class RedisStreamsBus:
             for _, fields in rows
         ]
 
+    async def consumers(self, topic: str, group: str) -> list[ConsumerInfo]:
+        check_name("group", group)
+        try:
+            rows: Any = await self._client.xinfo_consumers(self.topic_key(topic), group)
+        except ResponseError as exc:
+            raise _group_error(exc, group, [topic]) from exc
+        found = [ConsumerInfo(str(r["name"]), int(r["pending"]), int(r["idle"])) for r in rows]
+        return sorted(found, key=lambda info: info.name)
+
+    async def prune_consumers(
+        self, topic: str, group: str, min_idle_ms: int, *, keep: Sequence[str] = ()
+    ) -> list[str]:
+        check_name("group", group)
+        if min_idle_ms < 0:
+            raise BusError(f"min_idle_ms must be >= 0, got {min_idle_ms}")
+        keep_names = [check_name("consumer", name) for name in keep]
+        try:
+            pruned = await self._prune(keys=[self.topic_key(topic)], args=[group, min_idle_ms, *keep_names])
+        except ResponseError as exc:
+            raise _group_error(exc, group, [topic]) from exc
+        return sorted(str(name) for name in pruned)
+
     async def pending_count(self, topic: str, group: str) -> int:
         try:
             summary = await self._client.xpending(self.topic_key(topic), group)
@@ -230,7 +282,7 @@ class RedisStreamsBus:
 
 
 def _group_error(exc: ResponseError, group: str, topics: Sequence[str]) -> Exception:
-    if "NOGROUP" in str(exc):
+    if "NOGROUP" in str(exc) or "no such key" in str(exc):  # no such key: the topic has no stream yet
         return BusError(f"group {group!r} does not exist on topic(s) {list(topics)}; call ensure_group first")
     return exc
 

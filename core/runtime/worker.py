@@ -15,6 +15,12 @@ consumer keeps taking down) is dead-lettered: a
 ``MessageDeadLettered`` event is appended (with the tracking row, so it is recorded once) and the
 message is moved to the topic's dead-letter stream.
 
+Every process consumes under a fresh consumer name, so dead processes (SIGKILL, scale-down,
+redeploys) would stay listed in the group forever. Along with reclaiming, the worker prunes, at
+most every ``prune_idle_ms / 2`` (capped at a minute), the group's consumers idle longer than
+``prune_idle_ms`` (default 10 x ``reclaim_idle_ms``) that hold no pending message; one that still
+holds messages is pruned once they have been reclaimed. It never prunes its own consumer.
+
 Up to ``service.concurrency`` messages run at once as asyncio tasks. ``stop()`` (wired to SIGTERM
 and SIGINT by ``install_signal_handlers``) stops taking work, lets in-flight messages finish, and
 returns. ``run(burst=True)`` returns once nothing is available (tests, embedded runs).
@@ -83,6 +89,7 @@ class Worker:
         consumer: str | None = None,
         error_backoff_s: float = 0.5,
         max_error_backoff_s: float = 10.0,
+        prune_idle_ms: int | None = None,
     ) -> None:
         if not service.handlers:
             raise ValueError(f"service {service.name!r} has no handlers")
@@ -96,11 +103,18 @@ class Worker:
         self.topics = sorted(service.handlers)
         self.error_backoff_s = error_backoff_s
         self.max_error_backoff_s = max_error_backoff_s
+        if prune_idle_ms is None:  # well above any gap between a live consumer's reads and claims
+            prune_idle_ms = max(10 * self.settings.reclaim_idle_ms, 10 * self.settings.block_ms)
+        if prune_idle_ms < 0:
+            raise ValueError(f"prune_idle_ms must be >= 0, got {prune_idle_ms}")
+        self.prune_idle_ms = prune_idle_ms
+        self.pruned = 0  # dead consumers this worker removed from its group
         self.handled = 0  # messages whose effect this worker committed
         self.last_handled_position = 0
         self._stop = asyncio.Event()
         self._inflight: dict[asyncio.Task[None], Delivery] = {}
         self._last_reclaim = 0.0
+        self._last_prune: float | None = None
         self._last_lag = 0.0
 
     @property
@@ -205,6 +219,7 @@ class Worker:
                         extra={"service": self.service.name, "position": delivery.message.position},
                     )
                     taken.append(delivery)
+            await self._prune_consumers(now)
         if len(taken) < free:
             if burst or taken:
                 block_ms = 0
@@ -216,6 +231,39 @@ class Worker:
                 self.topics, self.group, self.consumer, count=free - len(taken), block_ms=block_ms
             )
         return taken
+
+    async def _prune_consumers(self, now: float) -> None:
+        """Forget dead consumers of the group (idle, nothing pending); rate-limited, never fatal."""
+        every = min(60.0, self.prune_idle_ms / 2000)
+        if self._last_prune is not None and now - self._last_prune < every:
+            return
+        self._last_prune = now
+        for topic in self.topics:
+            try:
+                pruned = await self.bus.prune_consumers(
+                    topic, self.group, self.prune_idle_ms, keep=[self.consumer]
+                )
+            except Exception as exc:  # pruning is housekeeping: consuming goes on without it
+                log.warning(
+                    "worker %s: pruning consumers of %s failed (%s: %s)",
+                    self.consumer,
+                    topic,
+                    type(exc).__name__,
+                    exc,
+                    extra={"service": self.service.name, "topic": topic},
+                )
+                continue
+            if pruned:
+                self.pruned += len(pruned)
+                log.info(
+                    "pruned %d consumer(s) of group %s on %s idle over %d ms with nothing pending: %s",
+                    len(pruned),
+                    self.group,
+                    topic,
+                    self.prune_idle_ms,
+                    ", ".join(pruned),
+                    extra={"service": self.service.name, "topic": topic},
+                )
 
     async def _heartbeat(self) -> None:
         """Keep in-flight messages from looking idle, so other consumers do not reclaim them."""

@@ -182,6 +182,81 @@ async def test_trim_keeps_topics_nobody_reads_yet(bus: Bus) -> None:
     assert await bus.trim("Alpha") == 0
 
 
+async def listed(bus: Bus, topic: str, group: str) -> dict[str, int]:
+    """consumer name -> pending count, as the group lists them."""
+    return {info.name: info.pending for info in await bus.consumers(topic, group)}
+
+
+async def work_on_one(bus: Bus, consumer: str) -> None:
+    """A live consumer's turn: take one new message of group g on Alpha and ack it."""
+    await bus.publish("Alpha", messages("Alpha", range(100, 101)))
+    (delivery,) = await bus.consume(["Alpha"], "g", consumer, count=1, block_ms=50)
+    await bus.ack("Alpha", "g", [delivery.message_id])
+
+
+async def test_prune_forgets_idle_consumers_without_pending_only(bus: Bus) -> None:
+    await bus.ensure_group("Alpha", "g")
+    await bus.publish("Alpha", messages("Alpha", range(1, 4)))
+    (done,) = await bus.consume(["Alpha"], "g", "gone", count=1, block_ms=50)
+    await bus.ack("Alpha", "g", [done.message_id])  # exited cleanly: nothing pending
+    (stuck,) = await bus.consume(["Alpha"], "g", "crashed", count=1, block_ms=50)  # died holding one
+    (work,) = await bus.consume(["Alpha"], "g", "active", count=1, block_ms=50)
+    await bus.ack("Alpha", "g", [work.message_id])
+    assert await listed(bus, "Alpha", "g") == {"gone": 0, "crashed": 1, "active": 0}
+    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=60_000) == []  # nobody idle that long
+    await asyncio.sleep(0.08)
+    await work_on_one(bus, "active")  # a live worker keeps taking messages
+
+    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=40) == ["gone"]
+    assert await listed(bus, "Alpha", "g") == {"active": 0, "crashed": 1}
+    assert await bus.pending_count("Alpha", "g") == 1  # crashed's message is still pending
+    assert (await bus.consumers("Alpha", "g"))[1].idle_ms > 40  # crashed, sorted after active
+
+    # the message is reclaimed by a live consumer: crashed holds nothing any more and goes
+    (taken,) = await bus.reclaim("Alpha", "g", "rescuer", min_idle_ms=40)
+    assert taken.message_id == stuck.message_id
+    assert await listed(bus, "Alpha", "g") == {"active": 0, "crashed": 0, "rescuer": 1}
+    await asyncio.sleep(0.08)
+    await work_on_one(bus, "active")
+    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=40) == ["crashed"]  # rescuer is idle too
+    assert set(await listed(bus, "Alpha", "g")) == {"active", "rescuer"}  # rescuer still holds one
+
+    # once acked, an idle rescuer is forgotten too; ``keep`` protects a name regardless
+    await bus.ack("Alpha", "g", [taken.message_id])
+    await asyncio.sleep(0.08)
+    await work_on_one(bus, "active")
+    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=40, keep=["rescuer"]) == []
+    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=40) == ["rescuer"]
+    assert await listed(bus, "Alpha", "g") == {"active": 0}
+    assert await bus.pending_count("Alpha", "g") == 0
+
+
+async def test_pruned_consumer_comes_back_when_it_reads_again(bus: Bus) -> None:
+    await bus.ensure_group("Alpha", "g")
+    await work_on_one(bus, "c1")
+    await asyncio.sleep(0.03)
+    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=10) == ["c1"]
+    assert await bus.consumers("Alpha", "g") == []
+    await bus.publish("Alpha", messages("Alpha", range(1, 2)))
+    (got,) = await bus.consume(["Alpha"], "g", "c1", count=1, block_ms=50)
+    assert got.message.position == 1
+    assert await listed(bus, "Alpha", "g") == {"c1": 1}
+
+
+async def test_prune_bad_input_is_a_clear_error(bus: Bus) -> None:
+    with pytest.raises(BusError, match="ensure_group"):
+        await bus.prune_consumers("Never", "nogroup", min_idle_ms=10)
+    with pytest.raises(BusError, match="ensure_group"):
+        await bus.consumers("Never", "nogroup")
+    await bus.ensure_group("Alpha", "g")
+    with pytest.raises(BusError, match="ensure_group"):
+        await bus.prune_consumers("Alpha", "other", min_idle_ms=10)
+    with pytest.raises(BusError, match="min_idle_ms"):
+        await bus.prune_consumers("Alpha", "g", min_idle_ms=-1)
+    with pytest.raises(BusError, match="invalid consumer name"):
+        await bus.prune_consumers("Alpha", "g", min_idle_ms=10, keep=["bad name"])
+
+
 async def test_bad_input_is_a_clear_error(bus: Bus) -> None:
     with pytest.raises(BusError, match="invalid topic name"):
         await bus.publish("bad topic", messages("x", range(1, 2)))
