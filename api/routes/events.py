@@ -77,6 +77,7 @@ async def _stream(
                     "event_id": recorded.event_id,
                     "stream_id": recorded.stream_id,
                     "event_type": recorded.event_type,
+                    "event_version": recorded.event_version,
                     "recorded_at": recorded.recorded_at.isoformat(),
                     "data": recorded.data,
                 }

@@ -226,6 +226,7 @@ async def test_events_stream_is_project_scoped_resumable_and_live(api: ApiHarnes
     positions = [int(s["id"]) for s in sent]
     assert positions == sorted(positions)
     assert all(json.loads(s["data"])["data"].get("project_id", project) == project for s in sent)
+    assert all(json.loads(s["data"])["event_version"] == 1 for s in sent)  # the stored schema version
     assert "theirs" not in response.text
 
     middle = positions[4]
