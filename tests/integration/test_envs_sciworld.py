@@ -11,7 +11,7 @@ import pytest
 from core.envs.base import EnvError, UnknownTask
 from core.envs.registry import open_env
 from core.envs.sciworld import SciWorldEnv
-from tests.integration.test_envs_agentgym_http import start_server, stop_server
+from tests.integration.test_envs_agentgym_http import start_server
 
 needs_java = pytest.mark.skipif(
     shutil.which("java") is None, reason="ScienceWorld needs Java 17: no `java` on PATH (CI installs it)"
@@ -94,7 +94,7 @@ async def test_client_against_served_sciworld(sciworld: SciWorldEnv) -> None:
         assert last is not None and (last.raw_score, last.reward, last.done) == (100, 1.0, True)
     finally:
         await remote.close()
-        stop_server(proc)
+        proc.stop()
 
 
 def test_missing_java_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
