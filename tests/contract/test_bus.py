@@ -112,24 +112,34 @@ async def test_reclaim_after_idle_counts_deliveries(bus: Bus) -> None:
     assert await bus.reclaim("Alpha", "g", "c3", min_idle_ms=10) == []
 
 
+# Idle thresholds of the tests that need a consumer or message to stay *under* a threshold across a
+# few round trips (touch -> reclaim, work -> prune): generous, so that a stalled event loop on a
+# loaded CI machine cannot push a fresh entry over it. Waits that must pass a threshold sleep longer.
+FRESH_MS = 250
+PAST_FRESH_S = 0.3
+
+
 async def test_touch_keeps_a_message_from_being_reclaimed(bus: Bus) -> None:
     await bus.ensure_group("Alpha", "g")
     await bus.publish("Alpha", messages("Alpha", range(1, 3)))
     taken = await bus.consume(["Alpha"], "g", "busy", count=10, block_ms=50)
+    assert len(taken) == 2
     for _ in range(3):
-        await asyncio.sleep(0.04)
+        await asyncio.sleep(PAST_FRESH_S)
         await bus.touch("Alpha", "g", "busy", [taken[0].message_id])
-        reclaimed = await bus.reclaim("Alpha", "g", "thief", min_idle_ms=30)
-        assert all(d.message_id != taken[0].message_id for d in reclaimed)
+        reclaimed = await bus.reclaim("Alpha", "g", "thief", min_idle_ms=FRESH_MS)
+        # the untouched one was idle long enough and moves; the touched one stays with busy
+        assert [d.message_id for d in reclaimed] == [taken[1].message_id]
     await bus.ack("Alpha", "g", [d.message_id for d in taken])
-    await asyncio.sleep(0.04)
-    assert await bus.reclaim("Alpha", "g", "thief", min_idle_ms=30) == []
+    await asyncio.sleep(PAST_FRESH_S)
+    assert await bus.reclaim("Alpha", "g", "thief", min_idle_ms=FRESH_MS) == []
     # touching never counts as a delivery
     await bus.publish("Alpha", messages("Alpha", range(3, 4)))
     (fresh,) = await bus.consume(["Alpha"], "g", "busy", count=10, block_ms=50)
     await bus.touch("Alpha", "g", "busy", [fresh.message_id])
-    await asyncio.sleep(0.04)
-    (again,) = await bus.reclaim("Alpha", "g", "thief", min_idle_ms=30)
+    await asyncio.sleep(PAST_FRESH_S)
+    (again,) = await bus.reclaim("Alpha", "g", "thief", min_idle_ms=FRESH_MS)
+    assert again.message_id == fresh.message_id
     assert again.deliveries == 2
 
 
@@ -204,29 +214,29 @@ async def test_prune_forgets_idle_consumers_without_pending_only(bus: Bus) -> No
     await bus.ack("Alpha", "g", [work.message_id])
     assert await listed(bus, "Alpha", "g") == {"gone": 0, "crashed": 1, "active": 0}
     assert await bus.prune_consumers("Alpha", "g", min_idle_ms=60_000) == []  # nobody idle that long
-    await asyncio.sleep(0.08)
+    await asyncio.sleep(PAST_FRESH_S)
     await work_on_one(bus, "active")  # a live worker keeps taking messages
 
-    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=40) == ["gone"]
+    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=FRESH_MS) == ["gone"]
     assert await listed(bus, "Alpha", "g") == {"active": 0, "crashed": 1}
     assert await bus.pending_count("Alpha", "g") == 1  # crashed's message is still pending
-    assert (await bus.consumers("Alpha", "g"))[1].idle_ms > 40  # crashed, sorted after active
+    assert (await bus.consumers("Alpha", "g"))[1].idle_ms > FRESH_MS  # crashed, sorted after active
 
     # the message is reclaimed by a live consumer: crashed holds nothing any more and goes
-    (taken,) = await bus.reclaim("Alpha", "g", "rescuer", min_idle_ms=40)
+    (taken,) = await bus.reclaim("Alpha", "g", "rescuer", min_idle_ms=FRESH_MS)
     assert taken.message_id == stuck.message_id
     assert await listed(bus, "Alpha", "g") == {"active": 0, "crashed": 0, "rescuer": 1}
-    await asyncio.sleep(0.08)
+    await asyncio.sleep(PAST_FRESH_S)
     await work_on_one(bus, "active")
-    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=40) == ["crashed"]  # rescuer is idle too
+    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=FRESH_MS) == ["crashed"]  # rescuer is idle too
     assert set(await listed(bus, "Alpha", "g")) == {"active", "rescuer"}  # rescuer still holds one
 
     # once acked, an idle rescuer is forgotten too; ``keep`` protects a name regardless
     await bus.ack("Alpha", "g", [taken.message_id])
-    await asyncio.sleep(0.08)
+    await asyncio.sleep(PAST_FRESH_S)
     await work_on_one(bus, "active")
-    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=40, keep=["rescuer"]) == []
-    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=40) == ["rescuer"]
+    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=FRESH_MS, keep=["rescuer"]) == []
+    assert await bus.prune_consumers("Alpha", "g", min_idle_ms=FRESH_MS) == ["rescuer"]
     assert await listed(bus, "Alpha", "g") == {"active": 0}
     assert await bus.pending_count("Alpha", "g") == 0
 

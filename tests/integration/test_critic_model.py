@@ -4,6 +4,7 @@ the policy's own score_labels, costs fewer tokens, is deterministic, and stops a
 from __future__ import annotations
 
 import pytest
+import torch
 
 from core.domain.critic import label_from_scores
 from core.domain.trajectory import Step, Trajectory
@@ -16,8 +17,6 @@ from critic_service.critic import (
     judge_prefix,
     label_reserve,
 )
-
-torch = pytest.importorskip("torch")
 
 TEXTS = [
     "Crafting commands: craft 4 oak planks using 1 oak logs. Goal: craft stick.",

@@ -237,7 +237,8 @@ class ExpertOnTinyModel:
 
 @pytest.fixture(scope="module")
 def short_context_model(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    torch = pytest.importorskip("torch")
+    import torch
+
     torch.set_num_threads(1)
     from core.llm.hf import HFPolicy
     from core.llm.tiny import build_tiny_model, default_corpus

@@ -129,7 +129,8 @@ async def test_unknown_env_task_and_config_become_search_failed(sqlite_url):
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch = pytest.importorskip("torch")
+    import torch
+
     torch.set_num_threads(1)
     from core.llm.tiny import build_tiny_model, default_corpus
 

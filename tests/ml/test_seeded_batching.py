@@ -25,7 +25,8 @@ from core.llm.hf import HFPolicy
 from core.llm.ports import conversation_seeds
 from search_service.batching import BatchingPolicy
 from search_service.engine import TreeRequest, TreeSearch
-from tests.e2e.helpers import quick_tiny_model
+from tests.e2e.helpers import QUICK_WARM_START_STEPS, quick_tiny_model
+from train_service.checkpoint import read_meta
 
 
 @pytest.fixture(scope="module")
@@ -141,4 +142,9 @@ async def test_a_tree_searches_the_same_alone_or_beside_other_trees(
 
 
 def test_model_folder_is_the_quick_runs_warm_start(quick: tuple[str, dict[str, Any]]) -> None:
-    assert (Path(quick[0]) / "meta.json").is_file()
+    folder, config = quick
+    meta = read_meta(folder)  # a real checkpoint: weights and meta.json written by the SFT trainer
+    assert meta.iteration == -1 and meta.dataset_id.startswith("warm-start:")
+    assert meta.config["max_steps"] == QUICK_WARM_START_STEPS
+    assert Path(meta.base_model).name.startswith("tiny-") and Path(meta.base_model) != Path(folder)
+    assert config["model"] == folder  # the run config starts from this folder
