@@ -46,6 +46,8 @@ DOCUMENTED_CLASSES: dict[str, dict[str, type]] = {
             trajectory.Step,
             trajectory.TrainingSample,
             trajectory.Message,
+            trajectory.ToolCall,
+            trajectory.ToolResult,
         )
     },
     "Storage and delivery": {cls.__name__: cls for cls in (ev.RecordedEvent, ev.Metadata, ev.NewEvent)},
