@@ -6,14 +6,16 @@ the in-process bus, and the search, critic, splice and train services in ONE pro
 warm-starts it on expert TextCraft episodes, both cached under ``<home>/models`` by a key of their
 settings (the same command reproduces them). Progress bars follow the store's read models; at the
 end the report (JSON, Markdown, PNG) is written to ``<home>/runs/<run id>/``. The work itself lives in
-``core.cli.run_support`` (imported inside the commands, so ``agentr --help`` stays fast).
+``core.cli.demo`` (plan), ``core.cli.warm_start`` (model), ``core.cli.embedded_run`` (loop),
+``core.cli.run_report`` (report) and ``core.cli.eval_export`` (imported inside the commands, so
+``agentr --help`` stays fast).
 """
 
 from __future__ import annotations
 
 import typer
 
-from core.cli.run_support import DEMO_ENV, QUICK_ENV
+from core.cli.demo import DEMO_ENV, QUICK_ENV
 
 
 def register(app: typer.Typer) -> None:
@@ -72,7 +74,8 @@ def register(app: typer.Typer) -> None:
         """Run the whole Agent-R loop in this process: MCTS search -> first-error critic -> revision
         splicing -> SFT -> evaluation, for N iterations, on the embedded SQLite store, with progress
         bars and a final report (JSON + Markdown + PNG under <home>/runs/RUN_ID/)."""
-        from core.cli.run_support import RunOptions, run_command
+        from core.cli.demo import RunOptions
+        from core.cli.embedded_run import run_command
 
         options = RunOptions(
             model=model,
@@ -109,7 +112,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Evaluate a model with greedy episodes: average reward, success rate, average steps, dead
         loops and invalid-action rate (episodes are batched: one model call per turn)."""
-        from core.cli.run_support import eval_command
+        from core.cli.eval_export import eval_command
 
         raise typer.Exit(
             eval_command(
@@ -134,6 +137,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Export an iteration's dataset (revision samples + good trajectories >= alpha + general data
         mixed with eta) as OpenAI fine-tuning JSONL, ShareGPT/AgentGym JSONL or Parquet."""
-        from core.cli.run_support import export_command
+        from core.cli.eval_export import export_command
 
         raise typer.Exit(export_command(run_id, iteration, fmt, output, home))

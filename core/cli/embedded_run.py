@@ -1,0 +1,205 @@
+"""Owns the embedded loop behind ``agentr run``: settings and torch threads, the run's start (or
+resume) in the embedded store, the search / critic / splice / train services driven in one process
+with progress bars that follow the store's read models, and the final console summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from core.cli.demo import RunOptions, plan_run
+from core.cli.run_report import write_run_report
+from core.cli.warm_start import prepare_model
+
+console = Console(stderr=True)
+
+
+def _torch_threads() -> int:
+    """Intra-op threads for the tiny model: the idle cores, 1 to 2. A tiny model's kernels are short,
+    so a thread waiting for a busy core stalls every op (measured on a loaded 2-core machine: 2
+    threads ran the quick warm start 15x slower than 1)."""
+    cores = os.cpu_count() or 1
+    try:
+        idle = cores - os.getloadavg()[0]
+    except OSError:  # no load average on this platform
+        idle = cores
+    return max(1, min(2, round(idle)))
+
+
+def run_command(opts: RunOptions) -> int:
+    from core.runtime.logging import configure_logging
+    from core.runtime.settings import load_settings
+
+    overrides: dict[str, Any] = {"redis_url": None, "reclaim_idle_ms": 2000}
+    if opts.home:
+        overrides["home"] = Path(opts.home)
+    settings = load_settings(**overrides)
+    home = Path(settings.home).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    configure_logging(os.environ.get("AGENTR_LOG_LEVEL", "WARNING"), False)
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own rich bars say what is happening
+
+    if not os.environ.get("OMP_NUM_THREADS"):  # an explicit OMP_NUM_THREADS is respected by torch
+        torch.set_num_threads(_torch_threads())
+    started = time.monotonic()
+    plan = plan_run(opts)
+    config = dict(plan.config)
+    if not opts.resume:
+        from core.domain.config import RunConfig
+
+        problem = RunConfig.from_data(config).training_problem()
+        if problem is not None:
+            console.print(f"[red]cannot start the run:[/red] {problem}")
+            return 2
+    if not opts.resume:
+        try:
+            config["model"] = prepare_model(plan, home, opts.seed)
+        except Exception as exc:
+            console.print(f"[red]cannot prepare the model:[/red] {exc}")
+            return 2
+    return asyncio.run(_run_async(settings, home, config, opts.resume, started))
+
+
+async def _run_async(settings: Any, home: Path, config: dict[str, Any], resume: str, started: float) -> int:
+    from core.domain.events import NewEvent, RunRequested
+    from core.domain.ids import new_id, run_stream
+    from core.domain.runs import fold
+    from core.store.factory import open_store
+
+    store = await open_store(settings.effective_database_url, create_tables=True)
+    try:
+        if resume:
+            run_id = resume
+            history = await store.read_stream(run_stream(run_id))
+            if not history:
+                console.print(f"[red]no run {run_id} in {settings.effective_database_url}[/red]")
+                return 2
+            state = fold(run_id, [r.event for r in history])
+            if state.terminal:
+                console.print(f"run {run_id} is already {state.status}")
+                return 0 if state.status == "completed" else 1
+            config = state.config.to_data()
+            console.print(f"resuming run [bold]{run_id}[/bold]")
+        else:
+            run_id = new_id()
+            await store.append(
+                [NewEvent(run_stream(run_id), RunRequested(run_id, "local", config))],
+                {run_stream(run_id): -1},
+            )
+            console.print(f"run [bold]{run_id}[/bold] started; data in {home}")
+        (home / "runs" / run_id).mkdir(parents=True, exist_ok=True)
+        status = await _drive(store, settings, run_id, config)
+        report_paths = await write_run_report(store, home, run_id)
+        elapsed = time.monotonic() - started
+        final = fold(run_id, [r.event for r in await store.read_stream(run_stream(run_id))])
+        if final.status == "completed":
+            console.print(
+                f"[green]run {run_id} completed[/green] in {elapsed:.0f}s; report: {report_paths['markdown']}"
+            )
+            console.print(await asyncio.to_thread(Path(report_paths["markdown"]).read_text))
+            return 0
+        console.print(f"[red]run {run_id} {status}[/red]: {final.reason}")
+        return 1
+    finally:
+        await store.close()
+
+
+async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any]) -> str:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from sqlalchemy import select
+
+    from core.domain.config import RunConfig
+    from core.domain.ids import run_stream
+    from core.domain.runs import fold
+    from core.runtime.embedded import run_embedded
+    from core.runtime.process import build_service
+    from core.store.tables import iterations
+    from train_service.service import build_service as build_train
+
+    cfg = RunConfig.from_data(config)
+    bars = Progress(
+        TextColumn("{task.description:<22}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    ids = {
+        name: bars.add_task(name, total=None, info="")
+        for name in ("trees", "pairs", "samples", "training", "evaluation")
+    }
+    train_state: dict[str, Any] = {"step": 0, "max": 0, "loss": None}
+    eval_state: dict[str, Any] = {}
+
+    def on_train_step(step: int, max_steps: int, loss: float | None) -> None:
+        train_state.update(step=step, max=max_steps, loss=loss)
+
+    def on_eval(label: str, done: int, total: int) -> None:
+        eval_state.update(label=label, done=done, total=total)
+
+    services = [
+        await build_service("search", settings, store),
+        await build_service("critic", settings, store),
+        await build_service("splice", settings, store),
+        build_train(settings, store, inline_training=True, on_train_step=on_train_step, on_eval=on_eval),
+    ]
+    status = {"value": "running"}
+
+    async def until() -> bool:
+        history = await store.read_stream(run_stream(run_id))
+        state = fold(run_id, [r.event for r in history])
+        async with store.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(iterations)
+                    .where(iterations.c.run_id == run_id)
+                    .order_by(iterations.c.iteration.desc())
+                )
+            ).first()
+        if row is not None:
+            label = f"iteration {row.iteration + 1}/{cfg.iterations}"
+            bars.update(
+                ids["trees"],
+                total=row.trees_expected,
+                completed=row.trees_done + row.trees_failed,
+                info=label,
+            )
+            bars.update(ids["pairs"], total=max(row.pairs, 1), completed=row.pairs, info=f"{row.pairs} pairs")
+            bars.update(
+                ids["samples"],
+                total=None,
+                completed=row.revisions + row.goods,
+                info=f"{row.revisions} revisions, {row.goods} good",
+            )
+        if train_state["max"]:
+            loss = train_state["loss"]
+            bars.update(
+                ids["training"],
+                total=train_state["max"],
+                completed=train_state["step"],
+                info="" if loss is None else f"loss {loss:.3f}",
+            )
+        if eval_state:
+            bars.update(
+                ids["evaluation"],
+                total=eval_state["total"],
+                completed=eval_state["done"],
+                info=eval_state["label"],
+            )
+        status["value"] = state.status
+        await asyncio.sleep(0.5)
+        return state.terminal
+
+    with bars:
+        await run_embedded(store, services, until, settings=settings)
+    return status["value"]

@@ -1,0 +1,128 @@
+"""Owns ``agentr eval`` (greedy episodes of a model on an environment's tasks, written as
+eval.json / eval.md / eval.png) and ``agentr export`` (an iteration's dataset as OpenAI JSONL,
+ShareGPT JSONL or Parquet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def eval_command(
+    *,
+    model: str,
+    env: str,
+    tasks: tuple[str, ...],
+    split: str,
+    max_tasks: int | None,
+    max_steps: int,
+    max_tokens: int,
+    out: str,
+) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from core.envs.base import EnvError
+    from core.envs.registry import open_env
+    from core.llm.ports import PolicyError
+    from core.llm.registry import open_policy
+    from train_service.evaluation import EvalConfig, evaluate
+    from train_service.report import eval_markdown, write_eval
+    from train_service.runs import select_tasks
+
+    try:
+        probe = open_env(env)
+        task_ids = select_tasks(probe, tasks, split, max_tasks)
+        asyncio.run(probe.close())
+        policy = open_policy(model)
+    except (EnvError, PolicyError, ValueError) as exc:
+        console.print(f"[red]cannot evaluate:[/red] {exc}")
+        return 2
+    if not task_ids:
+        console.print(f"[red]no tasks:[/red] split {split!r} of {env} is empty")
+        return 2
+    cfg = EvalConfig(max_steps=max_steps, max_tokens=max_tokens, recovery_episodes=0, baseline=False)
+    with Progress(TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), console=console) as bars:
+        bar = bars.add_task("eval", total=len(task_ids))
+
+        def progress(done: int, total: int) -> None:
+            bars.update(bar, completed=done, total=total)
+
+        async def go() -> dict[str, Any]:
+            try:
+                return await evaluate(policy, lambda: open_env(env), task_ids, cfg, progress=progress)
+            finally:
+                await policy.close()
+
+        metrics = asyncio.run(go())
+    metrics["model"] = model
+    metrics["env"] = env
+    if out:
+        paths = write_eval(metrics, Path(out))
+        console.print(f"written {', '.join(paths.values())}")
+    print(eval_markdown(metrics))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# agentr export
+# --------------------------------------------------------------------------------------------
+
+
+def export_command(run_id: str, iteration: int, fmt: str, output: str, home: str) -> int:
+    from core.runtime.settings import load_settings
+
+    if fmt not in ("openai", "sharegpt", "parquet"):
+        console.print(f"[red]unknown format {fmt!r}[/red]: choose openai, sharegpt or parquet")
+        return 2
+    settings = load_settings(**({"home": Path(home)} if home else {}))
+    try:
+        count = asyncio.run(_export(settings, run_id, iteration, fmt, Path(output)))
+    except (LookupError, ValueError, FileNotFoundError) as exc:
+        console.print(f"[red]cannot export:[/red] {exc}")
+        return 2
+    console.print(f"{count} samples written to {output} ({fmt})")
+    return 0
+
+
+async def _export(settings: Any, run_id: str, iteration: int, fmt: str, output: Path) -> int:
+    from core.domain.ids import run_stream
+    from core.domain.runs import fold
+    from core.formats.export import write_jsonl, write_parquet
+    from core.store.factory import open_store
+    from train_service.runs import RunEffects
+
+    store = await open_store(settings.effective_database_url, create_tables=False)
+    try:
+        history = await store.read_stream(run_stream(run_id))
+        if not history:
+            raise LookupError(f"no run {run_id} in {settings.effective_database_url}")
+        state = fold(run_id, [r.event for r in history])
+        if state.iteration(iteration) is None:
+            raise LookupError(f"run {run_id} has no iteration {iteration}")
+        effects = RunEffects(settings, store)
+        from core.domain.datasets import DatasetConfig, build_dataset
+        from core.formats.export import read_general_chat
+
+        revisions, good = await effects.load_samples(run_id, iteration)
+        general = list(read_general_chat(state.config.general_data)) if state.config.general_data else []
+        built = build_dataset(
+            run_id=run_id,
+            iteration=iteration,
+            revisions=revisions,
+            good=good,
+            general=general,
+            config=DatasetConfig(
+                alpha_schedule=state.config.alpha_schedule, eta=state.config.eta, seed=state.config.seed
+            ),
+        )
+        if fmt == "parquet":
+            return write_parquet(output, built.samples)
+        return write_jsonl(output, built.samples, fmt)
+    finally:
+        await store.close()

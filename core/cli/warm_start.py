@@ -1,0 +1,112 @@
+"""Owns the starting model of ``agentr run``: the tiny local model (built once) and its warm start on
+expert episodes of the warm-start tasks, both cached under ``<home>/models`` by a key of their
+settings, so the same command reproduces (or reuses) them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from core.cli.demo import Plan
+
+console = Console(stderr=True)
+
+WARM_START_LR = 3e-3
+
+
+def _key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def prepare_model(plan: Plan, home: Path, seed: int) -> str:
+    """The starting model's ref: ``--model`` as given, or the cached tiny model (built, warm-started)."""
+    if plan.tiny is None:
+        return str(plan.config["model"])
+    from core.domain.config import RunConfig
+    from core.envs.registry import open_env
+    from core.llm.tiny import build_tiny_model, default_corpus
+
+    spec = plan.tiny
+    base = home / "models" / f"tiny-{_key(spec.__dict__, seed)}"
+    if not (base / "config.json").is_file():
+        with console.status(
+            f"building the tiny model ({spec.hidden} hidden, {spec.layers} layers) in {base}..."
+        ):
+            build_tiny_model(
+                base,
+                default_corpus(),
+                hidden=spec.hidden,
+                layers=spec.layers,
+                heads=spec.heads,
+                vocab_size=spec.vocab_size,
+                seed=seed,
+            )
+    if plan.warm_start_steps <= 0:
+        return str(base)
+    config = RunConfig.from_data(plan.config)
+    env = open_env(config.env)
+    tasks = list(plan.warm_start_tasks) or env.task_ids(config.split)[: config.max_tasks]
+    warm = (
+        home
+        / "models"
+        / f"warm-{_key(base.name, config.env, tasks, plan.warm_start_steps, WARM_START_LR, seed)}"
+    )
+    if (warm / "meta.json").is_file():
+        console.print(f"warm-started model found in [bold]{warm}[/bold] (cached)")
+        return str(warm)
+    _warm_start(base, env, tasks, plan, warm, seed)
+    return str(warm)
+
+
+def _warm_start(base: Path, env: Any, tasks: list[str], plan: Plan, out: Path, seed: int) -> None:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from core.domain.datasets import trajectory_to_sample
+    from core.domain.ids import derived_id
+    from train_service.sft import SFTConfig, train_sft
+    from train_service.warm_start import expert_trajectories
+
+    expert = [
+        trajectory_to_sample(t, derived_id("expert", t.provenance["task_id"]))
+        for t in expert_trajectories(env, tasks)
+    ]
+    if not expert:
+        raise RuntimeError("the expert solver finished none of the warm-start tasks")
+    cfg = SFTConfig(
+        max_steps=plan.warm_start_steps,
+        learning_rate=WARM_START_LR,
+        lr_scheduler="cosine",
+        warmup=0.05,
+        time_budget_s=plan.warm_start_cap_s,
+        packing=True,
+        max_length=512,
+        batch_size=8,
+        logging_steps=20,
+        seed=seed,
+    )
+    with Progress(
+        TextColumn("warm start"),
+        BarColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bars:
+        bar = bars.add_task("warm", total=plan.warm_start_steps, info="")
+
+        def on_step(step: int, _max: int, loss: float | None) -> None:
+            info = f"step {step}" + (f", loss {loss:.3f}" if loss is not None else "")
+            bars.update(bar, completed=step, info=info)
+
+        report = train_sft(
+            base, expert, out, cfg, iteration=-1, dataset_id=f"warm-start:{_key(tasks)}", on_step=on_step
+        )
+        bars.update(bar, completed=plan.warm_start_steps)
+    console.print(
+        f"warm start: {len(expert)} expert episodes, {report.metrics.get('steps')} steps in "
+        f"{report.metrics.get('seconds', 0):.0f}s -> [bold]{out}[/bold]"
+    )
