@@ -30,13 +30,13 @@ import hashlib
 import json
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.domain.ids import derived_id
 from core.domain.serde import from_dict, to_dict
-from core.domain.splice import format_assistant
-from core.domain.trajectory import Message, TrainingSample, Trajectory
+from core.domain.splice import conversation
+from core.domain.trajectory import TrainingSample, Trajectory
 
 DEFAULT_ALPHA_SCHEDULE: tuple[float, ...] = (0.5, 0.7, 1.0)
 
@@ -238,7 +238,7 @@ def build_dataset(
     for i in general_idx:
         s = general[i]
         if s.kind != "general":
-            s = TrainingSample(s.sample_id, "general", s.messages, s.reward, s.provenance)
+            s = replace(s, kind="general")
         pairs.append((s, ManifestEntry(s.sample_id, "general", None, None, i)))
     random.Random(f"{cfg.seed}:{iteration}:order").shuffle(pairs)
 
@@ -283,7 +283,7 @@ def rebuild(
                     f"(id {s.sample_id}, manifest says {e.sample_id})"
                 )
             if s.kind != "general":
-                s = TrainingSample(s.sample_id, "general", s.messages, s.reward, s.provenance)
+                s = replace(s, kind="general")
             out.append(s)
         elif e.sample_id in agent_samples:
             out.append(agent_samples[e.sample_id])
@@ -299,20 +299,20 @@ def rebuild(
 def trajectory_to_sample(trajectory: Trajectory, sample_id: str) -> TrainingSample:
     """A good trajectory as a training sample: every assistant turn trained on (weight 1).
 
-    The observation after the final action is dropped (nothing follows it to train on).
+    The observation after the final action is dropped (nothing follows it to train on). Tool
+    steps stay native (core.domain.splice.conversation: assistant ``tool_calls`` + ``tool``
+    messages, which are kept after a final tool call); the tool definitions travel along.
     """
     if not trajectory.steps:
         raise DatasetError(f"trajectory for sample {sample_id} has no steps")
-    msgs: list[Message] = [Message("system", trajectory.instruction), Message("user", trajectory.task)]
-    last = len(trajectory.steps) - 1
-    for i, step in enumerate(trajectory.steps):
-        msgs.append(Message("assistant", format_assistant(step.thought, step.action), 1))
-        if i < last:
-            msgs.append(Message("user", step.observation))
+    msgs = conversation(trajectory.instruction, trajectory.task, [(s, 1, "") for s in trajectory.steps])
+    if trajectory.steps[-1].kind != "tool" and msgs[-1].role == "user":
+        msgs = msgs[:-1]
     return TrainingSample(
         sample_id=sample_id,
         kind="good",
-        messages=tuple(msgs),
+        messages=msgs,
         reward=trajectory.reward,
         provenance=dict(trajectory.provenance),
+        tools=trajectory.tools,
     )

@@ -11,6 +11,16 @@ Pure (stdlib only). A revision trajectory is, in order (DESIGN §1 step 4):
 
 The reflection lives in the Thought of the first good action; no fake action is ever inserted, so
 the action sequence (``SplicedPath.actions``) is exactly what an environment can replay.
+
+Messages are built per step kind (``step_messages``; see core.domain.trajectory): a text ``action``
+step is one ReAct assistant turn then a user observation; a ``tool`` step stays native: one
+assistant message with its ``tool_calls`` (content = the step's thought), then one ``tool`` message
+per call (``tool_call_id``, the result's content); an ``answer`` step is one assistant message whose
+content is the answer text. In tool conversations the reflection is the start of the first good
+assistant message's content (before its thought, or before the answer text), never a fake call.
+Tool messages and observations are always weight 0. An empty observation after the last step is
+not emitted (no empty trailing user turn); a system message is emitted only for a non-empty
+instruction.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
+from core.domain.trajectory import Message, Step, ToolResult, TrainingSample, Trajectory
 
 
 class SpliceError(ValueError):
@@ -102,6 +112,68 @@ def splice_path(bad: Trajectory, good: Trajectory, shared_steps: int, transition
     )
 
 
+def _prefixed(prefix: str, text: str) -> str:
+    return f"{prefix.strip()} {text.strip()}".strip()
+
+
+def step_messages(
+    step: Step,
+    weight: int,
+    prefix: str = "",
+    formatter: Callable[[str, str], str] = format_assistant,
+) -> tuple[list[Message], Message | None]:
+    """One step as (its assistant/tool messages, its trailing user observation or None).
+
+    ``prefix`` (the reflection) starts the assistant content; ``weight`` goes on the assistant
+    message only. A tool step's results become ``tool`` messages in call order (a call with no
+    result gets the step's observation when it has no results at all, else an empty content).
+    """
+    if step.kind == "tool":
+        results: dict[str, ToolResult] = {r.call_id: r for r in step.tool_results}
+        out = [
+            Message(
+                "assistant",
+                _prefixed(prefix, step.thought),
+                weight,
+                tool_calls=step.tool_calls,
+                reasoning=step.reasoning,
+            )
+        ]
+        for position, call in enumerate(step.tool_calls):
+            result = results.get(call.call_id)
+            if result is not None:
+                content = result.content
+            else:
+                content = step.observation if not step.tool_results and position == 0 else ""
+            out.append(Message("tool", content, 0, tool_call_id=call.call_id, name=call.name))
+        return out, None
+    if step.kind == "answer":
+        body = f"{step.thought.strip()}\n{step.action.strip()}" if step.thought.strip() else step.action
+        answer = Message("assistant", _prefixed(prefix, body), weight, reasoning=step.reasoning)
+        return [answer], Message("user", step.observation, 0)
+    thought = _prefixed(prefix, step.thought)
+    action = Message("assistant", formatter(thought, step.action), weight, reasoning=step.reasoning)
+    return [action], Message("user", step.observation, 0)
+
+
+def conversation(
+    instruction: str,
+    task: str,
+    steps: Sequence[tuple[Step, int, str]],
+    formatter: Callable[[str, str], str] = format_assistant,
+) -> tuple[Message, ...]:
+    """System (when non-empty) + task + each ``(step, weight, prefix)``'s messages (see the
+    module docstring); an empty observation after the last step is dropped."""
+    messages: list[Message] = [Message("system", instruction, 0)] if instruction.strip() else []
+    messages.append(Message("user", task, 0))
+    for index, (step, weight, prefix) in enumerate(steps):
+        turn, observation = step_messages(step, weight, prefix, formatter)
+        messages.extend(turn)
+        if observation is not None and (index < len(steps) - 1 or observation.content.strip()):
+            messages.append(observation)
+    return tuple(messages)
+
+
 def revision_messages(
     instruction: str,
     task: str,
@@ -112,17 +184,9 @@ def revision_messages(
     """The conversation with per-message loss weights (see module docstring)."""
     if not reflection.strip():
         raise SpliceError("the reflection sentence is empty")
-    messages: list[Message] = [Message("system", instruction, 0), Message("user", task, 0)]
-    for step in path.prefix + path.bad:
-        messages.append(Message("assistant", formatter(step.thought, step.action), 0))
-        messages.append(Message("user", step.observation, 0))
-    for position, step in enumerate(path.good):
-        thought = step.thought.strip()
-        if position == 0:
-            thought = f"{reflection.strip()} {thought}".strip()
-        messages.append(Message("assistant", formatter(thought, step.action), 1))
-        messages.append(Message("user", step.observation, 0))
-    return tuple(messages)
+    planned: list[tuple[Step, int, str]] = [(step, 0, "") for step in path.prefix + path.bad]
+    planned += [(step, 1, reflection if i == 0 else "") for i, step in enumerate(path.good)]
+    return conversation(instruction, task, planned, formatter)
 
 
 def revision_sample(
@@ -142,6 +206,7 @@ def revision_sample(
         messages=messages,
         reward=good.reward,
         provenance=dict(provenance or {}),
+        tools=good.tools or bad.tools,
     )
 
 
