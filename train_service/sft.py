@@ -26,6 +26,7 @@ from typing import Any
 
 from core.domain.datasets import EmptyDatasetError
 from core.domain.trajectory import TrainingSample
+from core.llm.chat_template import check_template
 from train_service.checkpoint import CheckpointMeta, existing_checkpoint, write_checkpoint
 from train_service.tokenize import DataCollator, TokenizedSample, pack, tokenize_samples
 
@@ -284,6 +285,7 @@ def train_sft(
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    check_template(tokenizer)  # before any sample: a stock template must be prefix-stable
     examples, stats = prepare_examples(tokenizer, samples, cfg)
 
     bf16 = _use_bf16(cfg)

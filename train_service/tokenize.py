@@ -1,16 +1,13 @@
-"""Owns tokenisation for training: chat template rendering, per-message weights -> token labels, packing.
+"""Owns tokenisation for training: per-message weights -> token labels, packing, collation.
 
-A sample is rendered with the MODEL'S OWN chat template. The template must wrap each assistant
-message in ``{% generation %} ... {% endgeneration %}`` (as transformers' assistant-mask feature
-requires): the renderer then reports one character span per assistant message, in order, and a
-token is trained on (label = its id) exactly when it overlaps the span of an assistant message with
-weight 1; every other token gets label -100. When the template marks no spans, or not one span per
-assistant message, or a span does not contain its message's text, ``TemplateError`` says so:
-silently training on everything (or nothing) is the defect this module exists to prevent.
-
-The one transformers internal used is ``render_jinja_template`` (it returns the rendered text and
-the generation spans that ``apply_chat_template(return_assistant_tokens_mask=True)`` is built on);
-we need the spans per message rather than one merged mask, to honour weight-0 assistant turns.
+A sample is rendered with the MODEL'S OWN chat template (tools and tool calls included), and
+``core.llm.chat_template.conversation_spans`` reports one character span per assistant message:
+from ``{% generation %}`` blocks when the template has them, otherwise by incremental rendering with
+a prefix-stability check (stock templates such as Llama-3.x, Qwen2.5 and SmolLM2's ChatML). A token
+is trained on (label = its id) exactly when it overlaps the span of an assistant message with weight
+1; every other token gets label -100. When the template cannot mark one span per assistant message,
+or a span does not contain its message's text, ``TemplateError`` says so: silently training on
+everything (or nothing) is the defect this module exists to prevent.
 
 Packing (optional) concatenates tokenised samples into fixed-length blocks. Each block carries
 ``position_ids`` that restart at 0 for every sample; with no 2-D attention mask, transformers turns
@@ -22,21 +19,25 @@ token of every sample in a block is never a target, so no loss crosses a sample 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from core.domain.trajectory import TrainingSample
+from core.llm.chat_template import TemplateError, conversation_spans, hf_messages, hf_tools
 
 log = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
-_GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")
-
-
-class TemplateError(ValueError):
-    """The tokenizer's chat template cannot mark assistant spans for this conversation."""
+__all__ = [
+    "IGNORE_INDEX",
+    "DataCollator",
+    "TemplateError",
+    "TokenizedSample",
+    "collate",
+    "pack",
+    "tokenize_sample",
+]
 
 
 @dataclass(frozen=True)
@@ -56,27 +57,6 @@ class TokenizedSample:
         return len(self.input_ids)
 
 
-def _render(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    template = getattr(tokenizer, "chat_template", None)
-    if not template:
-        raise TemplateError(f"tokenizer {tokenizer.name_or_path!r} has no chat template")
-    if not _GENERATION_BLOCK.search(template):
-        raise TemplateError(
-            f"the chat template of {tokenizer.name_or_path!r} has no {{% generation %}} block, so it "
-            "cannot mark assistant spans; add {% generation %}...{% endgeneration %} around the "
-            "assistant content (transformers' assistant-mask convention)"
-        )
-    rendered, spans = render_jinja_template(  # type: ignore[misc,str-unpack]
-        conversations=[messages],
-        chat_template=template,
-        return_assistant_tokens_mask=True,
-        **tokenizer.special_tokens_map,
-    )
-    return rendered[0], [tuple(s) for s in spans[0]]  # type: ignore[misc]
-
-
 def tokenize_sample(tokenizer: Any, sample: TrainingSample, max_length: int | None = None) -> TokenizedSample:
     """Render ``sample`` with the chat template and label the tokens of weight-1 assistant messages.
 
@@ -85,9 +65,12 @@ def tokenize_sample(tokenizer: Any, sample: TrainingSample, max_length: int | No
     """
     if not getattr(tokenizer, "is_fast", False):
         raise TemplateError("token labels need a fast tokenizer (character offsets)")
-    messages = [{"role": m.role, "content": m.content} for m in sample.messages]
+    messages = hf_messages(sample.messages)
     assistant = [m for m in sample.messages if m.role == "assistant"]
-    text, spans = _render(tokenizer, messages)
+    try:
+        text, spans = conversation_spans(tokenizer, messages, hf_tools(getattr(sample, "tools", None)))
+    except TemplateError as exc:
+        raise TemplateError(f"sample {sample.sample_id}: {exc}") from exc
     if len(spans) != len(assistant):
         raise TemplateError(
             f"sample {sample.sample_id}: the chat template marked {len(spans)} assistant span(s) for "
@@ -98,7 +81,7 @@ def tokenize_sample(tokenizer: Any, sample: TrainingSample, max_length: int | No
     for (start, end), msg in zip(spans, assistant, strict=True):
         if msg.content.strip() and msg.content.strip() not in text[start:end]:
             raise TemplateError(
-                f"sample {sample.sample_id}: a {{% generation %}} span does not contain its assistant "
+                f"sample {sample.sample_id}: an assistant span does not contain its assistant "
                 f"message ({msg.content[:40]!r}...)"
             )
         if msg.weight:
