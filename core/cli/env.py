@@ -1,5 +1,6 @@
-"""Owns the ``agentr env`` command group: serve a built-in environment over the AgentGym protocol,
-and show a task (first observation and, where known, the gold actions)."""
+"""Owns the ``agentr env`` command group: serve an environment over the AgentGym protocol, check an
+environment against the Env contract, list its tasks, and show a task (first observation and, where
+known, the gold actions)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ import logging
 
 import typer
 
-env_app = typer.Typer(help="Interactive text environments (TextCraft, ScienceWorld, AgentGym servers).")
+env_app = typer.Typer(
+    help="Interactive text environments (TextCraft, ScienceWorld, AgentGym servers, your own: python:...)."
+)
 
 
 @env_app.command("serve")
 def serve(
     env: str = typer.Argument(
-        ..., help="Environment URI, e.g. textcraft, 'textcraft?distractors=2', sciworld."
+        ...,
+        help="Environment URI, e.g. textcraft, 'textcraft?distractors=2', sciworld, "
+        "python:package.module:factory or an agentr.envs entry-point name.",
     ),
     port: int = typer.Option(8001, "--port", "-p", help="TCP port to listen on."),
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind."),
@@ -71,6 +76,62 @@ def show(
     except EnvError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
+
+
+@env_app.command("check")
+def check(
+    env: str = typer.Argument(..., help="Environment URI (any form `agentr run --env` accepts)."),
+    action: list[str] = typer.Option(
+        [], "--action", "-a", help="Action to try (repeatable) when the env has no gold actions."
+    ),
+) -> None:
+    """Run the Env contract on ENV (reset determinism, step results, reward range, replay, clone
+    independence, unknown task ids, close) and print what passes and what fails; exit 1 on a failure."""
+    import asyncio
+
+    from rich.console import Console
+
+    from core.envs.contract import DEFAULT_ACTIONS, check_env
+    from core.envs.registry import open_env
+
+    console = Console()
+    checks = asyncio.run(check_env(lambda: open_env(env), actions=tuple(action) or DEFAULT_ACTIONS))
+    marks = {"pass": "[green]PASS[/green]", "fail": "[red]FAIL[/red]", "skip": "[yellow]SKIP[/yellow]"}
+    for item in checks:
+        detail = f" - {item.detail}" if item.detail else ""
+        console.print(f"{marks[item.status]} {item.name}", end="")
+        console.print(detail, markup=False)
+    failed = [c.name for c in checks if c.status == "fail"]
+    if failed:
+        console.print(f"{env}: {len(failed)} check(s) failed: {', '.join(failed)}", markup=False)
+        raise typer.Exit(1)
+    console.print(f"{env}: the Env contract holds", markup=False)
+
+
+@env_app.command("tasks")
+def tasks(
+    env: str = typer.Argument(..., help="Environment URI."),
+    split: str = typer.Option("", "--split", help="Named split (default: the env's default tasks)."),
+) -> None:
+    """List the task ids of ENV (TextCraft: with each goal's name, the `goal:NAME` id)."""
+    from rich.console import Console
+
+    from core.envs.base import EnvError
+    from core.envs.registry import open_env
+
+    console = Console()
+    try:
+        opened = open_env(env)
+        ids = opened.task_ids(split) if split else opened.task_ids()
+    except EnvError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    goal_of = getattr(opened, "goal_of", None)
+    for task_id in ids:
+        if opened.name == "textcraft" and callable(goal_of):
+            console.print(f"{task_id}\tgoal:{goal_of(task_id).removeprefix('minecraft:')}", markup=False)
+        else:
+            console.print(task_id, markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,32 +1,52 @@
 """Owns the AgentGym HTTP client: any AgentGym environment server (TextCraft, SciWorld, WebShop,
-ALFWorld, or ``agentr env serve``) behind the Env port.
+ALFWorld, BabyAI, or ``agentr env serve``) behind the Env port.
 
-Protocol: ``POST /create`` -> ``{"id", ...}``; ``POST /reset {"id", "data_idx"}``;
-``POST /step {"id", "action"}`` -> ``{"observation", "reward", "done"}`` (SciWorld adds ``"score"``
-0-100, used for the normalised reward since its ``reward`` is a per-step delta);
-``GET /observation?id=``; ``POST /close {"id"}``. Errors arrive as HTTP 200 with ``{"error": ...}``
-and become :class:`EnvError`. WebShop keys on ``env_idx`` and has no ``/close``.
+The wire shapes of each server are its profile (core.envs.agentgym_profiles); this module owns the
+session: create on first reset, reset / step / observation / close, timeouts and retries, and the
+mapping of server errors to UnknownTask / EnvError naming the server's words.
+
+Actions are sent BARE by default, as AgentGym's own clients send them: a ``Thought: ...\\nAction: X``
+answer (or ``Action: X``) given to ``step`` is cut down to ``X`` here, so a server never sees the
+prefix (their TextCraft server would answer ``Could not execute Action: ...``). ``action_prefix``
+(URI option) puts a prefix back for a server that wants one.
 
 Requests time out (``timeout`` seconds) and are retried ``retries`` times with exponential backoff on
 transport errors; ``/step`` is not idempotent, so it is retried only when the connection could not be
-made at all. Actions are sent with ``action_prefix`` (default ``"Action: "``, as current AgentGym
-clients send the model's ``Action:`` line); set it to ``""`` for servers that want the bare action.
+made at all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Any
 
 import httpx
 
+from core.envs.agentgym_profiles import Profile, profile_for
 from core.envs.base import EnvError, StepResult, UnknownTask
 
 log = logging.getLogger(__name__)
 
 GENERIC_INSTRUCTION = "You are an agent in a text environment. Reply with one action per turn."
-INVALID_MARKERS = ("Could not execute", "No known action matches", "Could not find", "Wrong item format")
+_UNKNOWN_TASK_WORDS = ("index out of range", "unknown task", "out of range", "no such task")
+
+
+def bare_action(text: str) -> str:
+    """``"Action: get 1 oak logs"`` (or ``"Thought: ...\\nAction:\\nget 1 oak logs"``) ->
+    ``"get 1 oak logs"``; the last non-empty ``Action:`` line wins (an empty one takes the next line);
+    text without one is taken as the action."""
+    lines = text.strip().splitlines()
+    found: str | None = None
+    for index, line in enumerate(lines):
+        match = re.match(r"\s*\**\s*action\s*\**\s*:\s*(.*)$", line, re.IGNORECASE)
+        if match:
+            rest = match.group(1).strip()
+            if not rest and index + 1 < len(lines):
+                rest = lines[index + 1].strip()
+            found = rest
+    return (found if found is not None else text).strip()
 
 
 class AgentGymEnv:
@@ -43,14 +63,16 @@ class AgentGymEnv:
         timeout: float = 60.0,
         retries: int = 3,
         backoff: float = 0.25,
-        action_prefix: str = "Action: ",
-        id_key: str | None = None,
+        action_prefix: str = "",
+        profile: Profile | None = None,
+        options: dict[str, str] | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         if retries < 0:
             raise EnvError(f"agentgym: retries must be >= 0, got {retries}")
         self.base_url = base_url.rstrip("/")
         self.name = name
+        self.profile = profile or profile_for(name)
         self.instruction = instruction
         self.max_steps = max_steps
         self.splits = splits or {}
@@ -58,20 +80,19 @@ class AgentGymEnv:
         self.retries = retries
         self.backoff = backoff
         self.action_prefix = action_prefix
-        self.webshop = name == "webshop"
-        self.id_key = id_key or ("env_idx" if self.webshop else "id")
+        self.options = dict(options or {})
+        self.id_key = self.profile.id_key
         self._client = client or httpx.AsyncClient(base_url=self.base_url, timeout=timeout)
         self._env_id: Any = None
         self.done = False
-        self.score = 0.0
+        self.task_id: str | None = None
 
     # ---- transport -------------------------------------------------------------------------------
-    async def _request(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> Any:
+    async def _send(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> httpx.Response:
         attempt = 0
         while True:
             try:
-                response = await self._client.request(method, path, **kwargs)
-                break
+                return await self._client.request(method, path, **kwargs)
             except httpx.TransportError as exc:
                 retriable = idempotent or isinstance(exc, httpx.ConnectError)
                 if not retriable or attempt >= self.retries:
@@ -85,6 +106,13 @@ class AgentGymEnv:
                 )
                 await asyncio.sleep(delay)
                 attempt += 1
+
+    async def _request(
+        self, method: str, path: str, *, idempotent: bool = True, missing_ok: bool = False, **kwargs: Any
+    ) -> Any:
+        response = await self._send(method, path, idempotent=idempotent, **kwargs)
+        if missing_ok and response.status_code in (404, 405):
+            return None
         if response.status_code != 200:
             raise EnvError(
                 f"agentgym {self.name}: {method} {path} answered HTTP {response.status_code}: "
@@ -98,20 +126,22 @@ class AgentGymEnv:
             ) from exc
         if isinstance(payload, dict) and payload.get("error") is not None:
             message = str(payload["error"])
-            if "unknown task" in message.lower():
-                raise UnknownTask(f"agentgym {self.name}: {message}")
+            if path == "/reset" and any(w in message.lower() for w in _UNKNOWN_TASK_WORDS):
+                raise UnknownTask(f"agentgym {self.name}: the server has no task {self.task_id!r}: {message}")
             raise EnvError(f"agentgym {self.name}: server error on {path}: {message}")
         return payload
 
     async def _ensure_created(self) -> None:
         if self._env_id is not None:
             return
-        payload = await self._request("POST", "/create", json={})
+        body = self.profile.create_body
+        kwargs: dict[str, Any] = {} if body is None else {"json": body}
+        payload = await self._request("POST", "/create", **kwargs)
         if isinstance(payload, dict):
             env_id = payload.get(self.id_key, payload.get("id"))
         else:
             env_id = payload  # WebShop answers with the bare env index
-        if env_id is None:
+        if env_id is None or isinstance(env_id, bool):
             raise EnvError(f"agentgym {self.name}: /create answered without an id: {payload!r}")
         self._env_id = env_id
 
@@ -122,57 +152,64 @@ class AgentGymEnv:
             raise EnvError(f"agentgym {self.name}: unknown split {split!r} (known: {known})")
         return list(self.splits[split])
 
-    async def reset(self, task_id: str) -> str:
+    def _index_of(self, task_id: str) -> int:
         text = str(task_id).strip()
+        if text.startswith("goal:"):
+            raise UnknownTask(
+                f"agentgym {self.name}: task id {task_id!r} names a goal, but AgentGym servers index "
+                "tasks by integer only (their TextCraft order follows the file system's listing, so "
+                "a goal cannot be mapped to their index); use the in-process `textcraft` env for goals"
+            )
         if not text.isdigit():
             raise UnknownTask(
                 f"agentgym {self.name}: unknown task id {task_id!r} (AgentGym ids are integers)"
             )
+        index = int(text)
+        limit = self.profile.max_task
+        if limit is not None and index >= limit:
+            raise UnknownTask(
+                f"agentgym {self.name}: unknown task id {task_id!r} (task ids are 0-{limit - 1}; the "
+                "server would silently wrap it)"
+            )
+        return index
+
+    async def reset(self, task_id: str) -> str:
+        index = self._index_of(task_id)
+        self.task_id = str(index)
         await self._ensure_created()
-        payload = await self._request(
-            "POST", "/reset", json={self.id_key: self._env_id, "data_idx": int(text)}
-        )
+        body = self.profile.reset_request(self._env_id, index, self.options)
+        payload = await self._request("POST", "/reset", json=body)
         self.done = False
-        self.score = 0.0
-        if isinstance(payload, dict):
-            observation = str(payload.get("observation", ""))
-            description = payload.get("task_description")
-            if description and description not in observation:
-                observation = f"{description}\n\n{observation}"
-            return observation
-        if isinstance(payload, list) and payload:
-            return str(payload[0])
-        return str(payload)
+        if self.profile.observation_after_reset:
+            return await self.observation()
+        return self.profile.first_observation(payload)
 
     async def step(self, action: str) -> StepResult:
         if self._env_id is None:
             raise EnvError(f"agentgym {self.name}: step() before reset()")
-        body = {self.id_key: self._env_id, "action": f"{self.action_prefix}{action.strip()}"}
+        body = {self.id_key: self._env_id, "action": f"{self.action_prefix}{bare_action(action)}"}
         payload = await self._request("POST", "/step", json=body, idempotent=False)
-        if isinstance(payload, list):  # WebShop: [state, reward, done, info]
-            observation, reward, done = str(payload[0]), float(payload[1] or 0), bool(payload[2])
-            raw: float | None = reward
-            valid = True
-        elif isinstance(payload, dict):
-            observation = str(payload.get("observation", payload.get("state", "")))
-            done = bool(payload.get("done", False))
-            if payload.get("score") is not None:
-                raw = float(payload["score"])
-                reward = max(raw, 0.0) / 100.0
-                done = done or raw < 0
-            else:
-                raw = float(payload.get("reward") or 0.0)
-                reward = raw
-            valid = bool(payload.get("valid", not observation.startswith(INVALID_MARKERS)))
-        else:
-            raise EnvError(f"agentgym {self.name}: /step answered {payload!r}")
-        self.done = done
-        return StepResult(observation, min(max(reward, 0.0), 1.0), done, valid=valid, raw_score=raw)
+        try:
+            reading = self.profile.read_step(payload)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise EnvError(f"agentgym {self.name}: unexpected /step answer: {exc}") from exc
+        self.done = reading.done
+        valid = reading.valid if reading.valid is not None else True
+        return StepResult(
+            reading.observation,
+            reading.reward,
+            reading.done,
+            valid=valid,
+            raw_score=reading.raw_score,
+            info=reading.info,
+        )
 
     async def observation(self) -> str:
         """The server's current observation (``GET /observation``)."""
         if self._env_id is None:
             raise EnvError(f"agentgym {self.name}: observation() before reset()")
+        if not self.profile.has_observation:
+            raise EnvError(f"agentgym {self.name}: this server has no /observation endpoint")
         payload = await self._request("GET", "/observation", params={self.id_key: self._env_id})
         return payload if isinstance(payload, str) else str(payload.get("observation", payload))
 
@@ -181,8 +218,8 @@ class AgentGymEnv:
 
     async def close(self) -> None:
         try:
-            if self._env_id is not None and not self.webshop:
-                await self._request("POST", "/close", json={self.id_key: self._env_id})
+            if self._env_id is not None and self.profile.has_close:
+                await self._request("POST", "/close", json={self.id_key: self._env_id}, missing_ok=True)
         finally:
             self._env_id = None
             await self._client.aclose()

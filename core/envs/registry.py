@@ -3,13 +3,21 @@
 Forms (options are URL query parameters):
 
 - ``textcraft`` — options ``distractors`` (0-10+, default 10), ``split`` (default split of
-  ``task_ids()``: train / test / demo / all), ``max_steps`` (default 50);
+  ``task_ids()``: train / test / demo / all), ``goal`` (comma-separated goal names, e.g.
+  ``goal=stone_pickaxe,oak_planks``: the default tasks become ``goal:stone_pickaxe``, ...),
+  ``max_steps`` (default 50);
 - ``sciworld`` — options ``max_steps`` (default 100), ``simplifications`` (e.g. ``easy``);
 - ``agentgym+http://HOST:PORT/NAME`` (or ``agentgym+https://``) — NAME is textcraft, sciworld,
-  webshop, alfworld, ...; options ``timeout`` (s), ``retries``, ``backoff`` (s), ``action_prefix``
-  (default ``"Action: "``; ``action_prefix=`` sends bare actions), ``max_steps``, ``tasks``
-  (``START-END``, inclusive, the ids of split ``all``/``test`` when the client cannot know them).
-  The server's base URL is everything before ``/NAME``.
+  webshop, alfworld, babyai (their protocol profiles: core.envs.agentgym_profiles) or any other
+  name (the generic profile); options ``timeout`` (s), ``retries``, ``backoff`` (s),
+  ``action_prefix`` (default empty: bare actions, as AgentGym's clients send), ``max_steps``,
+  ``tasks`` (``START-END``, inclusive, the ids of split ``all``/``test`` when the client cannot know
+  them), and for alfworld ``world_type`` (Text / Embody / Hybrid). The server's base URL is
+  everything before ``/NAME``.
+- ``python:package.module:factory?key=value`` — a Python environment (core.envs.plugin); every
+  option is passed to the factory as a string keyword argument;
+- ``NAME?key=value`` where NAME is registered in the ``agentr.envs`` entry-point group by an
+  installed package — opened like the python: form.
 
 A malformed URI, an unknown environment or an unknown / badly typed option raises EnvError naming it.
 """
@@ -65,9 +73,14 @@ def open_env(uri: str) -> Env:
     parts = urlsplit(uri)
     if parts.scheme.startswith("agentgym+"):
         return _open_agentgym(uri)
+    if parts.scheme == "python" and not parts.netloc:
+        from core.envs.plugin import open_python
+
+        return open_python(uri, parts.path, _Options(uri, parts.query).values)
     if parts.scheme or parts.netloc or parts.fragment:
         raise EnvError(
-            f"malformed environment URI {uri!r}: expected textcraft, sciworld or agentgym+http://HOST:PORT/NAME"
+            f"malformed environment URI {uri!r}: expected textcraft, sciworld, "
+            "agentgym+http://HOST:PORT/NAME, python:package.module:factory or an agentr.envs entry-point name"
         )
     name = parts.path
     options = _Options(uri, parts.query)
@@ -76,9 +89,12 @@ def open_env(uri: str) -> Env:
 
         distractors = int(options.take_number("distractors", 10))
         split = options.take("split", "") or None
+        goals = tuple(g.strip() for g in options.take("goal", "").split(",") if g.strip())
         max_steps = int(options.take_number("max_steps", 50))
-        options.finish(name, "distractors, split, max_steps")
-        return TextCraftEnv(distractors=distractors, max_steps=max_steps, split=split)
+        options.finish(name, "distractors, split, goal, max_steps")
+        if goals and split:
+            raise EnvError(f"environment URI {uri!r}: give either split or goal, not both")
+        return TextCraftEnv(distractors=distractors, max_steps=max_steps, split=split, goals=goals)
     if name == "sciworld":
         from core.envs.sciworld import SciWorldEnv
 
@@ -86,13 +102,19 @@ def open_env(uri: str) -> Env:
         simplifications = options.take("simplifications", "")
         options.finish(name, "max_steps, simplifications")
         return SciWorldEnv(max_steps=max_steps, simplifications=simplifications)
-    raise EnvError(
-        f"unknown environment {name!r} in URI {uri!r} (known: {', '.join(BUILTIN)}, agentgym+http://...)"
-    )
+    from core.envs.plugin import entry_point_names, open_entry_point
+
+    plugged = open_entry_point(name, options.values)
+    if plugged is not None:
+        return plugged
+    registered = entry_point_names()
+    known = ", ".join([*BUILTIN, *registered, "agentgym+http://...", "python:package.module:factory"])
+    raise EnvError(f"unknown environment {name!r} in URI {uri!r} (known: {known})")
 
 
 def _open_agentgym(uri: str) -> Env:
     from core.envs.agentgym import GENERIC_INSTRUCTION, AgentGymEnv
+    from core.envs.agentgym_profiles import WORLD_TYPES, profile_for
 
     parts = urlsplit(uri)
     transport = parts.scheme.removeprefix("agentgym+")
@@ -112,8 +134,18 @@ def _open_agentgym(uri: str) -> Env:
     timeout = float(options.take_number("timeout", 60.0, float))
     retries = int(options.take_number("retries", 3))
     backoff = float(options.take_number("backoff", 0.25, float))
-    action_prefix = options.take("action_prefix", "Action: ")
+    action_prefix = options.take("action_prefix", "")
     tasks = options.take("tasks", "")
+    extra: dict[str, str] = {}
+    allowed = "timeout, retries, backoff, action_prefix, max_steps, tasks"
+    if name == "alfworld":
+        world_type = options.take("world_type", "Text")
+        if world_type not in WORLD_TYPES:
+            raise EnvError(
+                f"environment URI {uri!r}: world_type={world_type!r} must be one of {', '.join(WORLD_TYPES)}"
+            )
+        extra["world_type"] = world_type
+        allowed += ", world_type"
     instruction = GENERIC_INSTRUCTION
     splits: dict[str, list[str]] = {}
     max_steps = 50
@@ -136,7 +168,7 @@ def _open_agentgym(uri: str) -> Env:
             raise EnvError(f"environment URI {uri!r}: option tasks={tasks!r} must be START-END") from exc
         ids = [str(i) for i in range(start, end + 1)]
         splits = {**splits, "all": ids, "test": ids}
-    options.finish(name, "timeout, retries, backoff, action_prefix, max_steps, tasks")
+    options.finish(name, allowed)
     base_url = f"{transport}://{parts.netloc}{prefix}"
     return AgentGymEnv(
         base_url,
@@ -148,4 +180,6 @@ def _open_agentgym(uri: str) -> Env:
         retries=retries,
         backoff=backoff,
         action_prefix=action_prefix,
+        profile=profile_for(name),
+        options=extra,
     )

@@ -1,8 +1,11 @@
-"""Our AgentGym client against ``agentr env serve`` over real HTTP (server in a subprocess)."""
+"""``agentr env serve`` over real HTTP (server in a subprocess): our AgentGym client against it, and
+the requests AgentGym's own clients make (their field names and value shapes) answered as
+AgentGym's servers answer them."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,8 +87,8 @@ async def test_invalid_action_and_unknown_task_over_http(textcraft_server: int) 
 
 async def test_action_prefix_is_configurable(textcraft_server: int) -> None:
     base = f"http://127.0.0.1:{textcraft_server}"
-    bare = AgentGymEnv(base, "textcraft", action_prefix="")
-    prefixed = AgentGymEnv(base, "textcraft")  # default "Action: "
+    bare = AgentGymEnv(base, "textcraft")  # default: bare actions
+    prefixed = AgentGymEnv(base, "textcraft", action_prefix="Action: ")  # our server strips it
     try:
         for env in (bare, prefixed):
             await env.reset("3")
@@ -122,3 +125,66 @@ async def test_vanished_server_gives_clear_error_after_bounded_retries() -> None
         server.stop()
         assert isinstance(env, AgentGymEnv)
         await env._client.aclose()
+
+
+def test_their_textcraft_client_requests_against_ours(textcraft_server: int) -> None:
+    """The request sequence of AgentGym's TextCraftEnvClient, checked field by field."""
+    with httpx.Client(base_url=f"http://127.0.0.1:{textcraft_server}") as client:
+        created = client.post(
+            "/create", json={"minecraft_dir": "agentenv_textcraft/", "commands": None, "goal": None}
+        ).json()
+        assert set(created) == {"id", "observation", "reward", "done"}
+        env_id = created["id"]
+        # their observe() right after create reads this observation: the task of data_idx = id
+        assert created["observation"] == TextCraftEnv().observation_for(str(env_id % 544))
+        reset = client.post("/reset", json={"id": env_id, "data_idx": 3}).json()
+        assert reset == {
+            "id": env_id,
+            "observation": TextCraftEnv().observation_for("3"),
+            "reward": 0,
+            "done": False,
+        }
+        # out of range: wrapped modulo 544 as their server does (their client reads "observation")
+        wrapped = client.post("/reset", json={"id": env_id, "data_idx": 547}).json()
+        assert wrapped["observation"] == reset["observation"]
+        step = client.post("/step", json={"id": env_id, "action": "get 1 birch logs"}).json()
+        assert {"observation", "reward", "done"} <= set(step)
+        assert (step["observation"], step["reward"], step["done"]) == ("Got 1 birch logs", 0.0, False)
+        assert client.get(f"/observation?id={env_id}").json() == "Got 1 birch logs"
+        assert client.post("/close", json={"id": env_id}).json() is True
+        assert client.post("/close", json={"id": env_id}).json() == {
+            "error": f"The id {env_id} is not valid."
+        }
+
+
+@pytest.mark.java
+@pytest.mark.skipif(shutil.which("java") is None, reason="ScienceWorld needs Java 17 (CI installs it)")
+def test_their_sciworld_client_requests_against_ours() -> None:
+    """AgentGym's SciworldEnvClient: create without a body, reset reads task_description, step reads
+    score (0-100) as its reward."""
+    server, port = start_server("sciworld", startup_s=90)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+            created = client.post("/create").json()
+            assert set(created) == {"id"}
+            reset = client.post("/reset", json={"id": created["id"], "data_idx": 300}).json()
+            assert {
+                "task_name",
+                "var_num",
+                "task_description",
+                "observation",
+                "reward",
+                "score",
+                "deleted",
+                "done",
+            } <= set(reset)
+            assert reset["task_description"].startswith("Your task is")
+            assert reset["observation"].startswith("This room is called")
+            step = client.post("/step", json={"id": created["id"], "action": "look around"}).json()
+            assert {"observation", "reward", "score", "done"} <= set(step)
+            assert isinstance(step["score"], int | float)
+            bad = client.post("/reset", json={"id": created["id"], "data_idx": 10**6}).json()
+            assert "out of range" in bad["error"]
+            assert client.post("/close", json={"id": created["id"]}).json() is True
+    finally:
+        server.stop()

@@ -10,6 +10,14 @@ depth 2: 125-415, depth 3: 416-532, depth 4: 533-543). Splits:
 - ``demo``: a small easy split for the tiny-model demo — 12 depth-1 and 4 depth-2 train goals spread
   evenly the same way.
 
+Goals by name: a task id ``goal:NAME`` (``goal:stone_pickaxe``; spaces or underscores, with or
+without ``minecraft:``) is the same task as the index of that goal — same observation, same rules —
+so results can be reported and compared by goal. ``TextCraftEnv(goals=(...))`` (URI
+``textcraft?goal=a,b``) makes those the default task ids. ``goal_name(task_id)`` gives the name of
+any id. AgentGym's TextCraft server indexes the same 544 goals by depth too, but within a depth in
+the order its recipe files happen to be listed by the file system (``os.listdir``, unsorted), so its
+index -> goal mapping differs between machines and cannot be reproduced; compare by goal name.
+
 The observation lists the goal's recipe tree plus up to ``distractors`` (default 10) recipes that use
 the same ingredients, in an order fixed by the task id (``random.Random("textcraft:<id>")`` is seeded
 with a string, which Python hashes with SHA-512, so it does not depend on PYTHONHASHSEED).
@@ -87,6 +95,7 @@ class TextCraftEnv:
         max_steps: int = 50,
         split: str | None = None,
         book: RecipeBook | None = None,
+        goals: tuple[str, ...] = (),
     ) -> None:
         if distractors < 0:
             raise EnvError(f"textcraft: distractors must be >= 0, got {distractors}")
@@ -98,6 +107,8 @@ class TextCraftEnv:
         self.default_split = split
         if split is not None:
             split_task_ids(self.book, split)  # validates the name
+        self._goal_index = {goal: index for index, goal in enumerate(self.book.goals)}
+        self.goal_ids = [f"goal:{self.goal_name(self.goal_of(f'goal:{g}'))}" for g in goals]
         self._observations: dict[str, str] = {}  # first observations, shared with clones
         self.task_id: str | None = None
         self.goal: str | None = None
@@ -108,21 +119,44 @@ class TextCraftEnv:
 
     # ---- tasks -----------------------------------------------------------------------------------
     def task_ids(self, split: str | None = None) -> list[str]:
-        """Ids of ``split``; without one, the split named when opening (``?split=``) or ``test``."""
+        """Ids of ``split``; without one, the goals named when opening (``?goal=``), else the split
+        named when opening (``?split=``), else ``test``."""
+        if split is None and self.goal_ids:
+            return list(self.goal_ids)
         return split_task_ids(self.book, split or self.default_split or "test")
+
+    def index_of(self, task_id: str) -> int:
+        """The goal index of ``task_id`` (``"12"`` or ``"goal:NAME"``); UnknownTask when unknown."""
+        text = str(task_id).strip()
+        if text.startswith("goal:"):
+            name = text.removeprefix("goal:").strip().removeprefix("minecraft:").replace(" ", "_")
+            index = self._goal_index.get(f"minecraft:{name}")
+            if index is None:
+                raise UnknownTask(
+                    f"textcraft: unknown goal {name!r} in task id {task_id!r} (not one of the "
+                    f"{len(self.book.goals)} craftable goals)"
+                )
+            return index
+        if not text.isdigit() or int(text) >= len(self.book.goals):
+            raise UnknownTask(
+                f"textcraft: unknown task id {task_id!r} (task ids are 0-{len(self.book.goals) - 1} "
+                "or goal:NAME)"
+            )
+        return int(text)
 
     def goal_of(self, task_id: str) -> str:
         """The goal item id of ``task_id``; UnknownTask when there is no such task."""
-        text = str(task_id).strip()
-        if not text.isdigit() or int(text) >= len(self.book.goals):
-            raise UnknownTask(
-                f"textcraft: unknown task id {task_id!r} (task ids are 0-{len(self.book.goals) - 1})"
-            )
-        return self.book.goals[int(text)]
+        return self.book.goals[self.index_of(task_id)]
+
+    @staticmethod
+    def goal_name(goal: str) -> str:
+        """``minecraft:stone_pickaxe`` -> ``stone_pickaxe`` (the NAME of ``goal:NAME``)."""
+        return goal.removeprefix("minecraft:")
 
     def observation_for(self, task_id: str) -> str:
         """The first observation of ``task_id`` (pure function of the id and ``distractors``)."""
-        goal = self.goal_of(task_id)
+        index = self.index_of(task_id)
+        goal = self.book.goals[index]
         tree = self.book.tree(goal)
         in_tree = {recipe.text for recipe in tree}
         pool: dict[str, None] = {}
@@ -131,7 +165,7 @@ class TextCraftEnv:
                 for use in self.book.uses.get(ing.name, []):
                     if use.text not in in_tree:
                         pool[use.text] = None
-        rng = random.Random(f"textcraft:{int(task_id)}")
+        rng = random.Random(f"textcraft:{index}")
         candidates = sorted(pool)
         lines = [r.text for r in tree] + rng.sample(candidates, min(len(candidates), self.distractors))
         rng.shuffle(lines)
@@ -142,7 +176,7 @@ class TextCraftEnv:
         observation = self._observations.get(task_id)
         if observation is None:
             observation = self._observations[task_id] = self.observation_for(task_id)
-        self.task_id = str(int(task_id))
+        self.task_id = str(task_id).strip()
         self.goal = self.goal_of(task_id)
         self.inventory = {}
         self.steps = 0
