@@ -12,6 +12,11 @@
    HTTP environment the overhead is negligible.
 3. Policy calls reaching the backend when several trees are searched concurrently through
    ``BatchingPolicy`` against one backend call per expansion. Ratio = unbatched / batched calls.
+4. ``good_leaves_per_100_calls``: distinct good leaves (reward >= alpha = 1.0, each one a
+   ``GoodTrajectoryFound``) per 100 policy calls, searching that keeps what it sees (every terminal
+   child a leaf at once, closed nodes never selected: the default) against the old leaf-only rule
+   (``SearchConfig(record_terminal_children=False)``), same train goals, seeds and budget (8
+   descents, depth 8), noisy expert with mistake rate 0.5. Ratio = ours / baseline.
 
 Prints one JSON line per comparison: {"metric", "ours", "baseline", "unit", "ratio"}.
 Usage: python bench/search.py [--quick]
@@ -31,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.domain.events import NewEvent  # noqa: E402
 from core.domain.mcts import SearchConfig  # noqa: E402
+from core.domain.pairs import good_leaves  # noqa: E402
 from core.envs.textcraft import TextCraftEnv  # noqa: E402
 from search_service.batching import BatchingPolicy  # noqa: E402
 from search_service.engine import TreeRequest, TreeSearch  # noqa: E402
@@ -64,12 +70,40 @@ async def run_trees(task_ids: list[str], config: SearchConfig, *, use_clone: boo
     return engines
 
 
+async def good_leaves_per_calls(task_ids: list[str], *, keep: bool) -> tuple[int, int, int]:
+    """(good leaves, policy calls, pairs) over ``task_ids`` with the given leaf rule."""
+    config = SearchConfig(
+        iterations=8, max_depth=8, alpha=1.0, beta=0.5, seed=0, record_terminal_children=keep
+    )
+    goods = calls = pairs = 0
+    for task_id in task_ids:
+        request = TreeRequest(f"bench-g{task_id}", "textcraft", task_id, "noisy-expert", config)
+        engine = TreeSearch(request, TextCraftEnv(), NoisyExpertPolicy(mistake_rate=0.5), _discard)
+        tree = await engine.run()
+        goods += len(good_leaves(tree, config.alpha))
+        calls += engine.stats.policy_calls
+        pairs += sum(1 for e in engine.final_events() if type(e.event).__name__ == "PairFound")
+    return goods, calls, pairs
+
+
 async def main(quick: bool) -> None:
     env = TextCraftEnv()
     count = 12 if quick else 60
     ids = env.task_ids("all")
     task_ids = [ids[(i * len(ids)) // count] for i in range(count)]  # spread over depths 1-4
     config = SearchConfig(iterations=8, max_depth=20, alpha=1.0)
+
+    train = env.task_ids("train")
+    goals = [train[(i * len(train)) // (10 if quick else 30)] for i in range(10 if quick else 30)]
+    new_goods, new_calls, new_pairs = await good_leaves_per_calls(goals, keep=True)
+    old_goods, old_calls, old_pairs = await good_leaves_per_calls(goals, keep=False)
+    ours, baseline = 100 * new_goods / new_calls, 100 * old_goods / old_calls
+    print(
+        f"# good leaves on {len(goals)} train goals: keep-what-it-sees {new_goods} in {new_calls} calls "
+        f"({new_pairs} pairs), leaf-only {old_goods} in {old_calls} calls ({old_pairs} pairs)",
+        file=sys.stderr,
+    )
+    emit("good_leaves_per_100_calls", ours, baseline, "good leaves / 100 policy calls", ours / baseline)
 
     cloned = await run_trees(task_ids, config, use_clone=True)
     replayed = await run_trees(task_ids, config, use_clone=False)

@@ -4,9 +4,17 @@
 ``iterations`` descents. A descent selects by UCT through expanded nodes; an unexpanded node is
 expanded by ONE policy call for ``n_candidates`` completions, parsed and deduplicated on the
 normalised action, each distinct action stepped from the node's restored state (see
-``search_service.env_states``); the descent goes on until a terminal node (done, failure,
-max_depth, or "no valid action" when no completion parses). Each descent's ``NodesExpanded`` events
-and its ``RolloutFinished`` are handed to the sink together (one append per descent). Prompts fit
+``search_service.env_states``). Every child that is terminal when stepped (done, failure,
+max_depth) is a leaf at once (``core.domain.mcts``, "keeping what the search sees"): a
+``LeafRecorded`` backs it up and it is never selected again. The descent goes on into an open child;
+it ends with ``RolloutFinished`` when the node it expanded has no open child left (at the first
+terminal child: all were just stepped, none visited) or no completion parses ("no valid action").
+When every path from the root has an outcome (the root is exhausted) the search stops before its
+``iterations`` budget and ``TreeCompleted.exhausted`` says so. ``SearchConfig(record_terminal_children=
+False)`` restores the old leaf-only rule (only the leaf a descent ends at is recorded; terminal
+children are re-selected), for bench/search.py's comparison only. Each descent's events
+(``NodesExpanded``, ``LeafRecorded``, ``RolloutFinished``) are handed to the sink together (one
+append per descent), so a descent is stored whole or not at all. Prompts fit
 the policy's context (``core.llm.context.fit_prompt``: oldest whole steps dropped, room left for
 ``max_tokens``) when the policy tells its context length.
 
@@ -31,6 +39,7 @@ from typing import Any
 from core.domain.events import (
     DomainEvent,
     GoodTrajectoryFound,
+    LeafRecorded,
     Metadata,
     NewEvent,
     NodeRecord,
@@ -100,6 +109,8 @@ class SearchStats:
     search_seconds: float = 0.0  # wall time of the whole run
     policy_seconds: float = 0.0  # time waiting for the policy
     env_seconds: float = 0.0  # time in env resets/steps/clones
+    leaves_recorded: int = 0  # terminal children recorded on the way (LeafRecorded)
+    exhausted: bool = False  # the root was exhausted before the descent budget was spent
 
 
 class TreeSearch:
@@ -171,7 +182,17 @@ class TreeSearch:
             tree.apply(root)
             await self.sink([self._new(started), self._new(root, "root")])
         self.tree = tree
+        keep = self.config.record_terminal_children
         while tree.rollouts < self.config.iterations:
+            if keep and tree.exhausted:
+                self.stats.exhausted = True
+                log.info(
+                    "tree %s: exhausted after %d/%d rollouts (every path has a recorded outcome); stopping",
+                    req.tree_id,
+                    tree.rollouts,
+                    self.config.iterations,
+                )
+                break
             await self._descend(tree)
         self.stats.env_steps = self.states.steps
         self.stats.replay_steps = self.states.replay_steps
@@ -192,10 +213,11 @@ class TreeSearch:
         node_id = tree.root_id
         events: list[NewEvent] = []
         reason: TerminalReason | None = None
+        keep = self.config.record_terminal_children
         while True:
             reason = tree.terminal_reason(node_id)
             if reason is not None:
-                break
+                break  # old rule only: with ``keep`` a terminal node is closed and never selected
             if not tree.is_expanded(node_id):
                 records = await self._expand(tree, node_id)
                 if not records:
@@ -204,12 +226,19 @@ class TreeSearch:
                 expanded = NodesExpanded(tree.tree_id, tuple(records))
                 tree.apply(expanded)
                 events.append(self._new(expanded, node_id))
-            node_id = select_child(tree, node_id, self.config.c_uct)
+                if keep:
+                    ended = self._record_terminal_children(
+                        tree, rollout, [r.node_id for r in records], events
+                    )
+                    if ended is not None:
+                        node_id, reason = ended
+                        break
+            node_id = select_child(tree, node_id, self.config.c_uct, skip_closed=keep)
         leaf = tree.node(node_id)
         finished = RolloutFinished(tree.tree_id, rollout, node_id, clamp_reward(leaf.reward), reason)
         events.append(self._new(finished, rollout))
-        await self.sink(events)
         tree.apply(finished)
+        await self.sink(events)
         log.info(
             "tree %s: rollout %d/%d ended at depth %d (%s, reward %.2f); %d nodes, best %.2f",
             tree.tree_id,
@@ -221,6 +250,27 @@ class TreeSearch:
             len(tree.nodes),
             tree.best_reward,
         )
+
+    def _record_terminal_children(
+        self, tree: SearchTree, rollout: int, children: list[str], events: list[NewEvent]
+    ) -> tuple[str, TerminalReason] | None:
+        """Record the just-created terminal ``children`` as leaves (applied and added to ``events``).
+
+        When none of them is open, the descent ends: the first terminal child is left for the
+        descent's ``RolloutFinished`` and returned with its reason; otherwise None (go on).
+        """
+        terminal = [(c, r) for c in children if (r := tree.terminal_reason(c)) is not None]
+        if not terminal:
+            return None
+        ends_here = len(terminal) == len(children)
+        for child_id, child_reason in terminal[1:] if ends_here else terminal:
+            recorded = LeafRecorded(
+                tree.tree_id, rollout, child_id, clamp_reward(tree.node(child_id).reward), child_reason
+            )
+            tree.apply(recorded)
+            events.append(self._new(recorded, child_id))
+            self.stats.leaves_recorded += 1
+        return terminal[0] if ends_here else None
 
     async def _expand(self, tree: SearchTree, node_id: str) -> list[NodeRecord]:
         path = tree.path(node_id)
@@ -323,6 +373,7 @@ class TreeSearch:
             good_leaves=len(goods),
             bad_leaves=bad_count,
             pairs=len(pairs),
+            exhausted=tree.exhausted and tree.rollouts < config.iterations,
         )
         out.append(self._new(completed))
         return out

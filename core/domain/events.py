@@ -336,7 +336,21 @@ class RolloutFinished(DomainEvent):
 
 @register
 @dataclass(frozen=True)
+class LeafRecorded(DomainEvent):
+    """A terminal child recorded when it was stepped, during descent ``rollout`` (not its end)."""
+
+    tree_id: str
+    rollout: int  # 0-based index of the descent that stepped it
+    leaf_id: str
+    reward: float  # normalised terminal reward in [0, 1]
+    terminal_reason: Literal["done", "max_depth", "failure", "no valid action"]
+
+
+@register
+@dataclass(frozen=True)
 class TreeCompleted(DomainEvent):
+    event_version: ClassVar[int] = 2
+
     tree_id: str
     run_id: str | None
     iteration: int
@@ -346,6 +360,13 @@ class TreeCompleted(DomainEvent):
     good_leaves: int
     bad_leaves: int
     pairs: int
+    exhausted: bool = False  # v2: the root was exhausted before the descent budget was spent
+
+
+@upcaster("TreeCompleted", 1)
+def _tree_completed_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 -> v2: ``exhausted`` did not exist; a v1 tree always ran its whole descent budget."""
+    return {**data, "exhausted": False}
 
 
 @register

@@ -1,10 +1,24 @@
 """Owns the search tree of Monte Carlo Tree Search: its nodes, UCT selection, expansion, backprop.
 
 Pure (stdlib only, no I/O). The tree holds what the events say and nothing else: nodes come from
-``NodesExpanded``, visit counts N and value sums Q come from ``RolloutFinished`` (each rollout adds
-one visit and its reward to the leaf and every ancestor). ``SearchTree.from_events`` therefore
-rebuilds a tree's statistics exactly from its event sequence, and the search engine keeps its
-in-memory tree up to date by applying the very events it appends (``SearchTree.apply``).
+``NodesExpanded``, visit counts N and value sums Q come from ``RolloutFinished`` (the leaf a descent
+ends at) and ``LeafRecorded`` (a terminal child recorded when it was stepped, on the way): each adds
+one visit and its reward to the leaf and every ancestor. ``SearchTree.rollouts`` counts descents
+(``RolloutFinished`` only). ``SearchTree.from_events`` therefore rebuilds a tree's statistics
+exactly from its event sequence, and the search engine keeps its in-memory tree up to date by
+applying the very events it appends (``SearchTree.apply``).
+
+Keeping what the search sees (``SearchConfig.record_terminal_children``, the default): every child
+that is terminal when it is created - the environment said done (success or failure) or it sits at
+``max_depth`` - is a leaf at once: recorded, backed up once, and never selected again. A leaf is
+*closed*; so is a node that failed to expand ("no valid action") and an expanded node whose children
+are all closed (*exhausted*). Selection skips closed children, so no descent is spent re-walking to
+an outcome already known; when the root is exhausted the search stops early (the engine says so in
+``TreeCompleted.exhausted``). Nodes at ``max_depth`` are closed too, by decision: below them nothing
+can be stepped, so a second descent there would only repeat the same reward. The old leaf-only rule
+(``record_terminal_children=False``: only the leaf a descent ends at is recorded, terminal children
+are re-selected) is kept solely as the baseline of ``bench/search.py``; closedness is derived from
+the events whatever the rule, so replay does not depend on it.
 
 Selection is UCT, ``Q/N + c_uct * sqrt(ln N(parent) / N)``, with unvisited children taken first
 (in expansion order); ties go to the earlier child, so selection is deterministic. A node is terminal
@@ -21,7 +35,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
-from core.domain.events import DomainEvent, NodeRecord, NodesExpanded, RolloutFinished, TreeStarted
+from core.domain.events import (
+    DomainEvent,
+    LeafRecorded,
+    NodeRecord,
+    NodesExpanded,
+    RolloutFinished,
+    TreeStarted,
+)
 
 TerminalReason = Literal["done", "max_depth", "failure", "no valid action"]
 TERMINAL_REASONS: tuple[str, ...] = ("done", "max_depth", "failure", "no valid action")
@@ -45,6 +66,9 @@ class SearchConfig:
     beta: a bad leaf's reward is below alpha and at most (its paired good leaf's reward - beta).
     max_pairs_per_tree: at most this many (bad, good) pairs per tree; the deepest divergences are kept.
     seed: base seed; each expansion's sampling seed is derived from it and the node id.
+    record_terminal_children: True (default) = every terminal child is a leaf when it is created and
+        closed nodes are never selected (see the module docstring). False = the old leaf-only rule,
+        kept only as the baseline that bench/search.py measures against; do not use it otherwise.
     """
 
     n_candidates: int = 4
@@ -57,8 +81,14 @@ class SearchConfig:
     beta: float = 0.2
     max_pairs_per_tree: int = 8
     seed: int = 0
+    record_terminal_children: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.record_terminal_children, bool):
+            raise SearchConfigError(
+                "search config: record_terminal_children must be true or false, "
+                f"got {self.record_terminal_children!r}"
+            )
         for name in ("n_candidates", "iterations", "max_depth", "max_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -130,7 +160,8 @@ class SearchTree:
         self.root_id = root_id
         self.max_depth = max_depth
         self.nodes: dict[str, TreeNode] = {}
-        self.rollouts = 0
+        self.rollouts = 0  # descents finished (RolloutFinished events)
+        self.closed: set[str] = set()  # leaves, dead ends and exhausted nodes (never selected)
         self.leaf_rewards: dict[str, float] = {}  # leaf id -> terminal reward of rollouts ending there
         self.leaf_reasons: dict[str, str] = {}  # leaf id -> terminal reason
         self.best_reward = 0.0
@@ -147,7 +178,7 @@ class SearchTree:
                 tree = cls(event.tree_id, event.root_id, depth)
             elif tree is not None:
                 tree.apply(event)
-            elif isinstance(event, NodesExpanded | RolloutFinished):
+            elif isinstance(event, NodesExpanded | RolloutFinished | LeafRecorded):
                 raise TreeError(f"{type(event).__name__} before TreeStarted")
         if tree is None:
             raise TreeError("no TreeStarted event in the sequence")
@@ -159,6 +190,8 @@ class SearchTree:
             self.add_nodes(event.nodes)
         elif isinstance(event, RolloutFinished):
             self.finish_rollout(event.leaf_id, event.reward, event.terminal_reason)
+        elif isinstance(event, LeafRecorded):
+            self.record_leaf(event.leaf_id, event.reward, event.terminal_reason)
 
     def add_nodes(self, records: Sequence[NodeRecord]) -> None:
         """Expansion: add nodes (the root has parent None); children keep their given order."""
@@ -188,7 +221,12 @@ class SearchTree:
             )
 
     def finish_rollout(self, leaf_id: str, reward: float, reason: str) -> None:
-        """Backpropagation: one visit and ``reward`` to the leaf and every ancestor."""
+        """A descent ended at ``leaf_id``: backpropagation, and one more rollout counted."""
+        self.record_leaf(leaf_id, reward, reason)
+        self.rollouts += 1
+
+    def record_leaf(self, leaf_id: str, reward: float, reason: str) -> None:
+        """Backpropagation: one visit and ``reward`` to the leaf and every ancestor; the leaf closes."""
         if reason not in TERMINAL_REASONS:
             raise TreeError(f"unknown terminal reason {reason!r}")
         if not 0.0 <= reward <= 1.0:
@@ -197,10 +235,20 @@ class SearchTree:
         if reason == "no valid action":
             leaf.dead_end = True
         backpropagate(self, leaf_id, reward)
-        self.rollouts += 1
         self.leaf_rewards[leaf_id] = reward
         self.leaf_reasons[leaf_id] = reason
         self.best_reward = max(self.best_reward, reward)
+        self._close(leaf_id)
+
+    def _close(self, node_id: str) -> None:
+        """Mark ``node_id`` closed, then each ancestor whose children are now all closed."""
+        current: str | None = node_id
+        while current is not None and current not in self.closed:
+            node = self.node(current)
+            if current != node_id and not all(child in self.closed for child in node.children):
+                return
+            self.closed.add(current)
+            current = node.parent_id
 
     # ---- queries --------------------------------------------------------------------------
 
@@ -239,6 +287,16 @@ class SearchTree:
     def is_expanded(self, node_id: str) -> bool:
         return bool(self.node(node_id).children)
 
+    def is_closed(self, node_id: str) -> bool:
+        """A recorded leaf, a dead end, or an expanded node whose children are all closed."""
+        self.node(node_id)
+        return node_id in self.closed
+
+    @property
+    def exhausted(self) -> bool:
+        """Every path from the root has reached a recorded outcome: nothing is left to search."""
+        return self.root_id in self.closed
+
 
 def uct_score(parent_visits: int, visits: int, value_sum: float, c_uct: float) -> float:
     """UCT of a child; an unvisited child scores +inf (visited first)."""
@@ -248,14 +306,19 @@ def uct_score(parent_visits: int, visits: int, value_sum: float, c_uct: float) -
     return value_sum / visits + c_uct * exploration
 
 
-def select_child(tree: SearchTree, node_id: str, c_uct: float) -> str:
-    """The child of ``node_id`` to descend into: first unvisited, else the highest UCT (first on ties)."""
+def select_child(tree: SearchTree, node_id: str, c_uct: float, *, skip_closed: bool = False) -> str:
+    """The child of ``node_id`` to descend into: first unvisited, else the highest UCT (first on ties).
+
+    With ``skip_closed`` closed children (leaves, dead ends, exhausted nodes) are never chosen.
+    """
     node = tree.node(node_id)
-    if not node.children:
-        raise TreeError(f"node {node_id} has no children to select from")
-    best_id = node.children[0]
+    children = [c for c in node.children if not (skip_closed and c in tree.closed)]
+    if not children:
+        what = "open children" if node.children else "children"
+        raise TreeError(f"node {node_id} has no {what} to select from")
+    best_id = children[0]
     best_score = -math.inf
-    for child_id in node.children:
+    for child_id in children:
         child = tree.nodes[child_id]
         score = uct_score(node.visits, child.visits, child.value_sum, c_uct)
         if score > best_score:
@@ -265,11 +328,16 @@ def select_child(tree: SearchTree, node_id: str, c_uct: float) -> str:
     return best_id
 
 
-def select_path(tree: SearchTree, c_uct: float) -> list[str]:
-    """Selection: from the root through expanded nodes by UCT until a terminal or unexpanded node."""
+def select_path(tree: SearchTree, c_uct: float, *, skip_closed: bool = False) -> list[str]:
+    """Selection: from the root through expanded nodes by UCT until a terminal or unexpanded node.
+
+    With ``skip_closed`` it only walks open nodes (TreeError when the root itself is exhausted).
+    """
+    if skip_closed and tree.exhausted:
+        raise TreeError(f"tree {tree.tree_id} is exhausted: every path has a recorded outcome")
     path = [tree.root_id]
     while tree.terminal_reason(path[-1]) is None and tree.is_expanded(path[-1]):
-        path.append(select_child(tree, path[-1], c_uct))
+        path.append(select_child(tree, path[-1], c_uct, skip_closed=skip_closed))
     return path
 
 

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from core.domain.events import NewEvent, NodesExpanded, PairFound, RolloutFinished, TreeStarted
+from core.domain.events import (
+    NewEvent,
+    NodesExpanded,
+    PairFound,
+    RolloutFinished,
+    TreeCompleted,
+    TreeStarted,
+)
 from core.domain.mcts import SearchConfig, SearchTree
 from core.domain.trajectory import Message, Step
 from core.envs.textcraft import TextCraftEnv
@@ -62,7 +70,9 @@ async def test_search_writes_a_tree_whose_events_rebuild_it_exactly():
     assert kinds.count("RolloutFinished") == CONFIG.iterations
     rebuilt = SearchTree.from_events([e.event for e in sink.events])
     assert stats(rebuilt) == stats(engine.tree)
-    assert engine.tree.root.visits == CONFIG.iterations
+    # the root is visited once per leaf event: each descent's end plus each terminal child recorded
+    assert engine.tree.root.visits == CONFIG.iterations + kinds.count("LeafRecorded")
+    assert kinds.count("LeafRecorded") == engine.stats.leaves_recorded > 0
     # candidates of one expansion are distinct on the normalised action
     for e in sink.events:
         if isinstance(e.event, NodesExpanded):
@@ -132,9 +142,25 @@ async def test_policy_without_parseable_action_ends_rollouts_with_no_valid_actio
     engine = TreeSearch(request, TextCraftEnv(), policy, sink)
     tree = await engine.run()
     rollouts = [e.event for e in sink.events if isinstance(e.event, RolloutFinished)]
-    assert [r.terminal_reason for r in rollouts] == ["no valid action"] * 3
-    assert all(r.leaf_id == tree.root_id for r in rollouts)
-    assert len(tree.nodes) == 1 and tree.root.visits == 3
+    # the root is a dead end: closed after one descent, so the tree is exhausted and stops early
+    assert [r.terminal_reason for r in rollouts] == ["no valid action"]
+    assert rollouts[0].leaf_id == tree.root_id
+    assert len(tree.nodes) == 1 and tree.root.visits == 1
+    assert tree.exhausted and engine.stats.exhausted and engine.stats.policy_calls == 1
+    completed = engine.final_events()[-1].event
+    assert isinstance(completed, TreeCompleted) and completed.exhausted and completed.rollouts == 1
+    # the old leaf-only rule spends every descent re-asking the same (seeded) question
+    old_sink = Recorder()
+    old = replace(request, config=SearchConfig(iterations=3, record_terminal_children=False))
+    old_engine = TreeSearch(
+        old, TextCraftEnv(), NoisyExpertPolicy(mistake_rate=0.0, garbage_rate=1.0), old_sink
+    )
+    old_tree = await old_engine.run()
+    assert (
+        old_tree.rollouts == 3
+        and old_tree.root.visits == 3
+        and not old_engine.final_events()[-1].event.exhausted
+    )
 
 
 async def test_concurrent_trees_share_batched_policy_calls():

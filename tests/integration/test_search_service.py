@@ -14,6 +14,7 @@ from core.bus.redis_streams import RedisStreamsBus
 from core.bus.relay import Relay
 from core.domain.events import (
     GoodTrajectoryFound,
+    LeafRecorded,
     NewEvent,
     NodesExpanded,
     PairFound,
@@ -64,7 +65,7 @@ async def assert_projection_matches_events(store: SqlEventStore, tree_id: str) -
     visits: dict[str, int] = defaultdict(int)
     values: dict[str, float] = defaultdict(float)
     for event in events:
-        if isinstance(event, RolloutFinished):
+        if isinstance(event, RolloutFinished | LeafRecorded):  # each backs up its leaf once
             node: str | None = event.leaf_id
             while node is not None:
                 visits[node] += 1
@@ -148,10 +149,11 @@ async def test_tiny_hf_model_search_projection_matches_events(sqlite_url, tiny_f
         events = await assert_projection_matches_events(store, recorded.event.tree_id)  # type: ignore[attr-defined]
         started = next(e for e in events if isinstance(e, TreeStarted))
         rollouts = [e for e in events if isinstance(e, RolloutFinished)]
-        assert len(rollouts) == 3
+        assert isinstance(events[-1], TreeCompleted)
+        # 3 descents, or fewer when the tree was exhausted first (e.g. a root the model cannot act at)
+        assert len(rollouts) == events[-1].rollouts and (len(rollouts) == 3 or events[-1].exhausted)
         assert started.model_version.startswith(f"{tiny_folder.resolve()}@")
         assert {e.terminal_reason for e in rollouts} <= {"done", "max_depth", "failure", "no valid action"}
-        assert isinstance(events[-1], TreeCompleted) and events[-1].rollouts == 3
         await service.on_close()  # type: ignore[misc]
     finally:
         await store.close()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.domain.events import NodeRecord, NodesExpanded, RolloutFinished, TreeStarted
+from core.domain.events import LeafRecorded, NodeRecord, NodesExpanded, RolloutFinished, TreeStarted
 from core.domain.mcts import (
     SearchConfig,
     SearchConfigError,
@@ -231,3 +231,149 @@ def test_search_config_defaults_and_validation():
         SearchConfig.from_dict({"iterationz": 3})
     with pytest.raises(SearchConfigError, match="c_uct"):
         SearchConfig(c_uct=float("nan"))
+
+
+# ---- keeping what the search sees: terminal children are leaves at once, closed nodes skipped ----
+
+
+def grow_keeping(
+    seed: int, iterations: int, branching: int, max_depth: int
+) -> tuple[list[object], SearchTree]:
+    """Like ``grow`` but with the engine's rule: every terminal child is recorded when created
+    (``LeafRecorded``; the descent's own end is its ``RolloutFinished``) and selection skips closed
+    nodes; stops early when the root is exhausted. Returns the events and the live tree."""
+    rng = random.Random(seed)
+    tree = SearchTree("t", "root", max_depth)
+    root = NodesExpanded("t", (NodeRecord("root", None, 0, "", "", "task"),))
+    tree.apply(root)
+    events: list[object] = [_started(max_depth=max_depth), root]
+    counter = 0
+    while tree.rollouts < iterations and not tree.exhausted:
+        rollout = tree.rollouts
+        node_id, reason = tree.root_id, None
+        while reason is None:
+            assert not tree.is_closed(node_id), "selection entered a closed node"
+            assert tree.terminal_reason(node_id) is None
+            if not tree.is_expanded(node_id):
+                k = rng.randint(0, branching)
+                if k == 0:
+                    reason = "no valid action"
+                    break
+                depth = tree.node(node_id).depth + 1
+                records = []
+                for _ in range(k):
+                    counter += 1
+                    done = rng.random() < 0.35
+                    reward = round(rng.random(), 3) if done else 0.0
+                    records.append(
+                        NodeRecord(f"n{counter}", node_id, depth, f"a{counter}", "", "o", reward, done)
+                    )
+                expanded = NodesExpanded("t", tuple(records))
+                tree.apply(expanded)
+                events.append(expanded)
+                terminal = [(r.node_id, tree.terminal_reason(r.node_id)) for r in records]
+                terminal = [(c, why) for c, why in terminal if why is not None]
+                ends_here = len(terminal) == len(records)
+                for child, why in terminal[1:] if ends_here else terminal:
+                    recorded = LeafRecorded("t", rollout, child, tree.node(child).reward, why)  # type: ignore[arg-type]
+                    tree.apply(recorded)
+                    events.append(recorded)
+                if ends_here:
+                    node_id, reason = terminal[0]
+                    break
+            node_id = select_child(tree, node_id, 0.25, skip_closed=True)
+        finished = RolloutFinished("t", rollout, node_id, tree.node(node_id).reward, reason)  # type: ignore[arg-type]
+        tree.apply(finished)
+        events.append(finished)
+    return events, tree
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    iterations=st.integers(1, 30),
+    branching=st.integers(1, 4),
+    max_depth=st.integers(1, 5),
+)
+def test_keeping_rule_records_every_terminal_node_once_and_replays_exactly(
+    seed, iterations, branching, max_depth
+):
+    events, live = grow_keeping(seed, iterations, branching, max_depth)
+    replayed = SearchTree.from_events(events)  # type: ignore[arg-type]
+    stats = {n.node_id: (n.visits, n.value_sum, tuple(n.children)) for n in live.nodes.values()}
+    assert stats == {n.node_id: (n.visits, n.value_sum, tuple(n.children)) for n in replayed.nodes.values()}
+    assert replayed.closed == live.closed and replayed.rollouts == live.rollouts
+    leaf_events = [e for e in events if isinstance(e, RolloutFinished | LeafRecorded)]
+    assert replayed.rollouts == sum(isinstance(e, RolloutFinished) for e in events)
+    assert replayed.rollouts == iterations or replayed.exhausted  # stops early only when exhausted
+    assert replayed.root.visits == len(leaf_events)
+    # every node that is terminal is a recorded leaf, visited exactly once (never re-selected)
+    for node in replayed.nodes.values():
+        if replayed.terminal_reason(node.node_id) in ("done", "failure", "max_depth"):
+            assert node.node_id in replayed.leaf_rewards and node.visits == 1
+        if node.children:
+            own = sum(1 for e in leaf_events if e.leaf_id == node.node_id)  # type: ignore[attr-defined]
+            assert node.visits == sum(replayed.nodes[c].visits for c in node.children) + own
+    assert len({e.leaf_id for e in leaf_events}) == len(leaf_events)  # type: ignore[attr-defined]
+
+
+def test_exhausted_nodes_are_not_selected_and_exhaustion_propagates_to_the_root():
+    tree = SearchTree("t", "root", 3)
+    tree.apply(NodesExpanded("t", (NodeRecord("root", None, 0, "", "", "task"),)))
+    tree.apply(
+        NodesExpanded(
+            "t", (NodeRecord("a", "root", 1, "a", "", "o"), NodeRecord("b", "root", 1, "b", "", "o"))
+        )
+    )
+    tree.apply(
+        NodesExpanded(
+            "t",
+            (
+                NodeRecord("a1", "a", 2, "x", "", "o", 1.0, True),
+                NodeRecord("a2", "a", 2, "y", "", "o", 0.0, True),
+            ),
+        )
+    )
+    assert select_child(tree, "root", 0.25, skip_closed=True) == "a"  # a is not exhausted yet
+    tree.apply(LeafRecorded("t", 0, "a2", 0.0, "done"))
+    assert not tree.is_closed("a")
+    tree.apply(RolloutFinished("t", 0, "a1", 1.0, "done"))
+    assert tree.is_closed("a1") and tree.is_closed("a") and not tree.exhausted
+    assert tree.rollouts == 1 and tree.root.visits == 2 and tree.node("a").visits == 2
+    # a has the best value, yet it is exhausted: only b can be selected now
+    assert select_child(tree, "root", 0.25) == "b"  # (b unvisited: first either way)
+    tree.apply(NodesExpanded("t", (NodeRecord("b1", "b", 2, "z", "", "o"),)))
+    tree.apply(RolloutFinished("t", 1, "b1", 0.0, "no valid action"))  # b1 is a dead end
+    assert tree.is_closed("b") and tree.exhausted
+    assert select_child(tree, "root", 0.25) in ("a", "b")  # the old rule would still go on
+    with pytest.raises(TreeError, match="no open children"):
+        select_child(tree, "root", 0.25, skip_closed=True)
+    with pytest.raises(TreeError, match="exhausted"):
+        select_path(tree, 0.25, skip_closed=True)
+
+
+def test_old_leaf_only_rule_switch_is_validated_and_serialised():
+    assert SearchConfig().record_terminal_children is True
+    old = SearchConfig.from_dict({"record_terminal_children": False})
+    assert old.to_dict()["record_terminal_children"] is False
+    with pytest.raises(SearchConfigError, match="record_terminal_children"):
+        SearchConfig(record_terminal_children="yes")  # type: ignore[arg-type]
+
+
+def test_tree_completed_v1_upcasts_to_v2_with_exhausted_false():
+    from core.domain.events import TreeCompleted, decode
+
+    v1 = {
+        "tree_id": "t",
+        "run_id": None,
+        "iteration": 0,
+        "nodes": 3,
+        "rollouts": 2,
+        "best_reward": 1.0,
+        "good_leaves": 1,
+        "bad_leaves": 1,
+        "pairs": 1,
+    }
+    event = decode("TreeCompleted", 1, v1)
+    assert isinstance(event, TreeCompleted) and event.exhausted is False and event.rollouts == 2
+    assert TreeCompleted.event_version == 2

@@ -1,8 +1,10 @@
 """Owns the trees and nodes read models (and the tree counters of their iteration).
 
 Tree status: requested -> running -> completed | failed. Node statistics are DERIVED: every
-RolloutFinished adds one visit and its reward to the leaf and to each of its ancestors, so
-``value_sum / visits`` is the node's mean rollout value (the Q/N of UCT).
+RolloutFinished (the leaf a descent ended at) and every LeafRecorded (a terminal child recorded when
+it was stepped) adds one visit and its reward to the leaf and to each of its ancestors, so
+``value_sum / visits`` is the node's mean rollout value (the Q/N of UCT), exactly as
+``core.domain.mcts.SearchTree`` replays it. Only RolloutFinished counts a rollout (a descent).
 Consecutive NodesExpanded events are projected with one multi-row INSERT.
 """
 
@@ -90,8 +92,17 @@ async def _nodes_expanded(conn: AsyncConnection, items: Sequence[Item]) -> None:
 
 
 async def _rollout_finished(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    await _back_up(conn, items, count_rollout=True)
+
+
+async def _leaf_recorded(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    await _back_up(conn, items, count_rollout=False)
+
+
+async def _back_up(conn: AsyncConnection, items: Sequence[Item], *, count_rollout: bool) -> None:
+    """One visit and the reward to the leaf and its ancestors; the tree's best reward (and rollouts)."""
     for recorded, event in items:
-        assert isinstance(event, ev.RolloutFinished)
+        assert isinstance(event, ev.RolloutFinished | ev.LeafRecorded)
         ancestry = (
             select(nodes.c.node_id, nodes.c.parent_id)
             .where(nodes.c.tree_id == event.tree_id, nodes.c.node_id == event.leaf_id)
@@ -117,7 +128,11 @@ async def _rollout_finished(conn: AsyncConnection, items: Sequence[Item]) -> Non
         await conn.execute(
             update(trees)
             .where(trees.c.tree_id == event.tree_id)
-            .values(rollouts=trees.c.rollouts + 1, best_reward=best, updated_at=recorded.recorded_at)
+            .values(
+                rollouts=trees.c.rollouts + (1 if count_rollout else 0),
+                best_reward=best,
+                updated_at=recorded.recorded_at,
+            )
         )
 
 
@@ -163,6 +178,7 @@ PROJECTORS: dict[str, Projector] = {
     "TreeStarted": _tree_started,
     "NodesExpanded": _nodes_expanded,
     "RolloutFinished": _rollout_finished,
+    "LeafRecorded": _leaf_recorded,
     "TreeCompleted": _tree_completed,
     "SearchFailed": _search_failed,
 }
