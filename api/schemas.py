@@ -146,10 +146,18 @@ class SearchSettings(_Strict):
 
 
 class CriticSettings(_Strict):
-    strategy: Literal["model", "direct", "rules"] = Field(
+    strategy: Literal["model", "direct", "rules", "reflect"] = Field(
         "model",
         description="model: the actor judges each bad action (the paper); direct: the last action "
-        "(Direct-Revision baseline); rules: invalid actions, loops and tool errors.",
+        "(Direct-Revision baseline); rules: invalid actions, loops and tool errors; reflect: the step "
+        "after which the actor finds a reflection most likely.",
+    )
+    reflect_margin: float | None = Field(
+        None,
+        ge=0,
+        le=10,
+        description="reflect: t' is the first step whose reflection score (mean log-prob per token) is "
+        "within this margin of the best step's (0, the argmax).",
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 
 def crop_to(cache: Any, length: int) -> None:
@@ -49,16 +49,28 @@ class PrefixScorer:
     def score_in_order(
         self,
         prompts: Sequence[str],
-        labels: Sequence[str],
+        labels: Sequence[str] | Sequence[Sequence[str]],
         stop_when: Callable[[list[float]], bool] | None = None,
     ) -> list[list[float]]:
-        """Label log-probabilities for each prompt, in order; stops after the first row for which
-        ``stop_when(row)`` is true (early exit at the first "bad" verdict)."""
+        """Summed label log-probabilities for each prompt, in order; stops after the first row for
+        which ``stop_when(row)`` is true (early exit at the first "bad" verdict). ``labels`` is one
+        list for every prompt, or one list per prompt (the reflect strategy's labels name the step's
+        action)."""
         from transformers import DynamicCache
 
         torch = self._torch
-        label_ids = [self.policy.encode(label) for label in labels]
-        if any(not ids for ids in label_ids):
+        if labels and not isinstance(labels[0], str):
+            per_prompt = [list(group) for group in labels]
+            if len(per_prompt) != len(prompts):
+                raise ValueError(f"{len(per_prompt)} label lists for {len(prompts)} prompts")
+        else:
+            per_prompt = [list(cast(Sequence[str], labels))] * len(prompts)
+        encoded_labels: dict[str, list[int]] = {}
+        for group in per_prompt:
+            for label in group:
+                if label not in encoded_labels:
+                    encoded_labels[label] = list(self.policy.encode(label))
+        if any(not ids for ids in encoded_labels.values()):
             raise ValueError("a label encodes to no tokens")
         cache = DynamicCache()
         cached: list[int] = []
@@ -68,7 +80,8 @@ class PrefixScorer:
             if lock is not None:
                 lock.acquire()
             try:
-                for text in prompts:
+                for text, group in zip(prompts, per_prompt, strict=True):
+                    label_ids = [encoded_labels[label] for label in group]
                     ids = self.policy.encode(text)
                     shared = 0
                     for a, b in zip(cached if self.reuse else [], ids, strict=False):

@@ -1,8 +1,9 @@
 """Owns the critic worker (`agentr worker critic`): its composition root and handlers.
 
 - ``PairFound`` -> ``FirstErrorMarked`` (transition index, every verdict with scores, strategy, model
-  version, tokens processed) on the pair's stream; a pair whose paths do not share the stated prefix
-  -> ``RevisionRejected`` with the reason.
+  version, tokens processed, whether t' fell back to the last action, and the environment oracle's
+  first error where there is one: ``critic_service.oracles``) on the pair's stream; a pair whose
+  paths do not share the stated prefix -> ``RevisionRejected`` with the reason.
 - ``TraceIngested`` -> for a failed trace, ``TraceCritiqued`` (strategy from settings: rules by
   default, model when ``AGENTR_CRITIC_MODEL`` is set); a failed and a successful trace of the same
   project and task key -> ``PairFound`` (source "trace", divergence = longest common prefix of actions).
@@ -44,6 +45,7 @@ from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
 from critic_service.critic import CriticConfig, CriticConfigError, critique
+from critic_service.oracles import Oracles
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "critic"
@@ -94,10 +96,13 @@ def _trace_pair_id(failed_trace_id: str) -> str:
 
 
 class CriticHandlers:
-    def __init__(self, settings: Settings, store: EventStore, policies: PolicyCache) -> None:
+    def __init__(
+        self, settings: Settings, store: EventStore, policies: PolicyCache, oracles: Oracles | None = None
+    ) -> None:
         self.settings = settings
         self.store = store
         self.policies = policies
+        self.oracles = oracles or Oracles()
 
     # ------------------------------------------------------------------------------ pairs
     async def on_pair_found(self, recorded: RecordedEvent) -> HandlerResult:
@@ -113,7 +118,8 @@ class CriticHandlers:
         try:
             check_pair(pair.bad, pair.good, pair.shared_steps)
             config = CriticConfig.from_data(critic_data)
-            policy = self.policies.get(model_ref) if config.strategy == "model" and model_ref else None
+            needs_model = config.strategy in ("model", "reflect")
+            policy = self.policies.get(model_ref) if needs_model and model_ref else None
             result = await critique(config, pair.bad, pair.shared_steps, policy)
         except (SpliceError, CriticInputError, CriticConfigError) as exc:
             log.warning("critic: pair %s rejected: %s", pair.pair_id, exc)
@@ -128,11 +134,14 @@ class CriticHandlers:
             verdicts=result.verdicts,
             model_version=result.model_version,
             tokens_processed=result.tokens_processed,
+            fallback=result.fallback,
+            oracle_index=self.oracles.oracle_index(pair.env_uri, pair.task_id, pair.bad, pair.shared_steps),
         )
         log.info(
-            "critic: pair %s strategy=%s t'=%d (divergence %d, %d verdicts, %d tokens)",
-            pair.pair_id, result.strategy, result.transition_index, pair.shared_steps,
-            len(result.verdicts), result.tokens_processed,
+            "critic: pair %s strategy=%s t'=%d%s oracle=%s (divergence %d, %d verdicts, %d tokens)",
+            pair.pair_id, result.strategy, result.transition_index,
+            " (fallback: nothing judged bad)" if result.fallback else "", marked.oracle_index,
+            pair.shared_steps, len(result.verdicts), result.tokens_processed,
         )  # fmt: skip
         return HandlerResult([self._new(pair_stream(pair.pair_id), marked, meta, "marked", pair.pair_id)])
 

@@ -12,7 +12,12 @@ the divergence node; this module turns the answers into labels and picks the tra
 - ``rule_verdicts``: signals any log carries: invalid-action observations ("Could not execute",
   "Nothing happens", "Invalid action", tool errors) and repeated action loops.
 - ``transition_index``: the first "bad" at or after the divergence; if there is none, the last action
-  (the degenerate case, identical to the Direct-Revision baseline ``direct_verdicts``).
+  (the degenerate case, identical to the Direct-Revision baseline ``direct_verdicts``);
+  ``fell_back`` says whether that happened (recorded on every FirstErrorMarked, never silent).
+- ``normalise_label_scores``: summed label log-probabilities -> mean log-probability per label token,
+  so a label that the tokenizer splits into more pieces ("Uncertain") is not penalised for its length.
+- ``reflect_transition``: the ``reflect`` strategy's t' from the likelihood of a reflection sentence
+  after each judged step (the first step whose score is within ``margin`` of the best).
 """
 
 from __future__ import annotations
@@ -140,6 +145,58 @@ def transition_index(verdicts: Sequence[StepVerdict], n_steps: int, shared_steps
         if verdict.label == "bad":
             return verdict.step_index
     return judged.stop - 1
+
+
+def fell_back(verdicts: Sequence[StepVerdict], strategy: str) -> bool:
+    """True when t' is the last action because nothing was judged bad (Direct-Revision's rule;
+    ``direct`` always is)."""
+    return strategy == "direct" or not any(v.label == "bad" for v in verdicts)
+
+
+def normalise_label_scores(scores: Mapping[str, float], token_counts: Mapping[str, int]) -> dict[str, float]:
+    """Mean log-probability per label token: ``scores[label] / token_counts[label]``.
+
+    ``scores`` are summed log-probabilities of each label's tokens; every label needs a count >= 1.
+    """
+    out: dict[str, float] = {}
+    for label, value in scores.items():
+        count = token_counts.get(label)
+        if count is None or count < 1:
+            raise CriticInputError(f"label scores: no token count >= 1 for label {label!r}")
+        out[label] = float(value) / count
+    return out
+
+
+def reflect_transition(step_scores: Sequence[tuple[int, float]], margin: float = 0.0) -> int:
+    """t' of the ``reflect`` strategy: the FIRST judged step whose reflection score (mean
+    log-probability per token of the reflection right after that step) is within ``margin`` of the
+    best step's score; ``margin`` 0 means the argmax (earliest on ties)."""
+    if not step_scores:
+        raise CriticInputError("reflect: no judged steps")
+    if margin < 0 or math.isnan(margin):
+        raise CriticInputError(f"reflect: margin must be >= 0, got {margin!r}")
+    for index, score in step_scores:
+        if not isinstance(score, int | float) or math.isnan(score):
+            raise CriticInputError(f"reflect: score of step {index} is not a number: {score!r}")
+    best = max(score for _, score in step_scores)
+    return min(index for index, score in step_scores if score >= best - margin)
+
+
+def reflect_verdicts(
+    step_scores: Sequence[tuple[int, float]], margin: float = 0.0
+) -> tuple[StepVerdict, ...]:
+    """One verdict per judged step: ``bad`` at the reflect t', ``good`` before it, ``uncertain`` after;
+    each carries its reflection score (``scores["reflection"]``)."""
+    chosen = reflect_transition(step_scores, margin)
+    verdicts = []
+    for index, score in sorted(step_scores):
+        label: Label = "bad" if index == chosen else ("good" if index < chosen else "uncertain")
+        verdicts.append(
+            StepVerdict(
+                step_index=index, label=label, scores={"reflection": float(score)}, method="reflection"
+            )
+        )
+    return tuple(verdicts)
 
 
 def first_error(verdicts: Sequence[StepVerdict]) -> int | None:

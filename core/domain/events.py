@@ -157,7 +157,7 @@ class StepVerdict:
     step_index: int  # index into the bad trajectory's steps
     label: Literal["good", "bad", "uncertain"]
     scores: dict[str, float] = field(default_factory=dict)  # label -> log-probability
-    method: Literal["scores", "text", "rule", "direct"] = "scores"
+    method: Literal["scores", "text", "rule", "direct", "reflection"] = "scores"
     reason: str = ""
 
 
@@ -422,12 +422,26 @@ class PairFound(DomainEvent):
 @register
 @dataclass(frozen=True)
 class FirstErrorMarked(DomainEvent):
+    event_version: ClassVar[int] = 2
+
     pair_id: str
-    strategy: Literal["model", "direct", "rules"]
+    strategy: Literal["model", "direct", "rules", "reflect"]
     transition_index: int  # index into bad.steps of the first wrong action (t')
     verdicts: tuple[StepVerdict, ...]
     model_version: str = ""
     tokens_processed: int = 0
+    fallback: bool = False  # no step judged bad: t' fell back to the last action (Direct-Revision)
+    oracle_index: int | None = None  # the environment oracle's first error (None: no oracle / none)
+
+
+@upcaster("FirstErrorMarked", 1)
+def _first_error_marked_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 -> v2: ``fallback`` derived from the verdicts (direct, or no "bad" verdict), no oracle."""
+    verdicts = data.get("verdicts") or []
+    judged_bad = any(isinstance(v, dict) and v.get("label") == "bad" for v in verdicts)
+    data["fallback"] = data.get("strategy") == "direct" or not judged_bad
+    data["oracle_index"] = None
+    return data
 
 
 @register

@@ -375,6 +375,18 @@ class OpenAIPolicy:
 
         return list(await asyncio.gather(*(one(c) for c in conversations)))
 
+    def label_token_counts(self, labels: Sequence[str]) -> dict[str, int] | None:
+        """Tokens each label's score sums over (the critic's length normalisation): exact after
+        /tokenize scoring or with ``template_from`` (echo), 1 in ``top_logprobs`` mode (first token
+        only), None while unknown (before the first ``score_labels`` call)."""
+        if self.score_mode == "top_logprobs":
+            return {label: 1 for label in labels}
+        if self.score_mode == "echo" and self._template_from:
+            return {label: max(1, self.count_tokens(label)) for label in labels}
+        if self.score_mode == "tokenize" and all(label in self._label_ids for label in labels):
+            return {label: max(1, len(self._label_ids[label])) for label in labels}
+        return None
+
     # ----------------------------------------------------------------------------- ContextWindow
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text``: exact with ``template_from``'s tokenizer, else a conservative estimate

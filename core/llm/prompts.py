@@ -24,6 +24,14 @@ REACT_FORMAT_HINT = "Answer in exactly two lines:\nThought: <your reasoning>\nAc
 
 OMITTED_NOTE = "[{n} earlier steps omitted]"
 
+# The critic's question, asked after the judged action's observation (critic_service.critic). It
+# defines the three labels; the answer is scored, never sampled (label log-probabilities).
+JUDGE_QUESTION = (
+    "Judge your last action. Good: the environment accepted it and it brings you closer to the goal. "
+    "Bad: it failed, or it does not help reach the goal (a wrong item, count or recipe, a repeat). "
+    "Uncertain: you cannot tell yet. Answer with one word: Good, Bad or Uncertain."
+)
+
 _ACTION_RE = re.compile(r"(?im)^[ \t>*#`\"]*action[ \t]*[:：][ \t]*(.*)$")
 _THOUGHT_RE = re.compile(r"(?is)^\s*[*#`\"]*thought[ \t]*[:：][ \t]*(.*)$")
 _WRAPPERS = ("`", '"', "'", "[", "]", "*")

@@ -97,9 +97,12 @@ def _recipe_lines() -> Iterator[str]:
 
 
 def _react_lines() -> Iterator[str]:
-    from core.llm.prompts import REACT_FORMAT_HINT
+    from core.domain.reflections import DEFAULT_TEMPLATES
+    from core.llm.prompts import JUDGE_QUESTION, REACT_FORMAT_HINT
 
     yield REACT_FORMAT_HINT
+    yield JUDGE_QUESTION  # the critic's question and the reflections: a few tokens each, not hundreds
+    yield from (f"Thought: {text}" for text in DEFAULT_TEMPLATES.values())
     for verdict in ("Good", "Bad", "Uncertain"):
         yield f"Judgement: {verdict}"
         yield verdict

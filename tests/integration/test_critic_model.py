@@ -8,6 +8,7 @@ import torch
 
 from core.domain.critic import label_from_scores
 from core.domain.trajectory import Step, Trajectory
+from core.llm.prompts import JUDGE_QUESTION
 from critic_service.critic import (
     LABEL_TEXTS,
     CriticConfig,
@@ -22,6 +23,7 @@ TEXTS = [
     "Crafting commands: craft 4 oak planks using 1 oak logs. Goal: craft stick.",
     "Thought: I need logs.\nAction: get 1 oak logs",
     "Got 1 oak logs. Could not execute craft 1 stick. Judge your last action. Good Bad Uncertain",
+    JUDGE_QUESTION,
 ] * 20
 
 
@@ -50,10 +52,12 @@ async def test_prefix_scores_equal_policy_score_labels(policy) -> None:  # type:
     prefix, prefix_tokens = await judge_prefix(policy, path, steps, early_exit=False)
     reference = await policy.score_labels([judge_conversation(path, i) for i in steps], LABEL_TEXTS)
     assert [v.step_index for v in prefix] == steps
+    counts = {label: len(policy.encode(label)) for label in LABEL_TEXTS}
     for verdict, ref in zip(prefix, reference, strict=True):
-        for label, value in ref.items():
+        normalised = {label: value / counts[label] for label, value in ref.items()}  # mean per token
+        for label, value in normalised.items():
             assert verdict.scores[label.lower()] == pytest.approx(value, abs=2e-3)
-        assert verdict.label == label_from_scores(ref)
+        assert verdict.label == label_from_scores(normalised)
     batched, batched_tokens = await judge_batched(policy, path, steps)
     assert [v.label for v in batched] == [v.label for v in prefix]
     naive, naive_tokens = await judge_prefix(policy, path, steps, early_exit=False, reuse=False)

@@ -155,6 +155,8 @@ async def test_search_pair_becomes_verified_revision_and_dataset(stack) -> None:
     (marked,) = _events(pair_events, FirstErrorMarked)
     # the rules critic finds the invalid craft right after the divergence
     assert marked.strategy == "rules" and marked.transition_index == shared
+    # recorded with it: no fallback, and the TextCraft oracle agrees on the first error
+    assert marked.fallback is False and marked.oracle_index == shared
     assert marked.verdicts[0].label == "bad" and "could not" in marked.verdicts[0].reason.lower()
     (revision,) = _events(pair_events, RevisionMaterialized)
     assert revision.verified is True and revision.revision_length == 1 and revision.run_id == run_id

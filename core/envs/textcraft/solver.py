@@ -5,19 +5,29 @@ The plan is built by simulating the inventory: to obtain N of an item, use what 
 ingredients (a tag ingredient such as ``planks`` is satisfied by a held member or by its shallowest
 member, ties by id) and issue one ``craft`` per recipe application, since the environment only accepts
 a recipe's exact ingredient counts. The output is deterministic.
+
+``plan_from`` plans from a given inventory with an optional recipe choice per item (the first-error
+oracle, ``core.envs.textcraft.oracle``, compares such plans before and after a step).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from math import ceil
 
 from core.envs.textcraft.recipes import Ingredient, Recipe, RecipeBook, display_name, recipe_book
 
 
 class _Planner:
-    def __init__(self, book: RecipeBook) -> None:
+    def __init__(
+        self,
+        book: RecipeBook,
+        inventory: Mapping[str, int] | None = None,
+        choice: Mapping[str, Recipe] | None = None,
+    ) -> None:
         self.book = book
-        self.inventory: dict[str, int] = {}
+        self.inventory: dict[str, int] = {k: v for k, v in (inventory or {}).items() if v > 0}
+        self.choice: Mapping[str, Recipe] = choice or {}
         self.actions: list[str] = []
 
     def recipe_depth(self, recipe: Recipe) -> int:
@@ -45,7 +55,7 @@ class _Planner:
             self.actions.append(f"get {count - have} {display_name(item)}")
             self.inventory[item] = count
             return
-        recipe = min(recipes, key=lambda r: (self.recipe_depth(r), r.text))
+        recipe = self.choice.get(item) or min(recipes, key=lambda r: (self.recipe_depth(r), r.text))
         times = ceil((count - have) / recipe.output_count)
         chosen = [(self.concrete(ing, ing.count * times), ing.count) for ing in recipe.inputs]
         for _ in range(8):  # obtaining one ingredient may consume another: repeat until all held
@@ -73,4 +83,20 @@ def solve(goal: str, book: RecipeBook | None = None) -> list[str]:
         raise ValueError(f"textcraft solver: {goal!r} is not a craftable goal item")
     planner = _Planner(book)
     planner.acquire(item, 1)
+    return planner.actions
+
+
+def plan_from(
+    goal: str,
+    inventory: Mapping[str, int],
+    book: RecipeBook | None = None,
+    choice: Mapping[str, Recipe] | None = None,
+) -> list[str]:
+    """Gold actions that craft ``goal`` (item id) starting from ``inventory`` (item id -> count; held
+    items are used first). ``choice`` fixes the recipe of some items (default: the shallowest)."""
+    book = book or recipe_book()
+    if goal not in book.item_recipes:
+        raise ValueError(f"textcraft solver: {goal!r} is not a craftable goal item")
+    planner = _Planner(book, inventory, choice)
+    planner.acquire(goal, 1)
     return planner.actions

@@ -1,0 +1,74 @@
+"""Owns the critic's environment oracles: the reference first error every critic's t' is scored
+against, where the environment has one.
+
+TextCraft has one (``core.envs.textcraft.oracle``: the first step after the divergence that the
+environment rejects or that takes no step toward any plan the expert solver accepts). Other
+environments have none: ``oracle_index`` returns None. A path the oracle cannot judge (a task it
+does not know, a replay that contradicts the recorded observations) also gives None, logged with the
+reason — the oracle scores the critic, it never blocks the pair.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from core.domain.trajectory import Trajectory
+from core.envs.base import Env, EnvError
+
+log = logging.getLogger(__name__)
+
+
+def _open_env(uri: str) -> Env:
+    from core.envs.registry import open_env
+
+    return open_env(uri)
+
+
+class Oracles:
+    """One oracle per environment URI, opened on first use (None cached for environments without)."""
+
+    def __init__(self, env_opener: Callable[[str], Env] = _open_env) -> None:
+        self._opener = env_opener
+        self._oracles: dict[str, object | None] = {}
+
+    def _oracle(self, env_uri: str) -> object | None:
+        if env_uri not in self._oracles:
+            oracle = None
+            if env_uri.split("?", 1)[0] == "textcraft":
+                from core.envs.textcraft import TextCraftEnv
+                from core.envs.textcraft.oracle import TextCraftOracle
+
+                try:
+                    env = self._opener(env_uri)
+                except EnvError as exc:
+                    log.warning("oracle: cannot open %s: %s", env_uri, exc)
+                    env = None
+                if isinstance(env, TextCraftEnv):
+                    oracle = TextCraftOracle(env)
+            self._oracles[env_uri] = oracle
+        return self._oracles[env_uri]
+
+    def oracle_index(
+        self, env_uri: str | None, task_id: str | None, path: Trajectory, shared_steps: int
+    ) -> int | None:
+        """The oracle's first error of ``path`` at or after ``shared_steps`` (None: no oracle for
+        this environment, no task id, no error found, or a path the oracle cannot judge)."""
+        if not env_uri or task_id is None:
+            return None
+        oracle = self._oracle(env_uri)
+        if oracle is None:
+            return None
+        from core.envs.textcraft.oracle import OracleError, TextCraftOracle
+
+        assert isinstance(oracle, TextCraftOracle)
+        try:
+            return oracle.first_error(
+                task_id,
+                [step.action for step in path.steps],
+                start=shared_steps,
+                observations=[step.observation for step in path.steps],
+            )
+        except OracleError as exc:
+            log.warning("oracle: task %s not judged: %s", task_id, exc)
+            return None
