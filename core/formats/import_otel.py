@@ -1,45 +1,60 @@
-"""Owns the OpenTelemetry GenAI spans import: ``{"spans": [...]}`` -> neutral turns.
+"""Owns the trace assembly from spans: the spans of ONE trace -> one Conversation.
 
-Follows the GenAI semantic conventions: a span's attributes ``gen_ai.input.messages`` and
-``gen_ai.output.messages`` (JSON strings or already-decoded lists) hold messages
-``{"role", "parts": [...]}`` with parts ``{"type": "text", "content"}``, ``{"type": "tool_call",
-"id", "name", "arguments"}`` and ``{"type": "tool_call_response", "id", "response"}``;
-``gen_ai.system_instructions`` (optional) holds system text parts. Attributes may be a plain object
-or the OTLP/JSON list ``[{"key", "value": {"stringValue": ...}}]``.
+Spans come from OTLP (core.formats.otlp). They are ordered by parent, then start time (a parent before
+its children; siblings by ``startTimeUnixNano``, or as sent when one lacks a timestamp). Every model-call
+span is read:
 
-Each model call is one span whose input repeats the history, so the conversation is the LAST span's
-input messages followed by its output messages (spans ordered by ``start_time_unix_nano`` when given).
+- OpenTelemetry GenAI conventions: ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (JSON text or
+  lists) of ``{"role", "parts"}`` with parts ``text`` (``content``), ``tool_call`` (``id``, ``name``,
+  ``arguments``), ``tool_call_response`` (``id``, ``response``) and ``reasoning`` (``content``: kept on
+  the step, not trained on unless asked); ``gen_ai.system_instructions`` (also the spelling
+  ``gen_ai.system.instructions``) as text parts; ``gen_ai.tool.definitions`` as the tool list.
+- OpenInference attributes (core.formats.openinference).
+
+Each span's input replays the history, so messages are de-duplicated by identity (role, text, tool
+calls, tool call id; the n-th copy of a message in a span's input is the n-th copy already read). Several
+output messages are n>1 choices: the one the next span's input continues with is the step, the others are
+kept as its ``alternatives`` (the first choice when no later span tells).
+
+``execute_tool`` spans (``gen_ai.operation.name``; OpenInference ``TOOL``) are joined to the call they
+executed by ``gen_ai.tool.call.id`` (else the oldest not-yet-joined call of that ``gen_ai.tool.name``):
+a span with ERROR status (or ``error.type``) marks the result ``is_error``; a result that no chat span
+replayed is taken from ``gen_ai.tool.call.result`` (or the error message).
+
+Envelope hints read from the spans (root span first, then the others, then resource attributes):
+``agentr.outcome`` (success | failure | unknown, a reward number, true/false, or the JSON text of
+``{"success", "reward"}``), ``agentr.reward``, ``agentr.task_key``; with no outcome attribute the root
+span's status decides (ERROR -> failure, OK -> success, unset -> unknown).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from core.formats.importing import ToolCall, TraceFormatError, Turn, require
+from core.domain.trajectory import ToolCall, tool_action
+from core.formats import openinference
+from core.formats.import_openai import arguments_text
+from core.formats.importing import Conversation, TraceFormatError, Turn, check_tools, require
+from core.formats.otlp import SpanRecord, group_by_trace, json_text, span_from_json, spans_from_otlp_json
 
 INPUT = "gen_ai.input.messages"
 OUTPUT = "gen_ai.output.messages"
-SYSTEM = "gen_ai.system_instructions"
+SYSTEM_KEYS = ("gen_ai.system_instructions", "gen_ai.system.instructions")
+TOOL_DEFINITIONS = "gen_ai.tool.definitions"
+OPERATION = "gen_ai.operation.name"
+OUTCOME_KEY, REWARD_KEY, TASK_KEY = "agentr.outcome", "agentr.reward", "agentr.task_key"
 _ROLES = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+_PART_HINT = "send text, tool_call, tool_call_response or reasoning parts"
 
 
-def _attributes(span: dict[str, Any], path: str) -> dict[str, Any]:
-    raw = span.get("attributes")
-    if isinstance(raw, dict):
-        return raw
-    if isinstance(raw, list):  # OTLP/JSON key-value list
-        out: dict[str, Any] = {}
-        for index, entry in enumerate(raw):
-            epath = f"{path}.attributes[{index}]"
-            key = require(entry, "key", epath, str)
-            value = require(entry, "value", epath, dict)
-            if "stringValue" in value:
-                out[key] = value["stringValue"]
-            else:
-                out[key] = next(iter(value.values()), None)
-        return out
-    raise TraceFormatError(f"{path}.attributes", "missing or not an object / OTLP key-value list")
+# --------------------------------------------------------------------------------------------
+# GenAI messages
+# --------------------------------------------------------------------------------------------
 
 
 def _decoded(value: Any, path: str) -> list[Any]:
@@ -53,12 +68,22 @@ def _decoded(value: Any, path: str) -> list[Any]:
     return value
 
 
+def _call_id(part: dict[str, Any]) -> str:
+    """A deterministic id for a tool_call part sent without one (the same call replayed in a later
+    span's input gets the same id, so it de-duplicates)."""
+    digest = hashlib.sha1(json_text(part).encode("utf-8")).hexdigest()[:12]
+    return f"call-{digest}"
+
+
 def _message_turns(message: Any, path: str) -> list[Turn]:
     role = require(message, "role", path, str)
     if role not in _ROLES:
-        raise TraceFormatError(f"{path}.role", f"unknown role {role!r}")
+        raise TraceFormatError(
+            f"{path}.role", f"unknown role {role!r} (send system, user, assistant or tool)"
+        )
     parts = require(message, "parts", path, list)
     texts: list[str] = []
+    reasoning: list[str] = []
     calls: list[ToolCall] = []
     responses: list[Turn] = []
     for index, part in enumerate(parts):
@@ -66,62 +91,368 @@ def _message_turns(message: Any, path: str) -> list[Turn]:
         kind = require(part, "type", ppath, str)
         if kind == "text":
             texts.append(require(part, "content", ppath, str))
+        elif kind == "reasoning":
+            reasoning.append(require(part, "content", ppath, str))
         elif kind == "tool_call":
             if role != "assistant":
                 raise TraceFormatError(f"{ppath}.type", f"a tool_call part in a {role} message")
+            call_id = part.get("id") or _call_id(part)
             calls.append(
                 ToolCall(
-                    call_id=require(part, "id", ppath, str),
+                    call_id=str(call_id),
                     name=require(part, "name", ppath, str),
-                    arguments=part.get("arguments"),
+                    arguments=arguments_text(part.get("arguments"), f"{ppath}.arguments"),
                 )
             )
         elif kind == "tool_call_response":
-            response = part.get("response", part.get("result"))
-            if response is None:
+            if "response" not in part and "result" not in part:
                 raise TraceFormatError(f"{ppath}.response", "missing")
-            text = response if isinstance(response, str) else json.dumps(response, sort_keys=True)
-            responses.append(Turn("tool", text, ppath, tool_call_id=require(part, "id", ppath, str)))
+            response = part.get("response", part.get("result"))
+            call_id = part.get("id")
+            responses.append(
+                Turn(
+                    "tool",
+                    json_text(response),
+                    ppath,
+                    tool_call_id=None if call_id in (None, "") else str(call_id),
+                )
+            )
         else:
-            raise TraceFormatError(f"{ppath}.type", f"unsupported part type {kind!r}")
+            raise TraceFormatError(f"{ppath}.type", f"unsupported part type {kind!r} ({_PART_HINT})")
     if responses:
         if texts or calls:
-            raise TraceFormatError(path, "a message mixes tool_call_response parts with other parts")
+            raise TraceFormatError(
+                path,
+                "a message mixes tool_call_response parts with other parts "
+                "(send results in their own message)",
+            )
         return responses
-    return [Turn(_ROLES[role], "\n".join(texts), path, tuple(calls))]  # type: ignore[arg-type]
+    return [
+        Turn(
+            _ROLES[role],  # type: ignore[arg-type]
+            "\n".join(texts),
+            path,
+            tuple(calls),
+            reasoning="\n".join(reasoning),
+        )
+    ]
 
 
-def parse_turns(item: dict[str, Any], path: str) -> list[Turn]:
-    spans = require(item, "spans", path, list)
-    if not spans:
-        raise TraceFormatError(f"{path}.spans", "no spans")
-    indexed = []
-    for index, span in enumerate(spans):
-        if not isinstance(span, dict):
-            raise TraceFormatError(f"{path}.spans[{index}]", "expected an object")
-        start: Any = span.get("start_time_unix_nano", span.get("startTimeUnixNano", 0))
-        try:
-            start_key = int(start)
-        except (TypeError, ValueError):
-            raise TraceFormatError(f"{path}.spans[{index}].start_time_unix_nano", "not an integer") from None
-        indexed.append((start_key, index, span))
-    _, last_index, last = max(indexed)
-    spath = f"{path}.spans[{last_index}]"
-    attributes = _attributes(last, spath)
-    if INPUT not in attributes:
-        raise TraceFormatError(f"{spath}.attributes.{INPUT}", "missing")
-    turns: list[Turn] = []
-    if SYSTEM in attributes:
-        system_parts = _decoded(attributes[SYSTEM], f"{spath}.attributes.{SYSTEM}")
-        texts = [
-            require(part, "content", f"{spath}.attributes.{SYSTEM}[{i}]", str)
-            for i, part in enumerate(system_parts)
-        ]
-        turns.append(Turn("system", "\n".join(texts), f"{spath}.attributes.{SYSTEM}"))
-    for key in (INPUT, OUTPUT):
+def _genai_messages(attributes: dict[str, Any], key: str, path: str) -> list[Turn]:
+    if key not in attributes:
+        return []
+    out: list[Turn] = []
+    for index, message in enumerate(_decoded(attributes[key], f"{path}.{key}")):
+        out.extend(_message_turns(message, f"{path}.{key}[{index}]"))
+    return out
+
+
+def _system_turns(attributes: dict[str, Any], path: str) -> list[Turn]:
+    for key in SYSTEM_KEYS:
         if key not in attributes:
             continue
-        messages = _decoded(attributes[key], f"{spath}.attributes.{key}")
-        for index, message in enumerate(messages):
-            turns.extend(_message_turns(message, f"{spath}.attributes.{key}[{index}]"))
-    return turns
+        raw = attributes[key]
+        kpath = f"{path}.{key}"
+        if isinstance(raw, str) and not raw.lstrip().startswith("["):
+            return [Turn("system", raw, kpath)]  # plain text instructions
+        parts = _decoded(raw, kpath)
+        texts = []
+        for index, part in enumerate(parts):
+            ppath = f"{kpath}[{index}]"
+            kind = part.get("type", "text") if isinstance(part, dict) else None
+            if kind != "text":
+                raise TraceFormatError(f"{ppath}.type", f"unsupported system part {kind!r} (send text parts)")
+            texts.append(require(part, "content", ppath, str))
+        return [Turn("system", "\n".join(texts), kpath)]
+    return []
+
+
+def _genai_tools(attributes: dict[str, Any], path: str) -> tuple[dict[str, Any], ...]:
+    if TOOL_DEFINITIONS not in attributes:
+        return ()
+    kpath = f"{path}.{TOOL_DEFINITIONS}"
+    raw = attributes[TOOL_DEFINITIONS]
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(kpath, f"not valid JSON ({exc.msg})") from None
+    return check_tools(raw, kpath)
+
+
+# --------------------------------------------------------------------------------------------
+# Spans -> conversation
+# --------------------------------------------------------------------------------------------
+
+
+def ordered(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
+    """Parent before children; siblings by start time (as sent when any of them lacks one)."""
+    ids = {s.span_id for s in spans if s.span_id}
+    children: dict[str, list[tuple[int, SpanRecord]]] = {}
+    roots: list[tuple[int, SpanRecord]] = []
+    for index, span in enumerate(spans):
+        if span.parent_span_id and span.parent_span_id in ids and span.parent_span_id != span.span_id:
+            children.setdefault(span.parent_span_id, []).append((index, span))
+        else:
+            roots.append((index, span))
+
+    def sort(group: list[tuple[int, SpanRecord]]) -> list[tuple[int, SpanRecord]]:
+        if all(s.start_ns is not None for _, s in group):
+            return sorted(group, key=lambda x: (x[1].start_ns, x[1].end_ns or 0, x[0]))
+        return sorted(group, key=lambda x: x[0])
+
+    out: list[SpanRecord] = []
+    seen: set[int] = set()
+    stack = list(reversed(sort(roots)))
+    while stack:
+        index, span = stack.pop()
+        if index in seen:
+            continue
+        seen.add(index)
+        out.append(span)
+        stack.extend(reversed(sort(children.get(span.span_id, []))))
+    return out
+
+
+def _is_tool_span(span: SpanRecord) -> bool:
+    return span.attributes.get(OPERATION) == "execute_tool" or openinference.is_tool_span(span.attributes)
+
+
+def _span_turns(span: SpanRecord) -> tuple[list[Turn], list[Turn]] | None:
+    """(input turns incl. system instructions, output turns) of a model-call span, or None."""
+    attrs = span.attributes
+    path = f"{span.path}.attributes"
+    if INPUT in attrs or OUTPUT in attrs:
+        inputs = _system_turns(attrs, path) + _genai_messages(attrs, INPUT, path)
+        return inputs, _genai_messages(attrs, OUTPUT, path)
+    if openinference.has_messages(attrs):
+        return (
+            openinference.messages(attrs, "input", path),
+            openinference.messages(attrs, "output", path),
+        )
+    return None
+
+
+def _alternative_text(turn: Turn) -> str:
+    if turn.tool_calls:
+        calls = tool_action(turn.tool_calls)
+        return f"{turn.text.strip()}\n{calls}" if turn.text.strip() else calls
+    return turn.text.strip()
+
+
+def _error_text(span: SpanRecord) -> str:
+    for event in span.events:
+        if event.get("name") == "exception":
+            attrs = event.get("attributes", {})
+            kind, message = attrs.get("exception.type", ""), attrs.get("exception.message", "")
+            if kind or message:
+                return f"{kind}: {message}".strip(": ")
+    return span.status_message or str(span.attributes.get("error.type") or "tool error")
+
+
+def _assemble(chat_spans: list[tuple[SpanRecord, list[Turn], list[Turn]]]) -> list[Turn]:
+    conversation: list[Turn] = []
+    counts: Counter[tuple[Any, ...]] = Counter()
+    for position, (_span, inputs, outputs) in enumerate(chat_spans):
+        seen_here: Counter[tuple[Any, ...]] = Counter()
+        for turn in inputs:
+            key = turn.identity()
+            seen_here[key] += 1
+            if seen_here[key] > counts[key]:
+                if turn.role == "system":  # instructions first seen on a later span go first
+                    at = next(
+                        (i for i, t in enumerate(conversation) if t.role != "system"), len(conversation)
+                    )
+                    conversation.insert(at, turn)
+                else:
+                    conversation.append(turn)
+                counts[key] += 1
+        assistant = [t for t in outputs if t.role == "assistant"]
+        if len(assistant) > 1:
+            chosen = assistant[0]
+            if position + 1 < len(chat_spans):
+                later = {t.identity() for t in chat_spans[position + 1][1]}
+                chosen = next((t for t in assistant if t.identity() in later), assistant[0])
+            others = tuple(_alternative_text(t) for t in assistant if t is not chosen)
+            outputs = [replace(chosen, alternatives=others)] + [t for t in outputs if t.role != "assistant"]
+        for turn in outputs:
+            conversation.append(turn)
+            counts[turn.identity()] += 1
+    return conversation
+
+
+def _pair_ids(conversation: list[Turn]) -> list[Turn]:
+    """Tool turns without an id get the id of the oldest call still waiting (pairing by order)."""
+    pending: list[str] = []
+    out = []
+    for turn in conversation:
+        if turn.role == "assistant":
+            pending.extend(c.call_id for c in turn.tool_calls)
+        elif turn.role == "tool":
+            if turn.tool_call_id is None and pending:
+                turn = replace(turn, tool_call_id=pending.pop(0))
+            elif turn.tool_call_id in pending:
+                pending.remove(turn.tool_call_id)
+        out.append(turn)
+    return out
+
+
+def _join_tool_spans(conversation: list[Turn], tool_spans: list[SpanRecord]) -> list[Turn]:
+    calls = [(i, c) for i, t in enumerate(conversation) if t.role == "assistant" for c in t.tool_calls]
+    joined: set[str] = set()
+    for span in tool_spans:
+        attrs = span.attributes
+        if _is_tool_span(span) and attrs.get(OPERATION) == "execute_tool":
+            call_id = attrs.get("gen_ai.tool.call.id")
+            name = str(attrs.get("gen_ai.tool.name") or "")
+            result = attrs.get("gen_ai.tool.call.result")
+            result_text = None if result is None else json_text(result)
+        else:
+            call_id, name, _, result_text = openinference.tool_execution(attrs)
+        failed = span.status_code == "ERROR" or bool(attrs.get("error.type"))
+        target = None
+        if call_id not in (None, ""):
+            target = next(((i, c) for i, c in calls if c.call_id == str(call_id)), None)
+        if target is None:
+            target = next(((i, c) for i, c in calls if c.call_id not in joined and c.name == name), None)
+        if target is None:
+            raise TraceFormatError(
+                f"{span.path}",
+                f"an execute_tool span ({name or 'unnamed tool'}, call id {call_id!r}) for a call no chat "
+                "span made (send the chat span whose output holds the tool call, with content captured)",
+            )
+        where, call = target
+        joined.add(call.call_id)
+        answer = next(
+            (k for k, t in enumerate(conversation) if t.role == "tool" and t.tool_call_id == call.call_id),
+            None,
+        )
+        if answer is not None:
+            turn = conversation[answer]
+            text = turn.text if turn.text.strip() or not result_text else result_text
+            conversation[answer] = replace(
+                turn, text=text, is_error=turn.is_error or failed, name=turn.name or call.name
+            )
+            continue
+        text = result_text if result_text not in (None, "") else (_error_text(span) if failed else "")
+        insert_at = where + 1
+        while insert_at < len(conversation) and conversation[insert_at].role == "tool":
+            insert_at += 1
+        conversation.insert(
+            insert_at,
+            Turn("tool", text or "", span.path, tool_call_id=call.call_id, name=call.name, is_error=failed),
+        )
+        calls = [(i + (1 if i >= insert_at else 0), c) for i, c in calls]
+    return conversation
+
+
+def _hints(spans: list[SpanRecord], trace_id: str) -> dict[str, Any]:
+    roots = [s for s in spans if not s.parent_span_id or s.parent_span_id not in {x.span_id for x in spans}]
+    hints: dict[str, Any] = {}
+    sources: list[tuple[dict[str, Any], str]] = [(s.attributes, f"{s.path}.attributes") for s in roots]
+    sources += [(s.attributes, f"{s.path}.attributes") for s in spans if s not in roots]
+    sources += [(s.resource, f"{s.path}.resource") for s in spans[:1]]
+    for attrs, path in sources:
+        if "outcome" not in hints and OUTCOME_KEY in attrs:
+            value = attrs[OUTCOME_KEY]
+            if isinstance(value, str) and value.strip().startswith("{"):
+                try:
+                    value = json.loads(value)
+                except json.JSONDecodeError as exc:
+                    raise TraceFormatError(f"{path}.{OUTCOME_KEY}", f"not valid JSON ({exc.msg})") from None
+            hints["outcome"] = value
+            hints["path"] = f"{path}.{OUTCOME_KEY}".rsplit(".outcome", 1)[0]
+        if "reward" not in hints and REWARD_KEY in attrs:
+            hints["reward"] = attrs[REWARD_KEY]
+        if "task_key" not in hints and TASK_KEY in attrs:
+            hints["task_key"] = attrs[TASK_KEY]
+    if "outcome" not in hints and "reward" not in hints and roots:
+        status = roots[0].status_code
+        hints["outcome"] = {"ERROR": "failure", "OK": "success"}.get(status, "unknown")
+    if trace_id:
+        hints["id"] = trace_id
+    return hints
+
+
+def conversation_from_spans(spans: Sequence[SpanRecord], path: str, trace_id: str = "") -> Conversation:
+    """The spans of one trace -> its conversation, tool definitions and envelope hints."""
+    if not spans:
+        raise TraceFormatError(path, "no spans")
+    spans = ordered(spans)
+    chat: list[tuple[SpanRecord, list[Turn], list[Turn]]] = []
+    tool_spans: list[SpanRecord] = []
+    tools: dict[str, dict[str, Any]] = {}
+    for span in spans:
+        if _is_tool_span(span):
+            tool_spans.append(span)
+            continue
+        got = _span_turns(span)
+        if got is not None:
+            chat.append((span, *got))
+        for tool in _genai_tools(span.attributes, f"{span.path}.attributes") + openinference.tools(
+            span.attributes, f"{span.path}.attributes"
+        ):
+            tools.setdefault(tool["function"]["name"], tool)
+    if not chat:
+        first = spans[0]
+        hint = ""
+        if any(k.startswith(("gen_ai.prompt", "gen_ai.completion", "llm.prompts")) for k in first.attributes):
+            hint = " (the deprecated gen_ai.prompt.* / gen_ai.completion.* attributes are not supported)"
+        raise TraceFormatError(
+            f"{first.path}.attributes.{INPUT}",
+            f"missing: no span carries model messages{hint}; send gen_ai.input.messages / "
+            "gen_ai.output.messages (OpenTelemetry GenAI, content capture on) or OpenInference "
+            "llm.input_messages.* / llm.output_messages.*",
+        )
+    conversation = _pair_ids(_assemble(chat))
+    conversation = _join_tool_spans(conversation, tool_spans)
+    return Conversation(
+        turns=conversation, tools=tuple(tools.values()), envelope=_hints(list(spans), trace_id), path=path
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points (formats otel and otlp)
+# --------------------------------------------------------------------------------------------
+
+
+def parse_item(item: dict[str, Any], path: str) -> Conversation:
+    """Format ``otel``: one trace per item, ``{"spans": [...]}`` or ``{"resourceSpans": [...]}``."""
+    if "resourceSpans" in item:
+        groups = group_by_trace(spans_from_otlp_json(item, path))
+        if len(groups) != 1:
+            raise TraceFormatError(
+                f"{path}.resourceSpans",
+                f"holds {len(groups)} trace ids; send one trace per item, "
+                "or set format=otlp to split by trace id",
+            )
+        ((trace_id, spans),) = groups.items()
+        return conversation_from_spans(spans, path, trace_id)
+    if "spans" not in item:
+        raise TraceFormatError(
+            f"{path}.spans", "missing (send spans: [...], or an OTLP/JSON export with resourceSpans)"
+        )
+    raw = require(item, "spans", path, list)
+    if not raw:
+        raise TraceFormatError(f"{path}.spans", "no spans")
+    spans = [span_from_json(span, f"{path}.spans[{i}]") for i, span in enumerate(raw)]
+    return conversation_from_spans(spans, path)
+
+
+def parse_otlp_exports(items: list[Any]) -> list[tuple[dict[str, Any], Conversation]]:
+    """Format ``otlp``: OTLP/JSON export requests; all their spans grouped by trace id."""
+    spans: list[SpanRecord] = []
+    for index, item in enumerate(items):
+        spans.extend(spans_from_otlp_json(item, f"traces[{index}]"))
+    return [
+        ({}, conversation_from_spans(group, f"trace {trace_id}", trace_id))
+        for trace_id, group in group_by_trace(spans).items()
+    ]
+
+
+def conversations_from_records(spans: Sequence[SpanRecord]) -> list[tuple[str, Conversation]]:
+    """Decoded spans (e.g. from the OTLP/HTTP receiver) -> (trace id, conversation) per trace id."""
+    return [
+        (trace_id, conversation_from_spans(group, f"trace {trace_id}", trace_id))
+        for trace_id, group in group_by_trace(spans).items()
+    ]

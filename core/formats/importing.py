@@ -1,32 +1,41 @@
 """Owns production-log import: a batch of traces in any supported format -> ``ImportedTrace`` list.
 
-Formats (DESIGN §6): ``openai`` (chat messages with ``tool_calls`` and ``tool`` role), ``otel``
-(OpenTelemetry GenAI spans: ``gen_ai.input.messages`` / ``gen_ai.output.messages`` with parts of type
-text, tool_call, tool_call_response) and ``sharegpt`` (ShareGPT / AgentGym ``conversations`` of
-``{from, value}``). Each parser turns a trace into neutral ``Turn`` objects; ``turns_to_trajectory``
-turns those into one ``Trajectory`` the same way for every format, so the same conversation gives the
-same trajectory whatever format it arrived in.
+Formats (DESIGN §6, docs/traces.md): ``openai`` (chat messages with ``tool_calls`` and ``tool`` role),
+``openai-legacy`` (the same plus the deprecated ``function_call`` / role ``function``), ``otel``
+(one trace per item: ``{"spans": [...]}`` or ``{"resourceSpans": [...]}`` with OpenTelemetry GenAI or
+OpenInference attributes), ``otlp`` (OTLP/JSON export requests, split into traces by trace id) and
+``sharegpt`` (ShareGPT / AgentGym ``conversations``; LLaMA-Factory ``function_call`` / ``observation``).
+Each parser turns a trace into neutral ``Turn`` objects; ``turns_to_trajectory`` turns those into one
+``Trajectory`` the same way for every format, so one conversation gives the same trajectory whatever
+format it arrived in.
 
 A batch is all-or-nothing: the first malformed field raises ``TraceFormatError`` whose message names
-the path, e.g. ``traces[3].messages[5].role: unknown role 'robot'``; nothing is returned half-parsed.
+the path and what to send instead, e.g. ``traces[3].messages[5].role: unknown role 'robot' (send
+system, user, assistant or tool)``; nothing is returned half-parsed.
 
-Trace envelope (every format): ``task_key`` (optional; default = a hash of the task text),
-``outcome`` ("success" | "failure" | "unknown", default "unknown"), ``reward`` (optional, in [0, 1];
-default 1.0 for success, 0.0 for failure, None when unknown), ``id`` (optional external id).
+Trace envelope (every format): ``task_key`` (optional; default = a hash of the task text), ``outcome``
+(``"success" | "failure" | "unknown"``, a reward number in [0, 1] (success only at 1), a boolean, or
+``{"success": bool, "reward": number}``; default unknown), ``reward`` (optional, in [0, 1]), ``id``
+(optional external id), ``metadata`` (optional object).
 """
 
 from __future__ import annotations
 
-import json
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from core.domain.ids import derived_id
-from core.domain.trajectory import Step, Trajectory
+from core.domain.trajectory import Step, ToolCall, ToolResult, Trajectory, tool_action
 
 Outcome = Literal["success", "failure", "unknown"]
-FORMATS = ("openai", "otel", "sharegpt")
+FORMATS = ("openai", "openai-legacy", "otel", "otlp", "sharegpt")
+OUTCOME_HINT = (
+    'send "success", "failure" or "unknown", a reward number in [0, 1], '
+    'or {"success": bool, "reward": number}'
+)
 
 
 class TraceFormatError(ValueError):
@@ -39,21 +48,38 @@ class TraceFormatError(ValueError):
 
 
 @dataclass(frozen=True)
-class ToolCall:
-    call_id: str
-    name: str
-    arguments: Any
-
-
-@dataclass(frozen=True)
 class Turn:
-    """One message in a format-neutral shape."""
+    """One message in a format-neutral shape.
+
+    ``tool_call_id`` None on a tool turn means the format gave no id: it answers the oldest call still
+    waiting for a result (pairing by order). ``alternatives`` are the n>1 choices not continued with.
+    """
 
     role: Literal["system", "user", "assistant", "tool"]
     text: str
     path: str  # where it came from, for error messages
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    name: str = ""  # tool turns: the function's name when the format gives it
+    is_error: bool = False  # tool turns: the tool reported a failure
+    reasoning: str = ""  # assistant turns: reasoning text (kept, not trained on unless asked)
+    alternatives: tuple[str, ...] = ()
+
+    def identity(self) -> tuple[Any, ...]:
+        """What makes two turns the same message (for de-duplicating replayed history)."""
+        calls = tuple((c.call_id, c.name, c.canonical()) for c in self.tool_calls)
+        return (self.role, " ".join(self.text.split()), calls, self.tool_call_id)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What a format parser returns for one trace: its turns, tool definitions and envelope hints
+    found inside the trace itself (e.g. OTLP attributes; the item's own fields take precedence)."""
+
+    turns: list[Turn]
+    tools: tuple[dict[str, Any], ...] = ()
+    envelope: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,13 +109,6 @@ def require(obj: Any, key: str, path: str, kind: type | tuple[type, ...]) -> Any
     return value
 
 
-def canonical_action(name: str, arguments: Any) -> str:
-    """A tool call as an action string: ``name({"arg": value})`` with sorted keys (``name()`` if none)."""
-    if arguments in (None, "", {}):
-        return f"{name}()"
-    return f"{name}({json.dumps(arguments, sort_keys=True, ensure_ascii=False)})"
-
-
 def split_react(text: str) -> tuple[str, str]:
     """``Thought: t\\nAction: a`` -> (t, a); text without an ``Action:`` line is all action."""
     lines = text.strip().splitlines()
@@ -106,49 +125,101 @@ def split_react(text: str) -> tuple[str, str]:
     return "", " ".join(text.split())
 
 
-def turns_to_trajectory(turns: Sequence[Turn], path: str) -> Trajectory:
+_ACTION_LINE = re.compile(r"^\s*action\s*:", re.IGNORECASE | re.MULTILINE)
+
+
+def check_tools(raw: Any, path: str) -> tuple[dict[str, Any], ...]:
+    """OpenAI tool definitions ``[{"type": "function", "function": {"name", ...}}]`` (legacy bare
+    function objects ``{"name", "parameters"}`` are wrapped)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise TraceFormatError(path, 'expected a list of {"type": "function", "function": {...}} definitions')
+    out = []
+    for index, tool in enumerate(raw):
+        tpath = f"{path}[{index}]"
+        if not isinstance(tool, dict):
+            raise TraceFormatError(tpath, "expected an object")
+        if "function" not in tool and isinstance(tool.get("name"), str):
+            tool = {"type": "function", "function": dict(tool)}
+        function = require(tool, "function", tpath, dict)
+        require(function, "name", f"{tpath}.function", str)
+        if tool.get("type", "function") != "function":
+            raise TraceFormatError(
+                f"{tpath}.type", f"only function tools are supported, got {tool['type']!r}"
+            )
+        out.append({"type": "function", "function": dict(function)})
+    return tuple(out)
+
+
+def turns_to_trajectory(
+    turns: Sequence[Turn], path: str, tools: tuple[dict[str, Any], ...] = ()
+) -> Trajectory:
     """Neutral turns -> Trajectory: system -> instruction, first user -> task, assistant -> steps,
-    tool / later user messages -> the observation of the step they answer."""
+    tool results -> the results of the calls they answer (by id, else by order), later user messages
+    -> the observation of the step they answer."""
     instruction_parts: list[str] = []
     task_parts: list[str] = []
     steps: list[dict[str, Any]] = []
-    pending_calls: dict[str, int] = {}  # tool call id -> step index still waiting for its response
+    pending: list[tuple[str, int]] = []  # (call id, step index) waiting for a result, in call order
+    uses_tools = bool(tools) or any(t.tool_calls or t.role == "tool" for t in turns)
     for turn in turns:
         if turn.role == "system":
             if steps or task_parts:
-                raise TraceFormatError(turn.path, "a system message after the conversation started")
+                raise TraceFormatError(
+                    turn.path, "a system message after the conversation started (send system messages first)"
+                )
             instruction_parts.append(turn.text)
         elif turn.role == "assistant":
             if not task_parts:
-                raise TraceFormatError(turn.path, "an assistant message before any user message (the task)")
+                raise TraceFormatError(
+                    turn.path,
+                    "an assistant message before any user message (send the task as a user message)",
+                )
+            step: dict[str, Any] = {
+                "observation": None,
+                "reasoning": turn.reasoning,
+                "alternatives": turn.alternatives,
+                "results": {},
+                "calls": turn.tool_calls,
+            }
             if turn.tool_calls:
-                thought = " ".join(turn.text.split())
-                for position, call in enumerate(turn.tool_calls):
-                    pending_calls[call.call_id] = len(steps)
-                    steps.append(
-                        {
-                            "thought": thought if position == 0 else "",
-                            "action": canonical_action(call.name, call.arguments),
-                            "observation": None,
-                        }
-                    )
+                step.update(
+                    kind="tool", thought=" ".join(turn.text.split()), action=tool_action(turn.tool_calls)
+                )
+                pending.extend((call.call_id, len(steps)) for call in turn.tool_calls)
+            elif uses_tools and not _ACTION_LINE.search(turn.text):
+                if not turn.text.strip():
+                    raise TraceFormatError(turn.path, "an assistant message with neither text nor tool calls")
+                step.update(kind="answer", thought="", action=turn.text.strip())
             else:
                 thought, action = split_react(turn.text)
                 if not action:
                     raise TraceFormatError(turn.path, "an assistant message with neither text nor tool calls")
-                steps.append({"thought": thought, "action": action, "observation": None})
+                step.update(kind="action", thought=thought, action=action)
+            steps.append(step)
         elif turn.role == "tool":
             if turn.tool_call_id is not None:
-                if turn.tool_call_id not in pending_calls:
+                match = [i for i, (call_id, _) in enumerate(pending) if call_id == turn.tool_call_id]
+                if not match:
                     raise TraceFormatError(
-                        turn.path, f"tool response to unknown or already answered call {turn.tool_call_id!r}"
+                        turn.path,
+                        f"tool response to unknown or already answered call {turn.tool_call_id!r} "
+                        "(send tool_call_id of a call the assistant made)",
                     )
-                target = pending_calls.pop(turn.tool_call_id)
+                call_id, target = pending.pop(match[0])
+            elif pending:
+                call_id, target = pending.pop(0)  # no id: the oldest call still waiting
+            elif steps and steps[-1]["kind"] != "tool":
+                _add_observation(steps[-1], turn.text)  # a text action's environment answer
+                continue
             else:
-                if not steps:
-                    raise TraceFormatError(turn.path, "a tool response before any assistant action")
-                target = len(steps) - 1
-            _add_observation(steps[target], turn.text)
+                raise TraceFormatError(
+                    turn.path,
+                    "a tool response with no tool call waiting for it (send the assistant's call first)",
+                )
+            result = ToolResult(call_id=call_id, content=turn.text, is_error=turn.is_error, name=turn.name)
+            steps[target]["results"][call_id] = result
         else:  # user
             if not steps:
                 task_parts.append(turn.text)
@@ -156,12 +227,33 @@ def turns_to_trajectory(turns: Sequence[Turn], path: str) -> Trajectory:
                 _add_observation(steps[-1], turn.text)
     if not task_parts:
         raise TraceFormatError(path, "no user message holding the task")
+    built = []
+    for s in steps:
+        calls: tuple[ToolCall, ...] = s["calls"]
+        results = tuple(s["results"][c.call_id] for c in calls if c.call_id in s["results"])
+        observation = s["observation"]
+        if s["kind"] == "tool":
+            texts = [r.content for r in results]
+            if observation is not None:
+                texts.append(observation)
+            observation = "\n".join(texts)
+        built.append(
+            Step(
+                thought=s["thought"],
+                action=s["action"],
+                observation=observation or "",
+                tool_calls=calls,
+                tool_results=results,
+                reasoning=s["reasoning"],
+                alternatives=s["alternatives"],
+                kind=s["kind"],
+            )
+        )
     return Trajectory(
         task="\n".join(task_parts),
         instruction="\n".join(instruction_parts),
-        steps=tuple(
-            Step(thought=s["thought"], action=s["action"], observation=s["observation"] or "") for s in steps
-        ),
+        steps=tuple(built),
+        tools=tools,
     )
 
 
@@ -169,28 +261,78 @@ def _add_observation(step: dict[str, Any], text: str) -> None:
     step["observation"] = text if step["observation"] is None else f"{step['observation']}\n{text}"
 
 
+# --------------------------------------------------------------------------------------------
+# Outcome
+# --------------------------------------------------------------------------------------------
+
+
+def _reward_value(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TraceFormatError(path, f"must be a number in [0, 1], got {value!r}")
+    if not 0.0 <= value <= 1.0:
+        raise TraceFormatError(path, f"must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def parse_outcome(value: Any, reward: Any, path: str) -> tuple[Outcome, float | None]:
+    """The envelope's ``outcome`` (+ optional separate ``reward``) -> (outcome, reward).
+
+    A reward number alone means success at 1.0 and failure below; ``{"success", "reward"}`` states
+    both; strings keep the historic default rewards (success 1.0, failure 0.0, unknown None).
+    """
+    explicit = None if reward is None else _reward_value(reward, f"{path}.reward")
+    opath = f"{path}.outcome"
+    if value is None:
+        value = "unknown" if explicit is None else explicit
+    if isinstance(value, bool):
+        outcome: Outcome = "success" if value else "failure"
+        score = explicit
+    elif isinstance(value, int | float):
+        score = _reward_value(value, opath)
+        if explicit is not None and explicit != score:
+            raise TraceFormatError(
+                opath, f"the outcome {value!r} and reward {reward!r} disagree: send one of them"
+            )
+        outcome = "success" if score >= 1.0 else "failure"
+    elif isinstance(value, str):
+        if value not in ("success", "failure", "unknown"):
+            raise TraceFormatError(
+                opath, f"must be success, failure or unknown, got {value!r} ({OUTCOME_HINT})"
+            )
+        outcome = value  # type: ignore[assignment]
+        score = explicit
+    elif isinstance(value, dict):
+        unknown_keys = sorted(set(value) - {"success", "reward"})
+        if unknown_keys:
+            raise TraceFormatError(f"{opath}.{unknown_keys[0]}", f"unknown field ({OUTCOME_HINT})")
+        if not isinstance(value.get("success"), bool):
+            raise TraceFormatError(f"{opath}.success", f"must be true or false ({OUTCOME_HINT})")
+        outcome = "success" if value["success"] else "failure"
+        score = None if value.get("reward") is None else _reward_value(value["reward"], f"{opath}.reward")
+        if explicit is not None and score is not None and explicit != score:
+            raise TraceFormatError(f"{path}.reward", "disagrees with outcome.reward: send one of them")
+        score = score if score is not None else explicit
+    else:
+        raise TraceFormatError(opath, f"unsupported {type(value).__name__} ({OUTCOME_HINT})")
+    if score is None:
+        score = {"success": 1.0, "failure": 0.0, "unknown": None}[outcome]
+    return outcome, score
+
+
 def _envelope(
-    item: dict[str, Any], path: str, trajectory: Trajectory
+    item: dict[str, Any], hints: dict[str, Any], path: str, trajectory: Trajectory
 ) -> tuple[str, Outcome, float | None, str | None]:
-    outcome = item.get("outcome", "unknown")
-    if outcome not in ("success", "failure", "unknown"):
-        raise TraceFormatError(f"{path}.outcome", f"must be success, failure or unknown, got {outcome!r}")
-    reward = item.get("reward")
-    if reward is not None:
-        if isinstance(reward, bool) or not isinstance(reward, int | float) or not 0.0 <= reward <= 1.0:
-            raise TraceFormatError(f"{path}.reward", f"must be a number in [0, 1], got {reward!r}")
-        reward = float(reward)
-    elif outcome == "success":
-        reward = 1.0
-    elif outcome == "failure":
-        reward = 0.0
-    task_key = item.get("task_key")
+    if "outcome" in item or "reward" in item:
+        outcome, reward = parse_outcome(item.get("outcome"), item.get("reward"), path)
+    else:
+        outcome, reward = parse_outcome(hints.get("outcome"), hints.get("reward"), hints.get("path", path))
+    task_key = item.get("task_key", hints.get("task_key"))
     if task_key is None:
         task_key = derived_id("task", trajectory.task)
     elif not isinstance(task_key, str) or not task_key.strip():
         raise TraceFormatError(f"{path}.task_key", "must be a non-empty string")
-    external_id = item.get("id")
-    if external_id is not None and not isinstance(external_id, str | int):
+    external_id = item.get("id", hints.get("id"))
+    if external_id is not None and (isinstance(external_id, bool) or not isinstance(external_id, str | int)):
         raise TraceFormatError(f"{path}.id", "must be a string")
     return task_key, outcome, reward, None if external_id is None else str(external_id)
 
@@ -200,17 +342,38 @@ def _envelope(
 # --------------------------------------------------------------------------------------------
 
 
-def parse_traces(payload: Any, fmt: str) -> list[ImportedTrace]:
-    """Parse a batch: ``{"traces": [...]}`` or a bare list of traces, all in format ``fmt``."""
+def _conversations(items: list[Any], fmt: str) -> list[tuple[dict[str, Any], Conversation]]:
     from core.formats import import_openai, import_otel, import_sharegpt
 
-    parsers = {
-        "openai": import_openai.parse_turns,
-        "otel": import_otel.parse_turns,
-        "sharegpt": import_sharegpt.parse_turns,
-    }
-    if fmt not in parsers:
-        raise TraceFormatError("format", f"unknown format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    out: list[tuple[dict[str, Any], Conversation]] = []
+    if fmt == "otlp":
+        for envelope, conversation in import_otel.parse_otlp_exports(items):
+            out.append((envelope, conversation))
+        return out
+    for index, item in enumerate(items):
+        path = f"traces[{index}]"
+        if not isinstance(item, dict):
+            raise TraceFormatError(path, f"expected an object, got {type(item).__name__}")
+        if fmt in ("openai", "openai-legacy"):
+            conversation = import_openai.parse(item, path, legacy=fmt == "openai-legacy")
+        elif fmt == "otel":
+            conversation = import_otel.parse_item(item, path)
+        else:
+            conversation = import_sharegpt.parse(item, path)
+        out.append((item, conversation))
+    return out
+
+
+def parse_traces(payload: Any, fmt: str) -> list[ImportedTrace]:
+    """Parse a batch: ``{"traces": [...]}`` or a bare list of traces, all in format ``fmt``.
+
+    For ``otlp`` the list holds OTLP/JSON export requests; their spans are grouped by trace id and each
+    trace id becomes one trace (a single export object is accepted as the payload too).
+    """
+    if fmt not in FORMATS:
+        raise TraceFormatError("format", f"unknown format {fmt!r} (send one of {', '.join(FORMATS)})")
+    if fmt == "otlp" and isinstance(payload, dict) and "resourceSpans" in payload:
+        payload = [payload]
     if isinstance(payload, dict):
         items = require(payload, "traces", "body", list)
     elif isinstance(payload, list):
@@ -220,13 +383,10 @@ def parse_traces(payload: Any, fmt: str) -> list[ImportedTrace]:
     if not items:
         raise TraceFormatError("traces", "the batch is empty")
     out: list[ImportedTrace] = []
-    for index, item in enumerate(items):
-        path = f"traces[{index}]"
-        if not isinstance(item, dict):
-            raise TraceFormatError(path, f"expected an object, got {type(item).__name__}")
-        turns = parsers[fmt](item, path)
-        trajectory = turns_to_trajectory(turns, path)
-        task_key, outcome, reward, external_id = _envelope(item, path, trajectory)
+    for item, conversation in _conversations(items, fmt):
+        path = conversation.path
+        trajectory = turns_to_trajectory(conversation.turns, path, conversation.tools)
+        task_key, outcome, reward, external_id = _envelope(item, conversation.envelope, path, trajectory)
         metadata = item.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise TraceFormatError(f"{path}.metadata", "must be an object")
@@ -236,6 +396,7 @@ def parse_traces(payload: Any, fmt: str) -> list[ImportedTrace]:
             steps=trajectory.steps,
             reward=reward,
             provenance={"source_format": fmt, "external_id": external_id, "task_key": task_key},
+            tools=trajectory.tools,
         )
         out.append(ImportedTrace(task_key, trajectory, outcome, fmt, external_id, dict(metadata)))
     return out

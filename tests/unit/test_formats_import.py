@@ -122,10 +122,7 @@ SHAREGPT: dict[str, Any] = {
         {"from": "human", "value": SYSTEM},
         {"from": "gpt", "value": "OK"},
         {"from": "human", "value": TASK},
-        {
-            "from": "gpt",
-            "value": 'Thought: I should search first.\nAction: search({"max_price": 10, "query": "red mug"})',
-        },
+        {"from": "function_call", "value": json.dumps({"name": "search", "arguments": ARGS})},
         {"from": "observation", "value": "3 results: mug A $12, mug B $8, cup C $5"},
         {"from": "gpt", "value": "Thought: Mug A looks nice.\nAction: buy[mug A]"},
         {"from": "human", "value": "Purchased mug A for $12."},
@@ -151,7 +148,11 @@ def test_three_formats_give_the_same_trajectory() -> None:
     # OTel ends with the model's last output: its observation never reached a span
     assert b.trajectory.steps[:1] == ta.steps[:1]
     assert (b.trajectory.steps[1].action, b.trajectory.steps[1].observation) == ("buy[mug A]", "")
-    assert replace(c.trajectory, provenance={}) == replace(ta, provenance={})
+    # LLaMA-Factory ShareGPT has no call ids and no text beside a call: same calls, same results
+    sc, sa = c.trajectory.steps, ta.steps
+    assert [(s.kind, s.action, s.observation) for s in sc] == [(s.kind, s.action, s.observation) for s in sa]
+    assert [r.content for r in sc[0].tool_results] == [r.content for r in sa[0].tool_results]
+    assert sa[0].kind == "tool" and sa[0].tool_calls[0].call_id == "c1" and sa[1].kind == "action"
     for got in (b, c):
         assert (got.trajectory.task, got.trajectory.instruction) == (TASK, SYSTEM)
         assert (got.task_key, got.outcome, got.trajectory.reward) == ("mug", "failure", 0.0)

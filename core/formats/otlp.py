@@ -1,0 +1,339 @@
+"""Owns OTLP trace decoding: OTLP/JSON and OTLP/protobuf export requests -> ``SpanRecord`` lists.
+
+OTLP/JSON (the OTLP specification's JSON encoding of ``ExportTraceServiceRequest``): ``{"resourceSpans":
+[{"resource": {"attributes": [...]}, "scopeSpans": [{"scope": {...}, "spans": [...]}]}]}``. Ids are hex
+strings (``traceId`` 32 hex digits, ``spanId`` 16), 64-bit integers may be strings
+(``"startTimeUnixNano": "1700000000000000000"``, ``{"intValue": "3"}``), attributes are ``KeyValue``
+lists whose values are ``AnyValue`` objects (``stringValue``, ``boolValue``, ``intValue``,
+``doubleValue``, ``arrayValue.values``, ``kvlistValue.values``, ``bytesValue`` base64), ``status.code``
+is the enum number (0 unset, 1 ok, 2 error; the names ``STATUS_CODE_ERROR`` are accepted too).
+
+OTLP/protobuf (what ``opentelemetry-exporter-otlp-proto-http`` POSTs as ``application/x-protobuf``) is
+decoded with the ``opentelemetry-proto`` package into the same records.
+
+Loose span objects (the older ``{"spans": [...]}`` upload) use the same field names in camelCase or
+snake_case, with ``attributes`` either a ``KeyValue`` list or a plain object.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from core.formats.importing import TraceFormatError, require
+
+StatusCode = Literal["UNSET", "OK", "ERROR"]
+_STATUS_BY_NUMBER: dict[int, StatusCode] = {0: "UNSET", 1: "OK", 2: "ERROR"}
+_STATUS_BY_NAME: dict[str, StatusCode] = {
+    "STATUS_CODE_UNSET": "UNSET",
+    "STATUS_CODE_OK": "OK",
+    "STATUS_CODE_ERROR": "ERROR",
+    "UNSET": "UNSET",
+    "OK": "OK",
+    "ERROR": "ERROR",
+}
+
+
+@dataclass(frozen=True)
+class SpanRecord:
+    """One span, decoded; ``path`` says where it came from (for error messages)."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str  # "" for a root span
+    name: str
+    start_ns: int | None
+    end_ns: int | None
+    attributes: dict[str, Any]
+    status_code: StatusCode = "UNSET"
+    status_message: str = ""
+    events: tuple[dict[str, Any], ...] = ()  # {"name", "attributes"} (e.g. "exception" events)
+    resource: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+    def to_data(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["events"] = list(self.events)
+        return data
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> SpanRecord:
+        return cls(**{**data, "events": tuple(data.get("events", ()))})
+
+
+# --------------------------------------------------------------------------------------------
+# OTLP/JSON
+# --------------------------------------------------------------------------------------------
+
+
+def any_value(value: Any, path: str) -> Any:
+    """An OTLP/JSON ``AnyValue`` object -> a Python value."""
+    if not isinstance(value, dict):
+        raise TraceFormatError(path, f"expected an OTLP AnyValue object, got {type(value).__name__}")
+    if not value:
+        return None
+    if len(value) != 1:
+        raise TraceFormatError(path, f"an AnyValue holds exactly one of its fields, got {sorted(value)}")
+    kind, raw = next(iter(value.items()))
+    if kind == "stringValue":
+        if not isinstance(raw, str):
+            raise TraceFormatError(f"{path}.stringValue", "expected a string")
+        return raw
+    if kind == "boolValue":
+        if not isinstance(raw, bool):
+            raise TraceFormatError(f"{path}.boolValue", "expected true or false")
+        return raw
+    if kind == "intValue":
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            raise TraceFormatError(f"{path}.intValue", f"not an integer: {raw!r}") from None
+    if kind == "doubleValue":
+        if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+            raise TraceFormatError(f"{path}.doubleValue", f"not a number: {raw!r}")
+        try:
+            return float(raw)
+        except ValueError:
+            raise TraceFormatError(f"{path}.doubleValue", f"not a number: {raw!r}") from None
+    if kind == "arrayValue":
+        values = require(raw, "values", f"{path}.arrayValue", list) if raw else []
+        return [any_value(v, f"{path}.arrayValue.values[{i}]") for i, v in enumerate(values)]
+    if kind == "kvlistValue":
+        values = require(raw, "values", f"{path}.kvlistValue", list) if raw else []
+        return key_values(values, f"{path}.kvlistValue.values")
+    if kind == "bytesValue":
+        try:
+            return base64.b64decode(raw, validate=True)
+        except (TypeError, ValueError):
+            raise TraceFormatError(f"{path}.bytesValue", "not base64") from None
+    raise TraceFormatError(
+        f"{path}.{kind}",
+        "unknown AnyValue field (send one of stringValue, boolValue, intValue, doubleValue, "
+        "arrayValue, kvlistValue, bytesValue)",
+    )
+
+
+def key_values(entries: Any, path: str) -> dict[str, Any]:
+    """An OTLP/JSON ``KeyValue`` list -> a dict (a plain object is accepted as already decoded)."""
+    if isinstance(entries, dict):
+        return dict(entries)
+    if not isinstance(entries, list):
+        raise TraceFormatError(path, "expected an OTLP KeyValue list [{key, value}] or an object")
+    out: dict[str, Any] = {}
+    for index, entry in enumerate(entries):
+        epath = f"{path}[{index}]"
+        key = require(entry, "key", epath, str)
+        out[key] = any_value(entry.get("value", {}), f"{epath}.value")
+    return out
+
+
+def _pick(obj: dict[str, Any], *names: str) -> Any:
+    for name in names:
+        if name in obj:
+            return obj[name]
+    return None
+
+
+def _int_or_none(raw: Any, path: str) -> int | None:
+    if raw in (None, "", 0, "0"):
+        return None
+    if isinstance(raw, bool):
+        raise TraceFormatError(path, "expected an integer (nanoseconds since the epoch)")
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise TraceFormatError(
+            path, f"expected an integer (nanoseconds since the epoch), got {raw!r}"
+        ) from None
+
+
+def _hex_id(raw: Any, path: str, *, optional: bool = False) -> str:
+    if raw in (None, ""):
+        if optional:
+            return ""
+        raise TraceFormatError(path, "missing (OTLP/JSON ids are hex strings)")
+    if not isinstance(raw, str):
+        raise TraceFormatError(path, f"expected a hex string, got {type(raw).__name__}")
+    text = raw.strip().lower()
+    if text.startswith("0x"):
+        text = text[2:]
+    if not text or any(c not in "0123456789abcdef" for c in text):
+        raise TraceFormatError(path, f"expected a hex string (OTLP/JSON encodes ids as hex), got {raw!r}")
+    return text
+
+
+def _status(raw: Any, path: str) -> tuple[StatusCode, str]:
+    if raw in (None, {}):
+        return "UNSET", ""
+    if not isinstance(raw, dict):
+        raise TraceFormatError(path, "expected an object {code, message}")
+    code = raw.get("code", 0)
+    message = raw.get("message") or ""
+    if isinstance(code, bool):
+        raise TraceFormatError(f"{path}.code", "expected 0 (unset), 1 (ok) or 2 (error)")
+    if isinstance(code, int) and code in _STATUS_BY_NUMBER:
+        return _STATUS_BY_NUMBER[code], str(message)
+    if isinstance(code, str) and code.upper() in _STATUS_BY_NAME:
+        return _STATUS_BY_NAME[code.upper()], str(message)
+    raise TraceFormatError(f"{path}.code", f"expected 0 (unset), 1 (ok) or 2 (error), got {code!r}")
+
+
+def span_from_json(
+    span: Any, path: str, *, resource: dict[str, Any] | None = None, trace_id_default: str = ""
+) -> SpanRecord:
+    """One OTLP/JSON span (camelCase) or loose span object (snake_case) -> SpanRecord."""
+    if not isinstance(span, dict):
+        raise TraceFormatError(path, f"expected a span object, got {type(span).__name__}")
+    raw_trace = _pick(span, "traceId", "trace_id")
+    trace_id = _hex_id(raw_trace, f"{path}.traceId") if raw_trace not in (None, "") else trace_id_default
+    raw_span = _pick(span, "spanId", "span_id")
+    span_id = _hex_id(raw_span, f"{path}.spanId", optional=True)
+    parent = _hex_id(_pick(span, "parentSpanId", "parent_span_id"), f"{path}.parentSpanId", optional=True)
+    name = span.get("name") or ""
+    if not isinstance(name, str):
+        raise TraceFormatError(f"{path}.name", "expected a string")
+    attributes_raw = span.get("attributes", [])
+    attributes = key_values(attributes_raw, f"{path}.attributes")
+    status_code, status_message = _status(span.get("status"), f"{path}.status")
+    events = []
+    raw_events = span.get("events") or []
+    if not isinstance(raw_events, list):
+        raise TraceFormatError(f"{path}.events", "expected a list")
+    for index, event in enumerate(raw_events):
+        epath = f"{path}.events[{index}]"
+        if not isinstance(event, dict):
+            raise TraceFormatError(epath, "expected an object {name, attributes}")
+        events.append(
+            {
+                "name": str(event.get("name") or ""),
+                "attributes": key_values(event.get("attributes", []), f"{epath}.attributes"),
+            }
+        )
+    return SpanRecord(
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent,
+        name=name,
+        start_ns=_int_or_none(
+            _pick(span, "startTimeUnixNano", "start_time_unix_nano"), f"{path}.startTimeUnixNano"
+        ),
+        end_ns=_int_or_none(_pick(span, "endTimeUnixNano", "end_time_unix_nano"), f"{path}.endTimeUnixNano"),
+        attributes=attributes,
+        status_code=status_code,
+        status_message=status_message,
+        events=tuple(events),
+        resource=dict(resource or {}),
+        path=path,
+    )
+
+
+def spans_from_otlp_json(payload: Any, path: str = "body") -> list[SpanRecord]:
+    """An OTLP/JSON ``ExportTraceServiceRequest`` -> every span in it (with its resource attributes)."""
+    if not isinstance(payload, dict):
+        raise TraceFormatError(path, f"expected an object with resourceSpans, got {type(payload).__name__}")
+    resource_spans = require(payload, "resourceSpans", path, list)
+    out: list[SpanRecord] = []
+    for r_index, block in enumerate(resource_spans):
+        rpath = f"{path}.resourceSpans[{r_index}]"
+        if not isinstance(block, dict):
+            raise TraceFormatError(rpath, "expected an object {resource, scopeSpans}")
+        if "instrumentationLibrarySpans" in block and "scopeSpans" not in block:
+            raise TraceFormatError(
+                f"{rpath}.instrumentationLibrarySpans",
+                "the pre-1.0 OTLP field is not supported: send scopeSpans (OTLP >= 0.19)",
+            )
+        resource_obj = block.get("resource") or {}
+        if not isinstance(resource_obj, dict):
+            raise TraceFormatError(f"{rpath}.resource", "expected an object {attributes}")
+        resource = key_values(resource_obj.get("attributes", []), f"{rpath}.resource.attributes")
+        scope_spans = require(block, "scopeSpans", rpath, list)
+        for s_index, scope in enumerate(scope_spans):
+            spath = f"{rpath}.scopeSpans[{s_index}]"
+            spans = require(scope, "spans", spath, list)
+            for index, span in enumerate(spans):
+                record = span_from_json(span, f"{spath}.spans[{index}]", resource=resource)
+                if not record.trace_id:
+                    raise TraceFormatError(f"{spath}.spans[{index}].traceId", "missing")
+                out.append(record)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# OTLP/protobuf
+# --------------------------------------------------------------------------------------------
+
+
+def _proto_any(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    raw = getattr(value, kind)
+    if kind == "array_value":
+        return [_proto_any(v) for v in raw.values]
+    if kind == "kvlist_value":
+        return {kv.key: _proto_any(kv.value) for kv in raw.values}
+    return raw
+
+
+def spans_from_protobuf(body: bytes) -> list[SpanRecord]:
+    """A protobuf-encoded ``ExportTraceServiceRequest`` -> every span in it."""
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    try:
+        request = ExportTraceServiceRequest.FromString(body)
+    except DecodeError as exc:
+        raise TraceFormatError(
+            "body", f"not a protobuf ExportTraceServiceRequest ({exc}); send OTLP/protobuf or OTLP/JSON"
+        ) from None
+    out: list[SpanRecord] = []
+    for r_index, block in enumerate(request.resource_spans):
+        resource = {kv.key: _proto_any(kv.value) for kv in block.resource.attributes}
+        for s_index, scope in enumerate(block.scope_spans):
+            for index, span in enumerate(scope.spans):
+                path = f"body.resourceSpans[{r_index}].scopeSpans[{s_index}].spans[{index}]"
+                if not span.trace_id:
+                    raise TraceFormatError(f"{path}.traceId", "missing")
+                out.append(
+                    SpanRecord(
+                        trace_id=span.trace_id.hex(),
+                        span_id=span.span_id.hex(),
+                        parent_span_id=span.parent_span_id.hex(),
+                        name=span.name,
+                        start_ns=span.start_time_unix_nano or None,
+                        end_ns=span.end_time_unix_nano or None,
+                        attributes={kv.key: _proto_any(kv.value) for kv in span.attributes},
+                        status_code=_STATUS_BY_NUMBER.get(span.status.code, "UNSET"),
+                        status_message=span.status.message,
+                        events=tuple(
+                            {
+                                "name": e.name,
+                                "attributes": {kv.key: _proto_any(kv.value) for kv in e.attributes},
+                            }
+                            for e in span.events
+                        ),
+                        resource=resource,
+                        path=path,
+                    )
+                )
+    return out
+
+
+def group_by_trace(spans: Sequence[SpanRecord]) -> dict[str, list[SpanRecord]]:
+    """Spans grouped by trace id, in first-seen order of the trace ids."""
+    groups: dict[str, list[SpanRecord]] = {}
+    for span in spans:
+        groups.setdefault(span.trace_id, []).append(span)
+    return groups
+
+
+def json_text(value: Any) -> str:
+    """A value as compact JSON text (strings stay as they are)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
