@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from api.deps import ApiServices
 from api.errors import install_error_handlers
 from api.idempotency import IdempotentReplay, replay_handler
-from api.middleware import AccessLogMiddleware, ApiMetrics, BodyLimitMiddleware
+from api.middleware import AccessLogMiddleware, ApiMetrics, BodyLimitMiddleware, JsonSanitizeMiddleware
 from api.routes import datasets, events, health, projects, runs, traces, trees
 from core.runtime.settings import Settings
 
@@ -82,7 +82,9 @@ def create_app(settings: Settings, *, create_tables: bool | None = None) -> Fast
     app.add_exception_handler(IdempotentReplay, replay_handler)
     for module in (health, projects, runs, trees, datasets, traces, events):
         app.include_router(module.router)
-    # add_middleware wraps: the last added runs first. Access log outermost, so 413s are logged too.
+    # add_middleware wraps: the last added runs first. Access log outermost, so 413s are logged too;
+    # the sanitiser inside the body limit, so it only ever buffers a bounded body.
+    app.add_middleware(JsonSanitizeMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AccessLogMiddleware, metrics=metrics)
     return app

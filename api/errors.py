@@ -82,6 +82,39 @@ def error_response(
     return JSONResponse(body, status_code=status_code, headers=headers)
 
 
+_MISSING = object()
+
+
+def _without_union_tags(loc: tuple[Any, ...] | list[Any], body: Any, missing: bool) -> list[Any]:
+    """``loc`` with pydantic's union markers dropped (``body.openai.traces[0]`` -> ``body.traces[0]``).
+
+    pydantic puts the chosen member of a union (a discriminator tag, a type name) into the location;
+    walking the request body along it tells those apart from real keys. A missing field's own name
+    (the last element of a ``missing`` error) is kept although the body lacks it.
+    """
+    if not loc or loc[0] != "body":
+        return list(loc)
+    kept: list[Any] = [loc[0]]
+    current: Any = body
+    for index, part in enumerate(loc[1:], start=1):
+        last = index == len(loc) - 1
+        if isinstance(current, dict) and isinstance(part, str):
+            if part in current:
+                current = current[part]
+            elif not (last and missing):
+                continue  # a union marker
+            else:
+                current = _MISSING
+        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+            current = current[part]
+        elif isinstance(part, str) and current is not _MISSING and not (last and missing):
+            continue  # a union marker on a scalar value (e.g. "int" of str | int)
+        else:
+            current = _MISSING
+        kept.append(part)
+    return kept
+
+
 def _location(loc: tuple[Any, ...] | list[Any]) -> str:
     parts: list[str] = []
     for part in loc:
@@ -103,7 +136,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         fields = []
         for err in exc.errors():
-            loc = err.get("loc", ())
+            loc = _without_union_tags(err.get("loc", ()), exc.body, err.get("type") == "missing")
             message = str(err.get("msg", "invalid value"))
             fields.append({"field": _location(loc), "message": message})
         summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5]) or "invalid request"

@@ -1,4 +1,5 @@
-"""Owns the API's ASGI middleware: request ids, access logs, Prometheus metrics and the body limit.
+"""Owns the API's ASGI middleware: request ids, access logs, Prometheus metrics, the body limit and
+the JSON sanitiser (every JSON body passes api/sanitize.py before a handler sees it).
 
 Pure ASGI (no BaseHTTPMiddleware) so streamed responses stay streamed. The access log is one
 structured line per request (method, route template, status, duration, project and key prefix —
@@ -16,6 +17,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.sanitize import MAX_DEPTH, JsonProblem, TooDeep, json_problem, loads_bounded
 
 access_log = logging.getLogger("agentr.api.access")
 
@@ -51,8 +54,12 @@ class ApiMetrics:
         )
 
 
-def _json_error(status: int, code: str, detail: str, request_id: str) -> tuple[dict[str, Any], bytes]:
-    body = json.dumps({"error": code, "detail": detail, "fields": [], "request_id": request_id}).encode()
+def _json_error(
+    status: int, code: str, detail: str, request_id: str, fields: list[dict[str, str]] | None = None
+) -> tuple[dict[str, Any], bytes]:
+    body = json.dumps(
+        {"error": code, "detail": detail, "fields": fields or [], "request_id": request_id}
+    ).encode()
     start = {
         "type": "http.response.start",
         "status": status,
@@ -117,6 +124,74 @@ class BodyLimitMiddleware:
         )
         await send(start)
         await send({"type": "http.response.body", "body": body})
+
+
+def _is_json(content_type: bytes | None) -> bool:
+    """Whether FastAPI would parse a body with this content type as JSON (none given counts)."""
+    if not content_type:
+        return True
+    kind = content_type.split(b";", 1)[0].strip().lower()
+    return kind == b"application/json" or (kind.startswith(b"application/") and kind.endswith(b"+json"))
+
+
+class JsonSanitizeMiddleware:
+    """Refuses, with 422 naming the field, a JSON body holding lone surrogates, NUL characters or
+    nesting past ``api.sanitize.MAX_DEPTH`` (JSON inside strings included), before any handler runs.
+
+    Runs inside ``BodyLimitMiddleware``, so the body it buffers is already bounded. Bodies that are
+    not JSON at all are passed on unchanged (the route's own parser answers those).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        if not _is_json(dict(scope.get("headers", [])).get(b"content-type")):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        problem: JsonProblem | None = None
+        if body.strip():
+            try:
+                problem = json_problem(loads_bounded(body))
+            except TooDeep:
+                problem = JsonProblem("", f"nested deeper than {MAX_DEPTH} levels")
+            except ValueError:
+                problem = None  # not JSON: FastAPI answers 422 json_invalid
+        if problem is not None:
+            request_id = scope.get("state", {}).get("request_id", "")
+            field = problem.field()
+            start, payload = _json_error(
+                422,
+                "validation_error",
+                f"{field}: {problem.message}",
+                request_id,
+                [{"field": field, "message": problem.message}],
+            )
+            await send(start)
+            await send({"type": "http.response.body", "body": payload})
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 class AccessLogMiddleware:

@@ -1,8 +1,11 @@
 """Owns cursor pagination: opaque cursors over keyset positions, and the page-size parameter.
 
-A cursor is the url-safe base64 of a JSON list: the sort-key values of the last row of the previous
-page. The next page is ``WHERE (k1, k2) > (v1, v2)`` (or ``<`` for descending lists), so pages stay
-consistent while rows are added and never cost an OFFSET scan. ``keyset_page`` runs one such page
+A cursor is the url-safe base64 (unpadded) of a JSON list: the sort-key values of the last row of
+the previous page. A cursor that does not decode to values the query can use (wrong shape, an
+integer outside its column's range, text that is not valid Unicode, a timestamp outside what the
+database can hold) answers 422 naming ``cursor`` and never reaches the database. The next page is
+``WHERE (k1, k2) > (v1, v2)`` (or ``<`` for descending lists), so pages stay consistent while rows
+are added and never cost an OFFSET scan. ``keyset_page`` runs one such page
 of any list route: cursor in, rows and the next cursor out.
 """
 
@@ -12,14 +15,21 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import Query
-from sqlalchemy import ColumnElement, RowMapping, Select, and_, or_
+from sqlalchemy import BigInteger, ColumnElement, Integer, RowMapping, Select, SmallInteger, and_, or_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.errors import ApiError
+from api.sanitize import text_problem
+
+CURSOR_PATTERN = "^[A-Za-z0-9_-]{1,500}$"
+CURSOR_DESCRIPTION = (
+    "Opaque: the `next_cursor` of the previous page (url-safe base64 without padding); omit for "
+    "the first page."
+)
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -29,6 +39,14 @@ def limit_param(
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Items per page (1-500)."),
 ) -> int:
     return limit
+
+
+def cursor_param(
+    cursor: str | None = Query(
+        None, min_length=1, max_length=500, pattern=CURSOR_PATTERN, description=CURSOR_DESCRIPTION
+    ),
+) -> str | None:
+    return cursor
 
 
 def encode_cursor(values: Sequence[Any]) -> str:
@@ -51,7 +69,7 @@ def decode_cursor(cursor: str | None, types: Sequence[type]) -> list[Any] | None
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         values = json.loads(base64.urlsafe_b64decode(padded.encode()))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
         values = None
     if (
         not isinstance(values, list)
@@ -67,7 +85,19 @@ def _valid(value: Any, kind: type) -> bool:
         return False
     if isinstance(value, int):
         return -(2**63) <= value < 2**63
-    return "\x00" not in value if isinstance(value, str) else True
+    return text_problem(value) is None if isinstance(value, str) else True
+
+
+def _int_range(column: Any) -> tuple[int, int]:
+    """The values an integer column holds (PostgreSQL integer is 32-bit, bigint 64-bit)."""
+    column_type = getattr(column, "type", None)
+    if isinstance(column_type, BigInteger):
+        return -(2**63), 2**63 - 1
+    if isinstance(column_type, SmallInteger):
+        return -(2**15), 2**15 - 1
+    if isinstance(column_type, Integer):
+        return -(2**31), 2**31 - 1
+    return -(2**63), 2**63 - 1
 
 
 def after(columns: Sequence[Any], values: Sequence[Any], descending: bool = False) -> ColumnElement[bool]:
@@ -80,12 +110,18 @@ def after(columns: Sequence[Any], values: Sequence[Any], descending: bool = Fals
     return or_(*clauses)
 
 
-def _from_wire(value: Any, kind: type) -> Any:
+def _from_wire(value: Any, kind: type, column: Any) -> Any:
     if kind is datetime:
         try:
-            return datetime.fromisoformat(value)
-        except ValueError:
+            moment = datetime.fromisoformat(value)
+            # Compare in UTC; a year-9999 time with an offset overflows here, not in the driver.
+            return moment.astimezone(UTC) if moment.tzinfo is not None else moment
+        except (ValueError, OverflowError):
             raise _bad_cursor() from None
+    if kind is int:
+        low, high = _int_range(column)
+        if not low <= value <= high:
+            raise _bad_cursor()
     return value
 
 
@@ -108,7 +144,9 @@ async def keyset_page(
     (None on the last page). One row past ``limit`` is fetched to know whether more follow."""
     position = decode_cursor(cursor, [str if kind is datetime else kind for kind in types])
     if position is not None:
-        values = [_from_wire(value, kind) for value, kind in zip(position, types, strict=True)]
+        values = [
+            _from_wire(value, kind, key) for value, kind, key in zip(position, types, keys, strict=True)
+        ]
         query = query.where(after(keys, values, descending=descending))
     order = [key.desc() for key in keys] if descending else list(keys)
     query = query.order_by(*order).limit(limit + 1)

@@ -9,7 +9,7 @@ RunRequested carries. Unknown fields are rejected everywhere, so a typo is a 422
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -21,6 +21,7 @@ ExportFormat = Literal["openai", "sharegpt", "parquet"]
 
 
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
+TaskId = Annotated[str, Field(min_length=1, max_length=1000, description="A task id of the environment.")]
 
 
 def _nul_path(value: Any, path: str) -> str | None:
@@ -146,12 +147,18 @@ class SearchSettings(_Strict):
 
 
 class CriticSettings(_Strict):
+    """Critic settings (critic_service.critic.CriticConfig)."""
+
     strategy: Literal["model", "direct", "rules", "reflect"] = Field(
         "model",
         description="model: the actor judges each bad action (the paper); direct: the last action "
         "(Direct-Revision baseline); rules: invalid actions, loops and tool errors; reflect: the step "
         "after which the actor finds a reflection most likely.",
     )
+    plan: Literal["auto", "prefix", "batched"] | None = Field(
+        None, description="How `model` runs: auto (default), prefix reuse, or one batched call."
+    )
+    early_exit: bool | None = Field(None, description="Stop judging at the first bad verdict (true).")
     reflect_margin: float | None = Field(
         None,
         ge=0,
@@ -162,8 +169,97 @@ class CriticSettings(_Strict):
 
 
 class SpliceSettings(_Strict):
+    """Splicer settings (critic_service.splice_service.SpliceConfig)."""
+
     verify: bool = Field(True, description="Replay each revision in the environment when possible.")
     keep_unverified: bool = Field(False, description="Keep revisions whose replay missed the good reward.")
+    reflection: Literal["template", "model"] | None = Field(
+        None, description="Where the reflection sentence comes from (template, the default, or model)."
+    )
+    reflections: (
+        dict[
+            Annotated[str, Field(min_length=1, max_length=64)],
+            Annotated[str, Field(min_length=1, max_length=2000)],
+        ]
+        | None
+    ) = Field(
+        None, max_length=100, description="Reflection templates (id -> sentence); null = the built-in ones."
+    )
+
+
+class LoraIn(_Strict):
+    """LoRA adapter settings (train_service.sft.LoraSettings)."""
+
+    r: int | None = Field(None, ge=1, le=1024)
+    alpha: int | None = Field(None, ge=1, le=100_000)
+    dropout: float | None = Field(None, ge=0, lt=1)
+    target_modules: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, max_length=100
+    )
+
+
+class TrainSettings(_Strict):
+    """Overrides of the SFT configuration (train_service.sft.SFTConfig); unset fields keep its
+    defaults. To add a knob: add it here AND where the trainer reads it."""
+
+    model_path: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="When `model` is a served URL: the local folder with the weights that server serves "
+        "(required unless `data_only`); not allowed with a local `model` folder.",
+    )
+    epochs: float | None = Field(None, gt=0, le=1000, description="Passes over the dataset (1.0).")
+    max_steps: int | None = Field(
+        None, ge=-1, le=10_000_000, description="Optimizer steps; > 0 overrides epochs."
+    )
+    learning_rate: float | None = Field(None, gt=0, le=1, description="Peak AdamW learning rate (5e-4).")
+    lr_scheduler: str | None = Field(
+        None, pattern="^[a-z_]{1,40}$", description="A transformers scheduler name, or time_cosine."
+    )
+    warmup: float | None = Field(None, ge=0, le=1_000_000, description="Warmup steps; in [0, 1) a fraction.")
+    weight_decay: float | None = Field(None, ge=0, le=10)
+    batch_size: int | None = Field(None, ge=1, le=4096)
+    grad_accumulation: int | None = Field(None, ge=1, le=4096)
+    max_length: int | None = Field(None, ge=8, le=1_048_576, description="Tokens per sample (1024).")
+    packing: bool | None = None
+    pack_length: int | None = Field(None, ge=8, le=1_048_576)
+    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    bf16: bool | None = None
+    max_grad_norm: float | None = Field(None, gt=0, le=1e6)
+    time_budget_s: float | None = Field(
+        None, gt=0, le=30 * 24 * 3600, description="Stop training after this."
+    )
+    logging_steps: int | None = Field(None, ge=1, le=1_000_000)
+    lora: LoraIn | None = None
+
+
+class EvaluationSettings(_Strict):
+    """Overrides of the evaluation (train_service.evaluation.EvalConfig); unset fields keep its
+    defaults."""
+
+    max_steps: int | None = Field(
+        None, ge=1, le=1000, description="Actions per episode (100, the paper's max rounds)."
+    )
+    max_tokens: int | None = Field(None, ge=1, le=8192, description="Generation budget per turn (40).")
+    prompt_budget: int | None = Field(None, ge=16, le=1_048_576, description="Prompt tokens kept (1536).")
+    episodes_per_task: int | None = Field(None, ge=1, le=1000, description="Seeded episodes per task (3).")
+    temperature: float | None = Field(
+        None, ge=0, le=5, description="Sampling temperature of evaluation episodes (0.7; 0 = greedy)."
+    )
+    stratify: bool | None = Field(
+        None, description="Cap held-out tasks by a choice stratified over depths (true), else the first ones."
+    )
+    recovery_episodes: int | None = Field(
+        None,
+        ge=0,
+        le=10_000,
+        description="The starting model's failed held-out episodes, truncated at seeded random steps, "
+        "continued by every model (8).",
+    )
+    success_threshold: float | None = Field(None, ge=0, le=1, description="Reward counted as success (1.0).")
+    baseline: bool | None = Field(None, description="Also evaluate the starting model (true).")
+    seen_tasks: bool | None = Field(None, description="Also evaluate on the searched tasks (true).")
 
 
 class RunConfigIn(_Strict):
@@ -180,7 +276,7 @@ class RunConfigIn(_Strict):
         max_length=1000,
         description="Starting model: a local model folder or an OpenAI-compatible base URL.",
     )
-    tasks: list[str] = Field(
+    tasks: list[TaskId] = Field(
         default_factory=list,
         max_length=100_000,
         description="Explicit task ids; empty means `split` (cut to `max_tasks`).",
@@ -188,14 +284,14 @@ class RunConfigIn(_Strict):
     split: str = Field(
         "train", min_length=1, max_length=100, description="Named split when `tasks` is empty."
     )
-    max_tasks: int | None = Field(None, ge=1, description="Cap on tasks per iteration.")
-    eval_tasks: list[str] = Field(
-        default_factory=list, description="Held-out task ids; empty = `eval_split`."
+    max_tasks: int | None = Field(None, ge=1, le=1_000_000, description="Cap on tasks per iteration.")
+    eval_tasks: list[TaskId] = Field(
+        default_factory=list, max_length=100_000, description="Held-out task ids; empty = `eval_split`."
     )
     eval_split: str = Field("test", min_length=1, max_length=100, description="Split used for evaluation.")
-    max_eval_tasks: int | None = Field(20, ge=1, description="Cap on evaluation tasks.")
+    max_eval_tasks: int | None = Field(20, ge=1, le=1_000_000, description="Cap on evaluation tasks.")
     iterations: int = Field(3, ge=1, le=100, description="Search -> train iterations.")
-    alpha_schedule: list[float] = Field(
+    alpha_schedule: list[Annotated[float, Field(ge=0, le=1)]] = Field(
         default_factory=lambda: [0.5, 0.7, 1.0],
         min_length=1,
         max_length=100,
@@ -207,14 +303,14 @@ class RunConfigIn(_Strict):
     search: SearchSettings = Field(default_factory=lambda: SearchSettings.model_validate({}))
     critic: CriticSettings = Field(default_factory=lambda: CriticSettings.model_validate({}))
     splice: SpliceSettings = Field(default_factory=lambda: SpliceSettings.model_validate({}))
-    train: dict[str, Any] = Field(
-        default_factory=dict,
+    train: TrainSettings = Field(
+        default_factory=lambda: TrainSettings.model_validate({}),
         description="Overrides of the SFT configuration (epochs, learning_rate, ...), plus `model_path`: "
         "when `model` is a served URL, the local folder with the weights that server serves (required "
         "unless `data_only`); later iterations load the trained checkpoint folder locally.",
     )
-    evaluation: dict[str, Any] = Field(
-        default_factory=dict,
+    evaluation: EvaluationSettings = Field(
+        default_factory=lambda: EvaluationSettings.model_validate({}),
         description="Overrides of the evaluation (max_steps, max_tokens, recovery_episodes, baseline, ...).",
     )
     data_only: bool = Field(False, description="Stop each iteration once its dataset is ready (no training).")
@@ -255,6 +351,11 @@ class RunConfigIn(_Strict):
     def to_domain(self) -> RunConfig:
         data = self.model_dump()
         data["search"] = self.search.model_dump(exclude_none=True)
+        data["critic"] = self.critic.model_dump(exclude_none=True)
+        data["splice"] = self.splice.model_dump(exclude_none=True)
+        # explicit nulls mean something here (prompt_budget: null = no budget; bf16: null = auto)
+        data["train"] = self.train.model_dump(exclude_unset=True)
+        data["evaluation"] = self.evaluation.model_dump(exclude_unset=True)
         data["tasks"] = tuple(self.tasks)
         data["eval_tasks"] = tuple(self.eval_tasks)
         data["alpha_schedule"] = tuple(self.alpha_schedule)
@@ -400,19 +501,119 @@ class SamplePage(BaseModel):
 # ------------------------------------------------------------------------------------------------
 
 
-class TraceBatchIn(_Strict):
-    """A batch of production traces in one import format; all are stored or none is."""
+class _TraceEnvelope(BaseModel):
+    """The fields every trace format shares. A format's own fields beyond the ones described are
+    passed to its importer (core.formats), which names any malformed one in its 422."""
 
-    format: TraceFormat = Field(
-        description="openai: {messages, tools?}; otel: {spans: [...]} with gen_ai.* attributes; "
-        "sharegpt: {conversations: [{from, value}]}."
+    model_config = ConfigDict(extra="allow")
+
+    id: Annotated[str, Field(min_length=1, max_length=200)] | int | None = Field(
+        None, description="The caller's own id for the trace (at most 200 characters)."
     )
-    traces: list[dict[str, Any]] = Field(
-        min_length=1,
-        max_length=10_000,
-        description="The traces. Each may also carry task_key, outcome (success|failure|unknown), "
-        "reward and external_id next to its format's own fields.",
+    task_key: str | None = Field(
+        None, min_length=1, max_length=1000, description="Groups traces of one task; default: a hash."
     )
+    outcome: Literal["success", "failure", "unknown"] = Field("unknown", description="How the trace ended.")
+    reward: float | None = Field(None, ge=0, le=1, description="Final reward in [0, 1], if known.")
+    metadata: dict[str, Any] | None = Field(None, description="Free-form metadata kept with the trace.")
+
+
+class OpenAITextPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text"]
+    text: str
+
+
+class OpenAIFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, max_length=200)
+    arguments: str | dict[str, Any] = Field("", description="JSON text (or an object) of the arguments.")
+
+
+class OpenAIToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str = Field(min_length=1, max_length=200)
+    type: Literal["function"] = "function"
+    function: OpenAIFunction
+
+
+class OpenAIMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[OpenAITextPart] | None = None
+    tool_calls: list[OpenAIToolCall] | None = None
+    tool_call_id: str | None = Field(None, min_length=1, max_length=200)
+
+
+class OpenAITrace(_TraceEnvelope):
+    messages: list[OpenAIMessage] = Field(min_length=1, description="OpenAI chat messages, in order.")
+    tools: list[dict[str, Any]] | None = Field(None, description="The tool definitions offered.")
+
+
+class OtelSpan(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    attributes: dict[str, Any] | list[dict[str, Any]] = Field(
+        description="gen_ai.* attributes: an object, or an OTLP key-value list; gen_ai.input.messages "
+        "(and gen_ai.output.messages) hold the messages as JSON text or arrays."
+    )
+    start_time_unix_nano: int | str | None = None
+
+
+class OtelTrace(_TraceEnvelope):
+    spans: list[OtelSpan] = Field(min_length=1, description="The trace's spans; the last one is read.")
+
+
+class ShareGPTTurn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    from_: Literal[
+        "system",
+        "human",
+        "user",
+        "gpt",
+        "assistant",
+        "function_call",
+        "observation",
+        "tool",
+        "function_response",
+    ] = Field(alias="from")
+    value: str
+
+
+class ShareGPTTrace(_TraceEnvelope):
+    conversations: list[ShareGPTTurn] = Field(min_length=1, description="ShareGPT / AgentGym turns.")
+
+
+class _TraceBatch(_Strict):
+    traces: list[Any]
+
+    def trace_dicts(self) -> list[dict[str, Any]]:
+        """The traces as the importers read them: exactly the fields the caller sent."""
+        return [trace.model_dump(mode="json", by_alias=True, exclude_unset=True) for trace in self.traces]
+
+
+class OpenAIBatchIn(_TraceBatch):
+    format: Literal["openai"]
+    traces: list[OpenAITrace] = Field(min_length=1, max_length=10_000)
+
+
+class OtelBatchIn(_TraceBatch):
+    format: Literal["otel"]
+    traces: list[OtelTrace] = Field(min_length=1, max_length=10_000)
+
+
+class ShareGPTBatchIn(_TraceBatch):
+    format: Literal["sharegpt"]
+    traces: list[ShareGPTTrace] = Field(min_length=1, max_length=10_000)
+
+
+TraceBatchIn = Annotated[
+    OpenAIBatchIn | OtelBatchIn | ShareGPTBatchIn,
+    Field(
+        discriminator="format",
+        description="A batch of production traces in one import format (`format` picks the shape of "
+        "each trace); all are stored or none is. To add a format: a batch model here, in this union.",
+    ),
+]
 
 
 class TraceAccepted(BaseModel):

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError
 from api.idempotency import Idempotency, idempotency
-from api.pagination import keyset_page, limit_param
+from api.pagination import cursor_param, keyset_page, limit_param
 from api.reads import owned_row
 from api.schemas import (
     ERROR_RESPONSES,
@@ -83,7 +83,7 @@ async def submit_run(
 
 @router.get("", response_model=RunPage, summary="List runs, newest first")
 async def list_runs(
-    cursor: str | None = Query(None, max_length=500, description="From the previous page's next_cursor."),
+    cursor: str | None = Depends(cursor_param),
     status: str | None = Query(None, pattern="^[a-z_]{1,32}$", description="Only runs in this status."),
     limit: int = Depends(limit_param),
     principal: Principal = Depends(require("read")),

@@ -38,7 +38,7 @@ async def ingest_traces(
 ) -> Any:
     project_id = principal.project()
     try:
-        imported = parse_traces(body.traces, body.format)
+        imported = parse_traces(body.trace_dicts(), body.format)
     except TraceFormatError as exc:
         raise make_field_error(f"body.{exc.path}", exc.problem) from None
     new_events = []

@@ -16,7 +16,7 @@ from sqlalchemy import RowMapping, Table, select
 
 from api.datasets import row_to_sample
 from api.deps import ApiServices, Principal, require, services
-from api.pagination import keyset_page, limit_param
+from api.pagination import CURSOR_DESCRIPTION, CURSOR_PATTERN, keyset_page, limit_param
 from api.reads import owned_row
 from api.routes.runs import RunId, run_row
 from api.schemas import (
@@ -36,7 +36,9 @@ from core.store.tables import nodes, pairs, samples, trees
 
 router = APIRouter(prefix="/v1", tags=["trees"], responses=ERROR_RESPONSES)
 
-Cursor = Query(None, max_length=500, description="From the previous page's next_cursor.")
+Cursor = Query(
+    None, min_length=1, max_length=500, pattern=CURSOR_PATTERN, description=CURSOR_DESCRIPTION
+)
 Iteration = Query(None, ge=0, le=10_000, description="Only this iteration.")
 
 

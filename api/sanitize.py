@@ -1,0 +1,115 @@
+"""Owns the API's input-sanitising rules for JSON: text every column can store, bounded nesting.
+
+Every JSON request body (``SanitizeMiddleware`` in api/middleware.py) and every decoded cursor
+(api/pagination.py) passes ``json_problem`` before any handler or query sees it. A value is refused
+(422 naming its location) when
+
+* a string or object key holds a lone UTF-16 surrogate (``"\\ud800"`` is legal JSON but no UTF-8
+  text: PostgreSQL's driver fails to encode it) or a NUL character (PostgreSQL text cannot hold it);
+* a number is NaN or Infinity (Python's parser accepts them; JSON and PostgreSQL's jsonb do not);
+* nesting is deeper than ``MAX_DEPTH`` levels. JSON carried INSIDE a string (OpenAI
+  ``tool_calls[].function.arguments``, OTel ``gen_ai.input.messages``, ...) counts too: a string
+  that starts with ``{`` or ``[`` and parses as JSON is walked as if it were inline, so an importer
+  that parses it later never meets a depth it cannot handle.
+
+The walk is iterative (an explicit stack), so a hostile document cannot exhaust the interpreter's
+recursion limit here either; ``json.loads`` itself raises RecursionError on absurd depths, which
+``loads_bounded`` turns into the same refusal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+MAX_DEPTH = 64
+"""Deepest nesting accepted in a request (objects and arrays, JSON-in-strings included)."""
+
+
+@dataclass(frozen=True)
+class JsonProblem:
+    """Why a JSON value is refused, and where (dotted path, e.g. ``traces[0].messages[2].content``)."""
+
+    path: str
+    message: str
+
+    def field(self, root: str = "body") -> str:
+        if not self.path:
+            return root
+        return f"{root}{self.path}" if self.path.startswith("[") else f"{root}.{self.path}"
+
+
+class TooDeep(ValueError):
+    """``loads_bounded`` met JSON nested deeper than the limit."""
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as UTF-8 text, or None when it can."""
+    if "\x00" in text:
+        return "text must not contain NUL (\\u0000) characters"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"text holds a lone UTF-16 surrogate at character {exc.start}: not valid Unicode text"
+    return None
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def _embedded_json(text: str) -> Any | None:
+    """The value a string holds when it is itself a JSON object or array; None otherwise."""
+    stripped = text.lstrip()
+    if not stripped or stripped[0] not in "[{":
+        return None
+    try:
+        return json.loads(stripped)
+    except RecursionError:
+        raise TooDeep from None
+    except ValueError:
+        return None
+
+
+def json_problem(value: Any, max_depth: int = MAX_DEPTH) -> JsonProblem | None:
+    """The first reason ``value`` (parsed JSON) is refused, or None when it is acceptable."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, dict | list):
+            depth += 1
+            if depth > max_depth:
+                return JsonProblem(path, f"nested deeper than {max_depth} levels")
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    problem = text_problem(key) if isinstance(key, str) else None
+                    if problem is not None:
+                        return JsonProblem(path, f"object key: {problem}")
+                    stack.append((child, _join(path, str(key)), depth))
+            else:
+                stack.extend((child, _join(path, index), depth) for index, child in enumerate(item))
+        elif isinstance(item, float) and not math.isfinite(item):
+            return JsonProblem(path, "NaN and Infinity are not JSON numbers")
+        elif isinstance(item, str):
+            problem = text_problem(item)
+            if problem is not None:
+                return JsonProblem(path, problem)
+            try:
+                inner = _embedded_json(item)
+            except TooDeep:
+                return JsonProblem(path, f"holds JSON nested deeper than {max_depth} levels")
+            if inner is not None:
+                stack.append((inner, path, depth))
+    return None
+
+
+def loads_bounded(raw: bytes | str) -> Any:
+    """``json.loads`` that reports absurd nesting as ``TooDeep`` instead of RecursionError."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise TooDeep(f"nested deeper than {MAX_DEPTH} levels") from None
