@@ -94,7 +94,7 @@ def check(
     from core.envs.contract import DEFAULT_ACTIONS, check_env
     from core.envs.registry import open_env
 
-    console = Console()
+    console = Console(soft_wrap=True)
     checks = asyncio.run(check_env(lambda: open_env(env), actions=tuple(action) or DEFAULT_ACTIONS))
     marks = {"pass": "[green]PASS[/green]", "fail": "[red]FAIL[/red]", "skip": "[yellow]SKIP[/yellow]"}
     for item in checks:

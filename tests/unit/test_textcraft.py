@@ -189,3 +189,26 @@ def test_agentgym_uri_options_and_action_prefix_stripping() -> None:
     assert strip_action_prefix("Thought: need logs\n\nAction:\nget 1 oak logs") == "get 1 oak logs"
     assert strip_action_prefix("Thought: x\nAction: inventory") == "inventory"
     assert strip_action_prefix("inventory") == "inventory"
+
+
+async def test_goal_name_ids_are_the_same_task_as_their_index() -> None:
+    env = TextCraftEnv()
+    index = env.book.goals.index("minecraft:stone_pickaxe")
+    by_name = await env.reset("goal:stone_pickaxe")
+    assert by_name == env.observation_for(str(index)) == env.observation_for("goal:stone pickaxe")
+    assert env.goal_of("goal:minecraft:stone_pickaxe") == "minecraft:stone_pickaxe"
+    for action in solve("minecraft:stone_pickaxe"):
+        result = await env.step(action)
+    assert (result.reward, result.done) == (1.0, True)
+    with pytest.raises(UnknownTask, match="unknown goal 'diamond_house'"):
+        env.goal_of("goal:diamond_house")
+
+
+def test_goal_option_sets_the_default_tasks() -> None:
+    env = open_env("textcraft?goal=stone_pickaxe,oak planks")
+    assert env.task_ids() == ["goal:stone_pickaxe", "goal:oak_planks"]
+    assert len(env.task_ids("test")) == 100  # named splits still work
+    with pytest.raises(UnknownTask, match="unknown goal 'nope'"):
+        open_env("textcraft?goal=nope")
+    with pytest.raises(EnvError, match="either split or goal"):
+        open_env("textcraft?goal=stone_pickaxe&split=test")
