@@ -3,8 +3,9 @@ entry-point group, and the adapter that puts a user's object behind the Env port
 
 - ``python:package.module:factory?key=value&...`` imports ``package.module`` and calls
   ``factory(key="value", ...)`` (option values are strings; the factory converts them). The factory
-  may be a class. Standard-library modules and private names (``_x``) are refused: the URI is for an
-  environment package, not for calling arbitrary functions.
+  may be a class. The current directory is importable (as for ``uvicorn module:app``), so a module in
+  the project folder works without installing it. Standard-library modules and private names
+  (``_x``) are refused: the URI is for an environment package, not for calling arbitrary functions.
 - An installed distribution can declare ``[project.entry-points."agentr.envs"] NAME =
   "package.module:factory"``; then ``NAME?key=value`` opens it the same way, everywhere a built-in
   name works (run, search worker, eval, ``agentr env serve``, ``agentr env check``).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import sys
 from importlib.metadata import entry_points
 from typing import Any
@@ -134,6 +136,9 @@ def open_python(uri: str, target: str, options: dict[str, str]) -> Env:
         raise EnvError(f"environment URI {uri!r}: {module_name} is a standard-library module, not an env")
     if any(part.startswith("_") for part in [*module_name.split("."), *attr.split(".")]):
         raise EnvError(f"environment URI {uri!r}: private names are not environment factories")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.append(cwd)  # after installed packages: the current folder never shadows them
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
