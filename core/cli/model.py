@@ -1,4 +1,5 @@
-"""Owns the ``agentr model`` commands: build the tiny local model and serve a model over HTTP."""
+"""Owns the ``agentr model`` commands: build the tiny local model, import a GGUF file or model folder
+into a plain safetensors folder, and serve a model over HTTP."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from rich.console import Console
 
 console = Console(stderr=True)
 model_app = typer.Typer(
-    help="Local models: build the tiny test model, serve a model folder over HTTP.", no_args_is_help=True
+    help="Local models: build the tiny test model, import GGUF / hub folders, serve a model folder.",
+    no_args_is_help=True,
 )
 
 
@@ -43,6 +45,34 @@ def init_tiny(
             console.print(f"[red]cannot build the tiny model:[/red] {exc}")
             raise typer.Exit(2) from exc
     console.print(f"tiny model written to [bold]{path}[/bold]")
+
+
+@model_app.command("import")
+def import_cmd(
+    src: Path = typer.Argument(..., help="A .gguf file or a hub-style model folder."),
+    out: Path = typer.Argument(..., help="New folder for the plain safetensors model."),
+    dtype: str = typer.Option("float32", help="float32, bfloat16 or float16 for the saved weights."),
+    chat_template: Path | None = typer.Option(
+        None, "--chat-template", help="A Jinja chat template file to use instead of the source's."
+    ),
+) -> None:
+    """Turn a GGUF file (de-quantised) or a model folder into a plain safetensors model folder with
+    its tokenizer and chat template, loadable by `agentr run --model OUT` and `agentr model serve`."""
+    from transformers.utils import logging as hf_logging
+
+    from core.llm.model_import import ModelImportError, import_model
+
+    hf_logging.disable_progress_bar()
+    try:
+        with console.status(f"importing {src}..."):
+            report = import_model(src, out, dtype=dtype, chat_template=chat_template)
+    except (ModelImportError, OSError) as exc:
+        console.print(f"[red]cannot import {src}:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    console.print(
+        f"imported {report.kind} ({report.architecture}, {report.parameters / 1e6:.1f}M parameters, "
+        f"{report.dtype}) to [bold]{report.out}[/bold]"
+    )
 
 
 @model_app.command("serve")
