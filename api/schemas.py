@@ -298,8 +298,20 @@ class RunConfigIn(_Strict):
         description="Good-trajectory reward threshold per iteration (inclusive); the last value repeats.",
     )
     beta: float = Field(0.2, ge=0, le=1, description="A bad leaf's reward is at most good reward - beta.")
-    eta: float = Field(0.2, ge=0, lt=1, description="Share of general chat data in the training mix.")
+    eta: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="Agent share of the objective eta * L_agent + (1 - eta) * L_general, applied as a "
+        "mixing ratio (general samples = round(A * (1 - eta) / eta)); 1 = agent data only.",
+    )
     general_data: str | None = Field(None, max_length=1000, description="General chat data file (JSONL).")
+    mask_invalid_steps: bool = Field(
+        True, description="Good trajectories: env-rejected turns get loss weight 0 (kept as context)."
+    )
+    mask_loop_steps: bool = Field(
+        True, description="Good trajectories: repeats of an action loop get loss weight 0 (kept as context)."
+    )
     search: SearchSettings = Field(default_factory=lambda: SearchSettings.model_validate({}))
     critic: CriticSettings = Field(default_factory=lambda: CriticSettings.model_validate({}))
     splice: SpliceSettings = Field(default_factory=lambda: SpliceSettings.model_validate({}))

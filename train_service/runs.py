@@ -109,7 +109,15 @@ class RunEffects:
         return Path(self.settings.home).resolve() / "runs" / run_id
 
     # ---------------------------------------------------------------------------- dataset
-    async def load_samples(self, run_id: str, iteration: int) -> tuple[list[Candidate], list[Candidate]]:
+    async def load_samples(
+        self, run_id: str, iteration: int, config: RunConfig | None = None
+    ) -> tuple[list[Candidate], list[Candidate]]:
+        """Revision and good candidates of an iteration; good trajectories become samples with the
+        run's weight-0 rule for rejected steps and loop repeats (defaults when ``config`` is None)."""
+        mask = {
+            "mask_invalid_steps": config.mask_invalid_steps if config else True,
+            "mask_loop_steps": config.mask_loop_steps if config else True,
+        }
         from sqlalchemy import select
 
         from core.store.tables import samples
@@ -130,7 +138,7 @@ class RunEffects:
         good: list[Candidate] = []
         for row in rows:
             if row["kind"] == "good":
-                sample = trajectory_to_sample(from_dict(Trajectory, row["data"]), row["sample_id"])
+                sample = trajectory_to_sample(from_dict(Trajectory, row["data"]), row["sample_id"], **mask)
                 good.append(Candidate(sample, row["position"], row["template_id"]))
             elif row["kind"] == "revision":
                 revisions.append(
@@ -145,7 +153,7 @@ class RunEffects:
         from core.formats.export import file_fingerprint, read_general_chat, write_jsonl
 
         config = state.config
-        revisions, good = await self.load_samples(state.run_id, iteration)
+        revisions, good = await self.load_samples(state.run_id, iteration, config)
         general: list[TrainingSample] = []
         source = None
         if config.general_data:
@@ -161,11 +169,30 @@ class RunEffects:
                 revisions=revisions,
                 good=good,
                 general=general,
-                config=DatasetConfig(alpha_schedule=config.alpha_schedule, eta=config.eta, seed=config.seed),
+                config=DatasetConfig(
+                    alpha_schedule=config.alpha_schedule,
+                    eta=config.eta,
+                    seed=config.seed,
+                    mask_invalid_steps=config.mask_invalid_steps,
+                    mask_loop_steps=config.mask_loop_steps,
+                ),
                 general_source=source,
             )
         except DatasetError as exc:
             raise BadTrainingInput(str(exc)) from None
+        m = built.manifest
+        if m.note:
+            log.info("run %s iteration %d dataset: %s", state.run_id, iteration, m.note)
+        log.info(
+            "run %s iteration %d dataset: agent share %.3f (eta %s); good-sample turns at weight 0: "
+            "%d rejected by the environment, %d loop repeats",
+            state.run_id,
+            iteration,
+            m.agent_share,
+            config.eta,
+            m.masked_invalid_steps,
+            m.masked_loop_steps,
+        )
         folder = self.run_dir(state.run_id) / "datasets"
         path = folder / f"iter-{iteration}.jsonl"
         await asyncio.to_thread(write_jsonl, path, built.samples, "samples")
@@ -178,7 +205,13 @@ class RunEffects:
         counts = {"revision": 0, "good": 0, "general": 0}
         for sample in built.samples:
             counts[sample.kind] = counts.get(sample.kind, 0) + 1
-        return path, {"content_id": built.manifest.dataset_id, "samples": counts}
+        masked = {"invalid": m.masked_invalid_steps, "loop": m.masked_loop_steps}
+        return path, {
+            "content_id": m.dataset_id,
+            "samples": counts,
+            "agent_share": m.agent_share,
+            "masked_good_steps": masked,
+        }
 
     # ---------------------------------------------------------------------------- training
     def _celery_app(self) -> Any:

@@ -88,7 +88,7 @@ def runs_submit(
         [], "--alpha", help="Alpha per iteration (repeat); default 0.5 0.7 1.0."
     ),
     beta: float = typer.Option(0.2, "--beta", help="Bad reward <= good reward - beta."),
-    eta: float = typer.Option(0.2, "--eta", help="Share of general chat data in the mix."),
+    eta: float = typer.Option(0.2, "--eta", help="Agent share of the mix (paper's eta; 1 = agent only)."),
     strategy: str = typer.Option("model", "--critic", help="Critic strategy: model, direct or rules."),
     data_only: bool = typer.Option(
         False, "--data-only", help="Stop once each dataset is ready (no training)."

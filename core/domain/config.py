@@ -53,9 +53,15 @@ class RunConfig:
     beta: float = 0.2
     """A bad leaf's reward must be at most good reward - beta."""
     eta: float = 0.2
-    """Share of general chat data in the final training mix (see core/domain/datasets.py)."""
+    """Agent share of the paper's objective eta * L_agent + (1 - eta) * L_general, in (0, 1], applied
+    as a mixing ratio (general samples = round(A * (1 - eta) / eta)); 1 = agent data only. Without
+    general data training is agent-only and the dataset manifest notes it (core/domain/datasets.py)."""
     general_data: str | None = None
     """Path to general chat data (ShareGPT or OpenAI JSONL); None = no general data."""
+    mask_invalid_steps: bool = True
+    """In good trajectories, assistant turns the environment rejected get loss weight 0 (kept as context)."""
+    mask_loop_steps: bool = True
+    """In good trajectories, the repeats of an action loop get loss weight 0 (kept as context)."""
     search: dict[str, Any] = field(default_factory=dict)
     """Overrides of the search configuration (n_candidates, iterations, max_depth, c_uct, ...)."""
     critic: dict[str, Any] = field(default_factory=lambda: {"strategy": "model"})

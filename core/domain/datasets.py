@@ -6,14 +6,33 @@ Pure logic (stdlib only, no I/O). The dataset of iteration ``i`` is
 * every good trajectory whose reward is ``>= alpha_i`` (INCLUSIVE, so ``alpha = 1.0`` still admits
   perfect runs), where ``alpha_i = alpha_schedule[min(i, len(alpha_schedule) - 1)]``
   (default schedule 0.5, 0.7, 1.0), plus
-* general chat data mixed with ratio ``eta`` (default 0.2).
+* general chat data, mixed so that training follows the paper's objective (after AgentTuning)
+  ``L = eta * L_agent + (1 - eta) * L_general`` with ``L_agent`` over good + revision samples and
+  ``eta = 0.2`` by default.
 
-How eta is applied (the exact rule): ``eta`` is the FRACTION OF GENERAL DATA IN THE FINAL MIX,
-counted in samples. With ``A`` agent samples (revisions + admitted good trajectories) the number of
-general samples is ``G = round(eta * A / (1 - eta))`` (Python's round, half to even), capped by the
-number of general samples available (the shortfall is recorded in the manifest) and by
-``max_general`` when set. So with eta = 0.2 and A = 80, G = 20 and general data is 20/100 = 0.2 of
-the mix. ``eta = 0`` means no general data; ``eta`` must be in [0, 1).
+How eta is applied (the exact rule): as a MIXING RATIO, counted in samples. ``eta`` is the AGENT
+share of the mix: with ``A`` agent samples (revisions + admitted good trajectories) the number of
+general samples is ``G = round(A * (1 - eta) / eta)`` (Python's round, half to even), capped by the
+general samples available and by ``max_general`` when set. So with eta = 0.2 and A = 80, G = 320 and
+agent data is 80/400 = 0.2 of the mix. Why a mixing ratio and not loss weights: the trainer averages
+the loss over a shuffled mix, so drawing agent and general samples in the ratio eta : (1 - eta)
+makes the expected per-sample loss exactly ``eta * L_agent + (1 - eta) * L_general`` (AgentTuning
+trains its mixture the same way), needs no weighted loss in any trainer, and the exported dataset
+(JSONL / Parquet, for teams that train elsewhere) carries the objective with it. ``eta = 1`` means
+agent data only; ``eta`` must be in (0, 1] (``eta = 0`` would train on general data alone). Without
+general data (none configured, or a shortfall) the agent samples are all kept - never dropped to
+restore the ratio - and the manifest says so: ``agent_share`` is the share actually reached and
+``note`` explains it (the train service logs it).
+
+Good trajectories carry no false lessons: in a good trajectory the assistant turns whose step the
+environment rejected (``Step.valid`` False or an invalid-action observation, as
+``core.domain.critic.invalid_signal`` reads it) and the repeats of a loop (the same action and
+observation window occurring again back to back, as ``core.domain.critic.loop_starts`` defines a
+loop; the first occurrence stays trained) get loss weight 0 by default
+(``mask_invalid_steps`` / ``mask_loop_steps``, from ``RunConfig``). Those messages stay in the
+conversation as context, so the model still sees the mistake and what followed, but is never taught
+the invalid action as correct. ``trajectory_to_sample`` applies the rule and records it in the
+sample's provenance (``loss_masked``); the manifest counts the masked turns per reason.
 
 Selection is deterministic: the general samples are drawn without replacement with
 ``random.Random(f"{seed}:{iteration}")`` from the general pool in its given (file) order, and the
@@ -33,10 +52,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from core.domain.critic import invalid_signal
 from core.domain.ids import derived_id
 from core.domain.serde import from_dict, to_dict
 from core.domain.splice import conversation
-from core.domain.trajectory import TrainingSample, Trajectory
+from core.domain.trajectory import Step, TrainingSample, Trajectory
 
 DEFAULT_ALPHA_SCHEDULE: tuple[float, ...] = (0.5, 0.7, 1.0)
 
@@ -55,10 +75,13 @@ class DatasetConfig:
 
     alpha_schedule: good-trajectory reward threshold per iteration (inclusive); iterations past the
         end of the schedule use its last value.
-    eta: fraction of general chat data in the final mix, in [0, 1) (see the module docstring).
+    eta: the AGENT share of the objective ``eta * L_agent + (1 - eta) * L_general``, applied as a
+        mixing ratio, in (0, 1]; 1 = agent data only (see the module docstring).
     seed: seeds the general-data draw and the final shuffle.
     max_general: upper bound on general samples (None = no bound beyond eta).
     include_revisions / include_good: switch either source off (ablations).
+    mask_invalid_steps / mask_loop_steps: the weight-0 rule the good samples were built with
+        (``trajectory_to_sample``); a good sample built with another rule is an error.
     """
 
     alpha_schedule: tuple[float, ...] = DEFAULT_ALPHA_SCHEDULE
@@ -67,6 +90,8 @@ class DatasetConfig:
     max_general: int | None = None
     include_revisions: bool = True
     include_good: bool = True
+    mask_invalid_steps: bool = True
+    mask_loop_steps: bool = True
 
     def __post_init__(self) -> None:
         if not self.alpha_schedule:
@@ -74,8 +99,11 @@ class DatasetConfig:
         for alpha in self.alpha_schedule:
             if not isinstance(alpha, int | float) or isinstance(alpha, bool) or not 0.0 <= alpha <= 1.0:
                 raise DatasetError(f"alpha_schedule values must be numbers in [0, 1], got {alpha!r}")
-        if not isinstance(self.eta, int | float) or not 0.0 <= self.eta < 1.0:
-            raise DatasetError(f"eta must be a number in [0, 1), got {self.eta!r}")
+        if not isinstance(self.eta, int | float) or isinstance(self.eta, bool) or not 0.0 < self.eta <= 1.0:
+            raise DatasetError(
+                f"eta must be a number in (0, 1] - the agent share of the objective "
+                f"eta * L_agent + (1 - eta) * L_general (1 = agent data only), got {self.eta!r}"
+            )
         if self.max_general is not None and self.max_general < 0:
             raise DatasetError(f"max_general must be >= 0, got {self.max_general}")
 
@@ -118,6 +146,10 @@ class DatasetManifest:
     general_wanted: int = 0  # what eta asked for before capping
     good_rejected: int = 0  # good trajectories below alpha
     max_position: int | None = None
+    agent_share: float = 1.0  # agent samples / all samples actually reached (eta when not short)
+    masked_invalid_steps: int = 0  # good-sample assistant turns at weight 0: rejected by the env
+    masked_loop_steps: int = 0  # good-sample assistant turns at weight 0: repeats of a loop
+    note: str | None = None  # why the mix differs from eta (no or too little general data)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -149,12 +181,12 @@ class BuiltDataset:
 
 
 def general_count(agent_samples: int, eta: float) -> int:
-    """General samples wanted so that they are ``eta`` of the final mix: round(eta*A/(1-eta))."""
+    """General samples wanted so that agent data is ``eta`` of the mix: round(A*(1-eta)/eta)."""
     if agent_samples < 0:
         raise DatasetError(f"agent_samples must be >= 0, got {agent_samples}")
-    if not 0.0 <= eta < 1.0:
-        raise DatasetError(f"eta must be in [0, 1), got {eta!r}")
-    return int(round(eta * agent_samples / (1.0 - eta)))
+    if not 0.0 < eta <= 1.0:
+        raise DatasetError(f"eta must be in (0, 1] (the agent share), got {eta!r}")
+    return int(round(agent_samples * (1.0 - eta) / eta))
 
 
 def _sort_key(c: Candidate) -> tuple[int, str]:
@@ -212,6 +244,14 @@ def build_dataset(
     for c in good:
         if c.sample.kind != "good":
             raise DatasetError(f"sample {c.sample.sample_id} offered as good has kind {c.sample.kind!r}")
+        rule = _masking_of(c.sample)
+        wanted_rule = {"invalid_steps": cfg.mask_invalid_steps, "loop_steps": cfg.mask_loop_steps}
+        if rule is not None and {k: rule.get(k) for k in wanted_rule} != wanted_rule:
+            raise DatasetError(
+                f"good sample {c.sample.sample_id} was built with masking {rule}, but the dataset "
+                f"config asks for {wanted_rule} (build it with trajectory_to_sample(..., "
+                f"mask_invalid_steps={cfg.mask_invalid_steps}, mask_loop_steps={cfg.mask_loop_steps}))"
+            )
 
     chosen_rev = _dedupe(revisions) if cfg.include_revisions else []
     good_all = _dedupe(good) if cfg.include_good else []
@@ -245,6 +285,22 @@ def build_dataset(
     entries = tuple(e for _, e in pairs)
     cfg_dict: dict[str, Any] = to_dict(cfg)
     positions = [c.position for c in agent if c.position is not None]
+    masked = [_masking_of(c.sample) or {} for c in chosen_good]
+    agent_share = len(agent) / len(pairs)
+    note = None
+    if take < wanted:
+        why = (
+            "no general data is configured"
+            if not general
+            else f"general data has {len(general)} samples"
+            if take == len(general)
+            else f"max_general caps it at {cfg.max_general}"
+        )
+        note = (
+            f"eta={cfg.eta} asks for {wanted} general samples beside {len(agent)} agent samples, but {why}: "
+            f"training on {take} general samples (agent share {agent_share:.3f}"
+            + (", agent-only training)" if take == 0 else ")")
+        )
     manifest = DatasetManifest(
         dataset_id=_content_id(run_id, iteration, entries, cfg_dict),
         run_id=run_id,
@@ -257,6 +313,10 @@ def build_dataset(
         general_wanted=wanted,
         good_rejected=good_rejected,
         max_position=max(positions) if positions else None,
+        agent_share=agent_share,
+        masked_invalid_steps=sum(int(m.get("invalid", 0)) for m in masked),
+        masked_loop_steps=sum(int(m.get("loop", 0)) for m in masked),
+        note=note,
     )
     return BuiltDataset(tuple(s for s, _ in pairs), manifest)
 
@@ -296,8 +356,41 @@ def rebuild(
     return tuple(out)
 
 
-def trajectory_to_sample(trajectory: Trajectory, sample_id: str) -> TrainingSample:
-    """A good trajectory as a training sample: every assistant turn trained on (weight 1).
+def _masking_of(sample: TrainingSample) -> dict[str, Any] | None:
+    value = sample.provenance.get("loss_masked")
+    return value if isinstance(value, dict) else None
+
+
+def loop_repeats(steps: Sequence[Step], max_period: int = 3, min_span: int = 3) -> set[int]:
+    """Indexes of the steps that REPEAT a loop: the (action, observation) window of ``p`` steps
+    (p <= max_period) occurring again right after itself, with at least ``min_span`` steps taking
+    part (the rule of ``core.domain.critic.loop_starts``: one legitimate double "get" is not a loop,
+    three identical steps are). The first occurrence of the window is not a repeat."""
+    keys = [(" ".join(s.action.lower().split()), s.observation.strip()) for s in steps]
+    out: set[int] = set()
+    for end in range(len(keys)):
+        for period in range(1, max_period + 1):
+            span = max(2 * period, min_span)
+            start = end - span + 1
+            if start < 0:
+                continue
+            if all(keys[i] == keys[i - period] for i in range(start + period, end + 1)):
+                out.update(range(start + period, end + 1))
+                break
+    return out
+
+
+def trajectory_to_sample(
+    trajectory: Trajectory,
+    sample_id: str,
+    *,
+    mask_invalid_steps: bool = True,
+    mask_loop_steps: bool = True,
+) -> TrainingSample:
+    """A good trajectory as a training sample: each assistant turn trained on (weight 1), except
+    (by default) the turns whose step the environment rejected and the repeats of a loop, which stay
+    in the conversation at weight 0 (see the module docstring). The rule and its counts are recorded
+    in ``provenance["loss_masked"]``.
 
     The observation after the final action is dropped (nothing follows it to train on). Tool
     steps stay native (core.domain.splice.conversation: assistant ``tool_calls`` + ``tool``
@@ -305,14 +398,31 @@ def trajectory_to_sample(trajectory: Trajectory, sample_id: str) -> TrainingSamp
     """
     if not trajectory.steps:
         raise DatasetError(f"trajectory for sample {sample_id} has no steps")
-    msgs = conversation(trajectory.instruction, trajectory.task, [(s, 1, "") for s in trajectory.steps])
+    loops = loop_repeats(trajectory.steps) if mask_loop_steps else set()
+    planned: list[tuple[Step, int, str]] = []
+    invalid_count = loop_count = 0
+    for i, step in enumerate(trajectory.steps):
+        weight = 1
+        if mask_invalid_steps and invalid_signal(step) is not None:
+            weight, invalid_count = 0, invalid_count + 1
+        elif i in loops:
+            weight, loop_count = 0, loop_count + 1
+        planned.append((step, weight, ""))
+    msgs = conversation(trajectory.instruction, trajectory.task, planned)
     if trajectory.steps[-1].kind != "tool" and msgs[-1].role == "user":
         msgs = msgs[:-1]
+    provenance = dict(trajectory.provenance)
+    provenance["loss_masked"] = {
+        "invalid_steps": mask_invalid_steps,
+        "loop_steps": mask_loop_steps,
+        "invalid": invalid_count,
+        "loop": loop_count,
+    }
     return TrainingSample(
         sample_id=sample_id,
         kind="good",
         messages=msgs,
         reward=trajectory.reward,
-        provenance=dict(trajectory.provenance),
+        provenance=provenance,
         tools=trajectory.tools,
     )

@@ -43,20 +43,27 @@ def revs(n: int, start_pos: int = 100) -> list[Candidate]:
     return [Candidate(sample(f"r{i}"), start_pos + i, "tpl-v1") for i in range(n)]
 
 
-def test_general_count_makes_eta_the_fraction_of_the_final_mix() -> None:
-    assert general_count(80, 0.2) == 20
-    assert general_count(80, 0.0) == 0
+def test_general_count_makes_eta_the_agent_share_of_the_mix() -> None:
+    # L = eta * L_agent + (1 - eta) * L_general as a mixing ratio: agent data is eta of the samples
+    assert general_count(80, 0.2) == 320  # 80 / (80 + 320) = 0.2
+    assert general_count(80, 1.0) == 0  # eta = 1: agent data only
     assert general_count(0, 0.2) == 0
     assert general_count(3, 0.5) == 3
+    with pytest.raises(DatasetError, match="agent share"):
+        general_count(10, 0.0)
 
 
-@given(st.integers(min_value=1, max_value=5000), st.floats(min_value=0.0, max_value=0.9))
-def test_general_fraction_is_within_rounding_of_eta(agent: int, eta: float) -> None:
+@given(st.integers(min_value=1, max_value=5000), st.floats(min_value=0.05, max_value=1.0))
+def test_agent_fraction_is_within_rounding_of_eta(agent: int, eta: float) -> None:
     g = general_count(agent, eta)
-    # g is eta*agent/(1-eta) rounded, so g / (agent + g) is eta up to that rounding
-    assert abs(g - eta * agent / (1 - eta)) <= 0.5
-    if g:
-        assert abs(g / (agent + g) - eta) <= 0.5 / (agent + g) + 1e-12
+    # g is agent*(1-eta)/eta rounded, so agent / (agent + g) is eta up to that rounding
+    assert abs(g - agent * (1 - eta) / eta) <= 0.5
+    share = agent / (agent + g)
+    assert abs(share - eta) <= 0.5 / (agent + g) * (1 + eta) + 1e-12
+    # the expected per-sample loss of the shuffled mix is eta * L_agent + (1 - eta) * L_general
+    l_agent, l_general = 2.0, 5.0
+    mixed = (agent * l_agent + g * l_general) / (agent + g)
+    assert abs(mixed - (share * l_agent + (1 - share) * l_general)) < 1e-9
 
 
 def test_eta_mixing_counts_and_alpha_filter() -> None:
@@ -74,11 +81,12 @@ def test_eta_mixing_counts_and_alpha_filter() -> None:
     )
     counts = built.manifest.counts
     # alpha(0) = 0.5, inclusive: 0.5, 0.69, 0.7, 1.0 admitted; 0.4 rejected
-    assert counts == {"revision": 7, "good": 4, "general": round(0.2 * 11 / 0.8)}
-    assert counts["general"] == 3
+    assert counts == {"revision": 7, "good": 4, "general": round(11 * 0.8 / 0.2)}
+    assert counts["general"] == 44
+    assert built.manifest.agent_share == 11 / 55 == 0.2 and built.manifest.note is None
     assert built.manifest.good_rejected == 1
     assert built.manifest.alpha == 0.5
-    assert len(built.samples) == 14
+    assert len(built.samples) == 55
     assert built.manifest.template_ids == ("tpl-v1",)
     assert built.manifest.max_position == 204
 
@@ -91,8 +99,10 @@ def test_eta_mixing_counts_and_alpha_filter() -> None:
 
 def test_general_shortfall_and_cap_are_recorded() -> None:
     built = build_dataset(run_id=None, iteration=0, revisions=revs(40), good=[], general=general_pool(4))
-    assert built.manifest.counts["general"] == 4
-    assert built.manifest.general_wanted == 10
+    assert built.manifest.counts == {"revision": 40, "good": 0, "general": 4}  # agent data never dropped
+    assert built.manifest.general_wanted == 160
+    assert built.manifest.agent_share == 40 / 44
+    assert built.manifest.note is not None and "general data has 4 samples" in built.manifest.note
     capped = build_dataset(
         run_id=None,
         iteration=0,
@@ -102,6 +112,19 @@ def test_general_shortfall_and_cap_are_recorded() -> None:
         config=DatasetConfig(max_general=2),
     )
     assert capped.manifest.counts["general"] == 2
+    assert capped.manifest.note is not None and "max_general caps it at 2" in capped.manifest.note
+
+
+def test_without_general_data_training_is_agent_only_with_a_note() -> None:
+    built = build_dataset(run_id="r", iteration=0, revisions=revs(5), good=[], general=[])
+    assert built.manifest.counts == {"revision": 5, "good": 0, "general": 0}
+    assert built.manifest.agent_share == 1.0 and built.manifest.general_wanted == 20
+    assert built.manifest.note is not None
+    assert "no general data is configured" in built.manifest.note and "agent-only" in built.manifest.note
+    only = build_dataset(
+        run_id="r", iteration=0, revisions=revs(5), good=[], general=[], config=DatasetConfig(eta=1.0)
+    )
+    assert only.manifest.note is None and only.manifest.general_wanted == 0  # asked for: no note
 
 
 def test_build_is_deterministic_and_order_independent() -> None:
@@ -146,8 +169,10 @@ def test_empty_dataset_is_a_clear_error() -> None:
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"eta": 1.0}, "eta"),
+        ({"eta": 0.0}, "agent share"),  # general data alone is not agent training
+        ({"eta": 1.5}, "eta"),
         ({"eta": -0.1}, "eta"),
+        ({"eta": True}, "eta"),
         ({"alpha_schedule": ()}, "alpha_schedule"),
         ({"alpha_schedule": (0.5, 1.5)}, "alpha_schedule"),
         ({"alpha_schedule": ("0.5",)}, "alpha_schedule"),  # thresholds read as strings: refused
@@ -179,3 +204,74 @@ def test_trajectory_to_sample() -> None:
     assert [m.weight for m in s.messages] == [0, 0, 1, 0, 1]
     assert s.messages[2].content == "Thought: need planks\nAction: get 2 oak planks"
     assert s.kind == "good" and s.reward == 1.0
+
+
+def _traj(steps: tuple[Step, ...]) -> Trajectory:
+    return Trajectory(task="Goal: craft black dye.", instruction="You craft.", steps=steps, reward=1.0)
+
+
+def test_good_sample_gives_rejected_steps_weight_zero_and_keeps_them_as_context() -> None:
+    steps = (
+        Step("t", "get 1 ink sac", "Got 1 ink sac"),
+        Step(
+            "t", "craft 1 orange bone using 1 orange tulip", "Could not find a valid recipe for orange bone"
+        ),
+        Step("t", "craft 2 black dye using 1 ink sac", "Wrong item format: 2 black dye", valid=False),
+        Step("t", "craft 1 black dye using 1 ink sac", "Crafted 1 minecraft:black_dye", 1.0, True),
+    )
+    s = trajectory_to_sample(_traj(steps), "g1")
+    assistant = [m for m in s.messages if m.role == "assistant"]
+    assert [m.weight for m in assistant] == [1, 0, 0, 1]
+    assert "orange bone" in assistant[1].content  # still in the conversation, as context
+    assert any("Could not find a valid recipe" in m.content for m in s.messages if m.role == "user")
+    assert s.provenance["loss_masked"] == {"invalid_steps": True, "loop_steps": True, "invalid": 2, "loop": 0}
+    kept = trajectory_to_sample(_traj(steps), "g1", mask_invalid_steps=False)
+    assert [m.weight for m in kept.messages if m.role == "assistant"] == [1, 1, 1, 1]
+
+
+def test_good_sample_gives_loop_repeats_weight_zero_but_not_a_legitimate_double_step() -> None:
+    steps = (
+        Step("t", "get 1 bamboo", "Got 1 bamboo"),
+        Step("t", "get 1 bamboo", "Got 1 bamboo"),  # a double get is legitimate
+        Step("t", "inventory", "Inventory: [bamboo] (2)"),
+        Step("t", "inventory", "Inventory: [bamboo] (2)"),
+        Step("t", "inventory", "Inventory: [bamboo] (2)"),  # three in a row: a loop
+        Step("t", "craft 1 stick using 2 bamboo", "Crafted 1 minecraft:stick", 1.0, True),
+    )
+    s = trajectory_to_sample(_traj(steps), "g2")
+    assert [m.weight for m in s.messages if m.role == "assistant"] == [1, 1, 1, 0, 0, 1]
+    assert s.provenance["loss_masked"]["loop"] == 2
+    period_two = (
+        Step("t", "get 1 a", "Got 1 a"),
+        Step("t", "inventory", "Inventory: [a] (1)"),
+        Step("t", "get 1 a", "Got 1 a"),
+        Step("t", "inventory", "Inventory: [a] (1)"),
+        Step("t", "craft 1 b using 1 a", "Crafted 1 minecraft:b", 1.0, True),
+    )
+    weights = [
+        m.weight for m in trajectory_to_sample(_traj(period_two), "g3").messages if m.role == "assistant"
+    ]
+    assert weights == [1, 1, 0, 0, 1]
+    off = trajectory_to_sample(_traj(steps), "g2", mask_loop_steps=False)
+    assert [m.weight for m in off.messages if m.role == "assistant"] == [1] * 6
+
+
+def test_manifest_counts_masked_good_steps_and_checks_the_rule() -> None:
+    bad_step = Step("t", "craft 1 x using 1 y", "Could not find a valid recipe for x")
+    win = Step("t", "craft 1 black dye using 1 ink sac", "Crafted 1 minecraft:black_dye", 1.0, True)
+    loop = Step("t", "inventory", "Inventory: []")
+    a = trajectory_to_sample(_traj((bad_step, win)), "a")
+    b = trajectory_to_sample(_traj((loop, loop, loop, bad_step, win)), "b")
+    built = build_dataset(run_id="r", iteration=0, revisions=[], good=[Candidate(a, 1), Candidate(b, 2)])
+    assert built.manifest.masked_invalid_steps == 2 and built.manifest.masked_loop_steps == 2
+    data = json.loads(json.dumps(built.manifest.to_dict()))
+    assert data["masked_invalid_steps"] == 2 and DatasetManifest.from_dict(data) == built.manifest
+    # a good sample built with another rule than the dataset's is refused, naming both
+    with pytest.raises(DatasetError, match="built with masking"):
+        build_dataset(
+            run_id="r",
+            iteration=0,
+            revisions=[],
+            good=[Candidate(a, 1)],
+            config=DatasetConfig(mask_loop_steps=False),
+        )
