@@ -19,7 +19,7 @@ from api.deps import ApiServices
 from api.errors import install_error_handlers
 from api.idempotency import IdempotentReplay, replay_handler
 from api.middleware import AccessLogMiddleware, ApiMetrics, BodyLimitMiddleware, JsonSanitizeMiddleware
-from api.routes import datasets, events, health, projects, runs, traces, trees
+from api.routes import datasets, events, health, listings, otlp, projects, runs, traces, trees
 from core.runtime.settings import Settings
 
 log = logging.getLogger("agentr.api")
@@ -80,7 +80,7 @@ def create_app(settings: Settings, *, create_tables: bool | None = None) -> Fast
     )
     install_error_handlers(app)
     app.add_exception_handler(IdempotentReplay, replay_handler)
-    for module in (health, projects, runs, trees, datasets, traces, events):
+    for module in (health, projects, runs, trees, datasets, traces, otlp, listings, events):
         app.include_router(module.router)
     # add_middleware wraps: the last added runs first. Access log outermost, so 413s are logged too;
     # the sanitiser inside the body limit, so it only ever buffers a bounded body.

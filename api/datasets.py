@@ -37,19 +37,49 @@ DEFAULT_PAGE_SIZE = 500
 
 _SAMPLE_KEYS = frozenset(f.name for f in dataclasses.fields(TrainingSample))
 _TRAJECTORY_KEYS = frozenset(f.name for f in dataclasses.fields(Trajectory))
+_PLAIN_MESSAGE_KEYS = frozenset(
+    {"role", "content", "weight", "tool_call_id", "name", "reasoning", "tool_calls"}
+)
+_PLAIN_STEP_KEYS = frozenset(f.name for f in dataclasses.fields(Step))
+
+
+def _message(m: dict[str, Any]) -> Message:
+    if m.get("tool_calls") or not m.keys() <= _PLAIN_MESSAGE_KEYS:
+        return from_dict(Message, m)
+    return Message(
+        m["role"],
+        m["content"],
+        m.get("weight", 0),
+        tool_call_id=m.get("tool_call_id"),
+        name=m.get("name"),
+        reasoning=m.get("reasoning", ""),
+    )
+
+
+def _step(s: dict[str, Any]) -> Step:
+    if (
+        s.get("tool_calls")
+        or s.get("tool_results")
+        or s.get("alternatives")
+        or not s.keys() <= _PLAIN_STEP_KEYS
+    ):
+        return from_dict(Step, s)
+    return Step(**s)
 
 
 def _training_sample(data: dict[str, Any]) -> TrainingSample:
     """Decode a stored TrainingSample. The generic ``from_dict`` costs most of an export's time, so
-    rows of the known shape take a direct path; anything else goes through ``from_dict``."""
+    rows of the known shape (messages without tool calls) take a direct path; anything else goes
+    through ``from_dict``."""
     if data.keys() <= _SAMPLE_KEYS:
         try:
             return TrainingSample(
                 sample_id=data["sample_id"],
                 kind=data["kind"],
-                messages=tuple(Message(**m) for m in data["messages"]),
+                messages=tuple(_message(m) for m in data["messages"]),
                 reward=data.get("reward"),
                 provenance=data.get("provenance") or {},
+                tools=tuple(data.get("tools") or ()),
             )
         except (KeyError, TypeError):  # not the plain shape: let from_dict decode or explain it
             pass
@@ -62,9 +92,10 @@ def _trajectory(data: dict[str, Any]) -> Trajectory:
             return Trajectory(
                 task=data["task"],
                 instruction=data["instruction"],
-                steps=tuple(Step(**s) for s in data["steps"]),
+                steps=tuple(_step(s) for s in data["steps"]),
                 reward=data.get("reward"),
                 provenance=data.get("provenance") or {},
+                tools=tuple(data.get("tools") or ()),
             )
         except (KeyError, TypeError):
             pass

@@ -1,4 +1,13 @@
-"""Owns the dataset download route: one iteration's training data, streamed in an export format."""
+"""Owns the dataset routes: one iteration's training data, and named trace datasets.
+
+* ``GET /v1/runs/{run_id}/iterations/{iteration}/dataset``: an iteration's data, streamed.
+* ``POST /v1/datasets``: build a named, versioned dataset from a query over the event log
+  (api.trace_datasets); ``GET /v1/datasets`` / ``GET /v1/datasets/{id}`` list and show them (the
+  latter with the manifest's entries); ``GET /v1/datasets/{id}/download?format=`` streams it in
+  openai / sharegpt / samples JSONL or Parquet, read from the event log in pages;
+  ``POST /v1/datasets/{id}/rebuild`` re-runs the stored query up to the manifest's log position
+  and says whether the same entries come out.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +17,27 @@ from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 
+from api import trace_datasets as builds
+from api.dataset_schemas import (
+    DatasetEntryOut,
+    DatasetFormat,
+    DatasetIn,
+    DatasetOut,
+    DatasetPage,
+    DatasetSummaryOut,
+    RebuildOut,
+)
 from api.datasets import iter_dataset, jsonl_bytes, parquet_bytes
 from api.deps import ApiServices, Principal, require, services
-from api.errors import ApiError, not_found
+from api.errors import ApiError, field_error, not_found
+from api.idempotency import Idempotency, idempotency
+from api.pagination import cursor_param, keyset_page, limit_param
+from api.reads import owned_row
 from api.routes.runs import RunId, run_row
-from api.schemas import ERROR_RESPONSES, ExportFormat
-from core.store.tables import iterations
+from api.schemas import ERROR_RESPONSES, ID_PATTERN, ExportFormat
+from api.writes import append, new_event
+from core.domain.trace_datasets import DatasetManifest, DatasetQueryError
+from core.store.tables import datasets, iterations
 
 router = APIRouter(prefix="/v1", tags=["datasets"], responses=ERROR_RESPONSES)
 
@@ -21,6 +45,19 @@ _MEDIA = {
     "openai": ("application/x-ndjson", "jsonl"),
     "sharegpt": ("application/x-ndjson", "jsonl"),
     "parquet": ("application/vnd.apache.parquet", "parquet"),
+    "samples": ("application/x-ndjson", "jsonl"),
+}
+DatasetId = Path(pattern=ID_PATTERN, description="The dataset id (from POST /v1/datasets).")
+_DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "OpenAI fine-tuning JSONL (tools, tool_calls, assistant `weight` 0/1), ShareGPT "
+        "JSONL (`loss` flags; LLaMA-Factory function_call / observation with tools), internal samples "
+        "JSONL, or Parquet, streamed.",
+        "content": {
+            "application/x-ndjson": {"schema": {"type": "string"}},
+            "application/vnd.apache.parquet": {"schema": {"type": "string", "format": "binary"}},
+        },
+    }
 }
 
 
@@ -87,3 +124,132 @@ async def _count(samples: Any, svc: ApiServices, fmt: str) -> Any:
     async for sample in samples:
         counter.inc()
         yield sample
+
+
+# ------------------------------------------------------------------------------------------------
+# Named trace datasets
+# ------------------------------------------------------------------------------------------------
+
+
+def _query_error(exc: DatasetQueryError) -> ApiError:
+    text = str(exc)
+    where, _, problem = text.partition(": ")
+    if not problem or " " in where:
+        return ApiError(422, text)
+    return field_error(f"body.{where}", problem)
+
+
+def _summary(row: Any) -> DatasetSummaryOut:
+    return DatasetSummaryOut(**{k: row[k] for k in DatasetSummaryOut.model_fields})
+
+
+def _entries(manifest: DatasetManifest) -> list[DatasetEntryOut]:
+    return [DatasetEntryOut(**vars(e)) for e in manifest.entries]
+
+
+@router.post(
+    "/datasets", status_code=201, response_model=DatasetOut, summary="Build a named dataset from a query"
+)
+async def create_dataset(
+    body: DatasetIn,
+    principal: Principal = Depends(require("run")),
+    idem: Idempotency = Depends(idempotency),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    project_id = principal.project()
+    try:
+        manifest = await builds.plan(
+            svc.store.engine, project_id, body.name, body.query.to_domain(), body.allow_empty
+        )
+    except DatasetQueryError as exc:
+        raise _query_error(exc) from None
+    event, stream = builds.created_event(project_id, manifest)
+    await append(
+        svc,
+        [new_event(stream, event, project_id=project_id, event_id=idem.new_id("event", 0))],
+        expected_versions={stream: -1},
+    )
+    async with svc.store.engine.connect() as conn:
+        row = await owned_row(conn, datasets, "dataset_id", manifest.dataset_id, project_id, "dataset")
+    out = DatasetOut(**_summary(row).model_dump(), entries=_entries(manifest)).model_dump(mode="json")
+    await idem.save(201, out)
+    return out
+
+
+@router.get("/datasets", response_model=DatasetPage, summary="List the project's datasets, newest first")
+async def list_datasets(
+    cursor: str | None = Depends(cursor_param),
+    name: str | None = Query(None, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"),
+    limit: int = Depends(limit_param),
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    query = select(datasets).where(datasets.c.project_id == principal.project())
+    if name is not None:
+        query = query.where(datasets.c.name == name)
+    page, next_cursor = await keyset_page(
+        svc.store.engine, query, [datasets.c.position], (int,), cursor, limit, descending=True
+    )
+    return DatasetPage(items=[_summary(row) for row in page], next_cursor=next_cursor)
+
+
+async def _dataset(svc: ApiServices, project_id: str, dataset_id: str) -> tuple[Any, DatasetManifest]:
+    async with svc.store.engine.connect() as conn:
+        row = await owned_row(conn, datasets, "dataset_id", dataset_id, project_id, "dataset")
+    return row, await builds.read_manifest(svc.store, dataset_id)
+
+
+@router.get("/datasets/{dataset_id}", response_model=DatasetOut, summary="A dataset with its manifest")
+async def get_dataset(
+    dataset_id: str = DatasetId,
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    row, manifest = await _dataset(svc, principal.project(), dataset_id)
+    return DatasetOut(**_summary(row).model_dump(), entries=_entries(manifest))
+
+
+@router.get(
+    "/datasets/{dataset_id}/download",
+    response_class=StreamingResponse,
+    summary="Download a dataset (streamed from the event log)",
+    responses=_DOWNLOAD_RESPONSES,
+)
+async def download_named_dataset(
+    dataset_id: str = DatasetId,
+    format: DatasetFormat = Query("openai", description="openai, sharegpt, samples or parquet."),
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    row, manifest = await _dataset(svc, principal.project(), dataset_id)
+    counted = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
+    body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
+    media_type, suffix = _MEDIA[format]
+    name = f"{row['name']}-v{row['version']}-{format}.{suffix}"
+    headers = {
+        "Content-Disposition": f'attachment; filename="{name}"',
+        "X-Dataset-Id": dataset_id,
+        "X-Dataset-Entries-Sha256": row["entries_sha256"],
+    }
+    return StreamingResponse(body, media_type=media_type, headers=headers)
+
+
+@router.post(
+    "/datasets/{dataset_id}/rebuild",
+    response_model=RebuildOut,
+    summary="Re-run a dataset's query up to its log position and compare with its manifest",
+)
+async def rebuild_dataset(
+    dataset_id: str = DatasetId,
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    project_id = principal.project()
+    _row, manifest = await _dataset(svc, project_id, dataset_id)
+    problems = await builds.rebuild_problems(svc.store.engine, project_id, manifest)
+    return RebuildOut(
+        dataset_id=dataset_id,
+        identical=not problems,
+        problems=list(problems),
+        entries_sha256=manifest.entries_sha256,
+    )

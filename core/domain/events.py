@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from core.domain.ids import new_id
 from core.domain.serde import from_dict, to_dict
+from core.domain.trace_datasets import DatasetManifest
 from core.domain.trajectory import TrainingSample, Trajectory
 
 
@@ -476,6 +477,29 @@ class TraceIngested(DomainEvent):
     outcome: Literal["success", "failure", "unknown"]
     source_format: str
     external_id: str | None = None
+    critic_strategy: str | None = None  # the upload's critic choice (None: the critic worker's settings)
+    critic_model: str | None = None
+
+
+@register
+@dataclass(frozen=True)
+class TraceOutcomeSet(DomainEvent):
+    """The outcome of a trace ingested without one (PATCH /v1/traces); the critic then runs on it."""
+
+    trace_id: str
+    outcome: Literal["success", "failure"]
+    reward: float | None
+
+
+@register
+@dataclass(frozen=True)
+class OtlpSpansBuffered(DomainEvent):
+    """OTLP spans of a trace whose root span has not arrived yet (kept until it does)."""
+
+    buffer_id: str  # derived from (project, OTLP trace id)
+    project_id: str
+    otlp_trace_id: str
+    spans: tuple[dict[str, Any], ...]  # core.formats.otlp.SpanRecord.to_data()
 
 
 @register
@@ -486,6 +510,33 @@ class TraceCritiqued(DomainEvent):
     transition_index: int | None  # None: no error found
     verdicts: tuple[StepVerdict, ...]
     model_version: str = ""
+
+
+@register
+@dataclass(frozen=True)
+class GoodTraceSampled(DomainEvent):
+    """A successful production trace became a good training sample (every assistant turn trained)."""
+
+    sample_id: str
+    trace_id: str
+    project_id: str
+    task_key: str
+    trajectory: Trajectory  # provenance names the trace, task key and source "trace"
+
+
+# --------------------------------------------------------------------------------------------
+# Datasets
+# --------------------------------------------------------------------------------------------
+
+
+@register
+@dataclass(frozen=True)
+class DatasetCreated(DomainEvent):
+    """A named, versioned dataset was built from a query over the event log (immutable)."""
+
+    dataset_id: str
+    project_id: str
+    manifest: DatasetManifest
 
 
 # --------------------------------------------------------------------------------------------

@@ -31,6 +31,14 @@ def trace_stream(trace_id: str) -> str:
     return f"trace-{trace_id}"
 
 
+def dataset_stream(dataset_id: str) -> str:
+    return f"dataset-{dataset_id}"
+
+
+def otlp_stream(buffer_id: str) -> str:
+    return f"otlp-{buffer_id}"
+
+
 def project_stream(project_id: str) -> str:
     return f"project-{project_id}"
 

@@ -72,7 +72,7 @@ def hf_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
         if calls:
             converted = []
             for call in calls:
-                call_id = _field(call, "id") or ""
+                call_id = _field(call, "call_id") or _field(call, "id") or ""  # ToolCall or a dict
                 name = _field(call, "name")
                 names_by_call[call_id] = name
                 item: dict[str, Any] = {

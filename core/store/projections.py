@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from core.store.projectors import runs, samples, search
+from core.store.projectors import datasets, runs, samples, search
 from core.store.projectors._sql import Item, Projector
 from core.store.tables import PROJECTION_TABLES, events
 
@@ -26,7 +26,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PROJECTORS: dict[str, Projector] = {**runs.PROJECTORS, **search.PROJECTORS, **samples.PROJECTORS}
+PROJECTORS: dict[str, Projector] = {
+    **runs.PROJECTORS,
+    **search.PROJECTORS,
+    **samples.PROJECTORS,
+    **datasets.PROJECTORS,
+}
 
 REPLAY_PAGE = 2000
 

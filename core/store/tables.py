@@ -238,6 +238,27 @@ traces = Table(
     Column("created_at", Timestamp, nullable=False),
 )
 
+datasets = Table(
+    "datasets",
+    metadata,
+    Column("dataset_id", String(36), primary_key=True),
+    Column("project_id", String(36), nullable=False, index=True),
+    Column("name", String(100), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("position", BigInteger, nullable=False),  # the DatasetCreated event (holds the manifest)
+    Column("log_position", BigInteger, nullable=False),
+    Column("samples", Integer, nullable=False),
+    Column("revisions", Integer, nullable=False),
+    Column("goods", Integer, nullable=False),
+    Column("query", Json, nullable=False),
+    Column("entries_sha256", String(64), nullable=False),
+    Column("template_ids", Json, nullable=False),
+    Column("code_version", String(100), nullable=False),
+    Column("export_version", Integer, nullable=False),
+    Column("created_at", Timestamp, nullable=False),
+    UniqueConstraint("project_id", "name", "version"),
+)
+
 dead_letters = Table(
     "dead_letters",
     metadata,
@@ -262,5 +283,6 @@ PROJECTION_TABLES: tuple[Table, ...] = (
     pairs,
     samples,
     traces,
+    datasets,
     dead_letters,
 )

@@ -71,6 +71,8 @@ STREAM_FUNCTIONS: tuple[Callable[[str], str], ...] = (
     ids.pair_stream,
     ids.trace_stream,
     ids.project_stream,
+    ids.otlp_stream,
+    ids.dataset_stream,
 )
 
 FIELD_LINE = re.compile(

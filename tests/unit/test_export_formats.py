@@ -173,3 +173,146 @@ def test_general_reader_errors_name_the_problem(tmp_path: Path) -> None:
     noasst.write_text('{"messages": [{"role": "user", "content": "x"}]}\n')
     with pytest.raises(FormatError, match="no assistant turn"):
         list(read_general_chat(noasst))
+
+
+# ------------------------------------------------------------------------------ tool calls
+
+
+def tool_sample() -> TrainingSample:
+    from core.domain.trajectory import ToolCall
+
+    tools = (
+        {
+            "type": "function",
+            "function": {
+                "name": "refund_order",
+                "description": "Refund one order.",
+                "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+            },
+        },
+    )
+    return TrainingSample(
+        sample_id="t1",
+        kind="revision",
+        messages=(
+            Message("system", "You are a support agent."),
+            Message("user", "Refund order 1234."),
+            Message("assistant", "", 0, tool_calls=(ToolCall("c1", "refund_order", '{"order_id": "1243"}'),)),
+            Message("tool", "Error: order 1243 not found", 0, tool_call_id="c1", name="refund_order"),
+            Message(
+                "assistant",
+                "I used the wrong id.",
+                1,
+                tool_calls=(
+                    ToolCall("c2", "refund_order", '{"order_id": "1234"}'),
+                    ToolCall("c3", "refund_order", '{"order_id": "1299"}'),
+                ),
+            ),
+            Message("tool", '{"status": "refunded"}', 0, tool_call_id="c2", name="refund_order"),
+            Message("tool", '{"status": "refunded"}', 0, tool_call_id="c3", name="refund_order"),
+            Message("assistant", "Both orders are refunded.", 1),
+        ),
+        reward=1.0,
+        tools=tools,
+    )
+
+
+def test_openai_export_keeps_tool_calls_tool_messages_and_tools() -> None:
+    (line,) = list(iter_lines([tool_sample()], "openai"))
+    rec = json.loads(line)
+    assert rec["tools"][0]["function"]["name"] == "refund_order"
+    msgs = rec["messages"]
+    assert [m["role"] for m in msgs] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
+    # the bad call: no content key, arguments as a JSON string, weight 0
+    assert msgs[2] == {
+        "role": "assistant",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "refund_order", "arguments": '{"order_id": "1243"}'},
+            }
+        ],
+        "weight": 0,
+    }
+    assert msgs[3] == {"role": "tool", "tool_call_id": "c1", "content": "Error: order 1243 not found"}
+    assert msgs[4]["content"] == "I used the wrong id." and msgs[4]["weight"] == 1
+    assert [c["id"] for c in msgs[4]["tool_calls"]] == ["c2", "c3"]
+    assert all(isinstance(c["function"]["arguments"], str) for c in msgs[4]["tool_calls"])
+    assert [m.get("weight") for m in msgs] == [None, None, 0, None, 1, None, None, 1]
+    assert msgs[-1]["role"] == "assistant"  # no empty trailing user turn
+
+
+def test_sharegpt_export_follows_llama_factory_for_tools() -> None:
+    (line,) = list(iter_lines([tool_sample()], "sharegpt"))
+    rec = json.loads(line)
+    assert rec["system"] == "You are a support agent."
+    assert isinstance(rec["tools"], str)
+    assert json.loads(rec["tools"])[0]["name"] == "refund_order"  # function objects, as a JSON string
+    conv = rec["conversations"]
+    assert [t["from"] for t in conv] == [
+        "human",
+        "function_call",
+        "observation",
+        "function_call",
+        "observation",
+        "gpt",
+    ]
+    assert json.loads(conv[1]["value"]) == {"name": "refund_order", "arguments": {"order_id": "1243"}}
+    # human / observation on odd positions, gpt / function_call on even ones (1-based): LLaMA-Factory
+    assert all((t["from"] in ("human", "observation")) == (i % 2 == 0) for i, t in enumerate(conv))
+    # the assistant text beside a call travels as a <think> prefix; parallel calls as a JSON list
+    assert conv[3]["value"].startswith("<think>I used the wrong id.</think>[")
+    assert [c["arguments"]["order_id"] for c in json.loads(conv[3]["value"].split("</think>", 1)[1])] == [
+        "1234",
+        "1299",
+    ]
+    assert conv[4]["value"] == '{"status": "refunded"}\n{"status": "refunded"}'
+    assert [t["loss"] for t in conv] == [None, False, None, True, None, True]
+
+
+def test_tool_samples_round_trip_through_samples_parquet_and_general_reader(tmp_path: Path) -> None:
+    sample = tool_sample()
+    write_jsonl(tmp_path / "s.jsonl", [sample], "samples")
+    assert list(read_samples_jsonl(tmp_path / "s.jsonl")) == [sample]
+    write_parquet(tmp_path / "s.parquet", [sample])
+    assert list(iter_parquet(tmp_path / "s.parquet")) == [sample]
+    write_jsonl(tmp_path / "o.jsonl", [sample], "openai")
+    (back,) = list(read_general_chat(tmp_path / "o.jsonl"))
+    assert [m.role for m in back.messages] == [m.role for m in sample.messages]
+    assert back.messages[4].tool_calls == sample.messages[4].tool_calls
+    assert back.messages[3].tool_call_id == "c1" and back.tools == sample.tools
+    write_jsonl(tmp_path / "g.jsonl", [sample], "sharegpt")
+    (shared,) = list(read_general_chat(tmp_path / "g.jsonl"))
+    assert [m.role for m in shared.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert shared.messages[4].content == "I used the wrong id."
+    assert [c.name for c in shared.messages[4].tool_calls] == ["refund_order", "refund_order"]
+
+
+def test_openai_export_refuses_tool_arguments_that_are_not_json_for_sharegpt() -> None:
+    from core.domain.trajectory import ToolCall
+
+    broken = TrainingSample(
+        "b",
+        "good",
+        (Message("user", "x"), Message("assistant", "", 1, tool_calls=(ToolCall("c", "f", "{oops"),))),
+    )
+    with pytest.raises(FormatError, match=r"tool call 'c' \(f\): arguments are not valid JSON"):
+        list(iter_lines([broken], "sharegpt"))

@@ -189,3 +189,73 @@ def test_a_model_reflection_is_used_else_the_template_fallback_is_recorded() -> 
     prompt = reflection_prompt("Goal: craft stick.", "craft  1 stick", "Could not execute craft 1 stick")
     assert [m.role for m in prompt] == ["system", "user"]
     assert "Your action: craft 1 stick\n" in prompt[1].content and "Could not execute" in prompt[1].content
+
+
+# ------------------------------------------------------------------------------ native tool steps
+
+
+def _tool_step(call_id: str, name: str, args: str, result: str, thought: str = "") -> Step:
+    from core.domain.trajectory import ToolCall, ToolResult, tool_action
+
+    calls = (ToolCall(call_id, name, args),)
+    return Step(
+        thought=thought,
+        action=tool_action(calls),
+        observation=result,
+        tool_calls=calls,
+        tool_results=(ToolResult(call_id, result, name=name),),
+    )
+
+
+def _tool_traj(refund_id: str, result: str, answer: str, reward: float, tag: str) -> Trajectory:
+    tools = ({"type": "function", "function": {"name": "refund_order", "parameters": {"type": "object"}}},)
+    steps = (
+        _tool_step(f"{tag}1", "lookup", '{"email": "a@b.c"}', '{"orders": ["1234"]}', "look up"),
+        _tool_step(f"{tag}2", "refund_order", f'{{"order_id": "{refund_id}"}}', result, f"{tag} refund"),
+        Step(thought="", action=answer, observation="", kind="answer"),
+    )
+    return Trajectory(task="Refund 1234.", instruction="", steps=steps, reward=reward, tools=tools)
+
+
+def test_tool_steps_stay_native_with_reflection_in_the_first_good_content() -> None:
+    bad = _tool_traj("1243", "Error: not found", "Sorry.", 0.0, "b")
+    good = _tool_traj("1234", '{"status": "refunded"}', "Refunded.", 1.0, "g")
+    assert longest_common_prefix(bad.steps, good.steps) == 1  # same call, other call ids
+    path = splice_path(bad, good, shared_steps=1, transition=1)
+    sample = revision_sample("s", bad, good, path, "I used the wrong order id.")
+    roles = [m.role for m in sample.messages]
+    # no system message for an empty instruction; no empty trailing user turn after the answer
+    assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m.weight for m in sample.messages] == [0, 0, 0, 0, 0, 1, 0, 1]
+    first_good = sample.messages[5]
+    assert first_good.content == "I used the wrong order id. g refund"
+    assert [c.call_id for c in first_good.tool_calls] == ["g2"]  # the real call, no fake one
+    assert sample.messages[6].tool_call_id == "g2" and sample.messages[6].content == '{"status": "refunded"}'
+    assert sample.messages[4].content == "Error: not found" and sample.messages[4].name == "refund_order"
+    assert sample.messages[7].content == "Refunded." and not sample.messages[7].tool_calls
+    assert sample.tools == good.tools
+
+
+def test_a_reflection_before_a_final_answer_and_step_kind_checks() -> None:
+    bad = _tool_traj("1234", '{"status": "refunded"}', "Sorry.", 0.0, "b")
+    good = _tool_traj("1234", '{"status": "refunded"}', "Refunded.", 1.0, "g")
+    path = splice_path(bad, good, shared_steps=2, transition=2)
+    sample = revision_sample("s", bad, good, path, "I should confirm.")
+    assert sample.messages[-1].content == "I should confirm. Refunded." and sample.messages[-1].weight == 1
+    assert [m.weight for m in sample.messages].count(1) == 1
+    with pytest.raises(ValueError, match="'tool' step needs at least one tool call"):
+        Step("", "x", "", kind="tool")
+    with pytest.raises(ValueError, match="'answer' step cannot carry tool calls"):
+        Step("", "x", "", kind="answer", tool_calls=bad.steps[0].tool_calls)
+    with pytest.raises(ValueError, match="did not make"):
+        Step("", "x", "", tool_calls=bad.steps[0].tool_calls, tool_results=good.steps[0].tool_results)
+
+
+def test_old_payloads_without_tool_fields_upcast_to_text_steps() -> None:
+    from core.domain.serde import from_dict, to_dict
+
+    old = {"task": "t", "instruction": "i", "steps": [{"thought": "a", "action": "b", "observation": "c"}]}
+    traj = from_dict(Trajectory, old)
+    assert traj.steps[0].kind == "action" and traj.tools == () and traj.steps[0].tool_calls == ()
+    tool = _tool_traj("1", "r", "done", 1.0, "x")
+    assert from_dict(Trajectory, to_dict(tool)) == tool

@@ -1,0 +1,96 @@
+"""Owns the project-wide listings of production traces and bad/good pairs (filters, keyset pages).
+
+``GET /v1/traces``: the project's traces, newest first, filtered by task key, outcome, status,
+source format and creation time. ``GET /v1/pairs``: every pair of the project (from traces and
+from runs), filtered by source, task key, status, critic strategy and run. Both read the
+``traces`` / ``pairs`` read models, one keyset page per request.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from sqlalchemy import select
+
+from api.dataset_schemas import TracePage, TraceSummaryOut
+from api.deps import ApiServices, Principal, require, services
+from api.pagination import cursor_param, keyset_page, limit_param
+from api.schemas import ERROR_RESPONSES, ID_PATTERN, PairOut, PairPage
+from core.store.tables import pairs, traces
+
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+
+_KEY = Query(None, min_length=1, max_length=200, description="Only this task key.")
+
+
+@router.get("/traces", response_model=TracePage, tags=["traces"], summary="List traces, newest first")
+async def list_traces(
+    cursor: str | None = Depends(cursor_param),
+    task_key: str | None = _KEY,
+    outcome: str | None = Query(
+        None, pattern="^(success|failure|unknown)$", description="Only this outcome."
+    ),
+    status: str | None = Query(None, pattern="^[a-z_]{1,32}$", description="Only traces in this status."),
+    source_format: str | None = Query(None, pattern="^[a-z0-9_-]{1,32}$", description="Only this format."),
+    since: datetime | None = Query(None, description="Only traces created at or after this time."),
+    until: datetime | None = Query(None, description="Only traces created before this time."),
+    limit: int = Depends(limit_param),
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    query = select(traces).where(traces.c.project_id == principal.project())
+    for column, value in (
+        (traces.c.task_key, task_key),
+        (traces.c.outcome, outcome),
+        (traces.c.status, status),
+        (traces.c.source_format, source_format),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    if since is not None:
+        query = query.where(traces.c.created_at >= since)
+    if until is not None:
+        query = query.where(traces.c.created_at < until)
+    page, next_cursor = await keyset_page(
+        svc.store.engine,
+        query,
+        [traces.c.created_at, traces.c.trace_id],
+        (datetime, str),
+        cursor,
+        limit,
+        descending=True,
+    )
+    items = [TraceSummaryOut(**{k: row[k] for k in TraceSummaryOut.model_fields}) for row in page]
+    return TracePage(items=items, next_cursor=next_cursor)
+
+
+@router.get("/pairs", response_model=PairPage, tags=["runs"], summary="List the project's bad/good pairs")
+async def list_project_pairs(
+    cursor: str | None = Depends(cursor_param),
+    source: str | None = Query(None, pattern="^(trace|search)$", description="trace or search pairs."),
+    task_key: str | None = _KEY,
+    status: str | None = Query(
+        None, pattern="^[a-z_]{1,32}$", description="found, critiqued, revised, rejected."
+    ),
+    strategy: str | None = Query(None, pattern="^(model|direct|rules)$", description="The critic strategy."),
+    run_id: str | None = Query(None, pattern=ID_PATTERN, description="Only pairs of this run."),
+    limit: int = Depends(limit_param),
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    query = select(pairs).where(pairs.c.project_id == principal.project())
+    for column, value in (
+        (pairs.c.source, source),
+        (pairs.c.task_key, task_key),
+        (pairs.c.status, status),
+        (pairs.c.strategy, strategy),
+        (pairs.c.run_id, run_id),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    page, next_cursor = await keyset_page(svc.store.engine, query, [pairs.c.pair_id], (str,), cursor, limit)
+    return PairPage(
+        items=[PairOut(**{k: row[k] for k in PairOut.model_fields}) for row in page], next_cursor=next_cursor
+    )

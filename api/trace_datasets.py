@@ -1,0 +1,194 @@
+"""Owns building and reading named trace datasets against the store (core.domain.trace_datasets).
+
+Build (``create_dataset``): read the log position first, then walk the project's ``samples`` rows
+at or below it (joined with their event's recording time) page by page in (position, sample id)
+order, turn each into ``SampleFacts`` and let the pure planner choose; the manifest is appended as
+``DatasetCreated`` on the dataset's own stream with expected version -1, so two concurrent builds
+of the same name and version cannot both succeed (409). The version is one more than the highest
+version of that name in the ``datasets`` read model.
+
+Read (``iter_dataset_samples``): the manifest's entries, ``page_size`` at a time, are fetched from
+the EVENT LOG by position (not from a read model) and decoded into TrainingSamples in manifest
+order. A dataset's downloads are therefore byte-identical for the life of the log, and survive a
+rebuild of every projection. ``rebuild_problems`` re-evaluates the stored query the same way as
+the build and lists what would differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from api.datasets import DEFAULT_PAGE_SIZE
+from core.domain.datasets import trajectory_to_sample
+from core.domain.events import (
+    DatasetCreated,
+    GoodTraceSampled,
+    GoodTrajectoryFound,
+    RevisionMaterialized,
+)
+from core.domain.ids import dataset_stream
+from core.domain.trace_datasets import (
+    DatasetManifest,
+    DatasetQuery,
+    SampleFacts,
+    check_name,
+    facts_from_provenance,
+    plan_dataset,
+    rebuild_check,
+)
+from core.domain.trajectory import TrainingSample
+from core.store.sql import row_to_event
+from core.store.tables import datasets, events, samples
+
+
+class DatasetReadError(RuntimeError):
+    """A manifest entry's event is missing or holds another sample (the log was tampered with)."""
+
+
+def code_version() -> str:
+    """The installed agentr version (what a manifest records as the code that built it)."""
+    try:
+        return f"agentr {version('agentr')}"
+    except PackageNotFoundError:  # running from a source tree without an install
+        return "agentr (source)"
+
+
+async def log_position(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        return int(await conn.scalar(select(func.coalesce(func.max(events.c.position), 0))) or 0)
+
+
+async def iter_facts(
+    engine: AsyncEngine, project_id: str, up_to: int, page_size: int = DEFAULT_PAGE_SIZE
+) -> AsyncIterator[SampleFacts]:
+    """Facts of the project's samples made by events at or below ``up_to``, in position order."""
+    last: tuple[int, str] | None = None
+    while True:
+        query = (
+            select(
+                samples.c.sample_id,
+                samples.c.kind,
+                samples.c.position,
+                samples.c.run_id,
+                samples.c.template_id,
+                samples.c.data,
+                events.c.recorded_at,
+            )
+            .join(events, events.c.position == samples.c.position)
+            .where(samples.c.project_id == project_id, samples.c.position <= up_to)
+        )
+        if last is not None:
+            query = query.where(
+                (samples.c.position > last[0])
+                | ((samples.c.position == last[0]) & (samples.c.sample_id > last[1]))
+            )
+        query = query.order_by(samples.c.position, samples.c.sample_id).limit(page_size)
+        async with engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        for row in rows:
+            provenance = (row["data"] or {}).get("provenance") or {}
+            recorded_at = row["recorded_at"]
+            if recorded_at.tzinfo is None:  # SQLite returns naive UTC
+                recorded_at = recorded_at.replace(tzinfo=UTC)
+            yield facts_from_provenance(
+                row["sample_id"],
+                row["kind"],
+                row["position"],
+                recorded_at,
+                row["run_id"],
+                provenance,
+                row["template_id"],
+            )
+        if len(rows) < page_size:
+            return
+        last = (rows[-1]["position"], rows[-1]["sample_id"])
+
+
+async def _collect(it: AsyncIterator[SampleFacts]) -> list[SampleFacts]:
+    return [facts async for facts in it]
+
+
+async def next_version(engine: AsyncEngine, project_id: str, name: str) -> int:
+    async with engine.connect() as conn:
+        highest = await conn.scalar(
+            select(func.max(datasets.c.version)).where(
+                datasets.c.project_id == project_id, datasets.c.name == name
+            )
+        )
+    return int(highest or 0) + 1
+
+
+async def plan(
+    engine: AsyncEngine, project_id: str, name: str, query: DatasetQuery, allow_empty: bool = False
+) -> DatasetManifest:
+    """The manifest a build would store now (raises ``DatasetQueryError`` for a bad or empty query)."""
+    check_name(name)
+    query = query.validated()
+    position = await log_position(engine)
+    candidates = await _collect(iter_facts(engine, project_id, position))
+    return plan_dataset(
+        project_id=project_id,
+        name=name,
+        version=await next_version(engine, project_id, name),
+        query=query,
+        log_position=position,
+        candidates=candidates,
+        code_version=code_version(),
+        allow_empty=allow_empty,
+    )
+
+
+def created_event(project_id: str, manifest: DatasetManifest) -> tuple[DatasetCreated, str]:
+    return DatasetCreated(manifest.dataset_id, project_id, manifest), dataset_stream(manifest.dataset_id)
+
+
+async def read_manifest(store: Any, dataset_id: str) -> DatasetManifest:
+    for recorded in await store.read_stream(dataset_stream(dataset_id)):
+        if isinstance(recorded.event, DatasetCreated):
+            manifest: DatasetManifest = recorded.event.manifest
+            return manifest
+    raise DatasetReadError(f"dataset {dataset_id}: no DatasetCreated event in {dataset_stream(dataset_id)}")
+
+
+def _sample_of(event: Any) -> TrainingSample | None:
+    if isinstance(event, RevisionMaterialized):
+        return event.sample
+    if isinstance(event, GoodTrajectoryFound | GoodTraceSampled):
+        return trajectory_to_sample(event.trajectory, event.sample_id)
+    return None
+
+
+async def iter_dataset_samples(
+    engine: AsyncEngine, manifest: DatasetManifest, page_size: int = DEFAULT_PAGE_SIZE
+) -> AsyncIterator[TrainingSample]:
+    """The manifest's samples in order, read from the event log ``page_size`` events at a time."""
+    entries = manifest.entries
+    for start in range(0, len(entries), page_size):
+        page = entries[start : start + page_size]
+        positions = sorted({e.position for e in page})
+        async with engine.connect() as conn:
+            rows = (await conn.execute(select(events).where(events.c.position.in_(positions)))).all()
+        by_position: dict[int, Any] = {}
+        for row in rows:
+            recorded = row_to_event(row)
+            by_position[recorded.position] = recorded.event
+        for entry in page:
+            sample = _sample_of(by_position.get(entry.position))
+            if sample is None or sample.sample_id != entry.sample_id:
+                raise DatasetReadError(
+                    f"dataset {manifest.dataset_id}: event {entry.position} does not hold "
+                    f"sample {entry.sample_id}"
+                )
+            yield sample
+
+
+async def rebuild_problems(engine: AsyncEngine, project_id: str, manifest: DatasetManifest) -> Sequence[str]:
+    """What a rebuild of ``manifest``'s query (bounded by its log position) would change."""
+    candidates = await _collect(iter_facts(engine, project_id, manifest.log_position))
+    return rebuild_check(manifest, candidates)

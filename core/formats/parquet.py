@@ -1,0 +1,190 @@
+"""Owns the Parquet form of training samples: the public schema, columnar batches, file write/read.
+
+One row per sample (``parquet_schema``): ``sample_id``, ``kind``, ``reward``, ``messages`` (a list
+of structs ``role, content, weight, tool_calls, tool_call_id, name, reasoning`` where
+``tool_calls`` is a list of ``{id, name, arguments}`` with arguments as JSON text, as in the OpenAI
+format), ``provenance`` and ``tools`` (both JSON text: their values are heterogeneous). Files are
+written in row groups with pyarrow so only one chunk sits in memory, and are readable by HF
+``datasets`` (``Dataset.from_parquet``). ``parquet_batch`` turns a chunk of samples into one
+columnar record batch; every Parquet writer of samples (``write_parquet``, the HTTP export) uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from core.domain.trajectory import Message, ToolCall, TrainingSample
+from core.formats.records import FormatError
+
+_json = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode  # one encoder, sorted keys
+
+
+def _atomic_target(path: Path) -> tuple[int, str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+
+
+def parquet_schema() -> Any:
+    """The ``pyarrow.Schema`` of a Parquet dataset (see the module docstring)."""
+    import pyarrow as pa
+
+    call = pa.struct([("id", pa.string()), ("name", pa.string()), ("arguments", pa.string())])
+    message = pa.struct(
+        [
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("weight", pa.int8()),
+            ("tool_calls", pa.list_(call)),
+            ("tool_call_id", pa.string()),
+            ("name", pa.string()),
+            ("reasoning", pa.string()),
+        ]
+    )
+    return pa.schema(
+        [
+            ("sample_id", pa.string()),
+            ("kind", pa.string()),
+            ("reward", pa.float64()),
+            ("messages", pa.list_(message)),
+            ("provenance", pa.string()),  # JSON text
+            ("tools", pa.string()),  # JSON text: a list of OpenAI function definitions
+        ]
+    )
+
+
+def parquet_batch(samples: Sequence[TrainingSample], schema: Any | None = None) -> Any:
+    """``samples`` as one ``pyarrow.RecordBatch`` of ``parquet_schema()``, built column by column.
+
+    The nested columns are assembled from flat arrays plus list offsets, so no per-message Python
+    dict is made and pyarrow never infers nested Python objects.
+    """
+    import pyarrow as pa
+
+    schema = parquet_schema() if schema is None else schema
+    message_type = schema.field("messages").type
+    struct = message_type.value_type
+    call_type = struct.field("tool_calls").type
+    call_struct = call_type.value_type
+    columns: dict[str, list[Any]] = {n: [] for n in ("role", "content", "weight", "id", "mname", "reasoning")}
+    call_ids: list[str] = []
+    call_names: list[str] = []
+    call_args: list[str] = []
+    call_offsets = [0]
+    offsets = [0]
+    for sample in samples:
+        for m in sample.messages:
+            columns["role"].append(m.role)
+            columns["content"].append(m.content)
+            columns["weight"].append(m.weight)
+            columns["id"].append(m.tool_call_id)
+            columns["mname"].append(m.name)
+            columns["reasoning"].append(m.reasoning)
+            for call in m.tool_calls:
+                call_ids.append(call.call_id)
+                call_names.append(call.name)
+                call_args.append(call.arguments)
+            call_offsets.append(len(call_ids))
+        offsets.append(len(columns["role"]))
+    calls = pa.ListArray.from_arrays(
+        pa.array(call_offsets, pa.int32()),
+        pa.StructArray.from_arrays(
+            [
+                pa.array(call_ids, pa.string()),
+                pa.array(call_names, pa.string()),
+                pa.array(call_args, pa.string()),
+            ],
+            fields=list(call_struct),
+        ),
+        type=call_type,
+    )
+    messages = pa.ListArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.StructArray.from_arrays(
+            [
+                pa.array(columns["role"], struct.field("role").type),
+                pa.array(columns["content"], struct.field("content").type),
+                pa.array(columns["weight"], struct.field("weight").type),
+                calls,
+                pa.array(columns["id"], pa.string()),
+                pa.array(columns["mname"], pa.string()),
+                pa.array(columns["reasoning"], pa.string()),
+            ],
+            fields=list(struct),
+        ),
+        type=message_type,
+    )
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([s.sample_id for s in samples], pa.string()),
+            pa.array([s.kind for s in samples], pa.string()),
+            pa.array([s.reward for s in samples], pa.float64()),
+            messages,
+            pa.array([_json(s.provenance) for s in samples], pa.string()),
+            pa.array([_json(list(s.tools)) for s in samples], pa.string()),
+        ],
+        schema=schema,
+    )
+
+
+def write_parquet(path: str | Path, samples: Iterable[TrainingSample], row_group_size: int = 1000) -> int:
+    """Write samples as Parquet, ``row_group_size`` rows at a time (only one group in memory)."""
+    import pyarrow.parquet as pq
+
+    if row_group_size < 1:
+        raise FormatError(f"row_group_size must be >= 1, got {row_group_size}")
+    target = Path(path)
+    schema = parquet_schema()
+    fd, tmp = _atomic_target(target)
+    os.close(fd)
+    count = 0
+    it = iter(samples)
+    try:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            while chunk := list(islice(it, row_group_size)):
+                writer.write_batch(parquet_batch(chunk, schema), row_group_size=row_group_size)
+                count += len(chunk)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return count
+
+
+def _message(m: dict[str, Any]) -> Message:
+    calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in m.get("tool_calls") or ())
+    return Message(
+        m["role"],
+        m["content"],
+        int(m["weight"]),
+        tool_calls=calls,
+        tool_call_id=m.get("tool_call_id"),
+        name=m.get("name"),
+        reasoning=m.get("reasoning") or "",
+    )
+
+
+def iter_parquet(path: str | Path, batch_size: int = 1000) -> Iterator[TrainingSample]:
+    """Read back a file written by ``write_parquet``, one record batch at a time (files written
+    before tool calls existed, without the tool columns, read as samples without tools)."""
+    import pyarrow.parquet as pq
+
+    src = Path(path)
+    if not src.is_file():
+        raise FileNotFoundError(f"parquet dataset not found: {src}")
+    pf = pq.ParquetFile(src)
+    for batch in pf.iter_batches(batch_size=batch_size):
+        for row in batch.to_pylist():
+            yield TrainingSample(
+                sample_id=row["sample_id"],
+                kind=row["kind"],
+                messages=tuple(_message(m) for m in row["messages"]),
+                reward=row["reward"],
+                provenance=json.loads(row["provenance"] or "{}"),
+                tools=tuple(json.loads(row.get("tools") or "[]")),
+            )
