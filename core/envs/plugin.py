@@ -4,8 +4,11 @@ entry-point group, and the adapter that puts a user's object behind the Env port
 - ``python:package.module:factory?key=value&...`` imports ``package.module`` and calls
   ``factory(key="value", ...)`` (option values are strings; the factory converts them). The factory
   may be a class. The current directory is importable (as for ``uvicorn module:app``), so a module in
-  the project folder works without installing it. Standard-library modules and private names
-  (``_x``) are refused: the URI is for an environment package, not for calling arbitrary functions.
+  the project folder works without installing it. Because run configurations arrive over the API,
+  the module must be a module of the current folder or belong to a package that registers
+  ``agentr.envs`` entry points; standard-library modules, agentr's own packages (use the built-in
+  URIs) and private names (``_x``) are refused: the URI names an environment, it does not call
+  arbitrary installed functions.
 - An installed distribution can declare ``[project.entry-points."agentr.envs"] NAME =
   "package.module:factory"``; then ``NAME?key=value`` opens it the same way, everywhere a built-in
   name works (run, search worker, eval, ``agentr env serve``, ``agentr env check``).
@@ -21,15 +24,18 @@ instruction, 50 steps). ``step`` returns a :class:`~core.envs.base.StepResult` o
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from core.envs.base import Env, EnvError, StepResult, UnknownTask
 
 GROUP = "agentr.envs"
+AGENTR_PACKAGES = ("core", "api", "search_service", "critic_service", "train_service")
 DEFAULT_INSTRUCTION = "You are an agent in a text environment. Reply with one action per turn."
 
 
@@ -134,11 +140,14 @@ def open_python(uri: str, target: str, options: dict[str, str]) -> Env:
     top = module_name.split(".", 1)[0]
     if top in sys.stdlib_module_names or top == "builtins":
         raise EnvError(f"environment URI {uri!r}: {module_name} is a standard-library module, not an env")
+    if top in AGENTR_PACKAGES:
+        raise EnvError(f"environment URI {uri!r}: {top} is agentr itself; use the built-in environment URIs")
     if any(part.startswith("_") for part in [*module_name.split("."), *attr.split(".")]):
         raise EnvError(f"environment URI {uri!r}: private names are not environment factories")
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.append(cwd)  # after installed packages: the current folder never shadows them
+    _require_env_module(uri, top, Path(cwd))
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -149,6 +158,29 @@ def open_python(uri: str, target: str, options: dict[str, str]) -> Env:
             raise EnvError(f"environment URI {uri!r}: {module_name} has no attribute {attr!r}")
         factory = getattr(factory, part)
     return _call_factory(factory, options, module_name.rsplit(".", 1)[-1])
+
+
+def _require_env_module(uri: str, top: str, cwd: Path) -> None:
+    """Refuse a module that is neither in the current folder nor in a package registering envs."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError) as exc:
+        raise EnvError(f"environment URI {uri!r}: cannot import {top}: {exc}") from exc
+    if spec is None:
+        raise EnvError(f"environment URI {uri!r}: cannot import {top}: no module named {top!r}")
+    registered = {ep.value.split(":", 1)[0].split(".", 1)[0] for ep in entry_points(group=GROUP)}
+    if top in registered:
+        return
+    locations = [spec.origin] if spec.origin else list(spec.submodule_search_locations or [])
+    for location in locations:
+        path = Path(location).resolve()
+        if path.is_relative_to(cwd.resolve()) and "site-packages" not in path.parts:
+            return
+    raise EnvError(
+        f"environment URI {uri!r}: {top} is an installed package that registers no {GROUP} entry "
+        f"point; register its factory as an entry point (see examples/agentr-example-lock) or run "
+        f"from the folder that holds the module"
+    )
 
 
 def entry_point_names() -> list[str]:

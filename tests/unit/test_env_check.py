@@ -75,6 +75,12 @@ def test_cli_prints_failures_and_exits_1() -> None:
 def test_python_uris_refuse_what_is_not_an_env() -> None:
     with pytest.raises(EnvError, match="os is a standard-library module"):
         open_env("python:os:getcwd")
+    with pytest.raises(
+        EnvError, match="torch is an installed package that registers no agentr.envs entry point"
+    ):
+        open_env("python:torch.hub:load?repo_or_dir=someone/repo")  # API input must not call into torch
+    with pytest.raises(EnvError, match="core is agentr itself"):
+        open_env("python:core.cli:main")
     with pytest.raises(EnvError, match="private names"):
         open_env("python:tests.broken_env:_COUNTER")
     with pytest.raises(EnvError, match="cannot import no_such_pkg"):
