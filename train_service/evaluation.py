@@ -1,18 +1,25 @@
-"""Owns model evaluation: greedy episodes on held-out tasks, the recovery test, and the metrics.
+"""Owns model evaluation: seeded episodes on held-out tasks, the recovery test, and the metrics.
 
-``evaluate(policy, env_opener, env_uri, task_ids, cfg)`` plays one greedy episode per task. Episodes
-are BATCHED: at every turn all live episodes go to the policy in ONE ``sample`` call (temperature 0),
-so a local model decodes them together and a remote server gets one request per turn, never one
+The protocol (after the Agent-R paper; the choices themselves are pure, in ``core.domain.eval_protocol``):
+
+* tasks: the held-out split, capped by a STRATIFIED choice over the environment's strata
+  (:func:`task_strata`: TextCraft's crafting depth), never "the first n ids";
+* ``episodes_per_task`` episodes per task (default 3), each sampled at ``temperature`` (default 0.7;
+  0 = greedy) with its own seed derived from the run's seed, the task and the episode index;
+* ``max_steps`` actions per episode, default 100 (the paper's max rounds; a demo may set fewer);
+* recovery (Table 3): the STARTING model's failed episodes on the held-out tasks, each truncated at
+  a seeded random step (``recovery_episodes`` of them at most), built once
+  (``build_recovery_set=True``) and continued by every evaluated model (``recovery=...``), the same
+  prefixes for each; the continued episodes are summarised under ``recovery``.
+
+Episodes are BATCHED: at every turn all live episodes go to the policy in ONE ``sample`` call, so a
+local model decodes them together and a remote server gets one request per turn, never one
 inference engine per task. An answer without a parseable ``Action:`` is an invalid action (the
-environment is not touched; the agent is told so). Metrics come from ``core.domain.metrics``.
+environment is not touched; the agent is told so). Metrics come from ``core.domain.metrics``; dead
+loops and invalid actions are counted on the model's own actions only (a replayed prefix does not
+count).
 
-Recovery from failed prefixes (``prefixes``): each :class:`FailedPrefix` is a failed trajectory of
-the run's STARTING model (a bad path of iteration 0), cut right after its first wrong action (the
-critic's transition index). The prefix is replayed in the environment, then the evaluated model
-continues greedily; the continued episodes are summarised under ``recovery``.
-
-``failed_prefixes(store, run_id)`` and ``revision_lengths(store, run_id)`` read those inputs from the
-event store (pair streams and the samples read model).
+``revision_lengths(store, run_id)`` reads the mean revision length per iteration from the store.
 """
 
 from __future__ import annotations
@@ -22,7 +29,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.domain.metrics import EpisodeResult, recovery_cut, summarize
+from core.domain.eval_protocol import (
+    RecoveryPrefix,
+    episode_seed,
+    recovery_set,
+    recovery_set_id,
+    stratified_tasks,
+)
+from core.domain.metrics import EpisodeResult, summarize
 from core.domain.trajectory import Step
 from core.envs.base import Env
 from core.llm.ports import Policy
@@ -34,35 +48,52 @@ INVALID_ANSWER = "Invalid answer: reply with 'Thought: ...' and 'Action: <one co
 
 Progress = Callable[[int, int], None]  # (finished episodes, total episodes)
 
+PAPER_MAX_ROUNDS = 100
+
 
 @dataclass(frozen=True)
 class EvalConfig:
     """How a model is evaluated.
 
-    max_steps: actions per episode before it is cut (counted from the task's start, prefix included).
+    max_steps: actions per episode before it is cut (counted from the task's start, a recovery
+        prefix included); default 100, the paper's max rounds.
     max_tokens: generation budget per turn.
     prompt_budget: prompt size in tokens (when the policy can count them), older turns dropped whole.
-    recovery_episodes: failed prefixes continued for the recovery test (0 = no recovery test).
+    episodes_per_task: seeded episodes per task (and per seen task).
+    temperature: sampling temperature of evaluation episodes (0 = greedy: then every episode of a
+        task is the same in a deterministic environment, so use ``episodes_per_task = 1``).
+    recovery_episodes: at most this many failed, truncated episodes of the starting model are
+        continued for the recovery test (0 = no recovery test).
     success_threshold: final reward that counts as a success.
-    baseline: also evaluate the run's starting model (once, with the first iteration).
+    baseline: also evaluate the run's starting model (once, with the first iteration); the
+        starting model's held-out episodes are played anyway when ``recovery_episodes > 0``, since
+        the recovery set is built from them.
     seen_tasks: also evaluate on the run's SEARCH tasks (seen in training: searched, and their
         good / revised paths trained on), reported apart from the held-out ones, to show whether
         the loop changes behaviour where it has data (held-out goals measure generalisation).
+    stratify: cap the held-out split with :func:`stratified_tasks` (False: its first ids).
     """
 
-    max_steps: int = 12
+    max_steps: int = PAPER_MAX_ROUNDS
     max_tokens: int = 40
     prompt_budget: int | None = 1536
+    episodes_per_task: int = 3
+    temperature: float = 0.7
     recovery_episodes: int = 8
     success_threshold: float = 1.0
     baseline: bool = True
     seen_tasks: bool = True
+    stratify: bool = True
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.max_tokens < 1:
             raise ValueError("EvalConfig: max_steps and max_tokens must be >= 1")
         if self.recovery_episodes < 0:
             raise ValueError("EvalConfig: recovery_episodes must be >= 0")
+        if self.episodes_per_task < 1:
+            raise ValueError(f"EvalConfig: episodes_per_task must be >= 1, got {self.episodes_per_task}")
+        if not 0.0 <= self.temperature <= 5.0:
+            raise ValueError(f"EvalConfig: temperature must be in [0, 5], got {self.temperature}")
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None) -> EvalConfig:
@@ -74,13 +105,24 @@ class EvalConfig:
         return cls(**data)
 
 
-@dataclass(frozen=True)
-class FailedPrefix:
-    """A failed trajectory's actions and where it goes wrong (None = unknown: cut halfway)."""
+def task_strata(env: Env, task_ids: Sequence[str]) -> list[str]:
+    """A stratum label per task: ``env.task_stratum(id)`` when the environment has one; for
+    TextCraft (a recipe book and ``goal_of``) the goal's crafting depth; else one stratum."""
+    stratum = getattr(env, "task_stratum", None)
+    if callable(stratum):
+        return [str(stratum(t)) for t in task_ids]
+    book, goal_of = getattr(env, "book", None), getattr(env, "goal_of", None)
+    depth = getattr(book, "depth", None)
+    if isinstance(depth, dict) and callable(goal_of):
+        return [f"depth {depth[goal_of(t)]}" for t in task_ids]
+    return ["all"] * len(task_ids)
 
-    task_id: str
-    actions: tuple[str, ...]
-    first_error_index: int | None = None
+
+def held_out_tasks(env: Env, task_ids: Sequence[str], cap: int | None, stratify: bool = True) -> list[str]:
+    """``task_ids`` cut to ``cap``: a stratified choice (default) or the first ``cap``."""
+    if not stratify:
+        return list(task_ids)[:cap] if cap is not None else list(task_ids)
+    return stratified_tasks(task_ids, task_strata(env, task_ids), cap)
 
 
 @dataclass
@@ -88,6 +130,7 @@ class _Episode:
     task_id: str
     env: Env
     instruction: str
+    seed: int
     task: str = ""
     steps: list[Step] = field(default_factory=list)
     prefix_steps: int = 0
@@ -109,6 +152,9 @@ class _Episode:
 async def _start(episode: _Episode, prefix: Sequence[str], max_steps: int) -> None:
     episode.task = await episode.env.reset(episode.task_id)
     for action in prefix:
+        if not action:  # the source episode's answer had no parseable action: replayed as such
+            episode.steps.append(Step("", "", INVALID_ANSWER, episode.reward, False, False))
+            continue
         result = await episode.env.step(action)
         episode.steps.append(Step("", action, result.observation, result.reward, result.done, result.valid))
         episode.reward, episode.done = result.reward, result.done
@@ -124,17 +170,21 @@ async def play(
     task_ids: Sequence[str],
     cfg: EvalConfig,
     *,
+    seeds: Sequence[int] | None = None,
     prefixes: Sequence[Sequence[str]] | None = None,
     progress: Progress | None = None,
 ) -> list[EpisodeResult]:
-    """One greedy episode per task (after replaying ``prefixes[i]`` when given), batched per turn."""
+    """One episode per entry of ``task_ids`` (after replaying ``prefixes[i]`` when given), batched
+    per turn; episode ``i`` samples turn ``k`` with seed ``seeds[i] + k`` at ``cfg.temperature``."""
     if prefixes is not None and len(prefixes) != len(task_ids):
         raise ValueError(f"{len(prefixes)} prefixes for {len(task_ids)} tasks")
+    if seeds is not None and len(seeds) != len(task_ids):
+        raise ValueError(f"{len(seeds)} seeds for {len(task_ids)} episodes")
     episodes: list[_Episode] = []
     try:
         for index, task_id in enumerate(task_ids):
             env = env_opener()
-            episode = _Episode(task_id, env, env.instruction)
+            episode = _Episode(task_id, env, env.instruction, seeds[index] if seeds is not None else index)
             episodes.append(episode)
             await _start(episode, prefixes[index] if prefixes else (), cfg.max_steps)
         measure = getattr(policy, "count_tokens", None)
@@ -145,7 +195,11 @@ async def play(
         while live := [e for e in episodes if not e.finished]:
             prompts = [build_prompt(e.instruction, e.task, e.steps, budget, measure or len) for e in live]
             completions = await policy.sample(
-                prompts, n=1, temperature=0.0, max_tokens=cfg.max_tokens, seed=0
+                prompts,
+                n=1,
+                temperature=cfg.temperature,
+                max_tokens=cfg.max_tokens,
+                seed=[(e.seed + len(e.steps)) & 0x7FFFFFFF for e in live],
             )
             for episode, (completion, *_rest) in zip(live, completions, strict=True):
                 parsed = parse_action(completion.text)
@@ -181,82 +235,92 @@ async def evaluate(
     task_ids: Sequence[str],
     cfg: EvalConfig,
     *,
-    prefixes: Sequence[FailedPrefix] = (),
+    seed: int = 0,
+    recovery: Sequence[RecoveryPrefix] = (),
+    build_recovery_set: bool = False,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Metrics of ``policy`` on ``task_ids`` plus, when ``prefixes`` are given, the recovery test."""
+    """Metrics of ``policy`` on ``task_ids`` (``cfg.episodes_per_task`` seeded episodes each).
+
+    ``recovery``: prefixes to continue (the recovery test), summarised under ``recovery``.
+    ``build_recovery_set``: this is the STARTING model: the recovery set is built from its own
+    failed episodes here (stored under ``recovery_set`` as data) and continued at once.
+    """
     if not task_ids:
         raise ValueError("evaluation needs at least one task")
-    chosen = [p for p in prefixes if len(p.actions) >= 2][: cfg.recovery_episodes]
-    cuts = [list(p.actions[: recovery_cut(len(p.actions), p.first_error_index)]) for p in chosen]
-    total = len(task_ids) + len(chosen)
+    if build_recovery_set and recovery:
+        raise ValueError("give recovery prefixes or build_recovery_set, not both")
+    runs = [(task, e) for task in task_ids for e in range(cfg.episodes_per_task)]
+    expected_recovery = len(recovery) if recovery else (cfg.recovery_episodes if build_recovery_set else 0)
+    state = {"total": len(runs) + expected_recovery}
 
     def main_progress(done: int, _n: int) -> None:
         if progress:
-            progress(done, total)
+            progress(done, state["total"])
 
-    results = await play(policy, env_opener, task_ids, cfg, progress=main_progress)
+    results = await play(
+        policy,
+        env_opener,
+        [task for task, _ in runs],
+        cfg,
+        seeds=[episode_seed(seed, task, e) for task, e in runs],
+        progress=main_progress,
+    )
     metrics = summarize(results, success_threshold=cfg.success_threshold)
     metrics["model_version"] = policy.model_version
     metrics["tasks"] = list(task_ids)
-    if chosen:
+    metrics["episodes_per_task"] = cfg.episodes_per_task
+    metrics["max_steps"] = cfg.max_steps
+    metrics["temperature"] = cfg.temperature
+    prefixes = list(recovery)
+    if build_recovery_set:
+        prefixes = recovery_set(
+            [(e, r) for (_, e), r in zip(runs, results, strict=True)],
+            limit=cfg.recovery_episodes,
+            seed=seed,
+            success_threshold=cfg.success_threshold,
+        )
+        metrics["recovery_set"] = [p.to_data() for p in prefixes]
+    state["total"] = len(runs) + len(prefixes)
+    if prefixes:
 
         def recovery_progress(done: int, _n: int) -> None:
             if progress:
-                progress(len(task_ids) + done, total)
+                progress(len(runs) + done, state["total"])
 
         recovered = await play(
-            policy, env_opener, [p.task_id for p in chosen], cfg, prefixes=cuts, progress=recovery_progress
+            policy,
+            env_opener,
+            [p.task_id for p in prefixes],
+            cfg,
+            seeds=[episode_seed(seed, p.task_id, p.episode, "recovery") for p in prefixes],
+            prefixes=[p.actions for p in prefixes],
+            progress=recovery_progress,
         )
         metrics["recovery"] = summarize(recovered, success_threshold=cfg.success_threshold)
+        metrics["recovery"]["set_id"] = recovery_set_id(prefixes)
     else:
         metrics["recovery"] = summarize([])
     log.info(
-        "evaluated %s on %d tasks: success %.2f, reward %.2f, invalid %.2f, loops %.2f; recovery %s/%s",
-        policy.model_version, len(task_ids), metrics["success_rate"], metrics["avg_reward"],
-        metrics["invalid_action_rate"], metrics["dead_loop_rate"],
+        "evaluated %s on %d tasks x %d episodes: success %.2f, reward %.2f, invalid %.2f, loops %.2f; "
+        "recovery %s/%s",
+        policy.model_version, len(task_ids), cfg.episodes_per_task, metrics["success_rate"],
+        metrics["avg_reward"], metrics["invalid_action_rate"], metrics["dead_loop_rate"],
         metrics["recovery"]["success_rate"], metrics["recovery"]["episodes"],
     )  # fmt: skip
     return metrics
 
 
+def recorded_recovery_set(metrics: dict[str, Any] | None) -> list[RecoveryPrefix] | None:
+    """The recovery set stored in the starting model's evaluation metrics, or None when absent."""
+    if not metrics or "recovery_set" not in metrics:
+        return None
+    return [RecoveryPrefix.from_data(item) for item in metrics["recovery_set"]]
+
+
 # --------------------------------------------------------------------------------------------
 # Inputs read from the store
 # --------------------------------------------------------------------------------------------
-
-
-async def failed_prefixes(store: Any, run_id: str, iteration: int = 0, limit: int = 8) -> list[FailedPrefix]:
-    """Bad paths of ``iteration`` (default 0: the starting model's) with the critic's first error."""
-    from sqlalchemy import select
-
-    from core.domain.events import FirstErrorMarked, PairFound
-    from core.domain.ids import pair_stream
-    from core.store.tables import pairs
-
-    async with store.engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                select(pairs.c.pair_id)
-                .where(pairs.c.run_id == run_id, pairs.c.iteration == iteration, pairs.c.source == "search")
-                .order_by(pairs.c.pair_id)
-            )
-        ).all()
-    out: list[FailedPrefix] = []
-    for (pair_id,) in rows:
-        if len(out) >= limit:
-            break
-        found: PairFound | None = None
-        first_error: int | None = None
-        for recorded in await store.read_stream(pair_stream(pair_id)):
-            event = recorded.event
-            if isinstance(event, PairFound):
-                found = event
-            elif isinstance(event, FirstErrorMarked):
-                first_error = event.transition_index
-        if found is None or found.task_id is None or len(found.bad.steps) < 2:
-            continue
-        out.append(FailedPrefix(found.task_id, tuple(s.action for s in found.bad.steps), first_error))
-    return out
 
 
 async def revision_lengths(store: Any, run_id: str) -> dict[int, float]:

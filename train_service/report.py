@@ -2,8 +2,9 @@
 
 ``collect_report(run_id, run_events, revision_lengths)`` turns a run's stream into rows, one per
 evaluated model (the starting model, then the model trained in each iteration), with the metrics of
-``train_service.evaluation`` on the held-out tasks, the same on the SEEN (searched, trained-on)
-tasks under ``seen_*`` keys, and the iteration's mean revision length; ``write_report`` writes
+``train_service.evaluation`` on the held-out tasks (recovery included: the Table 3 protocol on the
+starting model's failed held-out episodes), the same on the SEEN (searched, trained-on) tasks under
+``seen_*`` keys, and the iteration's mean revision length; ``write_report`` writes
 ``report.json``, ``report.md`` and ``report.png`` into a folder. ``write_eval`` does the same for a
 single ``agentr eval``.
 """
@@ -24,16 +25,15 @@ HELD_OUT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("avg_steps", "steps"),
     ("invalid_action_rate", "invalid"),
     ("dead_loop_rate", "dead loops"),
+    ("recovery_success", "recovery"),
 )
-# the mean revision length per iteration is in the datasets table; the recovery test continues
-# the starting model's failed SEARCH paths, so it is a seen-task figure
+# the mean revision length per iteration is in the datasets table
 SEEN_COLUMNS: tuple[tuple[str, str], ...] = (
     ("seen_success_rate", "success"),
     ("seen_avg_reward", "reward"),
     ("seen_avg_steps", "steps"),
     ("seen_invalid_action_rate", "invalid"),
     ("seen_dead_loop_rate", "dead loops"),
-    ("recovery_success", "recovery"),
 )
 COLUMNS: tuple[tuple[str, str], ...] = (  # the single table of ``agentr eval``
     ("success_rate", "success"),
@@ -52,6 +52,10 @@ def _row(label: str, metrics: dict[str, Any], revision_length: float | None) -> 
         "model": label,
         "model_version": metrics.get("model_version"),
         "episodes": metrics.get("episodes"),
+        "tasks": len(metrics.get("tasks") or []) or None,
+        "episodes_per_task": metrics.get("episodes_per_task"),
+        "max_steps": metrics.get("max_steps"),
+        "temperature": metrics.get("temperature"),
         "success_rate": metrics.get("success_rate"),
         "avg_reward": metrics.get("avg_reward"),
         "avg_steps": metrics.get("avg_steps"),
@@ -60,8 +64,10 @@ def _row(label: str, metrics: dict[str, Any], revision_length: float | None) -> 
         "repeated_action_rate": metrics.get("repeated_action_rate"),
         "recovery_success": recovery.get("success_rate"),
         "recovery_episodes": recovery.get("episodes"),
+        "recovery_set_id": recovery.get("set_id"),
         "revision_length_mean": revision_length,
         "seen_episodes": seen.get("episodes"),
+        "seen_tasks": len(seen.get("tasks") or []) or None,
         "seen_success_rate": seen.get("success_rate"),
         "seen_avg_reward": seen.get("avg_reward"),
         "seen_avg_steps": seen.get("avg_steps"),
@@ -142,24 +148,36 @@ def report_markdown(report: dict[str, Any]) -> str:
         out += ["", "(no evaluation yet)", ""]
     else:
         held_out = config.get("eval_tasks") or f"split {config.get('eval_split', '?')!r}"
+        temperature = _first(rows, "temperature")
+        sampling = "greedy" if not temperature else f"sampled at temperature {temperature}"
         out += [
             "",
-            f"## Held-out tasks ({_first(rows, 'episodes')} goals of {held_out}, never searched or "
-            "trained on)",
+            f"## Held-out tasks ({_first(rows, 'tasks')} goals of {held_out}, stratified, never searched "
+            "or trained on)",
+            "",
+            f"{_first(rows, 'episodes_per_task')} seeded episodes per goal ({sampling}), at most "
+            f"{_first(rows, 'max_steps')} actions each; rates are over all {_first(rows, 'episodes')} "
+            "episodes. recovery: success when continuing "
+            f"{_first(rows, 'recovery_episodes') or 0} failed held-out episodes of the STARTING model, "
+            "each truncated at a seeded random step; the same prefixes for every model (the paper's "
+            "Table 3 protocol).",
             "",
             markdown_table(rows, HELD_OUT_COLUMNS),
         ]
         if _first(rows, "seen_episodes") is not None:
             searched = config.get("tasks") or f"split {config.get('split', '?')!r}"
             out += [
-                f"## Seen tasks ({_first(rows, 'seen_episodes')} searched goals of {searched}: their "
-                "good and revised paths are trained on)",
+                f"## Seen tasks ({_first(rows, 'seen_tasks')} searched goals of {searched}, "
+                f"{_first(rows, 'seen_episodes')} episodes: SEEN in training, their good and revised "
+                "paths are trained on)",
                 "",
                 markdown_table(rows, SEEN_COLUMNS),
-                f"recovery: success when continuing {_first(rows, 'recovery_episodes') or 0} failed search "
-                "paths of the starting model, cut after the critic's first error.",
-                "",
             ]
+    critic = report.get("critic") or {}
+    if critic:  # the critic against the oracle, per iteration (train_service/critic_metrics.py)
+        from train_service.critic_metrics import critic_markdown
+
+        out.append(critic_markdown(critic))
     datasets = report.get("datasets") or {}
     if datasets:
         out.append("## Datasets")
@@ -199,18 +217,19 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:
                 ("avg_reward", "avg reward"),
                 ("invalid_action_rate", "invalid actions"),
                 ("dead_loop_rate", "dead loops"),
+                ("recovery_success", "recovery (Table 3)"),
             ],
         ),
         (
-            "seen tasks",
+            "seen tasks (trained on)",
             [
                 ("seen_success_rate", "success"),
                 ("seen_invalid_action_rate", "invalid actions"),
-                ("recovery_success", "recovery from failed prefixes"),
+                ("seen_dead_loop_rate", "dead loops"),
             ],
         ),
     ]
-    styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":")]
+    styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", (0, (5, 1)))]
     labels = [r["model"] for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, (panel, keys) in zip(axes, panels, strict=True):

@@ -13,10 +13,11 @@ I/O behind it for the train service:
   inline (embedded mode: ``run_train_iteration`` in a thread) or as the Celery task on the
   ``train`` queue (with Redis), waited for; returns ``ModelTrained`` or ``TrainingFailed`` (bad input:
   empty dataset, missing general-data file, bad template, ...). Transient errors raise (retried).
-* ``evaluate``: ``train_service.evaluation`` on the held-out tasks, with the recovery test on the
-  starting model's failed paths and the iteration's mean revision length; and (``seen_tasks``) on
-  the run's search tasks, stored under ``metrics["seen"]`` (the starting model's under
-  ``metrics["start"]["seen"]``).
+* ``evaluate``: ``train_service.evaluation`` on the held-out tasks (stratified, seeded episodes),
+  with the recovery test on the STARTING model's failed held-out episodes truncated at seeded
+  random steps (built in iteration 0, the same prefixes for every model) and the iteration's mean
+  revision length; and (``seen_tasks``) on the run's search tasks, stored under ``metrics["seen"]``
+  (the starting model's under ``metrics["start"]["seen"]``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,13 @@ from core.domain.trajectory import TrainingSample, Trajectory
 from core.envs.base import Env
 from core.llm.ports import Policy
 from core.runtime.settings import Settings
-from train_service.evaluation import EvalConfig, evaluate, failed_prefixes, revision_lengths
+from train_service.evaluation import (
+    EvalConfig,
+    evaluate,
+    held_out_tasks,
+    recorded_recovery_set,
+    revision_lengths,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +106,13 @@ class RunEffects:
             await env.close()
 
     async def eval_task_ids(self, config: RunConfig) -> list[str]:
+        """Held-out tasks: ``eval_tasks`` or ``eval_split``, capped by a stratified choice
+        (``train_service.evaluation.held_out_tasks``; ``evaluation.stratify = false``: the first ones)."""
+        stratify = EvalConfig.from_data(config.evaluation).stratify
         env = self.env_opener(config.env)
         try:
-            return select_tasks(env, config.eval_tasks, config.eval_split, config.max_eval_tasks)
+            ids = select_tasks(env, config.eval_tasks, config.eval_split, None)
+            return held_out_tasks(env, ids, config.max_eval_tasks, stratify)
         finally:
             await env.close()
 
@@ -296,7 +307,13 @@ class RunEffects:
 
     # ---------------------------------------------------------------------------- evaluation
     async def _evaluate_model(
-        self, label: str, model_ref: str, config: RunConfig, tasks: list[str], prefixes: Any, cfg: EvalConfig
+        self,
+        label: str,
+        model_ref: str,
+        config: RunConfig,
+        tasks: list[str],
+        cfg: EvalConfig,
+        **options: Any,
     ) -> dict[str, Any]:
         policy = await asyncio.to_thread(self.policy_opener, model_ref)
         try:
@@ -306,33 +323,52 @@ class RunEffects:
                     self.on_eval(label, done, total)
 
             return await evaluate(
-                policy, lambda: self.env_opener(config.env), tasks, cfg, prefixes=prefixes, progress=progress
+                policy,
+                lambda: self.env_opener(config.env),
+                tasks,
+                cfg,
+                seed=config.seed,
+                progress=progress,
+                **options,
             )
         finally:
             await policy.close()
 
     async def evaluate(self, state: RunState, effect: EvaluateModel) -> IterationEvaluated:
+        """The iteration's model on the held-out tasks (with the recovery test) and on the seen
+        tasks. In iteration 0 the STARTING model is evaluated first: its failed held-out episodes,
+        truncated at seeded random steps, are the recovery set (stored in iteration 0's
+        ``metrics["start"]["recovery_set"]``) that every later model continues too."""
         config = state.config
         cfg = EvalConfig.from_data(config.evaluation)
         tasks = await self.eval_task_ids(config)
-        prefixes = await failed_prefixes(self.store, state.run_id, 0, cfg.recovery_episodes)
-        metrics = await self._evaluate_model(
-            f"iteration {effect.iteration}", effect.model_ref, config, tasks, prefixes, cfg
-        )
         seen = await self.task_ids(config) if cfg.seen_tasks else []
+        first = state.iteration(0)
+        start: dict[str, Any] | None = None
+        recovery = recorded_recovery_set((first.eval_metrics or {}).get("start") if first else None)
+        if effect.iteration == 0 and (cfg.baseline or cfg.recovery_episodes > 0):
+            start = await self._evaluate_model(
+                "starting model",
+                effect.start_model_ref,
+                config,
+                tasks,
+                cfg,
+                build_recovery_set=cfg.recovery_episodes > 0,
+            )
+            recovery = recorded_recovery_set(start)
+            if seen and cfg.baseline:
+                start["seen"] = await self._evaluate_model(
+                    "starting model, seen tasks", effect.start_model_ref, config, seen, cfg
+                )
+        metrics = await self._evaluate_model(
+            f"iteration {effect.iteration}", effect.model_ref, config, tasks, cfg, recovery=recovery or ()
+        )
         if seen:
             metrics["seen"] = await self._evaluate_model(
-                f"iteration {effect.iteration}, seen tasks", effect.model_ref, config, seen, (), cfg
+                f"iteration {effect.iteration}, seen tasks", effect.model_ref, config, seen, cfg
             )
         lengths = await revision_lengths(self.store, state.run_id)
         metrics["revision_length_mean"] = lengths.get(effect.iteration)
-        if cfg.baseline and effect.iteration == 0:
-            start = await self._evaluate_model(
-                "starting model", effect.start_model_ref, config, tasks, prefixes, cfg
-            )
-            if seen:
-                start["seen"] = await self._evaluate_model(
-                    "starting model, seen tasks", effect.start_model_ref, config, seen, (), cfg
-                )
+        if start is not None:
             metrics["start"] = start
         return IterationEvaluated(state.run_id, effect.iteration, effect.model_ref, metrics)

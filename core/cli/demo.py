@@ -95,7 +95,13 @@ def plan_run(opts: RunOptions) -> Plan:
             "time_budget_s": 60.0,  # a safety cap (a few steps; measured < 2 s)
             "logging_steps": 5,
         }
-        evaluation = {"max_steps": 4, "max_tokens": 32, "recovery_episodes": 2, "baseline": True}
+        evaluation = {
+            "max_steps": 4,
+            "max_tokens": 32,
+            "episodes_per_task": 2,
+            "recovery_episodes": 2,
+            "baseline": True,
+        }
         tiny = TinySpec(hidden=64, layers=2, heads=2, vocab_size=768)
         warm_steps, warm_cap = 300, 240.0
         max_eval = opts.max_eval_tasks or 2

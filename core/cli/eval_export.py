@@ -23,6 +23,9 @@ def eval_command(
     max_tasks: int | None,
     max_steps: int,
     max_tokens: int,
+    episodes: int = 1,
+    temperature: float = 0.0,
+    seed: int = 0,
     out: str,
 ) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -31,31 +34,41 @@ def eval_command(
     from core.envs.registry import open_env
     from core.llm.ports import PolicyError
     from core.llm.registry import open_policy
-    from train_service.evaluation import EvalConfig, evaluate
+    from train_service.evaluation import EvalConfig, evaluate, held_out_tasks
     from train_service.report import eval_markdown, write_eval
     from train_service.runs import select_tasks
 
     try:
+        cfg = EvalConfig(
+            max_steps=max_steps,
+            max_tokens=max_tokens,
+            episodes_per_task=episodes,
+            temperature=temperature,
+            recovery_episodes=0,
+            baseline=False,
+        )
         probe = open_env(env)
-        task_ids = select_tasks(probe, tasks, split, max_tasks)
+        task_ids = held_out_tasks(probe, select_tasks(probe, tasks, split, None), max_tasks)
         asyncio.run(probe.close())
         policy = open_policy(model)
     except (EnvError, PolicyError, ValueError) as exc:
         console.print(f"[red]cannot evaluate:[/red] {exc}")
         return 2
     if not task_ids:
+        asyncio.run(policy.close())
         console.print(f"[red]no tasks:[/red] split {split!r} of {env} is empty")
         return 2
-    cfg = EvalConfig(max_steps=max_steps, max_tokens=max_tokens, recovery_episodes=0, baseline=False)
     with Progress(TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), console=console) as bars:
-        bar = bars.add_task("eval", total=len(task_ids))
+        bar = bars.add_task("eval", total=len(task_ids) * episodes)
 
         def progress(done: int, total: int) -> None:
             bars.update(bar, completed=done, total=total)
 
         async def go() -> dict[str, Any]:
             try:
-                return await evaluate(policy, lambda: open_env(env), task_ids, cfg, progress=progress)
+                return await evaluate(
+                    policy, lambda: open_env(env), task_ids, cfg, seed=seed, progress=progress
+                )
             finally:
                 await policy.close()
 

@@ -104,14 +104,26 @@ def register(app: typer.Typer) -> None:
         tasks: str = typer.Option("", "--tasks", help="Comma-separated task ids (default: --split)."),
         split: str = typer.Option("test", "--split", help="Named split when --tasks is not given."),
         max_tasks: int | None = typer.Option(20, "--max-tasks", min=1, help="Cap on tasks."),
-        max_steps: int = typer.Option(12, "--max-steps", min=1, help="Actions per episode."),
+        max_steps: int = typer.Option(
+            100, "--max-steps", min=1, help="Actions per episode (100: the paper's max rounds)."
+        ),
         max_tokens: int = typer.Option(40, "--max-tokens", min=1, help="Generation budget per turn."),
+        episodes: int = typer.Option(3, "--episodes", min=1, help="Seeded episodes per task."),
+        temperature: float = typer.Option(
+            0.7,
+            "--temperature",
+            min=0.0,
+            max=5.0,
+            help="Sampling temperature (0 = greedy; then use --episodes 1).",
+        ),
+        seed: int = typer.Option(0, "--seed", help="Seed of the episodes' sampling."),
         out: str = typer.Option(
             "", "--out", "-o", help="Folder for eval.json / eval.md / eval.png (default: print only)."
         ),
     ) -> None:
-        """Evaluate a model with greedy episodes: average reward, success rate, average steps, dead
-        loops and invalid-action rate (episodes are batched: one model call per turn)."""
+        """Evaluate a model with seeded episodes on a stratified choice of tasks: average reward,
+        success rate, average steps, dead loops and invalid-action rate (episodes are batched: one
+        model call per turn)."""
         from core.cli.eval_export import eval_command
 
         raise typer.Exit(
@@ -123,6 +135,9 @@ def register(app: typer.Typer) -> None:
                 max_tasks=max_tasks,
                 max_steps=max_steps,
                 max_tokens=max_tokens,
+                episodes=episodes,
+                temperature=temperature,
+                seed=seed,
                 out=out,
             )
         )

@@ -46,9 +46,14 @@ def test_agentr_run_quick_completes_with_data_and_report(tmp_path: Path) -> None
     assert report["status"] == "completed"
     assert [row["model"] for row in report["rows"]] == ["start", "iter 0", "iter 1"]
     for row in report["rows"]:
-        # held-out goals (test split) and, apart, the searched (seen) demo goals
-        assert 0.0 <= row["success_rate"] <= 1.0 and row["episodes"] == 2
-        assert 0.0 <= row["seen_success_rate"] <= 1.0 and row["seen_episodes"] == 2
+        # held-out goals (test split, stratified: two depths) and, apart, the searched (seen) demo
+        # goals; two seeded episodes per goal
+        assert 0.0 <= row["success_rate"] <= 1.0 and row["episodes"] == 4 and row["tasks"] == 2
+        assert row["episodes_per_task"] == 2 and row["max_steps"] == 4
+        assert 0.0 <= row["seen_success_rate"] <= 1.0 and row["seen_episodes"] == 4
+    # recovery: the starting model's failed held-out episodes, the same prefixes for every model
+    assert report["rows"][0]["recovery_episodes"] > 0
+    assert len({(row["recovery_episodes"], row["recovery_set_id"]) for row in report["rows"]}) == 1
     markdown = (run_dir / "report.md").read_text()
     assert markdown.startswith("# agentr run")
     assert "## Held-out tasks" in markdown and "## Seen tasks" in markdown and "## Datasets" in markdown
