@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from sqlalchemy import event, func, select
 
 from api.datasets import DEFAULT_PAGE_SIZE, iter_dataset, jsonl_bytes
+from core.domain.events import event_class
 from core.formats.export import iter_parquet
 from core.store.tables import events, traces
 from tests.api.conftest import ApiHarness
@@ -226,7 +227,8 @@ async def test_events_stream_is_project_scoped_resumable_and_live(api: ApiHarnes
     positions = [int(s["id"]) for s in sent]
     assert positions == sorted(positions)
     assert all(json.loads(s["data"])["data"].get("project_id", project) == project for s in sent)
-    assert all(json.loads(s["data"])["event_version"] == 1 for s in sent)  # the stored schema version
+    # the stored schema version: the event class's current one (TreeCompleted is v2 since `exhausted`)
+    assert all(json.loads(s["data"])["event_version"] == event_class(s["event"]).event_version for s in sent)
     assert "theirs" not in response.text
 
     middle = positions[4]
