@@ -9,7 +9,15 @@ On the tiny Llama model (built locally, as the tests do), judge every step of 20
 
 Early exit is OFF so every step is judged (the full cost). Prints one JSON line per comparison:
 tokens processed and wall time, ratio = baseline / ours (higher is better).
-Usage: python bench/critic.py [--quick]
+
+``first_error_match``: the critic's quality, not its cost. It runs the real demo (``agentr run
+--iterations 1 --data-only``: tiny model, warm start with its judge examples, MCTS on the demo goals,
+the ``model`` critic) in a fresh home, then reads the stored FirstErrorMarked events: "ours" is the
+share of pairs whose t' equals the TextCraft oracle's first error, "baseline" the same share for
+Direct-Revision (t' = the last action) on the same pairs; ratio = ours / baseline. The same pairs
+are then judged by the ``reflect`` strategy with the same model (``first_error_match_reflect``).
+Also printed: the model critic's fallback share (lower is better; baseline = Direct-Revision's 1.0).
+Usage: python bench/critic.py [--quick] [--only cost|match] [--home DIR (reuse a warm start)]
 """
 
 from __future__ import annotations
@@ -94,7 +102,85 @@ async def main(quick: bool) -> None:
                               "unit": unit, "ratio": round(ratio, 2)}))  # fmt: skip
 
 
+def _line(metric: str, ours: float, baseline: float, unit: str, ratio: float | None = None) -> None:
+    if ratio is None:
+        ratio = ours / baseline if baseline else float("inf") if ours else 0.0
+    print(json.dumps({"metric": metric, "ours": round(ours, 4), "baseline": round(baseline, 4),
+                      "unit": unit, "ratio": round(ratio, 2)}), flush=True)  # fmt: skip
+
+
+async def first_error_match(quick: bool, home: str) -> None:
+    import os
+    import subprocess
+
+    from core.domain.events import FirstErrorMarked, IterationStarted, PairFound, RunRequested
+    from core.domain.ids import run_stream
+    from core.runtime.settings import load_settings
+    from core.store.factory import open_store
+    from train_service.critic_metrics import critic_metrics, load_critic_metrics, load_judged
+
+    folder = Path(home or tempfile.mkdtemp(prefix="agentr-bench-critic-"))
+    agentr = Path(sys.executable).with_name("agentr")
+    command = [str(agentr), "run", "--iterations", "1", "--data-only", "--home", str(folder)]
+    if quick:
+        command.append("--quick")
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    started = time.perf_counter()
+    done = await asyncio.to_thread(subprocess.run, command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"agentr run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    print(f"# demo run (warm start + iteration 0 search + critic) took {time.perf_counter() - started:.0f}s",
+          file=sys.stderr)  # fmt: skip
+    settings = load_settings(home=folder, redis_url=None)
+    store = await open_store(settings.effective_database_url)
+    try:
+        runs = await store.read_all(event_types=["RunRequested"], limit=10_000)
+        run_id = [r.event for r in runs if isinstance(r.event, RunRequested)][-1].run_id
+        metrics = (await load_critic_metrics(store, run_id)).get(0)
+        if not metrics or not metrics["oracle_pairs"]:
+            raise SystemExit(f"the demo's iteration 0 produced no pair the oracle could judge: {metrics}")
+        print(f"# iteration 0 critic metrics: {json.dumps(metrics)}", file=sys.stderr)
+        _line("first_error_match", metrics["exact_match"], metrics["direct_exact_match"], "share")
+        fallback = metrics["fallback_share"]
+        _line(
+            "critic_fallback_share",
+            fallback,
+            1.0,
+            "share",
+            ratio=1.0 / fallback if fallback else float("inf"),
+        )
+        # the reflect strategy on the same pairs, with the same (warm-started) model
+        from core.domain.config import RunConfig
+        from core.llm.hf import HFPolicy
+        from critic_service.critic import CriticConfig, critique
+
+        config = RunConfig.from_data([r.event for r in runs if isinstance(r.event, RunRequested)][-1].config)
+        history = [r.event for r in await store.read_stream(run_stream(run_id))]
+        model_ref = next(e.model_ref for e in history if isinstance(e, IterationStarted) and e.iteration == 0)
+        policy = HFPolicy.from_folder(model_ref, device="cpu")  # the iteration-0 actor and critic
+        judged: list[tuple[PairFound, FirstErrorMarked]] = []
+        for pair, marked in await load_judged(store, run_id):
+            if pair.iteration != 0:
+                continue
+            result = await critique(CriticConfig(strategy="reflect"), pair.bad, pair.shared_steps, policy)
+            judged.append((pair, FirstErrorMarked(
+                marked.pair_id, "reflect", result.transition_index, result.verdicts,
+                fallback=result.fallback, oracle_index=marked.oracle_index,
+            )))  # fmt: skip
+        reflect = critic_metrics(judged)[0]
+        print(f"# iteration 0 reflect metrics ({config.critic}): {json.dumps(reflect)}", file=sys.stderr)
+        _line("first_error_match_reflect", reflect["exact_match"], reflect["direct_exact_match"], "share")
+    finally:
+        await store.close()
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 paths on a smaller model (< 1 minute)")
-    asyncio.run(main(parser.parse_args().quick))
+    parser.add_argument("--only", choices=("cost", "match"), default=None, help="run one part only")
+    parser.add_argument("--home", default="", help="agentr home for the demo run (reuses its warm start)")
+    args = parser.parse_args()
+    if args.only in (None, "cost"):
+        asyncio.run(main(args.quick))
+    if args.only in (None, "match"):
+        asyncio.run(first_error_match(args.quick, args.home))

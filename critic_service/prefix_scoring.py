@@ -94,12 +94,12 @@ class PrefixScorer:
                     cached = list(ids)
                     first = torch.log_softmax(logits[-1], dim=-1)
                     row = []
-                    for label in label_ids:
-                        score = float(first[label[0]])
-                        if len(label) > 1:
-                            extra = self._feed(label[:-1], cache)
+                    for tokens in label_ids:
+                        score = float(first[tokens[0]])
+                        if len(tokens) > 1:
+                            extra = self._feed(tokens[:-1], cache)
                             logprobs = torch.log_softmax(extra, dim=-1)
-                            score += float(sum(logprobs[k, label[k + 1]] for k in range(len(label) - 1)))
+                            score += float(sum(logprobs[k, tokens[k + 1]] for k in range(len(tokens) - 1)))
                             crop_to(cache, len(ids))
                         row.append(score)
                     results.append(row)

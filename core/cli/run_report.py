@@ -1,6 +1,7 @@
 """Owns the report files of a finished ``agentr run``: the run's history and revision lengths folded
 into the report (``train_service.report``), plus per-iteration dataset counts read from the store
-(trees, pairs, revision samples, verified share, good trajectories).
+(trees, pairs, revision samples, verified share, good trajectories) and the critic's measured
+quality (``train_service.critic_metrics``: exact match with the oracle, fallback share).
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ async def write_run_report(store: Any, home: Path, run_id: str) -> dict[str, str
     history = [r.event for r in await store.read_stream(run_stream(run_id))]
     report = collect_report(run_id, history, await revision_lengths(store, run_id))
     report["datasets"] = await _dataset_counts(store, run_id)
+    from train_service.critic_metrics import load_critic_metrics
+
+    critic = await load_critic_metrics(store, run_id)  # t' vs the oracle, fallback share
+    report["critic"] = {str(iteration): row for iteration, row in critic.items()}
     return write_report(report, home / "runs" / run_id)
 
 

@@ -51,19 +51,21 @@ def prepare_model(plan: Plan, home: Path, seed: int) -> str:
     config = RunConfig.from_data(plan.config)
     env = open_env(config.env)
     tasks = list(plan.warm_start_tasks) or env.task_ids(config.split)[: config.max_tasks]
-    warm = (
-        home
-        / "models"
-        / f"warm-{_key(base.name, config.env, tasks, plan.warm_start_steps, WARM_START_LR, seed)}"
-    )
+    from train_service.judge_data import warm_start_judge_key
+
+    judge_key = warm_start_judge_key(env)  # judge examples (train_service/judge_data.py) change the model
+    parts = (base.name, config.env, tasks, plan.warm_start_steps, WARM_START_LR, seed)
+    warm = home / "models" / f"warm-{_key(*parts, judge_key) if judge_key else _key(*parts)}"
     if (warm / "meta.json").is_file():
         console.print(f"warm-started model found in [bold]{warm}[/bold] (cached)")
         return str(warm)
-    _warm_start(base, env, tasks, plan, warm, seed)
+    _warm_start(base, env, tasks, plan, warm, seed, config)
     return str(warm)
 
 
-def _warm_start(base: Path, env: Any, tasks: list[str], plan: Plan, out: Path, seed: int) -> None:
+def _warm_start(
+    base: Path, env: Any, tasks: list[str], plan: Plan, out: Path, seed: int, config: Any = None
+) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from core.domain.datasets import trajectory_to_sample
@@ -77,8 +79,14 @@ def _warm_start(base: Path, env: Any, tasks: list[str], plan: Plan, out: Path, s
     ]
     if not expert:
         raise RuntimeError("the expert solver finished none of the warm-start tasks")
+    # judge examples on tasks of their own (never searched or evaluated): the critic can judge from
+    # iteration 0; the expert text seen stays the same (more steps), see train_service/judge_data.py
+    from train_service.judge_data import warm_start_judge_samples, warm_start_mix
+
+    judge = warm_start_judge_samples(env, config, tasks, seed)
+    samples, steps = warm_start_mix(expert, judge, plan.warm_start_steps)
     cfg = SFTConfig(
-        max_steps=plan.warm_start_steps,
+        max_steps=steps,
         learning_rate=WARM_START_LR,
         lr_scheduler="cosine",
         warmup=0.05,
@@ -96,17 +104,18 @@ def _warm_start(base: Path, env: Any, tasks: list[str], plan: Plan, out: Path, s
         TimeElapsedColumn(),
         console=console,
     ) as bars:
-        bar = bars.add_task("warm", total=plan.warm_start_steps, info="")
+        bar = bars.add_task("warm", total=steps, info="")
 
         def on_step(step: int, _max: int, loss: float | None) -> None:
             info = f"step {step}" + (f", loss {loss:.3f}" if loss is not None else "")
             bars.update(bar, completed=step, info=info)
 
         report = train_sft(
-            base, expert, out, cfg, iteration=-1, dataset_id=f"warm-start:{_key(tasks)}", on_step=on_step
+            base, samples, out, cfg, iteration=-1, dataset_id=f"warm-start:{_key(tasks)}", on_step=on_step
         )
-        bars.update(bar, completed=plan.warm_start_steps)
+        bars.update(bar, completed=steps)
     console.print(
-        f"warm start: {len(expert)} expert episodes, {report.metrics.get('steps')} steps in "
+        f"warm start: {len(expert)} expert episodes + {len(judge)} judge examples, "
+        f"{report.metrics.get('steps')} steps in "
         f"{report.metrics.get('seconds', 0):.0f}s -> [bold]{out}[/bold]"
     )

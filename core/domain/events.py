@@ -506,7 +506,7 @@ class OtlpSpansBuffered(DomainEvent):
 @dataclass(frozen=True)
 class TraceCritiqued(DomainEvent):
     trace_id: str
-    strategy: Literal["model", "direct", "rules"]
+    strategy: Literal["model", "direct", "rules", "reflect"]
     transition_index: int | None  # None: no error found
     verdicts: tuple[StepVerdict, ...]
     model_version: str = ""
