@@ -6,9 +6,11 @@ A client may send ``Idempotency-Key: <1-200 printable characters>`` with any POS
   project, key), so a retry appends events with the same ids and the event store skips them as
   duplicates: the effect happens once even when two retries race, or when the process died between
   appending and recording the response;
-* the first response is recorded in the ``idempotency_keys`` table; a retry with the same method,
-  path and body gets that response again (with ``Idempotent-Replayed: true``), and a retry with a
-  different request gets 422 naming the header;
+* the first response is recorded in the ``idempotency_keys`` table IN THE SAME TRANSACTION as the
+  request's events (the key row is claimed with an insert-or-nothing, so of concurrent requests
+  exactly one commits); a retry with the same method, path and body gets that response again (with
+  ``Idempotent-Replayed: true``), and one with a different request gets 422 naming the header,
+  whether it came after the first or raced it;
 * key issuance is the one exception to "same response": its secret is never stored, so a replay
   answers 409 naming the key that was issued (revoke it and issue a new one if the secret was lost).
 
@@ -18,14 +20,16 @@ Keys are namespaced by project (the bootstrap admin has its own namespace).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import select
+from sqlalchemy import RowMapping, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.deps import ApiServices, Principal, authenticate, services
 from api.errors import ApiError
@@ -50,8 +54,25 @@ async def replay_handler(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(exc.body, status_code=exc.status_code, headers={REPLAY_HEADER: "true"})
 
 
+Answer = tuple[int, Any]
+"""(status code, JSON body) recorded for an Idempotency-Key."""
+AnswerSource = Answer | Callable[[AsyncConnection], Awaitable[Answer]]
+
+
+class KeyTaken(Exception):
+    """Raised inside a write transaction when another request claimed the key first: the
+    transaction rolls back, so this request's effect is never kept."""
+
+
 class Idempotency:
-    """The idempotency context of one POST request (``key`` None when the header was not sent)."""
+    """The idempotency context of one POST request (``key`` None when the header was not sent).
+
+    The key row is CLAIMED (``INSERT ... ON CONFLICT DO NOTHING``) in the same transaction as the
+    request's events (``claim_hook``, run by the store before commit). Exactly one request commits
+    its claim; a concurrent one finds the key taken, its transaction (and so its effect) is rolled
+    back, and it answers from the winner's row: the stored response for the same body, 422 for a
+    different one. So no client is told its write was accepted when it was not.
+    """
 
     def __init__(
         self, svc: ApiServices, principal: Principal, key: str | None, method: str, path: str, digest: str
@@ -69,13 +90,9 @@ class Idempotency:
             return new_id()
         return derived_id("idempotency", self.scope, self.key, self.method, self.path, *parts)
 
-    async def save(self, status_code: int, body: Any) -> None:
-        """Record the response a retry with the same key gets (no-op without a key)."""
-        if self.key is None:
-            return
-        engine = self._svc.store.engine
-        insert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
-        statement = (
+    def _claim_statement(self, conn: AsyncConnection, status_code: int, body: Any) -> Any:
+        insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+        return (
             insert(idempotency_keys)
             .values(
                 scope=self.scope,
@@ -89,8 +106,62 @@ class Idempotency:
             )
             .on_conflict_do_nothing()
         )
-        async with engine.begin() as conn:
-            await conn.execute(statement)
+
+    async def claim_in(self, conn: AsyncConnection, answer: AnswerSource) -> None:
+        """Claim the key inside ``conn``'s transaction with ``answer``; KeyTaken when it is taken."""
+        if self.key is None:
+            return
+        status_code, body = answer if isinstance(answer, tuple) else await answer(conn)
+        result = await conn.execute(self._claim_statement(conn, status_code, body))
+        if result.rowcount == 0:
+            raise KeyTaken(self.key)
+
+    def claim_hook(
+        self, answer: AnswerSource | None
+    ) -> Callable[[AsyncConnection, list[Any]], Awaitable[None]] | None:
+        """The store's ``before_commit`` hook that claims the key (None without a key or answer)."""
+        if self.key is None or answer is None:
+            return None
+
+        async def hook(conn: AsyncConnection, _recorded: list[Any]) -> None:
+            await self.claim_in(conn, answer)
+
+        return hook
+
+    async def save(self, status_code: int, body: Any) -> None:
+        """Claim the key with this answer when the request wrote no event (no-op without a key);
+        answers from the stored row when another request claimed it first."""
+        if self.key is None:
+            return
+        try:
+            async with self._svc.store.write_transaction() as conn:
+                await self.claim_in(conn, (status_code, body))
+        except KeyTaken:
+            await self.answer_taken()
+
+    async def answer_taken(self) -> NoReturn:
+        """Raise the answer for a key another request claimed: its response, or 422."""
+        async with self._svc.store.engine.connect() as conn:
+            row = await _stored(conn, self.scope, self.key or "")
+        if row is None:  # cannot happen: the claim that beat us committed before we saw it
+            raise ApiError(409, f"header {HEADER}: this key is being used concurrently; retry")
+        _answer_from(row, self.digest)
+
+
+async def _stored(conn: AsyncConnection, scope: str, key: str) -> RowMapping | None:
+    query = select(idempotency_keys).where(idempotency_keys.c.scope == scope, idempotency_keys.c.key == key)
+    return (await conn.execute(query)).mappings().first()
+
+
+def _answer_from(row: RowMapping, digest: str) -> NoReturn:
+    if row["request_hash"] != digest:
+        raise ApiError(
+            422,
+            f"header {HEADER}: this key was already used for a different request "
+            f"({row['method']} {row['path']}); use a new key",
+            fields=[{"field": f"header.{HEADER}", "message": "already used for a different request"}],
+        )
+    raise IdempotentReplay(row["status_code"], row["response"])
 
 
 def _check_key(raw: str) -> str:
@@ -119,24 +190,7 @@ async def idempotency(
     if key is None:
         return ctx
     async with svc.store.engine.connect() as conn:
-        row = (
-            (
-                await conn.execute(
-                    select(idempotency_keys).where(
-                        idempotency_keys.c.scope == ctx.scope, idempotency_keys.c.key == key
-                    )
-                )
-            )
-            .mappings()
-            .first()
-        )
+        row = await _stored(conn, ctx.scope, key)
     if row is None:
         return ctx
-    if row["request_hash"] != digest:
-        raise ApiError(
-            422,
-            f"header {HEADER}: this key was already used for a different request "
-            f"({row['method']} {row['path']}); use a new key",
-            fields=[{"field": f"header.{HEADER}", "message": "already used for a different request"}],
-        )
-    raise IdempotentReplay(row["status_code"], row["response"])
+    _answer_from(row, digest)

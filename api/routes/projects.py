@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Path
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, not_found
@@ -68,14 +69,20 @@ async def create_project(
         raise ApiError(403, "only the bootstrap admin key (AGENTR_ADMIN_KEY) creates projects")
     project_id = idem.new_id("project")
     event = ProjectCreated(project_id=project_id, name=body.name)
+
+    async def answer(conn: AsyncConnection) -> tuple[int, Any]:
+        row = (
+            (await conn.execute(select(projects).where(projects.c.project_id == project_id))).mappings().one()
+        )
+        return 201, ProjectOut(**row).model_dump(mode="json")
+
     await append(
         svc,
         [new_event(project_stream(project_id), event, project_id=project_id, event_id=idem.new_id("event"))],
+        idem=idem,
+        answer=answer,
     )
-    row = await _project_row(svc, project_id)
-    out = ProjectOut(**row).model_dump(mode="json")
-    await idem.save(201, out)
-    return out
+    return ProjectOut(**await _project_row(svc, project_id)).model_dump(mode="json")
 
 
 @router.get("", response_model=list[ProjectOut], summary="List the projects the caller can see")
@@ -126,14 +133,7 @@ async def issue_key(
         scopes=tuple(body.scopes),
         label=body.label,
     )
-    new = await append(
-        svc,
-        [new_event(project_stream(project_id), event, project_id=project_id, event_id=idem.new_id("event"))],
-    )
-    if not new:  # a concurrent retry with the same Idempotency-Key issued it first
-        raise ApiError(
-            409, f"this Idempotency-Key already issued key {key_id!r}; its secret is shown only once"
-        )
+    # A retry with the same Idempotency-Key is told which key was issued, never its secret again.
     conflict: dict[str, Any] = {
         "error": "conflict",
         "detail": f"this Idempotency-Key already issued key {key_id!r} (prefix {issued.prefix}); "
@@ -141,7 +141,14 @@ async def issue_key(
         "fields": [],
         "request_id": None,
     }
-    await idem.save(409, conflict)
+    new = await append(
+        svc,
+        [new_event(project_stream(project_id), event, project_id=project_id, event_id=idem.new_id("event"))],
+        idem=idem,
+        answer=(409, conflict),
+    )
+    if not new:  # cannot happen with a key (the claim above answers); without one ids are fresh
+        raise ApiError(409, f"key {key_id!r} was already issued; its secret is shown only once")
     async with svc.store.engine.connect() as conn:
         row = (await conn.execute(select(api_keys).where(api_keys.c.key_id == key_id))).mappings().one()
     return KeyIssuedOut(**_key_out(row).model_dump(), key=issued.key)
@@ -195,6 +202,11 @@ async def revoke_key(
         )
     if row is None:
         raise not_found("key", key_id)
+
+    async def answer(conn: AsyncConnection) -> tuple[int, Any]:
+        row = (await conn.execute(select(api_keys).where(api_keys.c.key_id == key_id))).mappings().one()
+        return 200, _key_out(row).model_dump(mode="json")
+
     if not row["revoked"]:
         event = ApiKeyRevoked(project_id=project_id, key_id=key_id)
         await append(
@@ -204,9 +216,11 @@ async def revoke_key(
                     project_stream(project_id), event, project_id=project_id, event_id=idem.new_id("event")
                 )
             ],
+            idem=idem,
+            answer=answer,
         )
+    else:
+        await idem.save(200, _key_out(row).model_dump(mode="json"))
     async with svc.store.engine.connect() as conn:
         row = (await conn.execute(select(api_keys).where(api_keys.c.key_id == key_id))).mappings().one()
-    out = _key_out(row).model_dump(mode="json")
-    await idem.save(200, out)
-    return out
+    return _key_out(row).model_dump(mode="json")

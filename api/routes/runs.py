@@ -50,6 +50,7 @@ async def _accept(
     svc: ApiServices, idem: Idempotency, project_id: str, run_id: str, event: DomainEvent, status: str
 ) -> dict[str, Any]:
     """Append ``event`` to the run's stream and answer (and remember, for retries) 202 ``status``."""
+    out = RunAccepted(run_id=run_id, status=status).model_dump(mode="json")
     await append(
         svc,
         [
@@ -61,9 +62,9 @@ async def _accept(
                 correlation_id=run_id,
             )
         ],
+        idem=idem,
+        answer=(202, out),
     )
-    out = RunAccepted(run_id=run_id, status=status).model_dump(mode="json")
-    await idem.save(202, out)
     return out
 
 

@@ -1,9 +1,13 @@
-"""Owns the production-trace routes: ingest a batch (all or nothing) and read one trace back.
+"""Owns the production-trace routes: ingest a batch (all or nothing), set outcomes later, read one back.
 
 A batch is parsed completely (core.formats.importing) before anything is written; the first
 malformed field answers 422 naming it (``body.traces[3].messages[5].role``) and nothing is stored.
 Then every TraceIngested event of the batch is appended in ONE store transaction. The critic
 service picks them up from there.
+
+A trace ingested without an outcome waits (status ``waiting_for_outcome``): ``PATCH /v1/traces/{id}``
+or the batch form ``PATCH /v1/traces`` sets it once (``TraceOutcomeSet``, all or nothing), and the critic
+runs on it then. Setting the outcome it already has changes nothing; a different one is a 409.
 """
 
 from __future__ import annotations
@@ -12,18 +16,32 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Path
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.datasets import row_to_sample
 from api.deps import ApiServices, Principal, require, services
+from api.errors import ApiError
 from api.errors import field_error as make_field_error
 from api.idempotency import Idempotency, idempotency
 from api.reads import owned_row
-from api.schemas import ERROR_RESPONSES, ID_PATTERN, CritiqueOut, TraceAccepted, TraceBatchIn, TraceOut
+from api.schemas import (
+    ERROR_RESPONSES,
+    ID_PATTERN,
+    CritiqueOut,
+    OutcomeIn,
+    TraceAccepted,
+    TraceBatchIn,
+    TraceOut,
+    TraceOutcomeBatchIn,
+    TraceOutcomeIn,
+    TraceOutcomeOut,
+    TraceOutcomesOut,
+)
 from api.writes import append, new_event
-from core.domain.events import TraceCritiqued, TraceIngested
-from core.domain.ids import trace_stream
+from core.domain.events import NewEvent, TraceCritiqued, TraceIngested, TraceOutcomeSet
+from core.domain.ids import derived_id, trace_stream
 from core.domain.serde import to_dict
-from core.formats.importing import TraceFormatError, parse_traces
+from core.formats.importing import TraceFormatError, parse_outcome, parse_traces
 from core.store.tables import samples, traces
 
 router = APIRouter(prefix="/v1/traces", tags=["traces"], responses=ERROR_RESPONSES)
@@ -54,6 +72,8 @@ async def ingest_traces(
             outcome=item.outcome,
             source_format=item.source_format,
             external_id=item.external_id,
+            critic_strategy=body.critic.strategy if body.critic is not None else None,
+            critic_model=body.critic.model if body.critic is not None else None,
         )
         new_events.append(
             new_event(
@@ -64,10 +84,91 @@ async def ingest_traces(
                 correlation_id=trace_id,
             )
         )
-    await append(svc, new_events)
     out = TraceAccepted(trace_ids=trace_ids).model_dump(mode="json")
-    await idem.save(202, out)
+    await append(svc, new_events, idem=idem, answer=(202, out))
     return out
+
+
+async def _outcome_event(
+    conn: AsyncConnection, project_id: str, trace_id: str, body: TraceOutcomeIn, path: str, svc: ApiServices
+) -> tuple[TraceOutcomeOut, NewEvent | None, int]:
+    row = await owned_row(conn, traces, "trace_id", trace_id, project_id, "trace")
+    value = body.outcome.model_dump() if isinstance(body.outcome, OutcomeIn) else body.outcome
+    try:
+        outcome, reward = parse_outcome(value, body.reward, path)
+    except TraceFormatError as exc:
+        raise make_field_error(exc.path, exc.problem) from None
+    if outcome == "unknown":  # not reachable through the schema; kept as a guard
+        raise make_field_error(f"{path}.outcome", 'send "success" or "failure" (or a reward)')
+    out = TraceOutcomeOut(
+        trace_id=trace_id, outcome=outcome, reward=reward, changed=row["outcome"] == "unknown"
+    )
+    if row["outcome"] == outcome:
+        return out, None, -1
+    if row["outcome"] != "unknown":
+        raise ApiError(
+            409, f"trace {trace_id} already has outcome {row['outcome']!r}; an outcome is set once"
+        )
+    stream = trace_stream(trace_id)
+    version = await svc.store.stream_version(stream)
+    event = new_event(
+        stream,
+        TraceOutcomeSet(trace_id=trace_id, outcome=outcome, reward=reward),  # type: ignore[arg-type]
+        project_id=project_id,
+        event_id=derived_id("trace-outcome", trace_id),
+        correlation_id=trace_id,
+    )
+    return out, event, version
+
+
+@router.patch(
+    "/{trace_id}",
+    response_model=TraceOutcomeOut,
+    summary="Set the outcome of a trace ingested without one (the critic then runs on it)",
+)
+async def set_trace_outcome(
+    body: TraceOutcomeIn,
+    trace_id: str = Path(pattern=ID_PATTERN),
+    principal: Principal = Depends(require("ingest")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    async with svc.store.engine.connect() as conn:
+        out, event, version = await _outcome_event(conn, principal.project(), trace_id, body, "body", svc)
+    if event is not None:
+        await append(svc, [event], {event.stream_id: version})
+    return out
+
+
+@router.patch(
+    "",
+    response_model=TraceOutcomesOut,
+    summary="Set the outcomes of several traces (all or nothing)",
+)
+async def set_trace_outcomes(
+    body: TraceOutcomeBatchIn,
+    principal: Principal = Depends(require("ingest")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    seen: set[str] = set()
+    for index, item in enumerate(body.outcomes):
+        if item.trace_id in seen:
+            raise make_field_error(
+                f"body.outcomes[{index}].trace_id", f"{item.trace_id} appears twice; send it once"
+            )
+        seen.add(item.trace_id)
+    outs, new_events, expected = [], [], {}
+    async with svc.store.engine.connect() as conn:
+        for index, item in enumerate(body.outcomes):
+            out, event, version = await _outcome_event(
+                conn, principal.project(), item.trace_id, item, f"body.outcomes[{index}]", svc
+            )
+            outs.append(out)
+            if event is not None:
+                new_events.append(event)
+                expected[event.stream_id] = version
+    if new_events:
+        await append(svc, new_events, expected)
+    return TraceOutcomesOut(items=outs)
 
 
 @router.get("/{trace_id}", response_model=TraceOut, summary="A trace with its critique and revision sample")

@@ -13,8 +13,8 @@ Semantics shared by all adapters (checked by tests/contract/test_event_store.py)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from core.domain.events import NewEvent, RecordedEvent
 
@@ -50,8 +50,12 @@ class EventStore(Protocol):
         events: Sequence[NewEvent],
         expected_versions: Mapping[str, int] | None = None,
         tracking: tuple[str, int] | None = None,
+        before_commit: Callable[[Any, list[RecordedEvent]], Awaitable[None]] | None = None,
     ) -> list[RecordedEvent]:
-        """Append atomically; returns the recorded envelopes of the newly stored events."""
+        """Append atomically; returns the recorded envelopes of the newly stored events.
+
+        ``before_commit(connection, recorded)`` runs inside the same transaction, last; if it raises,
+        nothing is kept (the API claims its Idempotency-Key there)."""
         ...
 
     async def read_stream(self, stream_id: str, from_version: int = 0) -> list[RecordedEvent]: ...

@@ -21,7 +21,7 @@ Append, in one transaction:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -135,11 +135,14 @@ class SqlEventStore:
         events: Sequence[NewEvent],
         expected_versions: Mapping[str, int] | None = None,
         tracking: tuple[str, int] | None = None,
+        before_commit: Callable[[Any, list[RecordedEvent]], Awaitable[None]] | None = None,
     ) -> list[RecordedEvent]:
         """Append atomically with projections and tracking; returns the newly stored envelopes.
 
         If every event of the batch is already stored (a retry), nothing is checked or written
-        (except the tracking row) and ``[]`` is returned.
+        (except the tracking row) and ``[]`` is returned. ``before_commit(conn, recorded)`` runs
+        last inside the same transaction (the API claims its Idempotency-Key row there): if it
+        raises, nothing of the append is kept.
         """
         for new in events:
             if not isinstance(new, NewEvent) or not isinstance(new.event, DomainEvent):
@@ -150,6 +153,8 @@ class SqlEventStore:
             if tracking is not None:
                 await self._insert_tracking(conn, *tracking)
             recorded = await self._append_in(conn, events, expected_versions or {})
+            if before_commit is not None:
+                await before_commit(conn, recorded)
         if recorded:
             log.debug(
                 "appended %d event(s) at positions %d..%d (%d skipped as already stored)",

@@ -133,7 +133,7 @@ async def test_validation_errors_name_the_field(api: ApiHarness) -> None:
     key = api.auth(await api.key(project, "run"))
     cases = {
         "body.search.max_depth": {"model": "m", "search": {"max_depth": 0}},
-        "body.alpha_schedule": {"model": "m", "alpha_schedule": [0.5, 1.5]},
+        "body.alpha_schedule[1]": {"model": "m", "alpha_schedule": [0.5, 1.5]},
         "body.model": {},
         "body.colour": {"model": "m", "colour": "blue"},
         "body.critic.strategy": {"model": "m", "critic": {"strategy": "vibes"}},
