@@ -226,8 +226,7 @@ async def check_env(
             add("clone independence", None, "needs two working steps")
 
         try:
-            probe = await fresh()
-            observation = await probe.reset(UNKNOWN_TASK_ID)
+            observation = await env.reset(UNKNOWN_TASK_ID)
             add(
                 "unknown task",
                 f"reset({UNKNOWN_TASK_ID!r}) answered an observation ({observation!r:.60}) instead of "
