@@ -443,8 +443,8 @@ class NodeOut(BaseModel):
     reward: float
     done: bool
     valid: bool
-    visits: int = Field(description="N(s): rollouts through this node.")
-    value_sum: float = Field(description="Sum of the terminal rewards of those rollouts.")
+    visits: int = Field(description="N(s): leaf outcomes recorded at or below this node.")
+    value_sum: float = Field(description="Sum of the terminal rewards of those outcomes.")
     q: float | None = Field(description="Mean value Q(s)/N(s); null when unvisited.")
 
 

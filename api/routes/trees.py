@@ -2,7 +2,7 @@
 
 All lists are keyset-paginated (``limit`` + ``cursor``) and filtered by the caller's project.
 Node statistics N and Q come from the ``nodes`` read model, which derives them from the
-RolloutFinished events (they are never stored as mutable truth).
+RolloutFinished and LeafRecorded events (they are never stored as mutable truth).
 """
 
 from __future__ import annotations

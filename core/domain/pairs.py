@@ -6,8 +6,10 @@ Pure (stdlib only). Rules (DESIGN.md §1 step 2):
 - a *bad* leaf has reward < alpha, and can pair only with a good leaf whose reward is at least
   ``bad + beta``;
 - each bad leaf pairs with ONE good leaf: the one whose lowest common ancestor with it is DEEPEST
-  (the adjacent correct path sharing the same parent); ties go to the higher reward, then the
-  shorter good path, then the smaller node id (so the choice never depends on dict order);
+  (the adjacent correct path sharing the same parent; since the search records every terminal
+  child as a leaf when it is stepped, a bad leaf's own sibling success is a candidate too); ties go
+  to the higher reward, then the shorter good path, then the smaller node id (so the choice never
+  depends on dict order);
 - at most ``max_pairs_per_tree`` pairs are kept: the deepest divergences first (they make the
   shortest, most informative revisions), then the larger reward gap, then the bad leaf id.
 
