@@ -31,7 +31,8 @@ def is_served_model(ref: str) -> bool:
 @dataclass(frozen=True)
 class RunConfig:
     env: str = "textcraft"
-    """Environment URI (``textcraft``, ``sciworld``, ``agentgym+http://HOST:PORT/NAME``)."""
+    """Environment URI (``textcraft``, ``sciworld``, ``agentgym+http://HOST:PORT/NAME``,
+    ``python:package.module:factory`` or an ``agentr.envs`` entry-point name; docs/envs.md)."""
     model: str = ""
     """Starting model: a local model folder or an OpenAI-compatible base URL."""
     tasks: tuple[str, ...] = ()
