@@ -6,6 +6,13 @@ store in pages filtered by the caller's project (the ``project_id`` in each even
 caught up the stream waits for new commits (woken at once by appends in this process, otherwise by
 polling every ``poll_interval``), sending a comment line as keep-alive. ``follow=false`` ends the
 stream once caught up; ``limit`` ends it after that many events.
+
+What a key may read here is filtered by scope and by event kind. Key-management events
+(``ApiKeyIssued``, ``ApiKeyRevoked``: ``ADMIN_ONLY``) reach only keys with the ``admin`` scope, the
+same scope that lists keys; and key material never leaves the store at all: the fields in
+``NEVER_SENT`` (an issued key's ``salt`` and ``key_hash``) are removed from every event before it is
+sent, to every caller. The store keeps them because the ``api_keys`` read model is rebuilt from
+the events.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ from core.store.tables import events as events_table
 router = APIRouter(prefix="/v1", tags=["events"], responses=ERROR_RESPONSES)
 
 PAGE = 200
+ADMIN_ONLY = frozenset({"ApiKeyIssued", "ApiKeyRevoked"})
+"""Event types only keys with the ``admin`` scope receive."""
+NEVER_SENT: dict[str, frozenset[str]] = {"ApiKeyIssued": frozenset({"salt", "key_hash"})}
+"""Per event type, data fields removed before sending (key material)."""
 POLL_INTERVAL_S = 0.5
 KEEPALIVE_S = 15.0
 
@@ -36,11 +47,21 @@ def _sse(position: int, event_type: str, payload: dict[str, Any]) -> bytes:
     return f"id: {position}\nevent: {event_type}\ndata: {data}\n\n".encode()
 
 
-async def _page(svc: ApiServices, project_id: str, after: int, types: list[str] | None) -> list[Any]:
+def visible_data(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """An event's data as the stream sends it: without the fields in ``NEVER_SENT``."""
+    hidden = NEVER_SENT.get(event_type)
+    return {k: v for k, v in data.items() if k not in hidden} if hidden else data
+
+
+async def _page(
+    svc: ApiServices, project_id: str, after: int, types: list[str] | None, admin: bool
+) -> list[Any]:
     query = select(events_table).where(
         events_table.c.position > after,
         events_table.c.metadata["project_id"].as_string() == project_id,
     )
+    if not admin:
+        query = query.where(events_table.c.event_type.not_in(sorted(ADMIN_ONLY)))
     if types:
         query = query.where(events_table.c.event_type.in_(types))
     query = query.order_by(events_table.c.position).limit(PAGE)
@@ -57,6 +78,7 @@ async def _stream(
     types: list[str] | None,
     follow: bool,
     limit: int | None,
+    admin: bool,
 ) -> AsyncIterator[bytes]:
     wake = asyncio.Event()
 
@@ -70,7 +92,7 @@ async def _stream(
         yield b": connected\n\n"
         while True:
             wake.clear()
-            page = await _page(svc, project_id, after, types)
+            page = await _page(svc, project_id, after, types, admin)
             for recorded in page:
                 payload = {
                     "position": recorded.position,
@@ -79,7 +101,7 @@ async def _stream(
                     "event_type": recorded.event_type,
                     "event_version": recorded.event_version,
                     "recorded_at": recorded.recorded_at.isoformat(),
-                    "data": recorded.data,
+                    "data": visible_data(recorded.event_type, recorded.data),
                 }
                 yield _sse(recorded.position, recorded.event_type, payload)
                 after = recorded.position
@@ -133,7 +155,7 @@ async def stream_events(
         start = int(last_event_id)
     type_list = [t.strip() for t in types.split(",") if t.strip()] if types else None
     return StreamingResponse(
-        _stream(request, svc, project_id, start or 0, type_list, follow, limit),
+        _stream(request, svc, project_id, start or 0, type_list, follow, limit, principal.allows("admin")),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
