@@ -17,6 +17,7 @@ The critic for a search pair is the iteration's actor: the ``model_ref`` of its 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +37,7 @@ from core.domain.events import (
     RunRequested,
     TraceCritiqued,
     TraceIngested,
+    TraceOutcomeSet,
     caused_by,
 )
 from core.domain.ids import derived_id, pair_stream, run_stream, trace_stream
@@ -117,10 +119,22 @@ class CriticHandlers:
             model_ref = self.settings.critic_model
         try:
             check_pair(pair.bad, pair.good, pair.shared_steps)
-            config = CriticConfig.from_data(critic_data)
-            needs_model = config.strategy in ("model", "reflect")
-            policy = self.policies.get(model_ref) if needs_model and model_ref else None
+            failed = None
+            if pair.source == "trace" and pair.bad_leaf_id:
+                failed = await self._trace_state(pair.bad_leaf_id)
+            if failed is not None:
+                config, policy = self._trace_critic(failed)
+            else:
+                config = CriticConfig.from_data(critic_data)
+                needs_model = config.strategy in ("model", "reflect")
+                policy = self.policies.get(model_ref) if needs_model and model_ref else None
             result = await critique(config, pair.bad, pair.shared_steps, policy)
+            if pair.source == "trace" and result.fallback and config.strategy != "direct":
+                raise CriticInputError(
+                    f"no_error_found: the {config.strategy} critic judged no step after the divergence "
+                    f"(step {pair.shared_steps}) bad, so no revision sample is made; choose critic strategy "
+                    "direct to revise at the last action"
+                )
         except (SpliceError, CriticInputError, CriticConfigError) as exc:
             log.warning("critic: pair %s rejected: %s", pair.pair_id, exc)
             rejected = RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"critic: {exc}")
@@ -152,16 +166,25 @@ class CriticHandlers:
         meta = caused_by(recorded, SERVICE_NAME)
         if meta.project_id is None:
             meta = Metadata(meta.correlation_id, meta.causation_id, meta.producer, trace.project_id)
+        return HandlerResult(await self._critique_trace(trace, meta))
+
+    async def on_trace_outcome_set(self, recorded: RecordedEvent) -> HandlerResult:
+        """An outcome arrived for a trace that was waiting for one: critique and pair it now."""
+        event = recorded.event
+        assert isinstance(event, TraceOutcomeSet)
+        trace = await self._trace_state(event.trace_id)
+        if trace is None:
+            log.warning("critic: outcome for unknown trace %s ignored", event.trace_id)
+            return HandlerResult([])
+        meta = caused_by(recorded, SERVICE_NAME)
+        if meta.project_id is None:
+            meta = Metadata(meta.correlation_id, meta.causation_id, meta.producer, trace.project_id)
+        return HandlerResult(await self._critique_trace(trace, meta))
+
+    async def _critique_trace(self, trace: TraceIngested, meta: Metadata) -> list[NewEvent]:
         out: list[NewEvent] = []
         if trace.outcome == "failure" and trace.trajectory.steps:
-            strategy = self.settings.critic_trace_strategy
-            config = CriticConfig.from_data({"strategy": strategy})
-            policy = None
-            if config.strategy == "model":
-                if not self.settings.critic_model:
-                    config = CriticConfig(strategy="rules")
-                else:
-                    policy = self.policies.get(self.settings.critic_model)
+            config, policy = self._trace_critic(trace)
             result = await critique(config, trace.trajectory, 0, policy)
             bad = [v.step_index for v in result.verdicts if v.label == "bad"]
             critiqued = TraceCritiqued(
@@ -174,7 +197,7 @@ class CriticHandlers:
             out.append(self._new(trace_stream(trace.trace_id), critiqued, meta, "critiqued", trace.trace_id))
         if trace.outcome in ("failure", "success"):
             out.extend(await self._pairs_for(trace, meta))
-        return HandlerResult(out)
+        return out
 
     async def _partners(self, trace: TraceIngested) -> list[TraceIngested]:
         """The other traces of ``trace``'s project and task key with the opposite outcome, found in
@@ -198,11 +221,36 @@ class CriticHandlers:
         for trace_id in trace_ids:
             if wanted == "failure" and await self._paired(trace_id):
                 continue  # that failure already has its pair: its stream is not needed
-            for recorded in await self.store.read_stream(trace_stream(trace_id)):
-                if isinstance(recorded.event, TraceIngested):
-                    partners.append(recorded.event)
-                    break
+            state = await self._trace_state(trace_id)
+            if state is not None:
+                partners.append(state)
         return partners
+
+    async def _trace_state(self, trace_id: str) -> TraceIngested | None:
+        """The trace as ingested, with the outcome (and reward) a later TraceOutcomeSet gave it."""
+        state: TraceIngested | None = None
+        for recorded in await self.store.read_stream(trace_stream(trace_id)):
+            event = recorded.event
+            if isinstance(event, TraceIngested):
+                state = event
+            elif isinstance(event, TraceOutcomeSet) and state is not None:
+                reward = event.reward if event.reward is not None else state.trajectory.reward
+                trajectory = dataclasses.replace(state.trajectory, reward=reward)
+                state = dataclasses.replace(state, outcome=event.outcome, trajectory=trajectory)
+        return state
+
+    def _trace_critic(self, trace: TraceIngested) -> tuple[CriticConfig, Policy | None]:
+        """The critic for a failed trace: the upload's choice, else the worker's settings. Strategy
+        ``model`` without a model to run is judged by rules, and the critique says ``rules``."""
+        strategy = trace.critic_strategy or self.settings.critic_trace_strategy
+        model_ref = trace.critic_model or self.settings.critic_model
+        config = CriticConfig.from_data({"strategy": strategy})
+        if config.strategy in ("model", "reflect"):
+            if not model_ref:
+                log.warning("critic: trace %s: %s without a critic model: rules", trace.trace_id, strategy)
+                return CriticConfig(strategy="rules"), None
+            return config, self.policies.get(model_ref)
+        return config, None
 
     async def _paired(self, failed_trace_id: str) -> bool:
         return await self.store.stream_version(pair_stream(_trace_pair_id(failed_trace_id))) >= 0
@@ -267,6 +315,7 @@ def build_service(
         handlers={
             PairFound.event_type: handlers.on_pair_found,
             TraceIngested.event_type: handlers.on_trace_ingested,
+            TraceOutcomeSet.event_type: handlers.on_trace_outcome_set,
         },
         concurrency=1,
         on_close=policies.close,

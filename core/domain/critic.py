@@ -10,7 +10,10 @@ the divergence node; this module turns the answers into labels and picks the tra
   never good by substring; anything else ("not bad", "good but risky", "bad or good") is rejected with
   ``VerdictParseError``.
 - ``rule_verdicts``: signals any log carries: invalid-action observations ("Could not execute",
-  "Nothing happens", "Invalid action", tool errors) and repeated action loops.
+  "Nothing happens", "Invalid action"), tool errors (a result marked is_error, e.g. an execute_tool
+  span with ERROR status; exceptions; HTTP-style codes; JSON error shapes ``{"error": ...}``,
+  ``{"status": "error"}``, ``{"detail": "Not Found"}``) and repeated loops (identical tool calls from
+  the first repeat).
 - ``transition_index``: the first "bad" at or after the divergence; if there is none, the last action
   (the degenerate case, identical to the Direct-Revision baseline ``direct_verdicts``);
   ``fell_back`` says whether that happened (recorded on every FirstErrorMarked, never silent).
@@ -22,6 +25,7 @@ the divergence node; this module turns the answers into labels and picks the tra
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -217,6 +221,11 @@ def direct_verdicts(n_steps: int, shared_steps: int) -> tuple[StepVerdict, ...]:
 # Rule signals
 # --------------------------------------------------------------------------------------------
 
+_REASONS = (
+    "bad request|unauthorized|payment required|forbidden|not found|method not allowed|not acceptable|"
+    "request timeout|conflict|gone|unprocessable|too many requests|internal server error|"
+    "not implemented|bad gateway|service unavailable|gateway timeout"
+)
 INVALID_OBSERVATION_PATTERNS: tuple[str, ...] = (
     r"\bcould not (?:execute|find|craft)\b",
     r"\bnothing happens\b",
@@ -228,15 +237,79 @@ INVALID_OBSERVATION_PATTERNS: tuple[str, ...] = (
     r"\btool (?:call )?(?:error|failed)\b",
     r"\btraceback \(most recent call last\)",
     r"\bexception\b:",
+    r"(?:^|\n)\s*[A-Z]\w*(?:Error|Exception)\s*:",  # a tool's exception: "ValueError: ..."
+    r"^\s*(?:HTTP/\d(?:\.\d)?\s+)?[45]\d\d\s+(?:" + _REASONS + r")\b",  # "404 Not Found"
+    r"\b(?:status(?:[ _]code)?|http(?: status)?)\s*[:=]?\s*[45]\d\d\b",  # "status code: 500"
 )
 _INVALID_RE = re.compile("|".join(f"(?:{p})" for p in INVALID_OBSERVATION_PATTERNS), re.IGNORECASE)
+_ERROR_STATUSES = frozenset({"error", "failed", "failure", "fail", "fatal", "exception"})
+_CODE_KEYS = ("status_code", "statusCode", "http_status", "httpStatus", "code", "status")
+_PROBLEM_KEYS = frozenset({"detail", "status", "title", "type", "instance", "code"})
+
+
+def json_error_signal(text: str) -> str | None:
+    """Why a JSON result is an error, or None: ``{"error": ...}`` (non-empty), ``{"errors": [...]}``,
+    ``{"status": "error"}``, ``{"success": false}`` / ``{"ok": false}``, ``{"isError": true}`` (MCP),
+    an HTTP-style error code (``{"status_code": 404}``), or a bare ``{"detail": ...}`` / RFC 7807
+    problem object (``{"detail": "Not Found"}``, FastAPI's error shape)."""
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        data = json.loads(stripped)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    error = data.get("error")
+    if error not in (None, False, "", [], {}, 0):
+        return f"tool result reports an error: {json.dumps(error, sort_keys=True)[:80]}"
+    if isinstance(data.get("errors"), list) and data["errors"]:
+        return f"tool result reports errors: {json.dumps(data['errors'], sort_keys=True)[:80]}"
+    status = data.get("status")
+    if isinstance(status, str) and status.strip().lower() in _ERROR_STATUSES:
+        return f"tool result has status {status!r}"
+    for key in ("success", "ok"):
+        if data.get(key) is False:
+            return f"tool result has {key}: false"
+    if data.get("isError") is True or data.get("is_error") is True:
+        return "tool result is marked isError"
+    for key in _CODE_KEYS:
+        code = data.get(key)
+        if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+            return f"tool result has HTTP-style error code {key}={code}"
+        if isinstance(code, str) and code.strip().isdigit() and 400 <= int(code) <= 599:
+            return f"tool result has HTTP-style error code {key}={code.strip()}"
+    if "detail" in data and set(data) <= _PROBLEM_KEYS:
+        return f"tool result is an error detail: {json.dumps(data['detail'], sort_keys=True)[:80]}"
+    return None
+
+
+def text_error_signal(text: str) -> str | None:
+    """Why an observation / tool result text reads as an error (patterns above, JSON shapes), or None."""
+    match = _INVALID_RE.search(text)
+    if match:
+        return f"invalid-action observation: {match.group(0).strip()!r}"
+    return json_error_signal(text)
 
 
 def invalid_signal(step: Step) -> str | None:
-    """Why this step looks like an invalid action / tool error, or None."""
-    match = _INVALID_RE.search(step.observation)
-    if match:
-        return f"invalid-action observation: {match.group(0).strip()!r}"
+    """Why this step looks like an invalid action / tool error, or None.
+
+    Tool steps: a result the tool (or its span's ERROR status) marked ``is_error``, or a result whose
+    text is an error (exception, HTTP-style code, JSON error shape). Text steps: the observation.
+    """
+    for result in step.tool_results:
+        if result.is_error:
+            who = result.name or result.call_id
+            return f"tool {who!r} reported an error: {result.content.strip()[:80]!r}"
+        reason = text_error_signal(result.content)
+        if reason:
+            return reason
+    if not step.tool_results:
+        reason = text_error_signal(step.observation)
+        if reason:
+            return reason
     if not step.valid:
         return f"the environment marked the action invalid: {step.observation.strip()[:80]!r}"
     return None
@@ -245,16 +318,18 @@ def invalid_signal(step: Step) -> str | None:
 def loop_starts(steps: Sequence[Step], max_period: int = 3, min_span: int = 3) -> dict[int, str]:
     """Steps where a repeated action loop begins: index of the first repeated step -> reason.
 
-    A loop of period p is the same (action, observation) window of p steps occurring twice in a row;
-    at least ``min_span`` steps must take part (so one legitimate double "get" is not a loop, but
-    three identical actions in a row are).
+    A loop of period p is the same (action, observation) window of p steps occurring twice in a row.
+    For text actions at least ``min_span`` steps must take part (one legitimate double "get" is not a
+    loop, three identical actions in a row are). Identical tool calls with identical results are a
+    loop from the FIRST repeat (two in a row suffice: the second call could not learn anything new).
     """
     keys = [(s.action.strip().lower(), s.observation.strip()) for s in steps]
     found: dict[int, str] = {}
     in_loop_until = -1  # last step of the loop run being extended (a continuation is not a new loop)
     for end in range(len(keys)):
         for period in range(1, max_period + 1):
-            span = max(2 * period, min_span)
+            tools_only = all(s.is_tool for s in steps[max(0, end - 2 * period + 1) : end + 1])
+            span = 2 * period if tools_only else max(2 * period, min_span)
             start = end - span + 1
             if start < 0:
                 continue
@@ -262,7 +337,8 @@ def loop_starts(steps: Sequence[Step], max_period: int = 3, min_span: int = 3) -
             if all(window[i] == window[i - period] for i in range(period, span)):
                 first_repeat = start + period
                 if first_repeat > in_loop_until:
-                    found[first_repeat] = f"repeated action loop (period {period}) from step {first_repeat}"
+                    kind = "tool call" if tools_only else "action"
+                    found[first_repeat] = f"repeated {kind} loop (period {period}) from step {first_repeat}"
                 in_loop_until = end
                 break
     return found

@@ -382,21 +382,23 @@ def parse_traces(payload: Any, fmt: str) -> list[ImportedTrace]:
         raise TraceFormatError("traces", f"expected a list of traces, got {type(payload).__name__}")
     if not items:
         raise TraceFormatError("traces", "the batch is empty")
-    out: list[ImportedTrace] = []
-    for item, conversation in _conversations(items, fmt):
-        path = conversation.path
-        trajectory = turns_to_trajectory(conversation.turns, path, conversation.tools)
-        task_key, outcome, reward, external_id = _envelope(item, conversation.envelope, path, trajectory)
-        metadata = item.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise TraceFormatError(f"{path}.metadata", "must be an object")
-        trajectory = Trajectory(
-            task=trajectory.task,
-            instruction=trajectory.instruction,
-            steps=trajectory.steps,
-            reward=reward,
-            provenance={"source_format": fmt, "external_id": external_id, "task_key": task_key},
-            tools=trajectory.tools,
-        )
-        out.append(ImportedTrace(task_key, trajectory, outcome, fmt, external_id, dict(metadata)))
-    return out
+    return [imported(item, conversation, fmt) for item, conversation in _conversations(items, fmt)]
+
+
+def imported(item: dict[str, Any], conversation: Conversation, fmt: str) -> ImportedTrace:
+    """One parsed conversation + its envelope fields (``item``; ``{}`` for OTLP) -> ImportedTrace."""
+    path = conversation.path
+    trajectory = turns_to_trajectory(conversation.turns, path, conversation.tools)
+    task_key, outcome, reward, external_id = _envelope(item, conversation.envelope, path, trajectory)
+    metadata = item.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise TraceFormatError(f"{path}.metadata", "must be an object")
+    trajectory = Trajectory(
+        task=trajectory.task,
+        instruction=trajectory.instruction,
+        steps=trajectory.steps,
+        reward=reward,
+        provenance={"source_format": fmt, "external_id": external_id, "task_key": task_key},
+        tools=trajectory.tools,
+    )
+    return ImportedTrace(task_key, trajectory, outcome, fmt, external_id, dict(metadata))

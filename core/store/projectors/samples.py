@@ -1,9 +1,11 @@
 """Owns the pairs, samples, traces and dead_letters read models (and their iteration counters).
 
-Pair status: found -> critiqued -> revised | rejected. Trace status: ingested -> critiqued ->
-revised. ``samples.data`` is the serialised TrainingSample for kind "revision" and the serialised
-Trajectory for kind "good" (the dataset builder turns it into a sample). A revision belongs to a
-trace when its sample's provenance names the ``trace_id`` or its pair id equals the trace id.
+Pair status: found -> critiqued -> revised | rejected. Trace status: waiting_for_outcome (ingested
+without an outcome, until TraceOutcomeSet) -> ingested -> critiqued | no_error_found -> revised (the
+row's transition_index is then the sample's). ``samples.data`` is the serialised TrainingSample for
+kind "revision" and the serialised Trajectory for kind "good" (the dataset builder turns it into a
+sample). A revision belongs to a trace when its sample's provenance names the ``trace_id`` or its pair
+id equals the trace id.
 """
 
 from __future__ import annotations
@@ -97,11 +99,11 @@ async def _revision(conn: AsyncConnection, items: Sequence[Item]) -> None:
         trace_ids = {event.pair_id}
         if event.sample.provenance.get("trace_id"):
             trace_ids.add(str(event.sample.provenance["trace_id"]))
-        await conn.execute(
-            update(traces)
-            .where(traces.c.trace_id.in_(sorted(trace_ids)))
-            .values(status="revised", sample_id=event.sample_id)
-        )
+        revised: dict[str, object] = {"status": "revised", "sample_id": event.sample_id}
+        if isinstance(event.sample.provenance.get("transition_index"), int):
+            # the trace view shows the t' its sample was spliced at (the two always agree)
+            revised["transition_index"] = event.sample.provenance["transition_index"]
+        await conn.execute(update(traces).where(traces.c.trace_id.in_(sorted(trace_ids))).values(**revised))
         if event.run_id is not None:
             mean = (
                 select(func.avg(samples.c.revision_length))
@@ -139,7 +141,7 @@ async def _trace_ingested(conn: AsyncConnection, items: Sequence[Item]) -> None:
             "outcome": event.outcome,
             "source_format": event.source_format,
             "external_id": event.external_id,
-            "status": "ingested",
+            "status": "waiting_for_outcome" if event.outcome == "unknown" else "ingested",
             "created_at": recorded.recorded_at,
         }
         await upsert(conn, traces, values, update=[])
@@ -149,6 +151,20 @@ async def _trace_critiqued(conn: AsyncConnection, items: Sequence[Item]) -> None
     for _recorded, event in items:
         assert isinstance(event, ev.TraceCritiqued)
         await _mark_critiqued(conn, traces, traces.c.trace_id == event.trace_id, event)
+        if event.transition_index is None:  # no error identified: no sample unless `direct` was chosen
+            await conn.execute(
+                update(traces).where(traces.c.trace_id == event.trace_id).values(status="no_error_found")
+            )
+
+
+async def _trace_outcome(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    for _recorded, event in items:
+        assert isinstance(event, ev.TraceOutcomeSet)
+        await conn.execute(
+            update(traces)
+            .where(traces.c.trace_id == event.trace_id)
+            .values(outcome=event.outcome, status="ingested")
+        )
 
 
 async def _dead_lettered(conn: AsyncConnection, items: Sequence[Item]) -> None:
@@ -175,5 +191,6 @@ PROJECTORS: dict[str, Projector] = {
     "RevisionRejected": _revision_rejected,
     "TraceIngested": _trace_ingested,
     "TraceCritiqued": _trace_critiqued,
+    "TraceOutcomeSet": _trace_outcome,
     "MessageDeadLettered": _dead_lettered,
 }

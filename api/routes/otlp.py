@@ -1,0 +1,162 @@
+"""Owns the OTLP/HTTP trace receiver: ``POST /v1/otlp/v1/traces`` (an OpenTelemetry exporter's endpoint).
+
+Point an exporter at it (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://HOST:PORT/v1/otlp/v1/traces``,
+``OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20agr_...``). Bodies: ``application/x-protobuf``
+(``ExportTraceServiceRequest``, decoded with ``opentelemetry-proto``) or ``application/json`` (OTLP/JSON),
+optionally ``Content-Encoding: gzip``. The answer is an ``ExportTraceServiceResponse`` in the request's
+encoding.
+
+Spans are grouped by trace id. A trace is ingested (``TraceIngested``, one per trace id, id derived from
+project + trace id so an exporter's retry adds nothing) once its ROOT span (no parent) has arrived;
+spans that arrive before it are kept as ``OtlpSpansBuffered`` and joined then. Spans of a trace that was
+already ingested are refused in ``partialSuccess`` (``rejectedSpans`` + the reason), never dropped
+silently. The whole request is parsed before anything is written; a malformed span answers 422 naming
+the field and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from api.deps import ApiServices, Principal, require, services
+from api.errors import ApiError
+from api.errors import field_error as make_field_error
+from api.schemas import ERROR_RESPONSES
+from api.writes import append, new_event
+from core.domain.events import NewEvent, OtlpSpansBuffered, TraceIngested
+from core.domain.ids import derived_id, otlp_stream, trace_stream
+from core.formats.import_otel import conversation_from_spans
+from core.formats.importing import TraceFormatError, imported
+from core.formats.otlp import SpanRecord, group_by_trace, spans_from_otlp_json, spans_from_protobuf
+
+router = APIRouter(prefix="/v1/otlp", tags=["traces"], responses=ERROR_RESPONSES)
+PROTOBUF = "application/x-protobuf"
+
+
+def otlp_trace_id(project_id: str, trace_hex: str) -> str:
+    """The agentr trace id of an OTLP trace (stable across exporter retries)."""
+    return derived_id("otlp-trace", project_id, trace_hex)
+
+
+def _decode(body: bytes, content_type: str, encoding: str) -> tuple[list[SpanRecord], bool]:
+    if encoding in ("gzip", "deflate"):
+        try:
+            body = gzip.decompress(body) if encoding == "gzip" else zlib.decompress(body)
+        except (OSError, zlib.error) as exc:
+            raise ApiError(400, f"body: not valid {encoding} ({exc})") from None
+    elif encoding not in ("", "identity"):
+        raise ApiError(415, f"Content-Encoding {encoding!r} is not supported (send gzip or none)")
+    if content_type == PROTOBUF:
+        return spans_from_protobuf(body), True
+    if content_type == "application/json":
+        try:
+            payload = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"body: not valid JSON ({exc})") from None
+        return spans_from_otlp_json(payload, "body"), False
+    raise ApiError(
+        415, f"Content-Type {content_type or 'missing'!r}: send {PROTOBUF} or application/json (OTLP/HTTP)"
+    )
+
+
+def _answer(protobuf: bool, rejected: int, message: str) -> Response:
+    if protobuf:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+        reply = ExportTraceServiceResponse()
+        if rejected:
+            reply.partial_success.rejected_spans = rejected
+            reply.partial_success.error_message = message
+        return Response(reply.SerializeToString(), media_type=PROTOBUF)
+    body: dict[str, Any] = {}
+    if rejected:
+        body["partialSuccess"] = {"rejectedSpans": str(rejected), "errorMessage": message}
+    return Response(json.dumps(body), media_type="application/json")
+
+
+@router.post(
+    "/v1/traces",
+    summary="OTLP/HTTP trace receiver (protobuf or JSON), as an OpenTelemetry exporter sends",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
+                "application/json": {"schema": {"type": "object", "required": ["resourceSpans"]}},
+            },
+        }
+    },
+)
+async def receive_traces(
+    request: Request,
+    principal: Principal = Depends(require("ingest")),
+    svc: ApiServices = Depends(services),
+) -> Response:
+    project_id = principal.project()
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    body = await request.body()
+    try:
+        spans, protobuf = _decode(body, content_type, encoding)
+        new_events: list[NewEvent] = []
+        rejected, reasons = 0, []
+        for trace_hex, group in group_by_trace(spans).items():
+            trace_id = otlp_trace_id(project_id, trace_hex)
+            if await svc.store.stream_version(trace_stream(trace_id)) >= 0:
+                rejected += len(group)
+                reasons.append(f"trace {trace_hex} was already ingested as {trace_id}")
+                continue
+            buffer_id = derived_id("otlp-buffer", project_id, trace_hex)
+            buffered = [
+                SpanRecord.from_data(span)
+                for recorded in await svc.store.read_stream(otlp_stream(buffer_id))
+                if isinstance(recorded.event, OtlpSpansBuffered)
+                for span in recorded.event.spans
+            ]
+            if not any(not s.parent_span_id for s in group):
+                data = tuple(s.to_data() for s in group)
+                digest = derived_id("otlp-spans", *(f"{s.span_id}@{s.end_ns}" for s in group))
+                event = OtlpSpansBuffered(buffer_id, project_id, trace_hex, data)
+                new_events.append(
+                    new_event(
+                        otlp_stream(buffer_id),
+                        event,
+                        project_id=project_id,
+                        event_id=derived_id("otlp-buffered", buffer_id, digest),
+                    )
+                )
+                continue
+            known = {(s.span_id, s.start_ns) for s in group}
+            whole = [s for s in buffered if (s.span_id, s.start_ns) not in known] + list(group)
+            item = imported({}, conversation_from_spans(whole, f"trace {trace_hex}", trace_hex), "otlp")
+            ingested = TraceIngested(
+                trace_id=trace_id,
+                project_id=project_id,
+                task_key=item.task_key,
+                trajectory=item.trajectory,
+                outcome=item.outcome,
+                source_format="otlp",
+                external_id=item.external_id,
+            )
+            new_events.append(
+                new_event(
+                    trace_stream(trace_id),
+                    ingested,
+                    project_id=project_id,
+                    event_id=derived_id("otlp-ingested", trace_id),
+                    correlation_id=trace_id,
+                )
+            )
+    except TraceFormatError as exc:
+        raise make_field_error(
+            exc.path if exc.path.startswith("body") else f"body.{exc.path}", exc.problem
+        ) from None
+    if new_events:
+        await append(svc, new_events)
+    return _answer(protobuf, rejected, "; ".join(reasons))

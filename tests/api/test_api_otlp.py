@@ -1,0 +1,221 @@
+"""The OTLP/HTTP receiver and outcomes set later: a real opentelemetry-sdk exporter (protobuf) pointed
+at a live `agentr serve`, OTLP/JSON over the same endpoint (spans split over requests, retries), 422s
+that name the field, and PATCH /v1/traces(/{id}) all or nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from api.routes.otlp import otlp_trace_id
+from core.store.tables import events, traces
+from tests.api.conftest import ADMIN_KEY, ApiHarness
+from tests.support import free_port, start_http_process
+from tests.unit.test_formats_otel import TRACE_A, agent_trace, export
+
+ENDPOINT = "/v1/otlp/v1/traces"
+
+
+async def _ingest_key(api: ApiHarness) -> tuple[str, dict[str, str]]:
+    project = await api.project("otlp")
+    return project, api.auth(await api.key(project, "ingest", "read"))
+
+
+async def _trace_rows(api: ApiHarness) -> list[dict[str, Any]]:
+    async with api.store.engine.connect() as conn:
+        return [dict(r) for r in (await conn.execute(select(traces))).mappings().all()]
+
+
+async def test_otlp_json_split_over_requests_is_ingested_once_its_root_arrives(api: ApiHarness) -> None:
+    project, key = await _ingest_key(api)
+    spans = agent_trace(TRACE_A)
+    root, children = spans[0], spans[1:]
+    first = await api.client.post(ENDPOINT, json=export(*children), headers=key)
+    assert first.status_code == 200 and first.json() == {}, first.text
+    assert await _trace_rows(api) == []  # buffered: the root span has not arrived
+    second = await api.client.post(ENDPOINT, json=export(root), headers=key)
+    assert second.status_code == 200, second.text
+    (row,) = await _trace_rows(api)
+    trace_id = otlp_trace_id(project, TRACE_A)
+    assert (row["trace_id"], row["source_format"], row["outcome"], row["external_id"]) == (
+        trace_id, "otlp", "failure", TRACE_A,
+    )  # fmt: skip
+    got = (await api.client.get(f"/v1/traces/{trace_id}", headers=key)).json()
+    steps = got["trajectory"]["steps"]
+    assert [s["kind"] for s in steps] == ["tool", "tool", "answer"]
+    assert steps[0]["tool_results"][0]["is_error"] is True
+    # an exporter's retry of the whole trace adds nothing and says so
+    again = await api.client.post(ENDPOINT, json=export(*spans), headers=key)
+    assert again.status_code == 200
+    assert again.json()["partialSuccess"]["rejectedSpans"] == str(len(spans))
+    assert "already ingested" in again.json()["partialSuccess"]["errorMessage"]
+    assert len(await _trace_rows(api)) == 1
+
+
+async def test_bad_otlp_bodies_are_refused_naming_the_field_and_nothing_is_stored(api: ApiHarness) -> None:
+    _, key = await _ingest_key(api)
+    async with api.store.engine.connect() as conn:
+        before = len((await conn.execute(select(events.c.position))).all())
+    good = agent_trace(TRACE_A)
+    broken = agent_trace("0af7651916cd43dd8448eb211c80319c")
+    broken[1]["attributes"][3]["value"] = {"stringValue": '[{"role": "user", "parts": [{"type": "blob"}]}]'}
+    response = await api.client.post(ENDPOINT, json=export(*good, *broken), headers=key)
+    assert response.status_code == 422, response.text
+    field = response.json()["fields"][0]
+    assert (
+        field["field"]
+        == "body.resourceSpans[0].scopeSpans[0].spans[7].attributes.gen_ai.input.messages[0].parts[0].type"
+    )
+    assert "send text, tool_call, tool_call_response or reasoning parts" in field["message"]
+    wrong_type = await api.client.post(ENDPOINT, content=b"x", headers={**key, "Content-Type": "text/plain"})
+    assert wrong_type.status_code == 415 and "application/x-protobuf" in wrong_type.text
+    garbage = await api.client.post(
+        ENDPOINT, content=b"\xff\xff\xff", headers={**key, "Content-Type": "application/x-protobuf"}
+    )
+    assert garbage.status_code == 422 and "ExportTraceServiceRequest" in garbage.text
+    async with api.store.engine.connect() as conn:
+        assert len((await conn.execute(select(events.c.position))).all()) == before
+
+
+async def test_outcome_set_later_by_patch_single_and_batch(api: ApiHarness) -> None:
+    _, key = await _ingest_key(api)
+    trace = {
+        "messages": [{"role": "user", "content": "Goal: x"}, {"role": "assistant", "content": "Action: look"}]
+    }
+    accepted = await api.client.post(
+        "/v1/traces", json={"format": "openai", "traces": [trace, trace]}, headers=key
+    )
+    first, second = accepted.json()["trace_ids"]
+    waiting = (await api.client.get(f"/v1/traces/{first}", headers=key)).json()
+    assert (waiting["outcome"], waiting["status"]) == ("unknown", "waiting_for_outcome")
+
+    patched = await api.client.patch(
+        f"/v1/traces/{first}", json={"outcome": {"success": False, "reward": 0.1}}, headers=key
+    )
+    assert patched.status_code == 200, patched.text
+    assert patched.json() == {"trace_id": first, "outcome": "failure", "reward": 0.1, "changed": True}
+    same = await api.client.patch(f"/v1/traces/{first}", json={"outcome": "failure"}, headers=key)
+    assert same.status_code == 200 and same.json()["changed"] is False
+    conflict = await api.client.patch(f"/v1/traces/{first}", json={"outcome": "success"}, headers=key)
+    assert conflict.status_code == 409 and "already has outcome 'failure'" in conflict.text
+    bad = await api.client.patch(f"/v1/traces/{second}", json={"outcome": "meh"}, headers=key)
+    assert bad.status_code == 422 and bad.json()["fields"][0]["field"].startswith("body.outcome")
+
+    # batch: one unknown trace id -> 404 and the other trace keeps waiting
+    batch = {"outcomes": [{"trace_id": second, "outcome": 1}, {"trace_id": "nope", "outcome": 0.0}]}
+    missing = await api.client.patch("/v1/traces", json=batch, headers=key)
+    assert missing.status_code == 404
+    assert (await api.client.get(f"/v1/traces/{second}", headers=key)).json()[
+        "status"
+    ] == "waiting_for_outcome"
+    batch["outcomes"] = batch["outcomes"][:1]
+    done = await api.client.patch("/v1/traces", json=batch, headers=key)
+    assert done.status_code == 200 and done.json()["items"][0]["outcome"] == "success"
+    row = (await api.client.get(f"/v1/traces/{second}", headers=key)).json()
+    assert (row["outcome"], row["status"]) == ("success", "ingested")
+
+
+# --------------------------------------------------------------------------------------------
+# A real OpenTelemetry exporter against a live `agentr serve`
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def served(pg_url: str, tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    env = {**os.environ, "AGENTR_DATABASE_URL": pg_url, "AGENTR_ADMIN_KEY": ADMIN_KEY}
+    env.pop("AGENTR_REDIS_URL", None)
+    agentr = Path(sys.executable).with_name("agentr")
+    base = f"http://127.0.0.1:{port}"
+    with start_http_process(
+        [str(agentr), "serve", "--port", str(port), "--create-tables"],
+        f"{base}/readyz",
+        what="agentr serve",
+        env=env,
+        log_path=tmp_path / "serve.log",
+    ):
+        yield base
+
+
+def test_opentelemetry_sdk_exporter_protobuf_to_live_serve(served: str) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+    from opentelemetry.trace import Status, StatusCode
+
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    project = httpx.post(f"{served}/v1/projects", json={"name": "otel-sdk"}, headers=admin).json()[
+        "project_id"
+    ]
+    key = httpx.post(
+        f"{served}/v1/projects/{project}/keys", json={"scopes": ["ingest", "read"]}, headers=admin
+    ).json()["key"]
+
+    results: list[SpanExportResult] = []
+
+    class Recording(OTLPSpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            result = super().export(spans)
+            results.append(result)
+            return result
+
+    exporter = Recording(endpoint=f"{served}{ENDPOINT}", headers={"Authorization": f"Bearer {key}"})
+    provider = TracerProvider(resource=Resource.create({"service.name": "refund-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))  # one request per ended span
+    tracer = provider.get_tracer("refund-agent")
+    user = {"role": "user", "parts": [{"type": "text", "content": "Refund order 7."}]}
+    call = {
+        "role": "assistant",
+        "parts": [{"type": "tool_call", "id": "c1", "name": "refund", "arguments": {"order": 7}}],
+    }
+    with tracer.start_as_current_span("invoke_agent refund-agent") as root:
+        root.set_attribute("gen_ai.operation.name", "invoke_agent")
+        root.set_attribute("agentr.task_key", "refund-7")
+        with tracer.start_as_current_span("chat m") as chat:
+            chat.set_attribute("gen_ai.operation.name", "chat")
+            chat.set_attribute(
+                "gen_ai.system_instructions", json.dumps([{"type": "text", "content": "Be brief."}])
+            )
+            chat.set_attribute("gen_ai.input.messages", json.dumps([user]))
+            chat.set_attribute("gen_ai.output.messages", json.dumps([call]))
+        with tracer.start_as_current_span("execute_tool refund") as tool:
+            tool.set_attribute("gen_ai.operation.name", "execute_tool")
+            tool.set_attribute("gen_ai.tool.name", "refund")
+            tool.set_attribute("gen_ai.tool.call.id", "c1")
+            tool.record_exception(PermissionError("refunds above $50 need approval"))
+            tool.set_status(Status(StatusCode.ERROR, "refunds above $50 need approval"))
+        with tracer.start_as_current_span("chat m") as chat:
+            chat.set_attribute("gen_ai.operation.name", "chat")
+            chat.set_attribute("gen_ai.input.messages", json.dumps([user, call]))
+            answer = {"role": "assistant", "parts": [{"type": "text", "content": "Refund failed."}]}
+            chat.set_attribute("gen_ai.output.messages", json.dumps([answer]))
+        root.set_status(Status(StatusCode.ERROR, "task failed"))
+        trace_hex = format(root.get_span_context().trace_id, "032x")
+    provider.shutdown()
+    assert results == [SpanExportResult.SUCCESS] * 4  # 3 children buffered, then the root
+
+    trace_id = otlp_trace_id(project, trace_hex)
+    got = httpx.get(f"{served}/v1/traces/{trace_id}", headers={"Authorization": f"Bearer {key}"})
+    assert got.status_code == 200, got.text
+    body = got.json()
+    assert (body["task_key"], body["outcome"], body["source_format"], body["external_id"]) == (
+        "refund-7", "failure", "otlp", trace_hex,
+    )  # fmt: skip
+    trajectory = body["trajectory"]
+    assert (trajectory["instruction"], trajectory["task"]) == ("Be brief.", "Refund order 7.")
+    tool_step, final = trajectory["steps"]
+    assert tool_step["tool_calls"][0] == {"call_id": "c1", "name": "refund", "arguments": '{"order": 7}'}
+    (result,) = tool_step["tool_results"]
+    assert (
+        result["is_error"] is True and "PermissionError: refunds above $50 need approval" in result["content"]
+    )
+    assert final["kind"] == "answer" and final["action"] == "Refund failed."
