@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from core.domain.config import RunConfig
 
 Scope = Literal["read", "ingest", "run", "admin"]
-TraceFormat = Literal["openai", "otel", "sharegpt"]
+TraceFormat = Literal["openai", "openai-legacy", "otel", "otlp", "sharegpt"]
 ExportFormat = Literal["openai", "sharegpt", "parquet"]
 
 
@@ -82,6 +82,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (409, "Conflicts with the current state"),
         (413, "Request body too large"),
         (422, "Validation error naming the field"),
+        (429, "Rate limited: see the Retry-After header"),
     )
 }
 
@@ -513,6 +514,13 @@ class SamplePage(BaseModel):
 # ------------------------------------------------------------------------------------------------
 
 
+class OutcomeIn(_Strict):
+    """An outcome stated as success plus an optional reward."""
+
+    success: bool
+    reward: float | None = Field(None, ge=0, le=1, description="Final reward in [0, 1].")
+
+
 class _TraceEnvelope(BaseModel):
     """The fields every trace format shares. A format's own fields beyond the ones described are
     passed to its importer (core.formats), which names any malformed one in its 422."""
@@ -525,7 +533,18 @@ class _TraceEnvelope(BaseModel):
     task_key: str | None = Field(
         None, min_length=1, max_length=1000, description="Groups traces of one task; default: a hash."
     )
-    outcome: Literal["success", "failure", "unknown"] = Field("unknown", description="How the trace ended.")
+    outcome: (
+        Literal["success", "failure", "unknown"]
+        | bool
+        | Annotated[float, Field(ge=0, le=1)]
+        | OutcomeIn
+        | None
+    ) = Field(
+        None,
+        description='How the trace ended: "success" | "failure" | "unknown" (default), a reward in [0, 1] '
+        '(success only at 1), true/false, or {"success": bool, "reward": number}. Unknown traces wait '
+        "for PATCH /v1/traces/{id}.",
+    )
     reward: float | None = Field(None, ge=0, le=1, description="Final reward in [0, 1], if known.")
     metadata: dict[str, Any] | None = Field(None, description="Free-form metadata kept with the trace.")
 
@@ -551,10 +570,13 @@ class OpenAIToolCall(BaseModel):
 
 class OpenAIMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"] = Field(
+        description="function: the legacy result role, accepted with format openai-legacy."
+    )
     content: str | list[OpenAITextPart] | None = None
     tool_calls: list[OpenAIToolCall] | None = None
     tool_call_id: str | None = Field(None, min_length=1, max_length=200)
+    function_call: OpenAIFunction | None = Field(None, description="Legacy; format openai-legacy only.")
 
 
 class OpenAITrace(_TraceEnvelope):
@@ -565,14 +587,20 @@ class OpenAITrace(_TraceEnvelope):
 class OtelSpan(BaseModel):
     model_config = ConfigDict(extra="allow")
     attributes: dict[str, Any] | list[dict[str, Any]] = Field(
+        default_factory=dict,
         description="gen_ai.* attributes: an object, or an OTLP key-value list; gen_ai.input.messages "
-        "(and gen_ai.output.messages) hold the messages as JSON text or arrays."
+        "(and gen_ai.output.messages) hold the messages as JSON text or arrays.",
     )
     start_time_unix_nano: int | str | None = None
 
 
 class OtelTrace(_TraceEnvelope):
-    spans: list[OtelSpan] = Field(min_length=1, description="The trace's spans; the last one is read.")
+    spans: list[OtelSpan] | None = Field(
+        None, min_length=1, description="The trace's spans (every model-call span is read)."
+    )
+    resourceSpans: list[dict[str, Any]] | None = Field(  # noqa: N815 (the OTLP/JSON field name)
+        None, min_length=1, description="Or: one OTLP/JSON export holding this trace's spans."
+    )
 
 
 class ShareGPTTurn(BaseModel):
@@ -595,8 +623,22 @@ class ShareGPTTrace(_TraceEnvelope):
     conversations: list[ShareGPTTurn] = Field(min_length=1, description="ShareGPT / AgentGym turns.")
 
 
+class TraceCriticIn(_Strict):
+    """Who finds the first error of this batch's failed traces (default: the critic worker's settings)."""
+
+    strategy: Literal["rules", "model", "direct"] = Field(
+        "rules",
+        description="rules: tool errors, HTTP-style codes, loops; model: the named critic model "
+        "labels each step; direct: the last action (Direct-Revision), which never says no_error_found.",
+    )
+    model: str | None = Field(
+        None, min_length=1, max_length=500, description="Critic model for strategy model (folder or URL)."
+    )
+
+
 class _TraceBatch(_Strict):
     traces: list[Any]
+    critic: TraceCriticIn | None = Field(None, description="The critic for this batch's failed traces.")
 
     def trace_dicts(self) -> list[dict[str, Any]]:
         """The traces as the importers read them: exactly the fields the caller sent."""
@@ -606,6 +648,29 @@ class _TraceBatch(_Strict):
 class OpenAIBatchIn(_TraceBatch):
     format: Literal["openai"]
     traces: list[OpenAITrace] = Field(min_length=1, max_length=10_000)
+
+
+class OpenAILegacyBatchIn(_TraceBatch):
+    format: Literal["openai-legacy"]
+    traces: list[OpenAITrace] = Field(
+        min_length=1,
+        max_length=10_000,
+        description="OpenAI messages that may use function_call / role function.",
+    )
+
+
+class OtlpBatchIn(_TraceBatch):
+    format: Literal["otlp"]
+    traces: list[dict[str, Any]] = Field(
+        min_length=1,
+        max_length=1_000,
+        description="OTLP/JSON export requests ({resourceSpans: [...]}); spans are grouped into traces by "
+        "trace id. Outcome, reward and task key come from agentr.outcome / agentr.reward / agentr.task_key "
+        "attributes or the root span's status.",
+    )
+
+    def trace_dicts(self) -> list[dict[str, Any]]:
+        return list(self.traces)
 
 
 class OtelBatchIn(_TraceBatch):
@@ -619,7 +684,7 @@ class ShareGPTBatchIn(_TraceBatch):
 
 
 TraceBatchIn = Annotated[
-    OpenAIBatchIn | OtelBatchIn | ShareGPTBatchIn,
+    OpenAIBatchIn | OpenAILegacyBatchIn | OtelBatchIn | OtlpBatchIn | ShareGPTBatchIn,
     Field(
         discriminator="format",
         description="A batch of production traces in one import format (`format` picks the shape of "
@@ -630,6 +695,37 @@ TraceBatchIn = Annotated[
 
 class TraceAccepted(BaseModel):
     trace_ids: list[str]
+
+
+class TraceOutcomeIn(_Strict):
+    """The outcome of a trace that was ingested without one."""
+
+    outcome: Literal["success", "failure"] | bool | Annotated[float, Field(ge=0, le=1)] | OutcomeIn = Field(
+        description='"success" | "failure", a reward in [0, 1] (success only at 1), true/false, or '
+        '{"success": bool, "reward": number}.'
+    )
+    reward: float | None = Field(None, ge=0, le=1, description="Final reward in [0, 1], if known.")
+
+
+class TraceOutcomeItem(TraceOutcomeIn):
+    trace_id: str = Field(pattern=ID_PATTERN, description="The trace to set.")
+
+
+class TraceOutcomeBatchIn(_Strict):
+    """Outcomes for several traces; all are set or none is."""
+
+    outcomes: list[TraceOutcomeItem] = Field(min_length=1, max_length=10_000)
+
+
+class TraceOutcomeOut(BaseModel):
+    trace_id: str
+    outcome: str
+    reward: float | None = None
+    changed: bool = Field(description="False when the trace already had this outcome (nothing appended).")
+
+
+class TraceOutcomesOut(BaseModel):
+    items: list[TraceOutcomeOut]
 
 
 class VerdictOut(BaseModel):
