@@ -313,6 +313,9 @@ class RunConfigIn(_Strict):
     mask_loop_steps: bool = Field(
         True, description="Good trajectories: repeats of an action loop get loss weight 0 (kept as context)."
     )
+    include_revisions: bool = Field(
+        True, description="Train on revision samples; false = good trajectories only (an ablation)."
+    )
     search: SearchSettings = Field(default_factory=lambda: SearchSettings.model_validate({}))
     critic: CriticSettings = Field(default_factory=lambda: CriticSettings.model_validate({}))
     splice: SpliceSettings = Field(default_factory=lambda: SpliceSettings.model_validate({}))

@@ -186,6 +186,7 @@ class RunEffects:
                     seed=config.seed,
                     mask_invalid_steps=config.mask_invalid_steps,
                     mask_loop_steps=config.mask_loop_steps,
+                    include_revisions=config.include_revisions,
                 ),
                 general_source=source,
             )

@@ -122,7 +122,7 @@ async def _export(settings: Any, run_id: str, iteration: int, fmt: str, output: 
         from core.domain.datasets import DatasetConfig, build_dataset
         from core.formats.export import read_general_chat
 
-        revisions, good = await effects.load_samples(run_id, iteration)
+        revisions, good = await effects.load_samples(run_id, iteration, state.config)
         general = list(read_general_chat(state.config.general_data)) if state.config.general_data else []
         built = build_dataset(
             run_id=run_id,
@@ -130,8 +130,13 @@ async def _export(settings: Any, run_id: str, iteration: int, fmt: str, output: 
             revisions=revisions,
             good=good,
             general=general,
-            config=DatasetConfig(
-                alpha_schedule=state.config.alpha_schedule, eta=state.config.eta, seed=state.config.seed
+            config=DatasetConfig(  # the same mix the run trained on (train_service.runs.write_dataset)
+                alpha_schedule=state.config.alpha_schedule,
+                eta=state.config.eta,
+                seed=state.config.seed,
+                mask_invalid_steps=state.config.mask_invalid_steps,
+                mask_loop_steps=state.config.mask_loop_steps,
+                include_revisions=state.config.include_revisions,
             ),
         )
         if fmt == "parquet":

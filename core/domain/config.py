@@ -63,6 +63,9 @@ class RunConfig:
     """In good trajectories, assistant turns the environment rejected get loss weight 0 (kept as context)."""
     mask_loop_steps: bool = True
     """In good trajectories, the repeats of an action loop get loss weight 0 (kept as context)."""
+    include_revisions: bool = True
+    """Train on the revision samples; False = good trajectories only (the paper's Figure 3 "good"
+    rows, the ablation bench/paper.py compares against; pairs and revisions are still recorded)."""
     search: dict[str, Any] = field(default_factory=dict)
     """Overrides of the search configuration (n_candidates, iterations, max_depth, c_uct, ...)."""
     critic: dict[str, Any] = field(default_factory=lambda: {"strategy": "model"})
