@@ -19,6 +19,7 @@ from api.deps import ApiServices
 from api.errors import install_error_handlers
 from api.idempotency import IdempotentReplay, replay_handler
 from api.middleware import AccessLogMiddleware, ApiMetrics, BodyLimitMiddleware, JsonSanitizeMiddleware
+from api.ratelimit import RateLimits
 from api.routes import datasets, events, health, listings, otlp, projects, runs, traces, trees
 from core.runtime.settings import Settings
 
@@ -55,7 +56,15 @@ def create_app(settings: Settings, *, create_tables: bool | None = None) -> Fast
             import redis.asyncio as aioredis
 
             redis = aioredis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
-        app.state.services = ApiServices(settings=settings, store=store, metrics=metrics, redis=redis)
+        limits = RateLimits(
+            settings.auth_failures_per_min,
+            settings.auth_failure_burst,
+            settings.key_requests_per_s,
+            settings.key_request_burst,
+        )
+        app.state.services = ApiServices(
+            settings=settings, store=store, metrics=metrics, redis=redis, limits=limits
+        )
         log.info(
             "api started",
             extra={"database": store.dialect, "redis": bool(redis), "admin_key": bool(settings.admin_key)},

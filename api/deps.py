@@ -4,8 +4,9 @@
 verifier, metrics). ``authenticate`` turns the ``Authorization: Bearer <key>`` header (or
 ``X-API-Key``) into a ``Principal``: the bootstrap admin (AGENTR_ADMIN_KEY, no project) or a
 project key with scopes. ``require(scope)`` is the per-route guard: 401 without a valid key, 403
-when the key lacks the scope. Data routes filter every query by the principal's project, so another
-project's ids answer 404, exactly like ids that do not exist.
+when the key lacks the scope, 429 (api/ratelimit.py) when the client address used up its failed
+authentications or the key its request rate. Data routes filter every query by the principal's
+project, so another project's ids answer 404, exactly like ids that do not exist.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 
 from api.errors import ApiError
-from api.keys import KeyVerifier, is_admin_key, parse_key
+from api.keys import KeyVerifier, is_admin_key, parse_key, reject_at_full_cost
 from api.middleware import ApiMetrics
+from api.ratelimit import RateLimits
 from core.runtime.settings import Settings
 from core.store.sql import SqlEventStore
 from core.store.tables import api_keys
@@ -37,6 +39,7 @@ class ApiServices:
     store: SqlEventStore
     metrics: ApiMetrics
     verifier: KeyVerifier = field(default_factory=KeyVerifier)
+    limits: RateLimits = field(default_factory=lambda: RateLimits(0, 1, 0, 1))
     redis: Any | None = None  # redis.asyncio.Redis when AGENTR_REDIS_URL is set
 
 
@@ -90,29 +93,35 @@ async def authenticate(
     presented = credentials.credentials if credentials is not None else request.headers.get("x-api-key")
     if not presented:
         raise _unauthorized("missing API key: send `Authorization: Bearer <key>`")
+    client = request.client.host if request.client is not None else "unknown"
+    svc.limits.check_client(client)  # before any hashing: failed attempts are bounded per address
     if is_admin_key(presented, svc.settings.admin_key):
         request.state.key_prefix = "admin"
         return Principal(project_id=None, key_id=None, prefix="admin", scopes=frozenset({"admin"}))
     parsed = parse_key(presented)
     if parsed is None:
+        svc.limits.failed(client)
         raise _unauthorized("invalid API key")
     async with svc.store.engine.connect() as conn:
         rows = (
             (await conn.execute(select(api_keys).where(api_keys.c.prefix == parsed.prefix))).mappings().all()
         )
-    for row in rows:
-        if row["revoked"]:
-            continue
+    live = [row for row in rows if not row["revoked"]]
+    for row in live:
         # scrypt takes tens of milliseconds on a cache miss: keep it off the event loop.
         if await asyncio.to_thread(svc.verifier.verify, row["key_id"], parsed, row["salt"], row["key_hash"]):
             request.state.project_id = row["project_id"]
             request.state.key_prefix = parsed.prefix
+            svc.limits.check_key(parsed.prefix)
             return Principal(
                 project_id=row["project_id"],
                 key_id=row["key_id"],
                 prefix=parsed.prefix,
                 scopes=frozenset(row["scopes"]),
             )
+    if not live:  # unknown or revoked prefix: cost what a wrong secret on a live key costs
+        await asyncio.to_thread(reject_at_full_cost, parsed)
+    svc.limits.failed(client)
     raise _unauthorized("invalid API key")
 
 

@@ -2,7 +2,8 @@
 
 ``ApiError`` is what routes raise; the handlers installed by ``install_error_handlers`` turn it,
 FastAPI's validation errors (422, each naming its field as a dotted path) and any unexpected
-exception (500, logged server-side with its traceback, answered with only a request id) into
+exception (500, logged server-side with its frames and exception types but no message, since
+messages can quote SQL parameters and user content; answered with only a request id) into
 ``{"error", "detail", "fields", "request_id"}``.
 """
 
@@ -15,6 +16,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from core.runtime.logging import redacted_traceback
 
 log = logging.getLogger("agentr.api")
 
@@ -29,6 +32,7 @@ _CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "validation_error",
+    429: "rate_limited",
     500: "internal_error",
     503: "unavailable",
 }
@@ -149,12 +153,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Never the exception's message or the raw path: they may quote SQL parameters or content.
+        route = getattr(request.scope.get("route"), "path", "<unmatched>")
         log.error(
-            "unhandled error on %s %s (request %s)",
+            "unhandled %s on %s %s (request %s)\n%s",
+            type(exc).__name__,
             request.method,
-            request.url.path,
+            route,
             getattr(request.state, "request_id", "?"),
-            exc_info=exc,
+            redacted_traceback(exc),
         )
         # Starlette answers this outside the app's middleware: add the request id header here.
         request_id = getattr(request.state, "request_id", None)

@@ -7,7 +7,9 @@ per key. Keys are shown to the caller exactly once, when issued.
 
 scrypt is deliberately slow; a process-local cache of (key id, SHA-256 of the presented key) pairs
 that already verified saves repeating it on every request. The row (and so revocation and scopes) is
-still read on every request; the cache only skips re-hashing a secret known to match.
+still read on every request; the cache only skips re-hashing a secret known to match. A presented
+key whose prefix is unknown or revoked is hashed anyway (``reject_at_full_cost``), so a wrong secret
+costs the same to reject whether or not its prefix exists.
 """
 
 from __future__ import annotations
@@ -94,6 +96,18 @@ class KeyVerifier:
                 self._verified.pop(next(iter(self._verified)))
             self._verified[cache_key] = None
         return ok
+
+
+# A fixed salt and hash nothing matches: verifying a presented secret against them costs exactly
+# what verifying it against a real key costs, so an unknown (or revoked) prefix is not cheaper to
+# reject than a known one (no prefix oracle).
+_DUMMY_SALT = "00" * 16
+_DUMMY_HASH = "ff" * _SCRYPT_LEN
+
+
+def reject_at_full_cost(presented: ParsedKey) -> bool:
+    """Hash ``presented`` against a key that cannot match; always False, at the cost of a real check."""
+    return hmac.compare_digest(hash_secret(presented.secret, _DUMMY_SALT), _DUMMY_HASH)
 
 
 def is_admin_key(presented: str, admin_key: str | None) -> bool:

@@ -1,19 +1,23 @@
 """Owns the operational routes: /healthz (process alive), /readyz (the database answers, and Redis
-when AGENTR_REDIS_URL is set), /metrics (Prometheus text). None of them needs a key; none reveals
-data."""
+when AGENTR_REDIS_URL is set), /metrics (Prometheus text). None of them needs an API key; none
+reveals data. /metrics carries only process-wide counts (requests by route template and status,
+events appended by type; no project, key or content labels) and, when AGENTR_METRICS_TOKEN is set,
+answers only ``Authorization: Bearer <that token>`` (401 otherwise)."""
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from api.deps import ApiServices, services
-from api.schemas import HealthOut
+from api.errors import ApiError
+from api.schemas import ErrorBody, HealthOut
 
 router = APIRouter(tags=["health"])
 
@@ -71,7 +75,19 @@ async def readyz(svc: ApiServices = Depends(services)) -> Any:
     "/metrics",
     response_class=PlainTextResponse,
     summary="Prometheus metrics (text exposition format)",
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        401: {"model": ErrorBody, "description": "AGENTR_METRICS_TOKEN is set and was not presented"},
+    },
 )
-async def metrics(svc: ApiServices = Depends(services)) -> Any:
+async def metrics(request: Request, svc: ApiServices = Depends(services)) -> Any:
+    token = svc.settings.metrics_token
+    if token:
+        presented = request.headers.get("authorization", "")
+        if not hmac.compare_digest(presented.encode(), f"Bearer {token}".encode()):
+            raise ApiError(
+                401,
+                "this /metrics needs `Authorization: Bearer <AGENTR_METRICS_TOKEN>`",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
     return PlainTextResponse(generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -4,6 +4,10 @@
 ``agentr run``, ...). With JSON lines (``AGENTR_LOG_JSON=1``) each record is one object with time,
 level, logger, message, and every ``extra={...}`` field the caller attached (service, position,
 topic, ...), so logs can be filtered by message position or service without parsing text.
+
+``redacted_traceback(exc)`` is what a server logs for an unexpected error: where it happened (each
+frame of the exception chain) and the exception types, never their messages, which may quote SQL
+parameters or other user content.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import traceback
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -21,6 +26,22 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"me
 def record_fields(record: logging.LogRecord) -> dict[str, Any]:
     """The ``extra=`` fields attached to a record."""
     return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+
+
+def redacted_traceback(exc: BaseException) -> str:
+    """Frames and exception types of ``exc`` and its causes, without any exception message."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain and len(chain) < 10:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    blocks = []
+    for item in reversed(chain):
+        lines = [f"{type(item).__module__}.{type(item).__qualname__} (message withheld)"]
+        for frame in traceback.extract_tb(item.__traceback__):
+            lines.append(f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}')
+        blocks.append("\n".join(lines))
+    return "\n-- which led to --\n".join(blocks)
 
 
 class JsonFormatter(logging.Formatter):

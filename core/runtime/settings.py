@@ -44,6 +44,17 @@ class Settings(BaseSettings):
     api_host: str = Field("127.0.0.1", description="Host `agentr serve` binds.")
     api_port: int = Field(8000, description="Port `agentr serve` binds.")
     max_body_bytes: int = Field(16 * 1024 * 1024, description="Request bodies above this get 413.")
+    metrics_token: str | None = Field(
+        None, description="When set, GET /metrics needs `Authorization: Bearer <this token>`."
+    )
+    auth_failures_per_min: float = Field(
+        30.0, ge=0, description="Failed authentications a client address may make per minute (0 = no limit)."
+    )
+    auth_failure_burst: int = Field(20, ge=1, description="Failed authentications allowed in a burst.")
+    key_requests_per_s: float = Field(
+        100.0, ge=0, description="Requests per second per API key (0 = no limit)."
+    )
+    key_request_burst: int = Field(500, ge=1, description="Requests per API key allowed in a burst.")
 
     @property
     def effective_database_url(self) -> str:

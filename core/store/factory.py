@@ -25,7 +25,9 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 def _sqlite_engine(url: URL) -> AsyncEngine:
     if url.database and url.database != ":memory:":
         Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = create_async_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+    engine = create_async_engine(
+        url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, hide_parameters=True
+    )
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -54,7 +56,10 @@ def make_engine(url: str) -> AsyncEngine:
     if parsed.drivername == "sqlite+aiosqlite":
         return _sqlite_engine(parsed)
     if parsed.drivername == "postgresql+asyncpg":
-        return create_async_engine(parsed, pool_size=10, max_overflow=10, pool_pre_ping=True)
+        # hide_parameters: an error's text never quotes the statement's values (user content).
+        return create_async_engine(
+            parsed, pool_size=10, max_overflow=10, pool_pre_ping=True, hide_parameters=True
+        )
     raise ValueError(
         f"unsupported database URL scheme {parsed.drivername!r}: "
         "use postgresql+asyncpg://... or sqlite+aiosqlite:///..."

@@ -50,7 +50,16 @@ class ApiHarness:
 
 
 def make_settings(database_url: str, **overrides: Any) -> Settings:
-    return Settings(**({"database_url": database_url, "admin_key": ADMIN_KEY, "redis_url": None} | overrides))
+    """Settings for an in-process test app; rate limits off unless a test sets them (every request
+    here comes from one client address, and tests send many wrong keys on purpose)."""
+    base: dict[str, Any] = {
+        "database_url": database_url,
+        "admin_key": ADMIN_KEY,
+        "redis_url": None,
+        "auth_failures_per_min": 0,
+        "key_requests_per_s": 0,
+    }
+    return Settings(**(base | overrides))
 
 
 @asynccontextmanager
