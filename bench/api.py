@@ -13,6 +13,12 @@ read back with one row per sample.
 
 Prints one JSON line per format: {"metric", "ours", "baseline", "unit": "rows/s", "ratio"}.
 ``--quick`` uses 3,000 rows (well under a minute); the default is 30,000.
+
+Rejected-auth cost (issue 18): the same server answers requests presenting a WRONG secret, on a
+known key prefix (ours: one scrypt against the stored hash) and on an unknown prefix (baseline:
+before, a database miss and no hashing at all, 3 ms against 43-54 ms; now a dummy scrypt). Interleaved,
+median per request; ratio = baseline time / ours, which should be close to 1 (no prefix oracle, no
+cheap path). The failed-auth rate limit is off for this server so every request reaches the check.
 """
 
 from __future__ import annotations
@@ -163,6 +169,29 @@ async def _through_api(base: str, key: str, run_id: str, fmt: str) -> tuple[floa
     return elapsed, size, newlines
 
 
+async def _rejected_auth(base: str, key: str, requests: int) -> tuple[float, float]:
+    """Median seconds to answer 401 to a wrong secret on the known prefix of ``key``, and on an
+    unknown prefix, interleaved."""
+    import statistics
+
+    import httpx
+
+    prefix = key.split("_")[1]
+    unknown = "0" * 12 if prefix != "0" * 12 else "1" * 12
+    known_s: list[float] = []
+    unknown_s: list[float] = []
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        for i in range(requests):
+            for which, times in ((prefix, known_s), (unknown, unknown_s)):
+                presented = f"agr_{which}_{'w' * 42}{i % 10}"
+                started = time.perf_counter()
+                response = await client.get("/v1/runs", headers={"Authorization": f"Bearer {presented}"})
+                times.append(time.perf_counter() - started)
+                if response.status_code != 401:
+                    raise SystemExit(f"wrong secret answered {response.status_code}, not 401")
+    return statistics.median(known_s), statistics.median(unknown_s)
+
+
 async def main(quick: bool) -> None:
     import uvicorn
 
@@ -178,7 +207,9 @@ async def main(quick: bool) -> None:
     try:
         key, run_id = await _seed(url, rows)
         port = _free_port()
-        app = create_app(Settings(database_url=url, redis_url=None, log_level="WARNING"))
+        app = create_app(
+            Settings(database_url=url, redis_url=None, log_level="WARNING", auth_failures_per_min=0)
+        )
         server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
         )
@@ -219,6 +250,20 @@ async def main(quick: bool) -> None:
                     ),
                     flush=True,
                 )
+            known_s, unknown_s = await _rejected_auth(base, key, 20 if quick else 60)
+            print(
+                json.dumps(
+                    {
+                        "metric": "rejected auth: wrong secret on an unknown key prefix (ours) vs on a "
+                        "known prefix (baseline), median time per 401",
+                        "ours": round(unknown_s * 1000, 2),
+                        "baseline": round(known_s * 1000, 2),
+                        "unit": "ms",
+                        "ratio": round(known_s / unknown_s, 3),
+                    }
+                ),
+                flush=True,
+            )
         finally:
             server.should_exit = True
             await serving
