@@ -250,6 +250,29 @@ async def build_history(store: SqlEventStore) -> dict[str, str]:
             revision_length=1,
         ),
     )
+    good_trace = new_id()
+    h.add(
+        trace_stream(good_trace),
+        ev.GoodTraceSampled(
+            sample_id=new_id(),
+            trace_id=good_trace,
+            project_id=p,
+            task_key="k2",
+            trajectory=trajectory(2, 1.0),
+        ),
+    )
+    from core.domain.trace_datasets import DatasetEntry, DatasetManifest, DatasetQuery
+
+    manifest = DatasetManifest(
+        dataset_id=new_id(),
+        name="traces",
+        version=1,
+        query=DatasetQuery(sources=("traces",)),
+        log_position=9,
+        entries=(DatasetEntry(rev2, "revision", 9, "tpl"),),
+        code_version="agentr test",
+    )
+    h.add(f"dataset-{manifest.dataset_id}", ev.DatasetCreated(manifest.dataset_id, p, manifest))
     h.add(
         run_stream(run),
         ev.IterationDatasetReady(
@@ -348,7 +371,7 @@ async def test_live_projections_equal_a_rebuild(store: SqlEventStore) -> None:
             ids["rev2"],
         )
         kinds = sorted(r.kind for r in await conn.execute(select(samples)))
-        assert kinds == ["good", "revision", "revision"]
+        assert kinds == ["good", "good", "revision", "revision"]  # the search leaf and the good trace
         revoked = {r.key_id: r.revoked for r in await conn.execute(select(api_keys))}
         assert revoked[ids["key2"]] is True and sum(revoked.values()) == 1
 
