@@ -1,0 +1,136 @@
+"""Production traces through the real critic and splice workers (PostgreSQL + Redis): no silent
+fallback (a failed trace with no identified error is no_error_found and yields no sample unless the
+upload chose `direct`), the trace view and the sample's provenance agree on t', and an outcome set
+later (TraceOutcomeSet) triggers the critic."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from core.bus.redis_streams import RedisStreamsBus
+from core.bus.relay import Relay
+from core.domain.events import (
+    Metadata,
+    NewEvent,
+    RevisionMaterialized,
+    RevisionRejected,
+    TraceCritiqued,
+    TraceIngested,
+    TraceOutcomeSet,
+)
+from core.domain.ids import derived_id, new_id, pair_stream, trace_stream
+from core.formats.importing import parse_traces
+from core.runtime.settings import Settings
+from core.runtime.worker import Worker
+from core.store.factory import open_store
+from core.store.tables import traces
+from critic_service.service import build_service as build_critic
+from critic_service.splice_service import build_service as build_splice
+
+TASK = "What is the balance of account 7?"
+
+
+def _trace(final: str, lookup_result: str = '{"balance": 3}') -> dict[str, Any]:
+    call = {"id": "c1", "type": "function", "function": {"name": "balance", "arguments": '{"account": 7}'}}
+    return {
+        "messages": [
+            {"role": "user", "content": TASK},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": lookup_result},
+            {"role": "assistant", "content": final},
+        ]
+    }
+
+
+@pytest.fixture
+async def stack(pg_url: str, redis_url: str, redis_prefix: str) -> AsyncIterator[tuple[Any, Any]]:
+    store = await open_store(pg_url, create_tables=True)
+    bus = RedisStreamsBus(redis_url, redis_prefix)
+    settings = Settings(block_ms=50, critic_trace_strategy="rules")
+    critic = Worker(build_critic(settings, store), store, bus, settings)
+    splice = Worker(build_splice(settings, store), store, bus, settings)
+    relay = Relay(store, bus)
+
+    async def settle() -> None:
+        for _ in range(5):
+            await relay.drain()
+            await critic.run(burst=True)
+            await relay.drain()
+            await splice.run(burst=True)
+
+    try:
+        yield store, settle
+    finally:
+        await bus.close()
+        await store.close()
+
+
+async def _ingest(store: Any, project: str, item: dict[str, Any], outcome: str, **critic: str) -> str:
+    (parsed,) = parse_traces([item], "openai")
+    trace_id = new_id()
+    event = TraceIngested(trace_id, project, "balance-7", parsed.trajectory, outcome, "openai", **critic)  # type: ignore[arg-type]
+    await store.append([NewEvent(trace_stream(trace_id), event, Metadata(project_id=project))])
+    return trace_id
+
+
+async def _row(store: Any, trace_id: str) -> Any:
+    async with store.engine.connect() as conn:
+        return (await conn.execute(select(traces).where(traces.c.trace_id == trace_id))).one()
+
+
+async def test_no_identified_error_is_no_error_found_and_no_sample(stack: tuple[Any, Any]) -> None:
+    store, settle = stack
+    project = new_id()
+    failed = await _ingest(store, project, _trace("I cannot tell."), "failure")
+    await _ingest(store, project, _trace("The balance is 3."), "success")
+    await settle()
+    (critiqued,) = [
+        r.event for r in await store.read_stream(trace_stream(failed)) if isinstance(r.event, TraceCritiqued)
+    ]
+    assert critiqued.transition_index is None and critiqued.strategy == "rules"
+    pair_events = [r.event for r in await store.read_stream(pair_stream(derived_id("trace-pair", failed)))]
+    (rejected,) = [e for e in pair_events if isinstance(e, RevisionRejected)]
+    assert rejected.reason.startswith("critic: no_error_found:") and "direct" in rejected.reason
+    assert not [e for e in pair_events if isinstance(e, RevisionMaterialized)]
+    row = await _row(store, failed)
+    assert (row.status, row.transition_index, row.sample_id) == ("no_error_found", None, None)
+
+
+async def test_direct_chosen_by_the_upload_revises_and_the_trace_view_agrees(stack: tuple[Any, Any]) -> None:
+    store, settle = stack
+    project = new_id()
+    failed = await _ingest(store, project, _trace("I cannot tell."), "failure", critic_strategy="direct")
+    await _ingest(store, project, _trace("The balance is 3."), "success")
+    await settle()
+    pair_events = [r.event for r in await store.read_stream(pair_stream(derived_id("trace-pair", failed)))]
+    (revision,) = [e for e in pair_events if isinstance(e, RevisionMaterialized)]
+    row = await _row(store, failed)
+    assert row.status == "revised" and row.sample_id == revision.sample_id
+    assert row.transition_index == revision.sample.provenance["transition_index"] == 1
+
+
+async def test_a_tool_error_is_found_and_an_outcome_set_later_triggers_the_critic(
+    stack: tuple[Any, Any],
+) -> None:
+    store, settle = stack
+    project = new_id()
+    waiting = await _ingest(store, project, _trace("Sorry.", '{"error": "account locked"}'), "unknown")
+    await settle()
+    assert (await _row(store, waiting)).status == "waiting_for_outcome"
+    assert not [
+        r for r in await store.read_stream(trace_stream(waiting)) if isinstance(r.event, TraceCritiqued)
+    ]
+    event = TraceOutcomeSet(trace_id=waiting, outcome="failure", reward=0.0)
+    await store.append([NewEvent(trace_stream(waiting), event, Metadata(project_id=project))])
+    await settle()
+    (critiqued,) = [
+        r.event for r in await store.read_stream(trace_stream(waiting)) if isinstance(r.event, TraceCritiqued)
+    ]
+    assert critiqued.transition_index == 0
+    assert "account locked" in critiqued.verdicts[0].reason
+    row = await _row(store, waiting)
+    assert (row.outcome, row.status, row.transition_index) == ("failure", "critiqued", 0)
