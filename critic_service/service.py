@@ -9,6 +9,10 @@
   project and task key -> ``PairFound`` (source "trace", divergence = longest common prefix of actions).
   The partners are looked up in the ``traces`` projection (project, task key, outcome), and only
   their streams are read: the cost does not grow with the number of traces stored.
+  The strategy is the upload's ``critic`` choice when it made one. A trace pair whose bad path has
+  no step judged bad after the divergence is rejected as ``no_error_found`` (no sample) unless the
+  strategy is ``direct``: the fallback to the last action is never silent on traces.
+- ``TraceOutcomeSet`` (an outcome set later for a trace ingested as unknown) -> the same as above.
 
 The critic for a search pair is the iteration's actor: the ``model_ref`` of its IterationStarted
 (the trained model of iteration i judges iteration i's pairs). Strategy and plan come from the run's

@@ -55,6 +55,12 @@ async def ingest_traces(
     svc: ApiServices = Depends(services),
 ) -> Any:
     project_id = principal.project()
+    if body.critic is not None and body.critic.strategy == "model" and not body.critic.model:
+        raise make_field_error(
+            "body.critic.model",
+            "strategy model needs the critic model to run: send critic.model (a folder or an "
+            "OpenAI-compatible URL), or leave critic out to use the critic worker's AGENTR_CRITIC_MODEL",
+        )
     try:
         imported = parse_traces(body.trace_dicts(), body.format)
     except TraceFormatError as exc:

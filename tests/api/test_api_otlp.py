@@ -219,3 +219,16 @@ def test_opentelemetry_sdk_exporter_protobuf_to_live_serve(served: str) -> None:
         result["is_error"] is True and "PermissionError: refunds above $50 need approval" in result["content"]
     )
     assert final["kind"] == "answer" and final["action"] == "Refund failed."
+
+
+async def test_upload_naming_the_model_critic_needs_the_model(api: ApiHarness) -> None:
+    _, key = await _ingest_key(api)
+    trace = {
+        "messages": [{"role": "user", "content": "Goal: x"}, {"role": "assistant", "content": "Action: y"}]
+    }
+    body = {"format": "openai", "traces": [trace], "critic": {"strategy": "model"}}
+    refused = await api.client.post("/v1/traces", json=body, headers=key)
+    assert refused.status_code == 422 and refused.json()["fields"][0]["field"] == "body.critic.model"
+    body["critic"] = {"strategy": "model", "model": "http://127.0.0.1:9/v1#critic"}
+    accepted = await api.client.post("/v1/traces", json=body, headers=key)
+    assert accepted.status_code == 202, accepted.text
