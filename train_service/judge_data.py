@@ -71,14 +71,17 @@ class JudgeExample:
 def judge_task_ids(
     env: TextCraftEnv, exclude: Sequence[str], n: int, depths: Sequence[int] = (1, 2)
 ) -> list[str]:
-    """``n`` train-split goals of the given crafting depths, none in ``exclude``, spread evenly over
-    each depth (round-robin over depths, so the mix follows ``depths``)."""
+    """``n`` train-split goals of the given crafting depths, none in ``exclude`` (task ids of any
+    form: ``"308"`` or ``"goal:oak_button"``) and none of the test split, in a fixed shuffled order
+    within each depth, round-robin over ``depths``."""
     if n < 1:
         raise JudgeDataError(f"judge tasks: n must be >= 1, got {n}")
-    excluded = {str(t) for t in exclude} | set(split_task_ids(env.book, "test"))
+    # compared by goal item, so "goal:oak_planks" and its numeric id are the same task
+    excluded = {env.goal_of(str(t)) for t in exclude}
+    excluded |= {env.goal_of(t) for t in split_task_ids(env.book, "test")}
     by_depth: dict[int, list[str]] = {}
     for task_id in split_task_ids(env.book, "train"):
-        if task_id in excluded:
+        if env.goal_of(task_id) in excluded:
             continue
         by_depth.setdefault(env.book.depth[env.goal_of(task_id)], []).append(task_id)
     pools = [by_depth.get(d, []) for d in depths]

@@ -32,6 +32,9 @@ def test_judge_tasks_are_never_searched_or_held_out() -> None:
     assert set(chosen) <= set(split_task_ids(ENV.book, "train"))
     assert sorted({ENV.book.depth[ENV.goal_of(t)] for t in chosen}) == [1, 2]
     assert chosen == judge_task_ids(ENV, demo, 16)  # deterministic
+    # the same tasks named by goal are excluded all the same
+    by_name = [f"goal:{ENV.goal_name(ENV.goal_of(t))}" for t in chosen[:4]]
+    assert not set(judge_task_ids(ENV, [*demo, *by_name], 16)) & set(chosen[:4])
 
 
 def test_run_exclusions_cover_the_searched_and_evaluated_splits() -> None:
