@@ -7,7 +7,9 @@
   a non-root user, and everything the Dockerfile copies is in the build context;
 * every AGENTR_* setting is documented in .env.example (with its true default) and passed to the
   services; every compose variable is documented;
-* ``agentr up`` starts the same processes with the same commands as compose.
+* ``agentr up`` starts the same processes with the same commands as compose;
+* the file validates against the official compose-spec JSON schema (the copy check-jsonschema
+  vendors as ``vendor.compose-spec``), beside the project-specific checks above.
 """
 
 from __future__ import annotations
@@ -101,6 +103,43 @@ def command_list(svc: dict[str, Any]) -> list[str]:
 def run_help(args: list[str]) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run([AGENTR, *args, "--help"], capture_output=True, text=True, timeout=120, env=env)
+
+
+def _compose_spec_schema() -> dict[str, Any]:
+    import json
+    from importlib.resources import files
+
+    vendored = files("check_jsonschema") / "builtin_schemas" / "vendor" / "compose-spec.json"
+    return dict(json.loads(vendored.read_text(encoding="utf-8")))
+
+
+def test_compose_file_validates_against_the_compose_spec_schema(compose: dict[str, Any]) -> None:
+    import jsonschema
+
+    schema = _compose_spec_schema()
+    assert "services" in schema["properties"]  # it is the compose-spec document
+    validator_class = jsonschema.validators.validator_for(schema)
+    errors = sorted(validator_class(schema).iter_errors(compose), key=lambda e: list(e.absolute_path))
+    assert not errors, "\n".join(f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors)
+    # the schema is not vacuous: a typo in a service key is caught
+    broken = {
+        **compose,
+        "services": {**compose["services"], "api": {**compose["services"]["api"], "imgae": "x"}},
+    }
+    assert any(validator_class(schema).iter_errors(broken))
+    # and the same validation through check-jsonschema's own CLI
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "check-jsonschema"),
+            "--builtin-schema",
+            "vendor.compose-spec",
+            str(ROOT / "docker-compose.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_every_expected_service_is_there_with_its_profile(services: dict[str, dict[str, Any]]) -> None:
