@@ -126,6 +126,8 @@ async def test_resume_after_a_crash_finishes_the_same_tree_without_duplicates():
     with pytest.raises(ConnectionError):
         await engine.run()
     assert 0 < len(crashed.events) < len(uninterrupted.events)
+    # the crash falls after a descent that recorded terminal children on the way (LeafRecorded)
+    assert any(type(e.event).__name__ == "LeafRecorded" for e in crashed.events)
     resumed = Recorder()
     again = TreeSearch(request, TextCraftEnv(), NoisyExpertPolicy(mistake_rate=0.5), resumed)
     await again.run([e.event for e in crashed.events])
