@@ -70,20 +70,25 @@ async def run_trees(task_ids: list[str], config: SearchConfig, *, use_clone: boo
     return engines
 
 
-async def good_leaves_per_calls(task_ids: list[str], *, keep: bool) -> tuple[int, int, int]:
-    """(good leaves, policy calls, pairs) over ``task_ids`` with the given leaf rule."""
+async def good_leaves_per_calls(task_ids: list[str], *, keep: bool) -> tuple[int, int, int, int, int]:
+    """(good leaves, policy calls, pairs, successes stepped, trees that stepped a success but
+    recorded none) over ``task_ids`` with the given leaf rule."""
     config = SearchConfig(
         iterations=8, max_depth=8, alpha=1.0, beta=0.5, seed=0, record_terminal_children=keep
     )
-    goods = calls = pairs = 0
+    goods = calls = pairs = stepped = lost_trees = 0
     for task_id in task_ids:
         request = TreeRequest(f"bench-g{task_id}", "textcraft", task_id, "noisy-expert", config)
         engine = TreeSearch(request, TextCraftEnv(), NoisyExpertPolicy(mistake_rate=0.5), _discard)
         tree = await engine.run()
-        goods += len(good_leaves(tree, config.alpha))
+        found = len(good_leaves(tree, config.alpha))
+        successes = sum(1 for n in tree.nodes.values() if n.done and n.reward >= config.alpha)
+        goods += found
+        stepped += successes
+        lost_trees += int(successes > 0 and found == 0)
         calls += engine.stats.policy_calls
         pairs += sum(1 for e in engine.final_events() if type(e.event).__name__ == "PairFound")
-    return goods, calls, pairs
+    return goods, calls, pairs, stepped, lost_trees
 
 
 async def main(quick: bool) -> None:
@@ -95,12 +100,14 @@ async def main(quick: bool) -> None:
 
     train = env.task_ids("train")
     goals = [train[(i * len(train)) // (10 if quick else 30)] for i in range(10 if quick else 30)]
-    new_goods, new_calls, new_pairs = await good_leaves_per_calls(goals, keep=True)
-    old_goods, old_calls, old_pairs = await good_leaves_per_calls(goals, keep=False)
+    new_goods, new_calls, new_pairs, new_stepped, new_lost = await good_leaves_per_calls(goals, keep=True)
+    old_goods, old_calls, old_pairs, old_stepped, old_lost = await good_leaves_per_calls(goals, keep=False)
     ours, baseline = 100 * new_goods / new_calls, 100 * old_goods / old_calls
     print(
-        f"# good leaves on {len(goals)} train goals: keep-what-it-sees {new_goods} in {new_calls} calls "
-        f"({new_pairs} pairs), leaf-only {old_goods} in {old_calls} calls ({old_pairs} pairs)",
+        f"# good leaves on {len(goals)} train goals: keep-what-it-sees {new_goods} of {new_stepped} successes"
+        f" stepped, in {new_calls} calls ({new_pairs} pairs, {new_lost} trees lost a seen success); leaf-only"
+        f" {old_goods} of {old_stepped} in {old_calls} calls ({old_pairs} pairs, {old_lost} trees lost a seen"
+        " success)",
         file=sys.stderr,
     )
     emit("good_leaves_per_100_calls", ours, baseline, "good leaves / 100 policy calls", ours / baseline)
