@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.domain.config import RunConfig
+from core.domain.config import LAUNCH_KEYS, RunConfig, launch_problem
 
 Scope = Literal["read", "ingest", "run", "admin"]
 TraceFormat = Literal["openai", "openai-legacy", "otel", "otlp", "sharegpt"]
@@ -233,6 +233,21 @@ class TrainSettings(_Strict):
     )
     logging_steps: int | None = Field(None, ge=1, le=1_000_000)
     lora: LoraIn | None = None
+    launcher: Literal["inline", "torchrun"] | None = Field(
+        None, description="How training starts: inline (in the worker) or torchrun (a process group)."
+    )
+    nproc_per_node: int | None = Field(None, ge=1, le=1024, description="Training processes (torchrun).")
+    accelerate_config: str | None = Field(
+        None, min_length=1, max_length=1000, description="An accelerate config file (DeepSpeed / FSDP)."
+    )
+    master_port: int | None = Field(None, ge=1, le=65535, description="torchrun rendezvous port.")
+
+    @model_validator(mode="after")
+    def _launch_settings(self) -> TrainSettings:
+        problem = launch_problem(self.model_dump(exclude_none=True, include=set(LAUNCH_KEYS)))
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 class EvaluationSettings(_Strict):

@@ -17,6 +17,8 @@ of ``core.formats.export`` or its Parquet) into a checkpoint folder and returns
   flag that the running task polls after each optimizer step, so it also stops under ``--pool solo``;
   a cancelled task ends in state REVOKED and writes no checkpoint.
 * ``run_inline`` runs the same function in-process (single-process / embedded mode).
+* launcher: ``launch={"launcher": "torchrun", "nproc_per_node": N}`` makes the task a dispatcher of
+  a torchrun process group (``train_service.launcher``); keep the worker on ``--pool solo``.
 """
 
 from __future__ import annotations
@@ -63,13 +65,38 @@ def run_train_iteration(
     model_path: str,
     out_dir: str,
     config: dict[str, Any] | None = None,
+    launch: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
     on_step: Callable[[int, int, float | None], None] | None = None,
 ) -> dict[str, Any]:
-    """Train one iteration (the task body; also what single-process mode calls directly)."""
+    """Train one iteration (the task body; also what single-process mode calls directly).
+
+    ``launch`` (``train_service.launcher.LaunchSettings`` as a dict) picks inline training or a
+    torchrun process group that runs this same function on every rank.
+    """
+    from train_service.launcher import LaunchSettings, launch_torchrun
     from train_service.sft import SFTConfig, train_sft
 
-    cfg = SFTConfig.from_dict(config or {})
+    settings = LaunchSettings.from_data(launch)
+    cfg = SFTConfig.from_dict(config or {})  # bad fields fail here, before any process starts
+    if settings.launcher == "torchrun":
+        job = {
+            "run_id": run_id,
+            "iteration": iteration,
+            "dataset_id": dataset_id,
+            "dataset_path": dataset_path,
+            "model_path": model_path,
+            "out_dir": out_dir,
+            "config": config or {},
+        }
+        if dataset_id and (Path(out_dir) / "meta.json").is_file():
+            from train_service.checkpoint import existing_checkpoint
+
+            if (found := existing_checkpoint(out_dir, dataset_id)) is not None:
+                return {"checkpoint": str(found), "metrics": {}, "reused": True}
+        if not Path(dataset_path).is_file():
+            raise FileNotFoundError(f"dataset file not found: {dataset_path}")
+        return launch_torchrun(job, settings, should_stop=should_stop, on_step=on_step)
     samples = _load_samples(Path(dataset_path))
     report = train_sft(
         model_path,
@@ -200,6 +227,7 @@ def submit_training(
     model_path: str,
     out_dir: str,
     config: dict[str, Any] | None = None,
+    launch: dict[str, Any] | None = None,
     task_id: str | None = None,
 ) -> AsyncResult:
     """Queue a training job on the ``train`` queue; ``task_id`` (e.g. derived from the dataset)
@@ -214,6 +242,7 @@ def submit_training(
             "model_path": model_path,
             "out_dir": out_dir,
             "config": config or {},
+            "launch": launch or {},
         },
         queue=TRAIN_QUEUE,
         task_id=task_id,

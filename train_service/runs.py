@@ -46,6 +46,7 @@ from train_service.evaluation import (
     recorded_recovery_set,
     revision_lengths,
 )
+from train_service.launcher import LaunchFailed
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +254,7 @@ class RunEffects:
             "model_path": weights,
             "out_dir": str(out_dir),
             "config": state.config.sft_overrides(),
+            "launch": state.config.launch_settings(),
         }
         log.info(
             "run %s iteration %d: training %s (model %s) on %s",
@@ -270,6 +272,8 @@ class RunEffects:
             else:
                 result = await self._train_with_celery(kwargs)
         except BadTrainingInput as exc:
+            return TrainingFailed(run_id, iteration, str(exc))
+        except LaunchFailed as exc:  # a torchrun child failed: its last lines are in the message
             return TrainingFailed(run_id, iteration, str(exc))
         except (ValueError, FileNotFoundError, OSError) as exc:
             # bad input (empty dataset, unknown SFT field, missing model folder, bad template)

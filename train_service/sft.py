@@ -10,6 +10,11 @@ saved weights, so every checkpoint loads with plain ``from_pretrained``.
 A time budget (``SFTConfig.time_budget_s``) stops training when the time is up and, with
 ``lr_scheduler="time_cosine"``, decays the learning rate on WALL-CLOCK progress through that budget
 (so a CPU run of a fixed number of minutes ends at a small learning rate whatever its speed).
+
+Under torchrun (``train_service.launcher``) every rank runs ``train_sft``: the Trainer does DDP
+(gloo on CPU), stop decisions (time budget, cancel) and the time-based learning rate are the
+maximum over ranks (so all ranks stop at the same step and keep identical weights), and rank 0
+alone writes the checkpoint.
 """
 
 from __future__ import annotations
@@ -201,6 +206,31 @@ def _use_bf16(cfg: SFTConfig) -> bool:
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
+def _distributed() -> Any:
+    """``torch.distributed`` when this process is one rank of several, else None."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist
+    return None
+
+
+def _max_over_ranks(values: list[float]) -> list[float]:
+    """Element-wise maximum over all ranks (identity in a single process): every rank then takes
+    the same stop / learning-rate decision, so no rank waits forever in a collective."""
+    dist = _distributed()
+    if dist is None:
+        return values
+    import torch
+
+    device = "cpu"
+    if dist.get_backend() == "nccl":
+        device = f"cuda:{torch.cuda.current_device()}"
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return [float(x) for x in tensor.tolist()]
+
+
 def _callbacks(
     cfg: SFTConfig,
     should_stop: Callable[[], bool] | None,
@@ -229,10 +259,15 @@ def _callbacks(
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if on_step is not None:
                 on_step(state.global_step, state.max_steps, self.last_loss)
-            if budget is not None and time.monotonic() - self.start >= budget:
+            out_of_time = budget is not None and time.monotonic() - self.start >= budget
+            cancelled = should_stop is not None and should_stop()
+            out_of_time, cancelled = (
+                bool(x) for x in _max_over_ranks([float(out_of_time), float(cancelled)])
+            )
+            if out_of_time:
                 self.out_of_time = True
                 control.should_training_stop = True
-            if should_stop is not None and should_stop():
+            if cancelled:
                 self.cancelled = True
                 control.should_training_stop = True
 
@@ -245,7 +280,7 @@ def _time_cosine(optimizer: Any, budget_s: float, warmup_s: float) -> Any:
     start = time.monotonic()
 
     def factor(_step: int) -> float:
-        elapsed = time.monotonic() - start
+        (elapsed,) = _max_over_ranks([time.monotonic() - start])  # one schedule for all ranks
         if warmup_s > 0 and elapsed < warmup_s:
             return max(elapsed / warmup_s, 0.01)
         progress = min(1.0, (elapsed - warmup_s) / max(budget_s - warmup_s, 1e-9))
@@ -332,6 +367,8 @@ def train_sft(
             dataloader_num_workers=0,
             dataloader_pin_memory=torch.cuda.is_available(),
             disable_tqdm=True,
+            # under torchrun on CPU: gloo (NCCL needs CUDA); ignored in a single process
+            ddp_backend=None if torch.cuda.is_available() else "gloo",
         )
         callbacks = _callbacks(cfg, should_stop, on_step)
         trainer = Trainer(
@@ -378,7 +415,10 @@ def train_sft(
             metrics=metrics,
             lora=asdict(cfg.lora) if cfg.lora is not None else None,
         )
-        path = write_checkpoint(trained_model, tokenizer, out, meta)
+        path = out
+        if trainer.is_world_process_zero():  # one writer under torchrun (every rank holds the same weights)
+            path = write_checkpoint(trained_model, tokenizer, out, meta)
+        trainer.accelerator.wait_for_everyone()
         log.info(
             "trained %d steps in %.1fs (loss %.4f): checkpoint %s",
             metrics["steps"],

@@ -7,6 +7,7 @@ by the caller's project.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +15,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from sqlalchemy import select
 
 from api.deps import ApiServices, Principal, require, services
-from api.errors import ApiError
+from api.errors import ApiError, field_error
 from api.idempotency import Idempotency, idempotency
 from api.pagination import cursor_param, keyset_page, limit_param
 from api.reads import owned_row
@@ -32,6 +33,7 @@ from api.schemas import (
 from api.writes import append, new_event
 from core.domain.events import DomainEvent, RunCancelled, RunRequested
 from core.domain.ids import run_stream
+from core.llm.chat_template import run_template_problem
 from core.store.tables import iterations, runs
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERROR_RESPONSES)
@@ -78,6 +80,9 @@ async def submit_run(
     project_id = principal.project()
     run_id = idem.new_id("run")
     config = body.to_domain()
+    problem = await asyncio.to_thread(run_template_problem, config)  # reads the model folder
+    if problem is not None:
+        raise field_error(f"body.{problem[0]}", problem[1])
     event = RunRequested(run_id=run_id, project_id=project_id, config=config.to_data())
     return await _accept(svc, idem, project_id, run_id, event, "requested")
 

@@ -21,6 +21,29 @@ from typing import Any
 from core.domain.serde import from_dict, to_dict
 
 TRAIN_MODEL_PATH = "model_path"  # the key of RunConfig.train naming the local weights of a served model
+LAUNCH_KEYS = ("launcher", "nproc_per_node", "accelerate_config", "master_port")  # train.* launch settings
+LAUNCHERS = ("inline", "torchrun")
+
+
+def launch_problem(data: dict[str, Any]) -> str | None:
+    """Why ``train``'s launch settings are invalid, or None (see train_service/launcher.py)."""
+    launcher = data.get("launcher", "inline")
+    if launcher not in LAUNCHERS:
+        return f"train.launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}"
+    nproc = data.get("nproc_per_node", 1)
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        return f"train.nproc_per_node must be an integer >= 1, got {nproc!r}"
+    if launcher == "inline" and nproc != 1:
+        return "train.nproc_per_node > 1 needs train.launcher 'torchrun'"
+    config = data.get("accelerate_config")
+    if config is not None and launcher != "torchrun":
+        return "train.accelerate_config needs train.launcher 'torchrun'"
+    if config is not None and (not isinstance(config, str) or not config.strip()):
+        return f"train.accelerate_config must be a path to an accelerate config file, got {config!r}"
+    port = data.get("master_port")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+        return f"train.master_port must be a port number, got {port!r}"
+    return None
 
 
 def is_served_model(ref: str) -> bool:
@@ -77,7 +100,9 @@ class RunConfig:
     """Overrides of the SFT configuration (epochs, learning_rate, ...), plus ``model_path``: when
     ``model`` is a served URL, the local folder with the weights that server serves; iteration 0
     fine-tunes it, later iterations use (and load locally) the trained checkpoint folder. Required
-    for a URL model unless ``data_only``; not allowed with a local ``model`` folder."""
+    for a URL model unless ``data_only``; not allowed with a local ``model`` folder. Launch keys:
+    ``launcher`` (``inline`` default | ``torchrun``), ``nproc_per_node`` (>= 1, torchrun),
+    ``accelerate_config`` (a DeepSpeed / FSDP accelerate config file, torchrun), ``master_port``."""
     evaluation: dict[str, Any] = field(default_factory=dict)
     """Overrides of the evaluation (max_steps, max_tokens, recovery_episodes, baseline, ...)."""
     data_only: bool = False
@@ -91,6 +116,8 @@ class RunConfig:
 
     def training_problem(self) -> str | None:
         """Why this configuration cannot train as asked (checked at submission), or None."""
+        if (problem := launch_problem(self.launch_settings())) is not None:
+            return problem
         path = self.train.get(TRAIN_MODEL_PATH)
         if path is not None and (not isinstance(path, str) or not path.strip()):
             return f"train.{TRAIN_MODEL_PATH} must be a non-empty path to a local model folder, got {path!r}"
@@ -123,8 +150,13 @@ class RunConfig:
         return path
 
     def sft_overrides(self) -> dict[str, Any]:
-        """``train`` without ``model_path``: the overrides of the SFT configuration proper."""
-        return {k: v for k, v in self.train.items() if k != TRAIN_MODEL_PATH}
+        """``train`` without ``model_path`` and the launch keys: the SFT configuration proper."""
+        return {k: v for k, v in self.train.items() if k != TRAIN_MODEL_PATH and k not in LAUNCH_KEYS}
+
+    def launch_settings(self) -> dict[str, Any]:
+        """``train``'s launch keys (``launcher`` inline | torchrun, ``nproc_per_node``,
+        ``accelerate_config``, ``master_port``): how the trainer is started."""
+        return {k: self.train[k] for k in LAUNCH_KEYS if k in self.train}
 
     def to_data(self) -> dict[str, Any]:
         return to_dict(self)  # type: ignore[no-any-return]

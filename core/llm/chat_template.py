@@ -23,9 +23,10 @@ object, which is what stock templates' ``| tojson`` expects), ``role="tool"`` me
 ``tool_call_id`` (and the called function's ``name``), and ``TrainingSample.tools`` is passed as
 ``tools=``.
 
-``folder_template_problem(folder)`` is the submission-time check (API 422, ``agentr run`` exit 2): the
-folder must carry a chat template, and, where transformers is installed, a probe conversation must
-render prefix-stably. The trainer checks every sample again (``train_service.tokenize``).
+``folder_template_problem(folder)`` / ``run_template_problem(config)`` are the submission-time check
+(API 422 naming the field, ``agentr run`` exit 2): the folder must carry a chat template, and, where
+transformers is installed, a probe conversation must render prefix-stably. The trainer checks the
+template and every sample again (``train_service.sft`` / ``train_service.tokenize``).
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ def _render_incremental(
                     "it rewrites earlier turns (e.g. strips reasoning or dates the last turn), so "
                     "per-message loss masks cannot be computed; wrap assistant content in "
                     "{% generation %} blocks or "
-"use a template that renders history unchanged"
+                    "use a template that renders history unchanged"
                 )
         end = len(upto.rstrip())
         if end <= len(head):
@@ -259,17 +260,21 @@ def folder_has_template(folder: Path) -> bool:
         return False
 
 
-def folder_template_problem(folder: str | Path) -> str | None:
-    """Why the model folder cannot be fine-tuned on chats, or None (also None when the folder is not
-    on this machine: then only the trainer can tell)."""
+def folder_template_problem(folder: str | Path, *, masks: bool = True) -> str | None:
+    """Why the model folder cannot be prompted (no template) or, with ``masks``, fine-tuned on chats
+    (no per-message spans), or None; also None when the folder is not on this machine (then only
+    the workers can tell)."""
     path = Path(folder).expanduser()
     if not path.is_dir():
         return None
     if not folder_has_template(path):
         return (
             f"model folder {path} has no chat template (chat_template.jinja, or chat_template in "
-            "tokenizer_config.json): training renders every sample with the model's own template"
+            "tokenizer_config.json): prompts and training samples are rendered with the model's own "
+            "template (agentr model import --chat-template FILE adds one)"
         )
+    if not masks:
+        return None
     try:
         from transformers import AutoTokenizer
     except ImportError:  # the API image has no ml extras: the trainer checks again
@@ -283,3 +288,18 @@ def folder_template_problem(folder: str | Path) -> str | None:
     except TemplateError as exc:
         return str(exc)
     return None
+
+
+def run_template_problem(config: Any) -> tuple[str, str] | None:
+    """``(field, problem)`` when a RunConfig's model folder cannot serve the run (checked at
+    submission: API 422 on that field, ``agentr run`` exit 2), else None. The folder trained is
+    ``train.model_path`` for a served model, else ``model``; data-only runs need a template only."""
+    from core.domain.config import TRAIN_MODEL_PATH, is_served_model
+
+    served = is_served_model(config.model)
+    if served and (config.data_only or not config.train.get(TRAIN_MODEL_PATH)):
+        return None
+    field = f"train.{TRAIN_MODEL_PATH}" if served else "model"
+    folder = config.train[TRAIN_MODEL_PATH] if served else config.model
+    problem = folder_template_problem(folder, masks=not config.data_only)
+    return None if problem is None else (field, problem)
