@@ -16,7 +16,6 @@ the field and nothing is stored.
 
 from __future__ import annotations
 
-import gzip
 import json
 import zlib
 from typing import Any
@@ -31,7 +30,7 @@ from api.schemas import ERROR_RESPONSES
 from api.writes import append, new_event
 from core.domain.events import NewEvent, OtlpSpansBuffered, TraceIngested
 from core.domain.ids import derived_id, otlp_stream, trace_stream
-from core.formats.import_otel import conversation_from_spans
+from core.formats.import_otel import check_span, conversation_from_spans
 from core.formats.importing import TraceFormatError, imported
 from core.formats.otlp import SpanRecord, group_by_trace, spans_from_otlp_json, spans_from_protobuf
 
@@ -44,12 +43,22 @@ def otlp_trace_id(project_id: str, trace_hex: str) -> str:
     return derived_id("otlp-trace", project_id, trace_hex)
 
 
-def _decode(body: bytes, content_type: str, encoding: str) -> tuple[list[SpanRecord], bool]:
+def _inflate(body: bytes, encoding: str, limit: int) -> bytes:
+    """gzip / deflate -> bytes, refusing (413) more than ``limit`` bytes once inflated."""
+    window = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    inflater = zlib.decompressobj(window)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise ApiError(400, f"body: not valid {encoding} ({exc})") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise ApiError(413, f"body: more than {limit} bytes once decompressed")
+    return out
+
+
+def _decode(body: bytes, content_type: str, encoding: str, limit: int) -> tuple[list[SpanRecord], bool]:
     if encoding in ("gzip", "deflate"):
-        try:
-            body = gzip.decompress(body) if encoding == "gzip" else zlib.decompress(body)
-        except (OSError, zlib.error) as exc:
-            raise ApiError(400, f"body: not valid {encoding} ({exc})") from None
+        body = _inflate(body, encoding, limit)
     elif encoding not in ("", "identity"):
         raise ApiError(415, f"Content-Encoding {encoding!r} is not supported (send gzip or none)")
     if content_type == PROTOBUF:
@@ -102,9 +111,11 @@ async def receive_traces(
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     encoding = request.headers.get("content-encoding", "").strip().lower()
     body = await request.body()
+    limit = svc.settings.max_body_bytes
     try:
-        spans, protobuf = _decode(body, content_type, encoding)
+        spans, protobuf = _decode(body, content_type, encoding, limit)
         new_events: list[NewEvent] = []
+        expected: dict[str, int] = {}
         rejected, reasons = 0, []
         for trace_hex, group in group_by_trace(spans).items():
             trace_id = otlp_trace_id(project_id, trace_hex)
@@ -113,25 +124,32 @@ async def receive_traces(
                 reasons.append(f"trace {trace_hex} was already ingested as {trace_id}")
                 continue
             buffer_id = derived_id("otlp-buffer", project_id, trace_hex)
-            buffered = [
-                SpanRecord.from_data(span)
-                for recorded in await svc.store.read_stream(otlp_stream(buffer_id))
-                if isinstance(recorded.event, OtlpSpansBuffered)
-                for span in recorded.event.spans
-            ]
+            buffer = otlp_stream(buffer_id)
+            history = await svc.store.read_stream(buffer)
+            # a concurrent request for the same trace makes one of the two conflict (503, retried)
+            expected[buffer] = len(history) - 1
+            expected[trace_stream(trace_id)] = -1
             if not any(not s.parent_span_id for s in group):
+                for span in group:
+                    check_span(span)  # refuse a malformed span now, not when its root arrives
                 data = tuple(s.to_data() for s in group)
                 digest = derived_id("otlp-spans", *(f"{s.span_id}@{s.end_ns}" for s in group))
                 event = OtlpSpansBuffered(buffer_id, project_id, trace_hex, data)
                 new_events.append(
                     new_event(
-                        otlp_stream(buffer_id),
+                        buffer,
                         event,
                         project_id=project_id,
                         event_id=derived_id("otlp-buffered", buffer_id, digest),
                     )
                 )
                 continue
+            buffered = [
+                SpanRecord.from_data(span)
+                for recorded in history
+                if isinstance(recorded.event, OtlpSpansBuffered)
+                for span in recorded.event.spans
+            ]
             known = {(s.span_id, s.start_ns) for s in group}
             whole = [s for s in buffered if (s.span_id, s.start_ns) not in known] + list(group)
             item = imported({}, conversation_from_spans(whole, f"trace {trace_hex}", trace_hex), "otlp")
@@ -158,5 +176,15 @@ async def receive_traces(
             exc.path if exc.path.startswith("body") else f"body.{exc.path}", exc.problem
         ) from None
     if new_events:
-        await append(svc, new_events)
+        try:
+            await append(svc, new_events, expected)
+        except ApiError as exc:
+            if exc.status_code != 409:
+                raise
+            # OTLP exporters retry 503 (with Retry-After); 409 would make them drop the batch
+            raise ApiError(
+                503,
+                f"{exc}: another request for the same trace was stored first",
+                headers={"Retry-After": "1"},
+            ) from None
     return _answer(protobuf, rejected, "; ".join(reasons))

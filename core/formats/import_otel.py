@@ -374,6 +374,15 @@ def _hints(spans: list[SpanRecord], trace_id: str) -> dict[str, Any]:
     return hints
 
 
+def check_span(span: SpanRecord) -> None:
+    """Validate one span on its own (its messages, parts and tool definitions), as far as that can be
+    done before the rest of its trace has arrived; raises TraceFormatError naming the field."""
+    if not _is_tool_span(span):
+        _span_turns(span)
+        _genai_tools(span.attributes, f"{span.path}.attributes")
+        openinference.tools(span.attributes, f"{span.path}.attributes")
+
+
 def conversation_from_spans(spans: Sequence[SpanRecord], path: str, trace_id: str = "") -> Conversation:
     """The spans of one trace -> its conversation, tool definitions and envelope hints."""
     if not spans:

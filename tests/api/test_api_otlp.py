@@ -232,3 +232,61 @@ async def test_upload_naming_the_model_critic_needs_the_model(api: ApiHarness) -
     body["critic"] = {"strategy": "model", "model": "http://127.0.0.1:9/v1#critic"}
     accepted = await api.client.post("/v1/traces", json=body, headers=key)
     assert accepted.status_code == 202, accepted.text
+
+
+async def test_gzip_bodies_are_inflated_within_the_body_limit(api: ApiHarness) -> None:
+    import gzip
+
+    project, key = await _ingest_key(api)
+    packed = gzip.compress(json.dumps(export(*agent_trace(TRACE_A))).encode())
+    headers = {**key, "Content-Type": "application/json", "Content-Encoding": "gzip"}
+    ok = await api.client.post(ENDPOINT, content=packed, headers=headers)
+    assert ok.status_code == 200, ok.text
+    assert [r["trace_id"] for r in await _trace_rows(api)] == [otlp_trace_id(project, TRACE_A)]
+    limit = api.app.state.services.settings.max_body_bytes
+    bomb = gzip.compress(b" " * (limit + 10))  # small on the wire, too big once inflated
+    too_big = await api.client.post(ENDPOINT, content=bomb, headers=headers)
+    assert too_big.status_code == 413 and "once decompressed" in too_big.text
+    broken = await api.client.post(ENDPOINT, content=b"not gzip", headers=headers)
+    assert broken.status_code == 400 and "not valid gzip" in broken.text
+
+
+async def test_a_malformed_span_is_refused_when_it_arrives_not_when_its_root_does(api: ApiHarness) -> None:
+    _, key = await _ingest_key(api)
+    children = agent_trace(TRACE_A)[1:]
+    children[0]["attributes"][3]["value"] = {"stringValue": "[{"}
+    refused = await api.client.post(ENDPOINT, json=export(*children), headers=key)
+    assert refused.status_code == 422
+    assert refused.json()["fields"][0]["field"].endswith("spans[0].attributes.gen_ai.input.messages")
+    async with api.store.engine.connect() as conn:
+        assert not (
+            await conn.execute(select(events.c.position).where(events.c.event_type == "OtlpSpansBuffered"))
+        ).all()
+
+
+async def test_concurrent_requests_for_one_trace_lose_no_span(api: ApiHarness) -> None:
+    import asyncio
+
+    _, key = await _ingest_key(api)
+    spans = agent_trace(TRACE_A)
+    # two exporters send children of one trace at once: both buffer into the same stream
+    bodies = [export(*spans[1:3]), export(*spans[3:])]
+    for _ in range(5):
+        answers = await asyncio.gather(*(api.client.post(ENDPOINT, json=b, headers=key) for b in bodies))
+        assert {a.status_code for a in answers} <= {200, 503}, [a.text for a in answers]
+        assert all(a.headers.get("retry-after") == "1" for a in answers if a.status_code == 503)
+        bodies = [
+            b for b, a in zip(bodies, answers, strict=True) if a.status_code == 503
+        ]  # an exporter retries
+        if not bodies:
+            break
+    assert not bodies
+    root = await api.client.post(ENDPOINT, json=export(spans[0]), headers=key)
+    assert root.status_code == 200, root.text
+    (row,) = await _trace_rows(api)
+    steps = (await api.client.get(f"/v1/traces/{row['trace_id']}", headers=key)).json()["trajectory"]["steps"]
+    assert steps[0]["tool_results"][0]["is_error"] is True  # known only from the execute_tool span t1
+    assert json.loads(steps[1]["tool_results"][0]["content"]) == {
+        "status": "error",
+        "code": 503,
+    }  # only on t2
