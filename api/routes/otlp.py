@@ -26,7 +26,7 @@ from fastapi.responses import Response
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError
 from api.errors import field_error as make_field_error
-from api.schemas import ERROR_RESPONSES
+from api.schemas import ERROR_RESPONSES, ErrorBody
 from api.writes import append, new_event
 from core.domain.events import NewEvent, OtlpSpansBuffered, TraceIngested
 from core.domain.ids import derived_id, otlp_stream, trace_stream
@@ -89,9 +89,39 @@ def _answer(protobuf: bool, rejected: int, message: str) -> Response:
     return Response(json.dumps(body), media_type="application/json")
 
 
+_EXPORT_RESPONSE = {
+    "type": "object",
+    "properties": {
+        "partialSuccess": {
+            "type": "object",
+            "properties": {"rejectedSpans": {"type": "string"}, "errorMessage": {"type": "string"}},
+        }
+    },
+}
+
+
 @router.post(
     "/v1/traces",
     summary="OTLP/HTTP trace receiver (protobuf or JSON), as an OpenTelemetry exporter sends",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "ExportTraceServiceResponse, in the request's encoding (partialSuccess names "
+            "spans of traces already ingested)",
+            "content": {
+                "application/json": {"schema": _EXPORT_RESPONSE},
+                PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
+            },
+        },
+        415: {
+            "model": ErrorBody,
+            "description": "Not OTLP protobuf/JSON, or an unsupported Content-Encoding",
+        },
+        503: {
+            "model": ErrorBody,
+            "description": "Another request for the same trace was stored first: retry",
+        },
+    },
     openapi_extra={
         "requestBody": {
             "required": True,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -95,20 +96,24 @@ def any_value(value: Any, path: str) -> Any:
         if isinstance(raw, bool) or not isinstance(raw, int | float | str):
             raise TraceFormatError(f"{path}.doubleValue", f"not a number: {raw!r}")
         try:
-            return float(raw)
+            number = float(raw)
         except ValueError:
             raise TraceFormatError(f"{path}.doubleValue", f"not a number: {raw!r}") from None
+        if not math.isfinite(number):
+            raise TraceFormatError(f"{path}.doubleValue", f"not a finite number: {raw!r}")
+        return number
     if kind == "arrayValue":
         values = require(raw, "values", f"{path}.arrayValue", list) if raw else []
         return [any_value(v, f"{path}.arrayValue.values[{i}]") for i, v in enumerate(values)]
     if kind == "kvlistValue":
         values = require(raw, "values", f"{path}.kvlistValue", list) if raw else []
         return key_values(values, f"{path}.kvlistValue.values")
-    if kind == "bytesValue":
+    if kind == "bytesValue":  # kept as its base64 text (JSON-ready)
         try:
-            return base64.b64decode(raw, validate=True)
+            base64.b64decode(raw, validate=True)
         except (TypeError, ValueError):
             raise TraceFormatError(f"{path}.bytesValue", "not base64") from None
+        return str(raw)
     raise TraceFormatError(
         f"{path}.{kind}",
         "unknown AnyValue field (send one of stringValue, boolValue, intValue, doubleValue, "
@@ -266,16 +271,24 @@ def spans_from_otlp_json(payload: Any, path: str = "body") -> list[SpanRecord]:
 # --------------------------------------------------------------------------------------------
 
 
-def _proto_any(value: Any) -> Any:
+def _proto_any(value: Any, path: str) -> Any:
     kind = value.WhichOneof("value")
     if kind is None:
         return None
     raw = getattr(value, kind)
     if kind == "array_value":
-        return [_proto_any(v) for v in raw.values]
+        return [_proto_any(v, f"{path}.arrayValue.values[{i}]") for i, v in enumerate(raw.values)]
     if kind == "kvlist_value":
-        return {kv.key: _proto_any(kv.value) for kv in raw.values}
+        return {kv.key: _proto_any(kv.value, f"{path}.kvlistValue.{kv.key}") for kv in raw.values}
+    if kind == "bytes_value":
+        return base64.b64encode(raw).decode("ascii")  # JSON-ready, as OTLP/JSON encodes it
+    if kind == "double_value" and not math.isfinite(raw):
+        raise TraceFormatError(f"{path}.doubleValue", f"not a finite number: {raw!r}")
     return raw
+
+
+def _proto_attributes(entries: Any, path: str) -> dict[str, Any]:
+    return {kv.key: _proto_any(kv.value, f"{path}.{kv.key}") for kv in entries}
 
 
 def spans_from_protobuf(body: bytes) -> list[SpanRecord]:
@@ -291,7 +304,7 @@ def spans_from_protobuf(body: bytes) -> list[SpanRecord]:
         ) from None
     out: list[SpanRecord] = []
     for r_index, block in enumerate(request.resource_spans):
-        resource = {kv.key: _proto_any(kv.value) for kv in block.resource.attributes}
+        resource = _proto_attributes(block.resource.attributes, f"body.resourceSpans[{r_index}].resource")
         for s_index, scope in enumerate(block.scope_spans):
             for index, span in enumerate(scope.spans):
                 path = f"body.resourceSpans[{r_index}].scopeSpans[{s_index}].spans[{index}]"
@@ -305,15 +318,15 @@ def spans_from_protobuf(body: bytes) -> list[SpanRecord]:
                         name=span.name,
                         start_ns=span.start_time_unix_nano or None,
                         end_ns=span.end_time_unix_nano or None,
-                        attributes={kv.key: _proto_any(kv.value) for kv in span.attributes},
+                        attributes=_proto_attributes(span.attributes, f"{path}.attributes"),
                         status_code=_STATUS_BY_NUMBER.get(span.status.code, "UNSET"),
                         status_message=span.status.message,
                         events=tuple(
                             {
                                 "name": e.name,
-                                "attributes": {kv.key: _proto_any(kv.value) for kv in e.attributes},
+                                "attributes": _proto_attributes(e.attributes, f"{path}.events[{n}]"),
                             }
-                            for e in span.events
+                            for n, e in enumerate(span.events)
                         ),
                         resource=resource,
                         path=path,

@@ -6,6 +6,7 @@ following the published conventions (OTLP/JSON encoding, GenAI semconv, OpenInfe
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -464,3 +465,95 @@ def test_unsupported_otlp_shapes_name_the_field_and_what_to_send(
     with pytest.raises(TraceFormatError) as info:
         parse_traces([payload], "otlp")
     assert str(info.value).startswith(message)
+
+
+def test_protobuf_export_decodes_to_the_same_spans_as_otlp_json() -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+
+    from core.formats.otlp import spans_from_otlp_json, spans_from_protobuf
+
+    def proto_value(value: Any) -> AnyValue:
+        if isinstance(value, bool):
+            return AnyValue(bool_value=value)
+        if isinstance(value, int):
+            return AnyValue(int_value=value)
+        if isinstance(value, float):
+            return AnyValue(double_value=value)
+        return AnyValue(string_value=value if isinstance(value, str) else json.dumps(value))
+
+    proto_spans = []
+    for s in agent_trace():
+        attrs = {a["key"]: next(iter(a["value"].values())) for a in s["attributes"]}
+        decoded = {k: json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v for k, v in attrs.items()}
+        proto_spans.append(
+            Span(
+                trace_id=bytes.fromhex(s["traceId"]),
+                span_id=bytes.fromhex(s["spanId"]),
+                parent_span_id=bytes.fromhex(s["parentSpanId"]) if s["parentSpanId"] else b"",
+                name=s["name"],
+                start_time_unix_nano=int(s["startTimeUnixNano"]),
+                end_time_unix_nano=int(s["endTimeUnixNano"]),
+                attributes=[KeyValue(key=k, value=proto_value(v)) for k, v in decoded.items()],
+                status=Status(
+                    code=s.get("status", {}).get("code", 0), message=s.get("status", {}).get("message", "")
+                ),
+            )
+        )
+    request = ExportTraceServiceRequest(
+        resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=proto_spans)])]
+    )
+    from_proto = spans_from_protobuf(request.SerializeToString())
+    from_json = spans_from_otlp_json(export(*agent_trace()))
+    strip = [("path", ""), ("resource", {})]
+    assert [replace(s, **dict(strip)) for s in from_proto] == [replace(s, **dict(strip)) for s in from_json]
+
+
+def test_non_json_values_are_made_json_ready_or_refused() -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+    from core.formats.otlp import spans_from_protobuf
+
+    def request(value: AnyValue) -> bytes:
+        one = Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, attributes=[KeyValue(key="k", value=value)])
+        return ExportTraceServiceRequest(
+            resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[one])])]
+        ).SerializeToString()
+
+    (decoded,) = spans_from_protobuf(request(AnyValue(bytes_value=b"\xff\x00")))
+    assert decoded.attributes["k"] == "/wA=" and json.dumps(decoded.to_data())  # base64, as OTLP/JSON has it
+    with pytest.raises(TraceFormatError, match=r"attributes\.k\.doubleValue: not a finite number"):
+        spans_from_protobuf(request(AnyValue(double_value=float("nan"))))
+    with pytest.raises(TraceFormatError, match="doubleValue: not a finite number"):
+        parse_traces(export(span(TRACE_A, "c1", "", "chat", 1, {"x": float("inf")})), "otlp")
+
+
+def test_sharegpt_llama_factory_function_calls_and_tools() -> None:
+    item = {
+        "system": SYSTEM,
+        "tools": json.dumps([{"name": "get_invoice", "description": "d", "parameters": {"type": "object"}}]),
+        "conversations": [
+            {"from": "human", "value": TASK},
+            {
+                "from": "function_call",
+                "value": json.dumps({"name": "get_invoice", "arguments": {"invoice_id": "1"}}),
+            },
+            {"from": "observation", "value": '{"error": "not found"}'},
+            {"from": "gpt", "value": "No such invoice."},
+        ],
+    }
+    (trace,) = parse_traces([item], "sharegpt")
+    t = trace.trajectory
+    assert (t.instruction, t.task, t.tools[0]["function"]["name"]) == (SYSTEM, TASK, "get_invoice")
+    call, answer = t.steps
+    assert call.kind == "tool" and call.tool_results[0].content == '{"error": "not found"}'
+    assert answer.kind == "answer" and answer.action == "No such invoice."
+    bad = {
+        **item,
+        "conversations": [item["conversations"][0], {"from": "function_call", "value": "get_invoice(1)"}],
+    }
+    with pytest.raises(TraceFormatError, match=r"conversations\[1\].value: not valid JSON .*send \{\"name\""):
+        parse_traces([bad], "sharegpt")
