@@ -7,9 +7,8 @@
   an environment and task, the spliced action sequence is replayed there: ``verified`` says whether it
   still reaches the good path's reward, and the sample keeps the observations the environment really
   returned. Unverified samples are kept or dropped by ``RunConfig.splice["keep_unverified"]``.
-- ``TraceIngested`` with outcome ``success`` (and at least one step) -> ``GoodTraceSampled`` on the
-  trace's stream: the successful trace as a good sample (sample id ``derived_id("good-trace",
-  trace_id)``, provenance source ``trace``, the trace id and task key), kept native (tool calls).
+- ``TraceIngested`` with outcome ``success``, or ``TraceOutcomeSet`` to ``success`` later ->
+  ``GoodTraceSampled``: the successful trace as a good sample (critic_service.good_traces).
 - On every event that can complete an iteration (``TreeCompleted``, ``SearchFailed``,
   ``RevisionMaterialized``, ``RevisionRejected``) the iteration is checked AFTER that event has been
   committed: when every tree of ``IterationStarted.tree_ids`` is completed or failed and every pair
@@ -34,7 +33,6 @@ from sqlalchemy import func, select
 
 from core.domain.events import (
     FirstErrorMarked,
-    GoodTraceSampled,
     IterationDatasetEmpty,
     IterationDatasetReady,
     Metadata,
@@ -45,10 +43,11 @@ from core.domain.events import (
     RevisionRejected,
     SearchFailed,
     TraceIngested,
+    TraceOutcomeSet,
     TreeCompleted,
     caused_by,
 )
-from core.domain.ids import derived_id, pair_stream, run_stream, trace_stream
+from core.domain.ids import derived_id, pair_stream, run_stream
 from core.domain.reflections import (
     DEFAULT_TEMPLATES,
     Reflection,
@@ -57,12 +56,13 @@ from core.domain.reflections import (
     model_or_template,
 )
 from core.domain.splice import SplicedPath, SpliceError, revision_sample, splice_path
-from core.domain.trajectory import Step, Trajectory
+from core.domain.trajectory import Step
 from core.envs.base import Env, EnvError
 from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
+from critic_service.good_traces import GoodTraceHandlers
 from critic_service.reflector import ReflectionRequest, model_reflections
 from critic_service.service import PolicyCache, open_model, run_context
 
@@ -262,40 +262,6 @@ class SpliceHandlers:
             verified=verified,
         )
 
-    async def on_trace_ingested(self, recorded: RecordedEvent) -> HandlerResult:
-        """A successful trace with steps -> its good sample (``GoodTraceSampled``)."""
-        trace = recorded.event
-        assert isinstance(trace, TraceIngested)
-        if trace.outcome != "success" or not trace.trajectory.steps:
-            return HandlerResult()
-        meta = caused_by(recorded, SERVICE_NAME)
-        if meta.project_id is None:
-            meta = Metadata(meta.correlation_id, meta.causation_id, meta.producer, trace.project_id)
-        provenance = {
-            **trace.trajectory.provenance,
-            "source": "trace",
-            "trace_id": trace.trace_id,
-            "task_key": trace.task_key,
-        }
-        trajectory = Trajectory(
-            task=trace.trajectory.task,
-            instruction=trace.trajectory.instruction,
-            steps=trace.trajectory.steps,
-            reward=1.0 if trace.trajectory.reward is None else trace.trajectory.reward,
-            provenance=provenance,
-            tools=trace.trajectory.tools,
-        )
-        good = GoodTraceSampled(
-            sample_id=derived_id("good-trace", trace.trace_id),
-            trace_id=trace.trace_id,
-            project_id=trace.project_id,
-            task_key=trace.task_key,
-            trajectory=trajectory,
-        )
-        log.info("splice: successful trace %s -> good sample %s", trace.trace_id, good.sample_id)
-        event_id = derived_id(SERVICE_NAME, "good-trace", trace.trace_id)
-        return HandlerResult([NewEvent(trace_stream(trace.trace_id), good, meta, event_id)])
-
     async def on_progress(self, recorded: RecordedEvent) -> HandlerResult:
         """TreeCompleted / SearchFailed / RevisionMaterialized / RevisionRejected, once committed:
         maybe the iteration is now complete."""
@@ -399,11 +365,13 @@ def build_service(
     """The splice worker's composition root."""
     policies = PolicyCache(policy_opener)
     handlers = SpliceHandlers(settings, store, env_opener, policies)
+    goods = GoodTraceHandlers(store)
     return Service(
         name=SERVICE_NAME,
         handlers={
             FirstErrorMarked.event_type: handlers.on_first_error,
-            TraceIngested.event_type: handlers.on_trace_ingested,
+            TraceIngested.event_type: goods.on_trace_ingested,
+            TraceOutcomeSet.event_type: goods.on_outcome_set,
             TreeCompleted.event_type: handlers.on_progress,
             SearchFailed.event_type: handlers.on_progress,
             RevisionMaterialized.event_type: handlers.on_progress,

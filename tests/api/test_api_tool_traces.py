@@ -157,8 +157,9 @@ async def test_failed_and_successful_tool_traces_make_one_native_revision_sample
         [t for t, label in zip(tokenized.input_ids, tokenized.labels, strict=True) if label != IGNORE_INDEX]
     )
     assert reflection in trained and '"order_id": "1234"' in trained and "has been refunded" in trained
-    assert '"order_id": "1243"' not in trained and "lookup_customer" not in trained
-    assert "not found" not in trained  # tool results are context only
+    rest = trained.replace(reflection, "")  # a reflection template may quote the wrong call
+    assert '"order_id": "1243"' not in rest and "lookup_customer" not in rest
+    assert "not found" not in rest  # tool results are context only
 
 
 async def test_trace_dataset_downloads_are_byte_identical_after_a_rebuild(
@@ -231,3 +232,35 @@ async def test_trace_dataset_downloads_are_byte_identical_after_a_rebuild(
         headers=key,
     )
     assert wrong_time.status_code == 422 and "since must be before" in wrong_time.json()["detail"]
+
+
+async def test_a_trace_whose_success_is_reported_later_becomes_a_good_sample(
+    api: ApiHarness, settle: Any
+) -> None:
+    project = await api.project("later")
+    key = api.auth(await api.key(project, "read", "ingest", "run"))
+    waiting = successful_trace() | {"outcome": "unknown"}
+    accepted = await api.client.post(
+        "/v1/traces", json={"format": "openai", "traces": [waiting]}, headers=key
+    )
+    (trace_id,) = accepted.json()["trace_ids"]
+    await settle()
+    empty = await api.client.post(
+        "/v1/datasets", json={"name": "later", "query": {"kinds": ["good"]}}, headers=key
+    )
+    assert empty.status_code == 422  # nothing yet: the outcome is unknown
+    patched = await api.client.patch(
+        f"/v1/traces/{trace_id}", json={"outcome": {"success": True, "reward": 0.8}}, headers=key
+    )
+    assert patched.status_code == 200, patched.text
+    await settle()
+    made = await api.client.post(
+        "/v1/datasets", json={"name": "later", "query": {"kinds": ["good"]}}, headers=key
+    )
+    assert made.status_code == 201, made.text
+    samples = await _download(api, key, made.json()["dataset_id"], "samples")
+    (sample,) = [json.loads(line) for line in samples.decode().splitlines()]
+    assert sample["kind"] == "good" and sample["reward"] == 0.8
+    assert sample["provenance"]["trace_id"] == trace_id and sample["provenance"]["source"] == "trace"
+    assert [m["weight"] for m in sample["messages"] if m["role"] == "assistant"] == [1, 1, 1]
+    assert sample["tools"] == TOOLS and sample["messages"][-1]["role"] == "assistant"
