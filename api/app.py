@@ -3,7 +3,7 @@
 ``create_app(settings)`` wires routers, error handlers and middleware; the store (and Redis, when
 ``AGENTR_REDIS_URL`` is set) are opened in the lifespan, never at import, and closed on shutdown;
 the lifespan also warms pyarrow up so the first Parquet download is not slowed by its start.
-Routes: /healthz, /readyz, /metrics, /openapi.json, and everything else under /v1.
+Routes: /healthz, /readyz, /metrics, /openapi.json, the web UI at /ui, and everything else under /v1.
 """
 
 from __future__ import annotations
@@ -20,7 +20,20 @@ from api.errors import install_error_handlers
 from api.idempotency import IdempotentReplay, replay_handler
 from api.middleware import AccessLogMiddleware, ApiMetrics, BodyLimitMiddleware, JsonSanitizeMiddleware
 from api.ratelimit import RateLimits
-from api.routes import datasets, events, health, listings, otlp, projects, runs, traces, trees
+from api.routes import (
+    datasets,
+    events,
+    health,
+    listings,
+    otlp,
+    projects,
+    review,
+    runs,
+    samples,
+    traces,
+    trees,
+)
+from api.ui import router as ui_router
 from core.runtime.settings import Settings
 
 log = logging.getLogger("agentr.api")
@@ -30,7 +43,7 @@ Agent-R as a service: submit runs (MCTS search -> first-error critic -> revision
 SFT), follow them, read trees, pairs and samples, download datasets, and ingest production traces.
 
 Authenticate with `Authorization: Bearer <key>`. Keys belong to one project and carry scopes
-(read, ingest, run, admin). POST routes accept an `Idempotency-Key` header.
+(read, ingest, run, review, admin). POST routes accept an `Idempotency-Key` header.
 """
 
 
@@ -89,8 +102,9 @@ def create_app(settings: Settings, *, create_tables: bool | None = None) -> Fast
     )
     install_error_handlers(app)
     app.add_exception_handler(IdempotentReplay, replay_handler)
-    for module in (health, projects, runs, trees, datasets, traces, otlp, listings, events):
+    for module in (health, projects, runs, trees, datasets, traces, otlp, listings, events, review, samples):
         app.include_router(module.router)
+    app.include_router(ui_router)  # the web UI at /ui (api/ui): static pages over the /v1 API
     # add_middleware wraps: the last added runs first. Access log outermost, so 413s are logged too;
     # the sanitiser inside the body limit, so it only ever buffers a bounded body.
     app.add_middleware(JsonSanitizeMiddleware)

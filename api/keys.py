@@ -28,7 +28,7 @@ _SCRYPT_R = 8
 _SCRYPT_P = 1
 _SCRYPT_LEN = 32
 
-SCOPES = ("read", "ingest", "run", "admin")
+SCOPES = ("read", "ingest", "run", "review", "admin")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from core.domain.config import LAUNCH_KEYS, RunConfig, launch_problem
 
-Scope = Literal["read", "ingest", "run", "admin"]
+Scope = Literal["read", "ingest", "run", "review", "admin"]
 TraceFormat = Literal["openai", "openai-legacy", "otel", "otlp", "sharegpt"]
 ExportFormat = Literal["openai", "sharegpt", "parquet"]
 
@@ -106,6 +106,7 @@ class KeyIn(_Strict):
     scopes: list[Scope] = Field(
         min_length=1,
         description="read: GET routes; ingest: POST /v1/traces; run: submit and cancel runs; "
+        "review: correct pairs' and traces' first errors and reflections; "
         "admin: manage this project's keys (and implies every other scope).",
     )
     label: str = Field("", max_length=200, description="Free text shown in key listings.")

@@ -31,6 +31,7 @@ from core.domain.events import (
     GoodTraceSampled,
     GoodTrajectoryFound,
     RevisionMaterialized,
+    SampleRespliced,
 )
 from core.domain.ids import dataset_stream
 from core.domain.trace_datasets import (
@@ -157,7 +158,7 @@ async def read_manifest(store: Any, dataset_id: str) -> DatasetManifest:
 
 
 def _sample_of(event: Any) -> TrainingSample | None:
-    if isinstance(event, RevisionMaterialized):
+    if isinstance(event, RevisionMaterialized | SampleRespliced):
         return event.sample
     if isinstance(event, GoodTrajectoryFound | GoodTraceSampled):
         return trajectory_to_sample(event.trajectory, event.sample_id)

@@ -7,6 +7,9 @@
   an environment and task, the spliced action sequence is replayed there: ``verified`` says whether it
   still reaches the good path's reward, and the sample keeps the observations the environment really
   returned. Unverified samples are kept or dropped by ``RunConfig.splice["keep_unverified"]``.
+- ``FirstErrorCorrected`` (a reviewer's correction) -> ``SampleRespliced`` or ``CorrectionRejected``:
+  the pair re-spliced at the reviewer's t' / with the reviewer's reflection
+  (``critic_service.corrections``).
 - ``TraceIngested`` with outcome ``success``, or ``TraceOutcomeSet`` to ``success`` later ->
   ``GoodTraceSampled``: the successful trace as a good sample (critic_service.good_traces).
 - On every event that can complete an iteration (``TreeCompleted``, ``SearchFailed``,
@@ -32,6 +35,7 @@ from typing import Any, Literal
 from sqlalchemy import func, select
 
 from core.domain.events import (
+    FirstErrorCorrected,
     FirstErrorMarked,
     IterationDatasetEmpty,
     IterationDatasetReady,
@@ -211,10 +215,18 @@ class SpliceHandlers:
         return reflection
 
     async def _splice(
-        self, pair: PairFound, marked: FirstErrorMarked, config: SpliceConfig, model_ref: str | None
+        self,
+        pair: PairFound,
+        marked: FirstErrorMarked,
+        config: SpliceConfig,
+        model_ref: str | None,
+        reflection: Reflection | None = None,
     ) -> RevisionMaterialized | RevisionRejected:
+        """Splice ``pair`` at ``marked.transition_index``; ``reflection`` given (a reviewer's) is used
+        as it is, otherwise one is chosen as ``config`` says."""
         path = splice_path(pair.bad, pair.good, pair.shared_steps, marked.transition_index)
-        reflection = await self._reflection(pair, marked, config, model_ref)  # t' checked by splice_path
+        if reflection is None:  # t' checked by splice_path first
+            reflection = await self._reflection(pair, marked, config, model_ref)
         verified: bool | None = None
         if config.verify and pair.env_uri and pair.task_id is not None:
             env = self.env_opener(pair.env_uri)
@@ -244,6 +256,7 @@ class SpliceHandlers:
             "critic_strategy": marked.strategy,
             "model_version": marked.model_version,
             "template_id": reflection.template_id,
+            "reflection": reflection.text,
             "verified": verified,
             "task_key": pair.task_key,
         }
@@ -363,6 +376,8 @@ def build_service(
     policy_opener: Callable[[str], Policy] = open_model,
 ) -> Service:
     """The splice worker's composition root."""
+    from critic_service.corrections import CorrectionHandlers  # it builds on SpliceHandlers
+
     policies = PolicyCache(policy_opener)
     handlers = SpliceHandlers(settings, store, env_opener, policies)
     goods = GoodTraceHandlers(store)
@@ -376,6 +391,7 @@ def build_service(
             SearchFailed.event_type: handlers.on_progress,
             RevisionMaterialized.event_type: handlers.on_progress,
             RevisionRejected.event_type: handlers.on_progress,
+            FirstErrorCorrected.event_type: CorrectionHandlers(handlers).on_correction,
         },
         concurrency=1,
         on_close=policies.close,

@@ -469,6 +469,55 @@ class RevisionRejected(DomainEvent):
 
 @register
 @dataclass(frozen=True)
+class FirstErrorCorrected(DomainEvent):
+    """A reviewer moved a pair's first-error step (t') and/or rewrote its reflection (human review).
+
+    ``old_*`` are what the sample was spliced with before; ``new_reflection`` None keeps the
+    reflection chosen the usual way (a template for the new wrong action). The splicer re-splices
+    the pair from it (``SampleRespliced``, provenance origin "human-corrected") or says why not
+    (``CorrectionRejected``).
+    """
+
+    pair_id: str
+    correction_id: str
+    reviewer: str  # the review key: "<prefix>" or "<prefix> (<label>)"
+    corrected_at: str  # ISO 8601, the API's clock when the reviewer sent it
+    old_transition_index: int | None
+    new_transition_index: int
+    old_reflection: str
+    new_reflection: str | None = None
+    trace_id: str | None = None  # set when the correction was made on a production trace
+    note: str = ""
+
+
+@register
+@dataclass(frozen=True)
+class SampleRespliced(DomainEvent):
+    """A pair's revision sample re-spliced from a human correction; it replaces the earlier sample."""
+
+    sample_id: str
+    pair_id: str
+    correction_id: str
+    run_id: str | None
+    iteration: int
+    sample: TrainingSample  # provenance: origin "human-corrected", correction_id, corrected_by
+    template_id: str
+    revision_length: int
+    verified: bool | None = None
+
+
+@register
+@dataclass(frozen=True)
+class CorrectionRejected(DomainEvent):
+    """A human correction could not be spliced (e.g. the replay no longer reaches the good reward)."""
+
+    pair_id: str
+    correction_id: str
+    reason: str
+
+
+@register
+@dataclass(frozen=True)
 class TraceIngested(DomainEvent):
     trace_id: str
     project_id: str

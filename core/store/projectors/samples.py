@@ -4,7 +4,8 @@ Pair status: found -> critiqued -> revised | rejected. Trace status: waiting_for
 without an outcome, until TraceOutcomeSet) -> ingested -> critiqued | no_error_found -> revised (the
 row's transition_index is then the sample's). ``samples.data`` is the serialised TrainingSample for
 kind "revision" and the serialised Trajectory for kind "good" (the dataset builder turns it into a
-sample). A revision belongs to a trace when its sample's provenance names the ``trace_id`` or its pair
+sample; ``SampleRespliced``, a reviewer's correction re-spliced, replaces the row's data and
+position). A revision belongs to a trace when its sample's provenance names the ``trace_id`` or its pair
 id equals the trace id.
 """
 
@@ -121,6 +122,59 @@ async def _revision(conn: AsyncConnection, items: Sequence[Item]) -> None:
             )
 
 
+async def _respliced(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    """A reviewer's correction re-spliced the pair: its sample row is replaced (a pair rejected before
+    gets its first sample, counted in the iteration's revisions)."""
+    for recorded, event in items:
+        assert isinstance(event, ev.SampleRespliced)
+        existed = (
+            await conn.execute(select(samples.c.sample_id).where(samples.c.sample_id == event.sample_id))
+        ).first() is not None
+        values = {
+            "sample_id": event.sample_id,
+            "run_id": event.run_id,
+            "project_id": project_of(recorded, run_id=event.run_id, pair_id=event.pair_id),
+            "iteration": event.iteration,
+            "kind": "revision",
+            "pair_id": event.pair_id,
+            "tree_id": None,
+            "position": recorded.position,
+            "data": to_dict(event.sample),
+            "verified": event.verified,
+            "template_id": event.template_id,
+            "revision_length": event.revision_length,
+        }
+        await upsert(
+            conn, samples, values, update=["position", "data", "verified", "template_id", "revision_length"]
+        )
+        index = event.sample.provenance.get("transition_index")
+        pair_values: dict[str, object] = {"status": "revised", "reason": None}
+        if isinstance(index, int):
+            pair_values["transition_index"] = index
+        await conn.execute(update(pairs).where(pairs.c.pair_id == event.pair_id).values(**pair_values))
+        trace_id = event.sample.provenance.get("trace_id")
+        if trace_id:
+            trace_values: dict[str, object] = {"status": "revised", "sample_id": event.sample_id}
+            if isinstance(index, int):
+                trace_values["transition_index"] = index
+            trace_row = traces.c.trace_id == str(trace_id)
+            await conn.execute(update(traces).where(trace_row).values(**trace_values))
+        if event.run_id is not None:
+            mean = (
+                select(func.avg(samples.c.revision_length))
+                .where(
+                    samples.c.run_id == event.run_id,
+                    samples.c.iteration == event.iteration,
+                    samples.c.kind == "revision",
+                )
+                .scalar_subquery()
+            )
+            counted: dict[object, object] = {iterations.c.revision_length_mean: mean}
+            if not existed:
+                counted[iterations.c.revisions] = iterations.c.revisions + 1
+            await conn.execute(update_iteration(event.run_id, event.iteration).values(counted))
+
+
 async def _revision_rejected(conn: AsyncConnection, items: Sequence[Item]) -> None:
     for _recorded, event in items:
         assert isinstance(event, ev.RevisionRejected)
@@ -189,6 +243,7 @@ PROJECTORS: dict[str, Projector] = {
     "FirstErrorMarked": _first_error,
     "RevisionMaterialized": _revision,
     "RevisionRejected": _revision_rejected,
+    "SampleRespliced": _respliced,
     "TraceIngested": _trace_ingested,
     "TraceCritiqued": _trace_critiqued,
     "TraceOutcomeSet": _trace_outcome,

@@ -1,0 +1,189 @@
+"""Owns the sample routes: one sample, and the exact tokens and labels the trainer trains it on.
+
+``GET /v1/samples/{sample_id}`` (``read``): the sample's messages with their loss weights and its
+provenance. ``GET /v1/samples/{sample_id}/tokens`` (``read``): the sample rendered through a model's
+chat template by the trainer's own code (``train_service.tokenize.tokenize_sample``, with the run's
+``train.max_length``), so the labels are the ones training uses: one entry per token with its id,
+its text and whether it carries loss. The model is the iteration's (the weights it trains from,
+``RunConfig.train_weights``) unless ``model`` names another model of the project's runs (their
+models, iteration models and checkpoints); anything else is refused, so the API never opens a
+folder a run did not name. Tokenizers are loaded once per folder and kept (a few).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from fastapi import APIRouter, Depends, Path, Query
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from api.datasets import row_to_sample
+from api.deps import ApiServices, Principal, require, services
+from api.errors import ApiError, field_error
+from api.reads import owned_row
+from api.routes.trees import sample_out
+from api.schemas import ERROR_RESPONSES, ID_PATTERN, SampleOut
+from core.domain.config import RunConfig
+from core.store.tables import iterations, runs, samples
+
+router = APIRouter(prefix="/v1/samples", tags=["samples"], responses=ERROR_RESPONSES)
+
+_TOKENIZERS: OrderedDict[str, Any] = OrderedDict()
+_TOKENIZERS_LOCK = threading.Lock()
+_MAX_TOKENIZERS = 4
+
+
+class TokenOut(BaseModel):
+    id: int
+    text: str = Field(description="The token's text as the tokenizer decodes it alone.")
+    trained: bool = Field(description="True when the token's label is its id (it carries loss).")
+
+
+class SampleTokensOut(BaseModel):
+    sample_id: str
+    model: str = Field(description="The model whose tokenizer and chat template rendered the sample.")
+    weights: str = Field(description="The local folder the tokenizer was loaded from.")
+    max_length: int
+    total_tokens: int
+    trained_tokens: int
+    input_ids: list[int]
+    labels: list[int] = Field(description="-100 where no loss is computed, else the token id.")
+    tokens: list[TokenOut]
+
+
+@router.get("/{sample_id}", response_model=SampleOut, summary="One sample: messages, weights, provenance")
+async def get_sample(
+    sample_id: str = Path(pattern=ID_PATTERN),
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    async with svc.store.engine.connect() as conn:
+        row = await owned_row(conn, samples, "sample_id", sample_id, principal.project(), "sample")
+    return sample_out(row)
+
+
+def _tokenizer(folder: str) -> Any:
+    with _TOKENIZERS_LOCK:
+        if folder in _TOKENIZERS:
+            _TOKENIZERS.move_to_end(folder)
+            return _TOKENIZERS[folder]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with _TOKENIZERS_LOCK:
+        _TOKENIZERS[folder] = tokenizer
+        while len(_TOKENIZERS) > _MAX_TOKENIZERS:
+            _TOKENIZERS.popitem(last=False)
+    return tokenizer
+
+
+async def _project_models(svc: ApiServices, project_id: str) -> dict[str, RunConfig]:
+    """Every model the project's runs name (run model, iteration models, checkpoints) -> its run's config."""
+    found: dict[str, RunConfig] = {}
+    async with svc.store.engine.connect() as conn:
+        run_rows = (
+            await conn.execute(select(runs.c.run_id, runs.c.config).where(runs.c.project_id == project_id))
+        ).all()
+        configs = {run_id: RunConfig.from_data(config) for run_id, config in run_rows}
+        it_rows = (
+            await conn.execute(
+                select(iterations.c.run_id, iterations.c.model_ref, iterations.c.checkpoint).where(
+                    iterations.c.run_id.in_(sorted(configs))
+                )
+            )
+        ).all()
+    for config in configs.values():
+        if config.model:
+            found.setdefault(config.model, config)
+    for run_id, model_ref, checkpoint in it_rows:
+        for ref in (model_ref, checkpoint):
+            if ref:
+                found.setdefault(ref, configs[run_id])
+    return found
+
+
+def _render(folder: str, sample: Any, max_length: int) -> tuple[list[int], list[int], list[str]]:
+    from train_service.tokenize import tokenize_sample
+
+    tokenizer = _tokenizer(folder)
+    tokenized = tokenize_sample(tokenizer, sample, max_length)
+    texts = [tokenizer.decode([token]) for token in tokenized.input_ids]
+    return tokenized.input_ids, tokenized.labels, texts
+
+
+@router.get(
+    "/{sample_id}/tokens",
+    response_model=SampleTokensOut,
+    summary="The sample through a model's chat template: tokens and the trainer's loss labels",
+)
+async def get_sample_tokens(
+    sample_id: str = Path(pattern=ID_PATTERN),
+    model: str | None = Query(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="A model of the project's runs (default: the iteration's).",
+    ),
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    project_id = principal.project()
+    async with svc.store.engine.connect() as conn:
+        row = await owned_row(conn, samples, "sample_id", sample_id, project_id, "sample")
+        iteration_model = None
+        if row["run_id"] is not None:
+            iteration_model = (
+                await conn.execute(
+                    select(iterations.c.model_ref).where(
+                        iterations.c.run_id == row["run_id"], iterations.c.iteration == row["iteration"]
+                    )
+                )
+            ).scalar()
+    known = await _project_models(svc, project_id)
+    chosen = model or iteration_model
+    if chosen is None:
+        raise field_error("model", "this sample belongs to no run: name a model of one of the project's runs")
+    if chosen not in known:
+        names = ", ".join(sorted(known)[:5]) or "none"
+        raise field_error("model", f"{chosen!r} is not a model of this project's runs (known: {names})")
+    config = known[chosen]
+    try:
+        weights = config.train_weights(chosen)
+    except ValueError as exc:
+        raise field_error("model", str(exc)) from None
+    max_length = int(config.train.get("max_length") or 0) or _default_max_length()
+    sample = row_to_sample(row)
+    try:
+        ids, labels, texts = await asyncio.to_thread(_render, weights, sample, max_length)
+    except ImportError:
+        raise ApiError(
+            503, "token rendering needs the ml extra (transformers): pip install 'agentr[ml]'"
+        ) from None
+    except OSError as exc:
+        raise ApiError(422, f"cannot load the tokenizer of {weights!r}: {exc}") from None
+    except ValueError as exc:  # TemplateError: the template cannot mark the assistant turns
+        raise ApiError(422, f"cannot render sample {sample_id} with {chosen!r}: {exc}") from None
+    tokens = [
+        TokenOut(id=i, text=t, trained=label != -100) for i, t, label in zip(ids, texts, labels, strict=True)
+    ]
+    return SampleTokensOut(
+        sample_id=sample_id,
+        model=chosen,
+        weights=weights,
+        max_length=max_length,
+        total_tokens=len(ids),
+        trained_tokens=sum(1 for t in tokens if t.trained),
+        input_ids=ids,
+        labels=labels,
+        tokens=tokens,
+    )
+
+
+def _default_max_length() -> int:
+    from train_service.sft import SFTConfig
+
+    return SFTConfig().max_length

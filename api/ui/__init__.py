@@ -1,0 +1,51 @@
+"""Owns the web UI's HTTP side: ``/ui`` (the page shell) and ``/ui/static/*`` (ES modules, CSS).
+
+The UI is plain ES modules and hand-written SVG shipped as package data in ``api/ui/static`` (no
+build step, no CDN, nothing fetched from the internet). Every page reads the public ``/v1`` API
+with the project key the user enters once (kept in the tab's sessionStorage), so it sees exactly
+what that key may see. Responses carry a Content-Security-Policy that allows only this origin.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import FileResponse, RedirectResponse
+
+STATIC = Path(str(resources.files("api.ui") / "static")).resolve()
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml"}
+_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/ui")
+async def ui_root() -> RedirectResponse:
+    return RedirectResponse("/ui/", status_code=307)
+
+
+@router.get("/ui/")
+async def ui_index() -> FileResponse:
+    return FileResponse(STATIC / "index.html", media_type="text/html", headers=_HEADERS)
+
+
+def _asset_path(asset: str) -> Path | None:
+    """The file under STATIC that ``asset`` names, or None (outside STATIC, missing, unknown type)."""
+    path = (STATIC / asset).resolve()
+    if STATIC not in path.parents or path.suffix not in _TYPES or not path.is_file():
+        return None
+    return path
+
+
+@router.get("/ui/static/{asset:path}")
+async def ui_asset(asset: str) -> FileResponse:
+    path = _asset_path(asset)
+    if path is None:
+        raise HTTPException(404, f"no UI asset {asset!r}")
+    return FileResponse(path, media_type=_TYPES[path.suffix], headers=_HEADERS)

@@ -1,0 +1,21 @@
+// Owns the Datasets page: the project's named trace datasets with download buttons per format.
+
+import { all, download } from "../api.js";
+import { h, table } from "../dom.js";
+
+const FORMATS = [["openai", "jsonl"], ["sharegpt", "jsonl"], ["parquet", "parquet"]];
+
+export async function list(main) {
+  const items = await all("/v1/datasets", {}, 500);
+  main.replaceChildren(
+    h("h1", {}, "Datasets"),
+    h("p", { class: "muted" }, "Named datasets built with POST /v1/datasets (iteration datasets are on each run's page)."),
+    table(["name", "version", "samples", "revisions", "goods", "created", "download"], items.map((d) => [
+      d.name, String(d.version), String(d.samples), String(d.revisions), String(d.goods), new Date(d.created_at).toLocaleString(),
+      h("span", {}, FORMATS.map(([format, ext]) => h("button", {
+        type: "button", class: "download", dataset: { format },
+        onclick: () => download(`/v1/datasets/${d.dataset_id}/download`, { format }, `${d.name}-v${d.version}.${ext}`),
+      }, format))),
+    ]), { id: "datasets" }),
+  );
+}

@@ -1,0 +1,143 @@
+// Owns the Pair diff: the bad and the good path aligned from the divergence node, the first
+// differing step highlighted, the critic's per-step verdicts (label and label scores) beside the bad
+// path, the oracle's first error where the environment has one, the chosen transition point t', and
+// the correction form (review scope): move t' or rewrite the reflection, then watch the re-splice.
+
+import { ApiError, get, post } from "../api.js";
+import { fmt, h, link, shortId, table } from "../dom.js";
+
+function stepCell(step, extra = {}) {
+  if (!step) return h("td", { class: "empty" }, "—");
+  return h("td", extra,
+    step.thought ? h("div", { class: "thought" }, `Thought: ${step.thought}`) : null,
+    h("div", { class: "action" }, `Action: ${step.action}`),
+    h("div", { class: "observation" }, step.observation));
+}
+
+function verdictCell(verdict) {
+  if (!verdict) return h("td", { class: "verdict none" }, "");
+  const scores = Object.entries(verdict.scores || {}).map(([label, value]) => `${label} ${fmt(value, 2)}`).join(" · ");
+  return h("td", { class: `verdict ${verdict.label}`, dataset: { label: verdict.label } },
+    h("strong", {}, verdict.label), scores ? h("div", { class: "scores" }, scores) : null,
+    verdict.reason ? h("div", { class: "muted" }, verdict.reason) : null);
+}
+
+export function correctionForm(detail, submit) {
+  const first = detail.shared_steps;
+  const last = detail.bad.steps.length - 1;
+  const select = h("select", { id: "correct-t", name: "transition_index" });
+  for (let i = first; i <= last; i++) {
+    select.append(h("option", { value: String(i), selected: i === detail.transition_index }, `step ${i}: ${detail.bad.steps[i].action}`));
+  }
+  const reflection = h("textarea", { id: "correct-reflection", rows: 2, cols: 70, placeholder: "keep the reflection chosen for the wrong action" });
+  reflection.value = "";
+  const note = h("input", { id: "correct-note", size: 50, placeholder: "why (optional)" });
+  const status = h("p", { id: "correct-status", class: "muted" });
+  const form = h("form", { id: "correct-form", class: "card" },
+    h("h3", {}, "Correct this pair"),
+    h("p", { class: "muted" }, `Current t' = ${fmt(detail.transition_index)}; reflection: ${detail.reflection || "(unknown)"}`),
+    h("label", {}, "First error t' ", select), h("br"),
+    h("label", {}, "New reflection ", reflection), h("br"),
+    h("label", {}, "Note ", note), " ",
+    h("button", { type: "submit", id: "correct-submit" }, "Re-splice"),
+    status);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const body = { transition_index: Number(select.value) };
+    if (reflection.value.trim()) body.reflection = reflection.value.trim();
+    if (note.value.trim()) body.note = note.value.trim();
+    status.className = "muted";
+    status.textContent = "Sending…";
+    try {
+      await submit(body, status);
+    } catch (err) {
+      status.className = "error";
+      status.textContent = err instanceof ApiError && err.status === 403
+        ? "This key lacks the review scope (403): corrections need a key with scope review."
+        : err.message;
+    }
+  });
+  return form;
+}
+
+/** Poll the pair until `correctionId` is no longer pending; returns its final view. */
+export async function waitForCorrection(pairId, correctionId, status, timeoutMs = 120000) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const detail = await get(`/v1/pairs/${pairId}`);
+    const found = detail.corrections.find((c) => c.correction_id === correctionId);
+    if (found && found.status !== "pending") return found;
+    status.textContent = "Re-splicing…";
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  throw new Error("the splice worker did not answer within 2 minutes (is `agentr worker splice` running?)");
+}
+
+export function correctionsTable(corrections) {
+  return table(["when", "who", "t' old → new", "reflection", "status"], corrections.map((c) => [
+    new Date(c.corrected_at).toLocaleString(), c.reviewer,
+    `${fmt(c.old_transition_index)} → ${c.new_transition_index}`,
+    c.new_reflection || "(template)", c.status + (c.reason ? `: ${c.reason}` : ""),
+  ]), { id: "corrections" });
+}
+
+export async function render(main, [pairId]) {
+  const detail = await get(`/v1/pairs/${pairId}`);
+  const bad = detail.bad.steps;
+  const good = detail.good.steps;
+  const shared = detail.shared_steps;
+  const critic = detail.critic;
+  const verdicts = new Map((critic ? critic.verdicts : []).map((v) => [v.step_index, v]));
+  const t = detail.transition_index;
+  const oracle = critic ? critic.oracle_index : null;
+  const rows = [];
+  for (let i = shared; i < Math.max(bad.length, good.length); i++) {
+    const marks = [];
+    if (i === shared) marks.push(h("span", { class: "tag diverge" }, "first difference"));
+    if (i === t) marks.push(h("span", { class: "tag transition" }, "t' (sample)"));
+    if (critic && i === critic.transition_index && i !== t) marks.push(h("span", { class: "tag critic" }, "critic t'"));
+    if (oracle !== null && i === oracle) marks.push(h("span", { class: "tag oracle" }, "oracle first error"));
+    const classes = [i === shared ? "first-diff" : "", i === t ? "transition" : "", i === oracle ? "oracle" : "", t !== null && i > t ? "after-t" : ""].filter(Boolean).join(" ");
+    rows.push(h("tr", { class: classes, dataset: { step: String(i) } },
+      h("td", { class: "step" }, String(i), h("div", {}, marks)),
+      stepCell(bad[i], { class: "bad" }),
+      verdictCell(verdicts.get(i)),
+      stepCell(good[i], { class: "good" })));
+  }
+  const sharedRows = bad.slice(0, shared).map((step, i) => h("tr", { dataset: { step: String(i) } }, h("td", { class: "step" }, String(i)), stepCell(step)));
+  const history = h("div", { id: "corrections-wrap" },
+    h("h2", {}, `Corrections (${detail.corrections.length})`),
+    detail.corrections.length ? correctionsTable(detail.corrections) : h("p", { class: "muted" }, "None yet."));
+
+  main.replaceChildren(
+    h("h1", {}, "Pair ", h("code", {}, pairId), " ", h("span", { class: `status ${detail.status}` }, detail.status)),
+    h("p", { class: "muted" },
+      detail.run_id ? link(`#/runs/${detail.run_id}`, `run ${shortId(detail.run_id)}`) : `trace pair (${detail.source})`,
+      detail.tree_id ? [" · ", link(`#/trees/${detail.tree_id}?pair=${pairId}`, `tree ${shortId(detail.tree_id)}`)] : null,
+      detail.bad_leaf_id && detail.source === "trace" ? [" · ", link(`#/traces/${detail.bad_leaf_id}`, "failed trace")] : null,
+      ` · task ${detail.task_key}`,
+      detail.sample_id ? [" · ", link(`#/samples/${detail.sample_id}`, `sample ${shortId(detail.sample_id)}`), detail.sample_origin ? ` (${detail.sample_origin})` : ""] : null),
+    h("dl", { class: "facts", id: "pair-facts" },
+      h("dt", {}, "divergence"), h("dd", { id: "divergence", dataset: { step: String(shared), node: detail.divergence_node_id || "" } },
+        `after step ${shared - 1} (node ${shortId(detail.divergence_node_id)}); the paths first differ at step ${shared}`),
+      h("dt", {}, "critic"), h("dd", {}, critic ? `${critic.strategy}, t'=${critic.transition_index}${critic.fallback ? " (fallback: nothing judged bad, = Direct-Revision)" : ""}${critic.model_version ? `, model ${critic.model_version}` : ""}` : "not judged yet"),
+      h("dt", {}, "transition point"), h("dd", { id: "transition", dataset: { step: t === null ? "" : String(t) } }, t === null ? "–" : `t' = ${t}`),
+      h("dt", {}, "oracle first error"), h("dd", { id: "oracle" }, oracle === null ? "none (no oracle, or no error)" : `step ${oracle}`),
+      h("dt", {}, "rewards"), h("dd", {}, `bad ${fmt(detail.bad.reward)} · good ${fmt(detail.good.reward)}`),
+      detail.reason ? [h("dt", {}, "reason"), h("dd", { class: "error" }, detail.reason)] : null),
+    h("details", { id: "shared-prefix" }, h("summary", {}, `Shared prefix (${shared} step${shared === 1 ? "" : "s"})`),
+      h("p", { class: "observation" }, detail.bad.task),
+      h("table", {}, h("tbody", {}, sharedRows))),
+    h("table", { id: "pair-diff", class: "diff" },
+      h("thead", {}, h("tr", {}, h("th", {}, "step"), h("th", {}, `bad path (reward ${fmt(detail.bad.reward)})`), h("th", {}, "critic verdict"), h("th", {}, `good path (reward ${fmt(detail.good.reward)})`))),
+      h("tbody", {}, rows)),
+    critic ? correctionForm(detail, async (body, status) => {
+      const accepted = await post(`/v1/pairs/${pairId}/corrections`, body);
+      const done = await waitForCorrection(pairId, accepted.correction_id, status);
+      status.className = done.status === "respliced" ? "ok" : "error";
+      status.textContent = done.status === "respliced" ? `Re-spliced at t'=${done.new_transition_index}.` : `Rejected: ${done.reason}`;
+      if (done.status === "respliced") await render(main, [pairId]);
+    }) : null,
+    history,
+  );
+}

@@ -1,0 +1,181 @@
+// Owns the Runs pages: the project's runs with status and progress (refreshed live from the SSE
+// event stream), and one run: its iterations with their report metrics, a plot of those metrics
+// over iterations, dataset downloads per format, and links to its trees, pairs and samples.
+
+import { all, download, follow, get } from "../api.js";
+import { fmt, h, link, s, shortId, table } from "../dom.js";
+
+const PROGRESS_EVENTS = [
+  "RunRequested", "IterationStarted", "TreeCompleted", "SearchFailed", "PairFound",
+  "RevisionMaterialized", "RevisionRejected", "IterationDatasetReady", "IterationDatasetEmpty",
+  "ModelTrained", "TrainingFailed", "IterationEvaluated", "RunCompleted", "RunCancelled", "RunFailed",
+  "SampleRespliced", "CorrectionRejected",
+];
+const FORMATS = [["openai", "jsonl"], ["sharegpt", "jsonl"], ["parquet", "parquet"]];
+
+function debounce(fn, ms) {
+  let timer = null;
+  return () => {
+    clearTimeout(timer);
+    timer = setTimeout(fn, ms);
+  };
+}
+
+function progressBar(done, expected) {
+  const share = expected ? Math.min(1, done / expected) : 0;
+  return h(
+    "span",
+    { class: "progress", title: `${done}/${expected} trees` },
+    h("span", { class: "bar", style: `width:${Math.round(share * 100)}%` }),
+    h("span", { class: "label" }, `${done}/${expected}`),
+  );
+}
+
+export async function list(main) {
+  const body = h("tbody", { id: "runs-body" });
+  const live = h("span", { class: "muted", id: "live" }, "");
+  main.replaceChildren(
+    h("h1", {}, "Runs ", live),
+    h("table", { id: "runs" },
+      h("thead", {}, h("tr", {}, ["run", "status", "iteration", "trees", "pairs", "revisions", "goods", "created"].map((x) => h("th", {}, x)))),
+      body),
+  );
+  async function refresh() {
+    const items = await all("/v1/runs", {}, 200);
+    const rows = await Promise.all(items.map(async (run) => {
+      const detail = await get(`/v1/runs/${run.run_id}`);
+      const it = detail.iterations[detail.iterations.length - 1];
+      return h("tr", { dataset: { runId: run.run_id, status: run.status } },
+        h("td", {}, link(`#/runs/${run.run_id}`, shortId(run.run_id))),
+        h("td", { class: `status ${run.status}` }, run.status),
+        h("td", {}, String(run.current_iteration)),
+        h("td", {}, it ? progressBar(it.trees_done + it.trees_failed, it.trees_expected) : "–"),
+        h("td", {}, it ? String(it.pairs) : "–"),
+        h("td", {}, it ? String(it.revisions) : "–"),
+        h("td", {}, it ? String(it.goods) : "–"),
+        h("td", {}, new Date(run.created_at).toLocaleString()));
+    }));
+    body.replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No runs yet."))]));
+  }
+  await refresh();
+  const later = debounce(() => refresh().catch(() => {}), 400);
+  return follow(PROGRESS_EVENTS, (type) => {
+    live.textContent = `live · last event ${type}`;
+    later();
+  });
+}
+
+function numericMetrics(metrics, prefix = "", out = {}) {
+  for (const [key, value] of Object.entries(metrics || {})) {
+    const name = prefix ? `${prefix}.${key}` : key;
+    if (typeof value === "number" && Number.isFinite(value)) out[name] = value;
+    else if (value && typeof value === "object" && !Array.isArray(value) && !prefix) numericMetrics(value, name, out);
+  }
+  return out;
+}
+
+const PLOTTED = ["success_rate", "average_reward", "invalid_action_rate", "dead_loop_rate"];
+
+/** An SVG line plot of a few metrics over iterations (values in [0, 1] share one axis). */
+function plot(iterations) {
+  const series = {};
+  for (const it of iterations) {
+    const flat = numericMetrics(it.metrics);
+    for (const [name, value] of Object.entries(flat)) {
+      if (!PLOTTED.some((p) => name.endsWith(p)) || value < 0 || value > 1) continue;
+      (series[name] ||= []).push([it.iteration, value]);
+    }
+  }
+  const names = Object.keys(series).sort().slice(0, 6);
+  const width = 520, height = 220, pad = 36;
+  const maxX = Math.max(1, ...iterations.map((i) => i.iteration));
+  const x = (v) => pad + (v / maxX) * (width - 2 * pad);
+  const y = (v) => height - pad - v * (height - 2 * pad);
+  const palette = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"];
+  const markers = ["circle", "rect", "circle", "rect", "circle", "rect"];
+  const svg = s("svg", { id: "metrics-plot", viewBox: `0 0 ${width} ${height}`, width, height, role: "img" },
+    s("line", { x1: pad, y1: y(0), x2: width - pad, y2: y(0), class: "axis" }),
+    s("line", { x1: pad, y1: y(0), x2: pad, y2: y(1), class: "axis" }),
+    [0, 0.5, 1].map((v) => s("text", { x: pad - 6, y: y(v) + 4, class: "tick", "text-anchor": "end" }, String(v))),
+    iterations.map((it) => s("text", { x: x(it.iteration), y: height - pad + 16, class: "tick", "text-anchor": "middle" }, String(it.iteration))));
+  names.forEach((name, k) => {
+    const points = series[name];
+    svg.append(s("polyline", { points: points.map(([a, b]) => `${x(a)},${y(b)}`).join(" "), fill: "none", stroke: palette[k], "stroke-width": 2 }));
+    for (const [a, b] of points) {
+      svg.append(markers[k] === "rect"
+        ? s("rect", { x: x(a) - 4, y: y(b) - 4, width: 8, height: 8, fill: palette[k] })
+        : s("circle", { cx: x(a), cy: y(b), r: 4, fill: palette[k] }));
+    }
+    svg.append(s("text", { x: width - pad + 4 - 150, y: pad + 14 * k, fill: palette[k], class: "legend" }, name));
+  });
+  if (!names.length) svg.append(s("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "muted" }, "no evaluation metrics yet"));
+  return svg;
+}
+
+function downloads(run, it) {
+  if (!it.dataset_id) return h("span", { class: "muted" }, it.status);
+  return h("span", { class: "downloads" }, FORMATS.map(([format, ext]) =>
+    h("button", {
+      type: "button",
+      class: "download",
+      dataset: { format, iteration: String(it.iteration) },
+      onclick: () => download(`/v1/runs/${run.run_id}/iterations/${it.iteration}/dataset`, { format },
+        `${run.run_id}-iter${it.iteration}-${format}.${ext}`),
+    }, format)));
+}
+
+export async function detail(main, [runId]) {
+  const section = h("div", {});
+  main.replaceChildren(section);
+  async function refresh() {
+    const run = await get(`/v1/runs/${runId}`);
+    const [trees, pairs, samples] = await Promise.all([
+      all(`/v1/runs/${runId}/trees`), all(`/v1/runs/${runId}/pairs`), all(`/v1/runs/${runId}/samples`, {}, 500),
+    ]);
+    const metricRows = run.iterations.map((it) => {
+      const flat = numericMetrics(it.metrics);
+      const shown = Object.entries(flat).slice(0, 12).map(([k, v]) => `${k}=${fmt(v)}`).join("  ");
+      return h("tr", { dataset: { iteration: String(it.iteration) } },
+        h("td", {}, String(it.iteration)),
+        h("td", { class: `status ${it.status}` }, it.status),
+        h("td", {}, progressBar(it.trees_done + it.trees_failed, it.trees_expected)),
+        h("td", {}, String(it.pairs)), h("td", {}, String(it.revisions)), h("td", {}, String(it.goods)),
+        h("td", {}, fmt(it.revision_length_mean, 2)),
+        h("td", { class: "metrics" }, shown || "–"),
+        h("td", {}, downloads(run, it)));
+    });
+    section.replaceChildren(
+      h("h1", {}, "Run ", h("code", {}, runId), " ", h("span", { class: `status ${run.status}`, id: "run-status" }, run.status)),
+      run.reason ? h("p", { class: "error" }, run.reason) : null,
+      h("p", { class: "muted" }, `model ${run.config.model || "–"} · env ${run.config.env || "–"} · ${run.iterations.length} iteration(s)`),
+      h("h2", {}, "Iterations"),
+      h("table", { id: "iterations" },
+        h("thead", {}, h("tr", {}, ["iter", "status", "trees", "pairs", "revisions", "goods", "revision length", "report metrics", "dataset"].map((x) => h("th", {}, x)))),
+        h("tbody", {}, metricRows)),
+      h("h2", {}, "Metrics over iterations"),
+      plot(run.iterations),
+      h("h2", {}, `Trees (${trees.length})`),
+      table(["tree", "iter", "task", "status", "nodes", "best reward"], trees.map((t) => [
+        link(`#/trees/${t.tree_id}`, shortId(t.tree_id)), String(t.iteration), t.task_id, t.status, String(t.node_count), fmt(t.best_reward),
+      ]), { id: "trees" }),
+      h("h2", {}, `Pairs (${pairs.length})`),
+      table(["pair", "iter", "tree", "status", "shared steps", "t'", "critic"], pairs.map((p) => [
+        link(`#/pairs/${p.pair_id}`, shortId(p.pair_id)), String(p.iteration),
+        p.tree_id ? link(`#/trees/${p.tree_id}?pair=${p.pair_id}`, shortId(p.tree_id)) : "–",
+        p.status, String(p.shared_steps), fmt(p.transition_index), p.strategy || "–",
+      ]), { id: "pairs" }),
+      h("h2", {}, `Samples (${samples.length})`),
+      table(["sample", "kind", "iter", "pair", "verified", "revision length", "origin"], samples.map((x) => [
+        link(`#/samples/${x.sample_id}`, shortId(x.sample_id)), x.kind, String(x.iteration),
+        x.pair_id ? link(`#/pairs/${x.pair_id}`, shortId(x.pair_id)) : "–", fmt(x.verified), fmt(x.revision_length),
+        (x.sample.provenance || {}).origin || "search",
+      ]), { id: "samples" }),
+    );
+  }
+  await refresh();
+  const later = debounce(() => refresh().catch(() => {}), 600);
+  return follow(PROGRESS_EVENTS, (_type, envelope) => {
+    const data = envelope.data || {};
+    if (!data.run_id || data.run_id === runId) later();
+  });
+}

@@ -1,0 +1,58 @@
+// Owns the Sample inspector: the sample's messages with their loss weights and provenance, and the
+// same sample rendered through the target model's chat template by the trainer's tokenizer code
+// (GET /v1/samples/{id}/tokens), every token coloured by whether it carries loss.
+
+import { ApiError, get } from "../api.js";
+import { h, link, shortId } from "../dom.js";
+
+function messages(sample) {
+  return h("ol", { id: "messages", class: "messages", start: 0 }, sample.messages.map((m, i) =>
+    h("li", { class: `message ${m.role} ${m.weight ? "trained" : "context"}`, dataset: { index: String(i), weight: String(m.weight) } },
+      h("div", { class: "meta" }, h("span", { class: "role" }, m.role), " ",
+        h("span", { class: `weight w${m.weight}` }, `weight ${m.weight}`)),
+      h("pre", {}, m.content),
+      (m.tool_calls || []).length ? h("pre", { class: "tool-calls" }, JSON.stringify(m.tool_calls, null, 1)) : null)));
+}
+
+async function tokens(sampleId, model, box) {
+  box.replaceChildren(h("p", { class: "muted" }, "Rendering through the chat template…"));
+  let data;
+  try {
+    data = await get(`/v1/samples/${sampleId}/tokens`, { model });
+  } catch (err) {
+    box.replaceChildren(h("p", { class: "error", id: "tokens-error" }, err instanceof ApiError ? err.message : String(err)));
+    return;
+  }
+  const strip = h("div", { id: "tokens", class: "tokens" }, data.tokens.map((t, i) =>
+    h("span", { class: `tok ${t.trained ? "trained" : "masked"}`, title: `#${i} id ${t.id}${t.trained ? " (loss)" : " (label -100)"}`, dataset: { i: String(i), id: String(t.id), trained: t.trained ? "1" : "0" } }, t.text)));
+  box.replaceChildren(
+    h("p", { id: "tokens-summary" },
+      `${data.trained_tokens} of ${data.total_tokens} tokens carry loss · model ${data.model} · max_length ${data.max_length} · `,
+      h("span", { class: "tok trained" }, "trained"), " ", h("span", { class: "tok masked" }, "masked (-100)")),
+    strip);
+}
+
+export async function render(main, [sampleId], query) {
+  const out = await get(`/v1/samples/${sampleId}`);
+  const sample = out.sample;
+  const prov = sample.provenance || {};
+  const box = h("div", { id: "tokens-box" });
+  const modelInput = h("input", { id: "token-model", size: 60, placeholder: "the iteration's model", value: query.get("model") || "" });
+  main.replaceChildren(
+    h("h1", {}, "Sample ", h("code", {}, sampleId), " ", h("span", { class: "tag" }, out.kind),
+      prov.origin ? h("span", { class: "tag human", id: "origin" }, prov.origin) : null),
+    h("p", { class: "muted" },
+      out.run_id ? link(`#/runs/${out.run_id}`, `run ${shortId(out.run_id)}`) : "no run", ` · iteration ${out.iteration}`,
+      out.pair_id ? [" · ", link(`#/pairs/${out.pair_id}`, `pair ${shortId(out.pair_id)}`)] : null,
+      prov.trace_id ? [" · ", link(`#/traces/${prov.trace_id}`, `trace ${shortId(prov.trace_id)}`)] : null,
+      ` · reward ${sample.reward ?? "–"} · verified ${out.verified ?? "–"}`),
+    h("details", {}, h("summary", {}, "Provenance"), h("pre", { id: "provenance" }, JSON.stringify(prov, null, 2))),
+    h("div", { class: "two-col" },
+      h("section", {}, h("h2", {}, "Messages and weights"), messages(sample)),
+      h("section", {}, h("h2", {}, "Chat template and loss mask"),
+        h("form", { id: "token-form", onsubmit: (e) => { e.preventDefault(); tokens(sampleId, modelInput.value.trim() || undefined, box); } },
+          h("label", {}, "model ", modelInput), " ", h("button", { type: "submit" }, "Render")),
+        box)),
+  );
+  await tokens(sampleId, query.get("model") || undefined, box);
+}

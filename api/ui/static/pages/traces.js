@@ -1,0 +1,85 @@
+// Owns the Traces pages: production traces filtered by task key, outcome and critic result (the
+// trace's status), and one trace with its steps, its critique (per-step verdicts, t') and its
+// sample, with the correction form when the trace has a pair.
+
+import { get, post } from "../api.js";
+import { fmt, h, link, shortId, table } from "../dom.js";
+import { correctionForm, correctionsTable, waitForCorrection } from "./pair.js";
+
+const STATUSES = ["", "waiting_for_outcome", "ingested", "critiqued", "no_error_found", "revised"];
+
+export async function list(main, _params, query) {
+  const taskKey = h("input", { id: "f-task", name: "task_key", value: query.get("task_key") || "", placeholder: "task key" });
+  const outcome = h("select", { id: "f-outcome", name: "outcome" }, ["", "success", "failure", "unknown"].map((v) =>
+    h("option", { value: v, selected: v === (query.get("outcome") || "") }, v || "any outcome")));
+  const status = h("select", { id: "f-status", name: "status" }, STATUSES.map((v) =>
+    h("option", { value: v, selected: v === (query.get("status") || "") }, v || "any critic result")));
+  const form = h("form", { id: "trace-filters", class: "toolbar" }, taskKey, outcome, status, h("button", { type: "submit" }, "Filter"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const q = new URLSearchParams();
+    if (taskKey.value.trim()) q.set("task_key", taskKey.value.trim());
+    if (outcome.value) q.set("outcome", outcome.value);
+    if (status.value) q.set("status", status.value);
+    window.location.hash = `#/traces?${q}`;
+  });
+  const page = await get("/v1/traces", {
+    task_key: query.get("task_key"), outcome: query.get("outcome"), status: query.get("status"), limit: 200,
+  });
+  main.replaceChildren(
+    h("h1", {}, "Traces"),
+    form,
+    table(["trace", "task key", "outcome", "critic result", "t'", "format", "created"], page.items.map((t) => [
+      link(`#/traces/${t.trace_id}`, shortId(t.trace_id)), t.task_key, t.outcome, t.status, fmt(t.transition_index),
+      t.source_format, new Date(t.created_at).toLocaleString(),
+    ]), { id: "traces" }),
+    page.next_cursor ? h("p", { class: "muted" }, "Showing the newest 200.") : null,
+  );
+}
+
+export async function detail(main, [traceId]) {
+  const trace = await get(`/v1/traces/${traceId}`);
+  const critique = trace.critique;
+  const verdicts = new Map((critique ? critique.verdicts : []).map((v) => [v.step_index, v]));
+  const steps = trace.trajectory ? trace.trajectory.steps : [];
+  const t = trace.transition_index;
+  const pairs = await get("/v1/pairs", { source: "trace", task_key: trace.task_key, limit: 200 });
+  let pairDetail = null;
+  for (const p of pairs.items) {
+    const d = await get(`/v1/pairs/${p.pair_id}`);
+    if (d.bad_leaf_id === traceId) {
+      pairDetail = d;
+      break;
+    }
+  }
+  main.replaceChildren(
+    h("h1", {}, "Trace ", h("code", {}, traceId), " ", h("span", { class: `status ${trace.status}` }, trace.status)),
+    h("p", { class: "muted" }, `task key ${trace.task_key} · outcome ${trace.outcome} · ${trace.source_format}`,
+      trace.external_id ? ` · external id ${trace.external_id}` : "",
+      pairDetail ? [" · ", link(`#/pairs/${pairDetail.pair_id}`, "pair diff")] : null,
+      trace.sample ? [" · ", link(`#/samples/${trace.sample.sample_id}`, "sample")] : null),
+    h("h2", {}, "Critique"),
+    h("p", { id: "critique" }, critique ? `${critique.strategy}: first error at step ${fmt(critique.transition_index)}${critique.model_version ? ` (model ${critique.model_version})` : ""}` : "not critiqued"),
+    h("table", { id: "trace-steps", class: "diff" },
+      h("thead", {}, h("tr", {}, h("th", {}, "step"), h("th", {}, "step"), h("th", {}, "verdict"))),
+      h("tbody", {}, steps.map((step, i) => {
+        const v = verdicts.get(i);
+        return h("tr", { class: i === t ? "transition" : "", dataset: { step: String(i) } },
+          h("td", { class: "step" }, String(i), i === t ? h("div", {}, h("span", { class: "tag transition" }, "t'")) : null),
+          h("td", {}, step.thought ? h("div", { class: "thought" }, step.thought) : null,
+            h("div", { class: "action" }, step.action || (step.tool_calls || []).map((c) => `${c.name}(${c.arguments})`).join("; ")),
+            h("div", { class: "observation" }, step.observation)),
+          h("td", { class: v ? `verdict ${v.label}` : "verdict" }, v ? v.label : ""));
+      }))),
+    h("h2", {}, "Sample"),
+    trace.sample ? h("p", {}, link(`#/samples/${trace.sample.sample_id}`, `sample ${shortId(trace.sample.sample_id)}`),
+      ` · ${trace.sample.messages.length} messages${(trace.sample.provenance || {}).origin ? ` · ${trace.sample.provenance.origin}` : ""}`) : h("p", { class: "muted" }, "none"),
+    pairDetail && pairDetail.critic ? correctionForm(pairDetail, async (body, status) => {
+      const accepted = await post(`/v1/traces/${traceId}/corrections`, body);
+      const done = await waitForCorrection(pairDetail.pair_id, accepted.correction_id, status);
+      status.className = done.status === "respliced" ? "ok" : "error";
+      status.textContent = done.status === "respliced" ? `Re-spliced at t'=${done.new_transition_index}.` : `Rejected: ${done.reason}`;
+    }) : null,
+    pairDetail && pairDetail.corrections.length ? correctionsTable(pairDetail.corrections) : null,
+  );
+}

@@ -1,0 +1,171 @@
+"""Owns the review state of one pair: what its stream says happened, folded into one value (pure).
+
+A pair's stream holds ``PairFound``, the critic's ``FirstErrorMarked`` (or a ``RevisionRejected``),
+the splicer's ``RevisionMaterialized`` and, after human review, ``FirstErrorCorrected`` followed by
+``SampleRespliced`` or ``CorrectionRejected``. ``fold_pair`` reads those events in stream order
+and answers what the UI and the correction route need: the pair, the critic's verdicts, the t' and
+reflection the current sample was spliced with, every correction with its outcome. ``check_correction``
+says whether a reviewer's correction can be applied, before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.domain.events import (
+    CorrectionRejected,
+    DomainEvent,
+    FirstErrorCorrected,
+    FirstErrorMarked,
+    PairFound,
+    RevisionMaterialized,
+    RevisionRejected,
+    SampleRespliced,
+)
+from core.domain.trajectory import TrainingSample
+
+HUMAN_CORRECTED = "human-corrected"
+"""``provenance["origin"]`` of a sample re-spliced from a reviewer's correction."""
+MAX_REFLECTION_CHARS = 2000
+
+
+class CorrectionError(ValueError):
+    """A correction that cannot be applied; the message names the field and the allowed values."""
+
+    def __init__(self, field_name: str, problem: str) -> None:
+        super().__init__(f"{field_name}: {problem}")
+        self.field_name = field_name
+        self.problem = problem
+
+
+@dataclass
+class CorrectionRecord:
+    """One reviewer correction and what became of it (``status``: pending, respliced, rejected)."""
+
+    event: FirstErrorCorrected
+    status: str = "pending"
+    reason: str = ""
+
+
+@dataclass
+class PairReview:
+    pair: PairFound | None = None
+    marked: FirstErrorMarked | None = None
+    sample: TrainingSample | None = None
+    sample_origin: str = ""  # "splice" or HUMAN_CORRECTED
+    transition_index: int | None = None  # the t' of the current sample (else the critic's)
+    reflection: str = ""  # the reflection of the current sample ("" when unknown)
+    rejected_reason: str = ""
+    corrections: list[CorrectionRecord] = field(default_factory=list)
+
+    @property
+    def pending(self) -> CorrectionRecord | None:
+        return next((c for c in self.corrections if c.status == "pending"), None)
+
+
+def _reflection_of(sample: TrainingSample) -> str:
+    value = sample.provenance.get("reflection")
+    return value if isinstance(value, str) else ""
+
+
+def fold_pair(events: Iterable[DomainEvent]) -> PairReview:
+    """The pair's review state from its stream's events, in order."""
+    review = PairReview()
+    by_id: dict[str, CorrectionRecord] = {}
+    for event in events:
+        if isinstance(event, PairFound):
+            review.pair = event
+        elif isinstance(event, FirstErrorMarked):
+            review.marked = event
+            if review.sample is None:
+                review.transition_index = event.transition_index
+        elif isinstance(event, RevisionMaterialized):
+            review.sample = event.sample
+            review.sample_origin = "splice"
+            index = event.sample.provenance.get("transition_index")
+            if isinstance(index, int):
+                review.transition_index = index
+            review.reflection = _reflection_of(event.sample)
+        elif isinstance(event, RevisionRejected):
+            review.rejected_reason = event.reason
+        elif isinstance(event, FirstErrorCorrected):
+            record = CorrectionRecord(event)
+            review.corrections.append(record)
+            by_id[event.correction_id] = record
+        elif isinstance(event, SampleRespliced):
+            review.sample = event.sample
+            review.sample_origin = HUMAN_CORRECTED
+            review.rejected_reason = ""
+            index = event.sample.provenance.get("transition_index")
+            if isinstance(index, int):
+                review.transition_index = index
+            review.reflection = _reflection_of(event.sample)
+            if event.correction_id in by_id:
+                by_id[event.correction_id].status = "respliced"
+        elif isinstance(event, CorrectionRejected) and event.correction_id in by_id:
+            by_id[event.correction_id].status = "rejected"
+            by_id[event.correction_id].reason = event.reason
+    return review
+
+
+def check_correction(
+    review: PairReview, transition_index: int | None, reflection: str | None
+) -> tuple[int, str | None]:
+    """The (t', reflection) a correction will splice with; ``CorrectionError`` when it cannot apply.
+
+    ``transition_index`` None keeps the current t'; ``reflection`` None keeps the usual choice
+    (a template for the wrong action). At least one of them must change something.
+    """
+    pair = review.pair
+    if pair is None:
+        raise CorrectionError("pair_id", "no PairFound in this pair's stream")
+    if review.marked is None:
+        raise CorrectionError("pair_id", "the critic has not judged this pair yet; correct it once it has")
+    if review.pending is not None:
+        raise CorrectionError(
+            "pair_id", f"correction {review.pending.event.correction_id} is still being re-spliced; retry"
+        )
+    current = (
+        review.transition_index if review.transition_index is not None else review.marked.transition_index
+    )
+    new_index = current if transition_index is None else transition_index
+    first, last = pair.shared_steps, len(pair.bad.steps) - 1
+    if not first <= new_index <= last:
+        raise CorrectionError(
+            "transition_index",
+            f"{new_index} is not a step of the bad path after the divergence: choose {first}..{last}",
+        )
+    text: str | None = None
+    if reflection is not None:
+        text = " ".join(reflection.split())
+        if not text:
+            raise CorrectionError(
+                "reflection", "is empty; send a sentence, or leave it out to keep the template"
+            )
+        if len(text) > MAX_REFLECTION_CHARS:
+            raise CorrectionError("reflection", f"is longer than {MAX_REFLECTION_CHARS} characters")
+    if new_index == current and (text is None or text == review.reflection) and review.sample is not None:
+        raise CorrectionError(
+            "transition_index", f"t' is already {current} with this reflection: nothing changes"
+        )
+    return new_index, text
+
+
+def correction_view(record: CorrectionRecord) -> dict[str, Any]:
+    """A correction as the API shows it."""
+    event = record.event
+    return {
+        "correction_id": event.correction_id,
+        "reviewer": event.reviewer,
+        "corrected_at": event.corrected_at,
+        "old_transition_index": event.old_transition_index,
+        "new_transition_index": event.new_transition_index,
+        "old_reflection": event.old_reflection,
+        "new_reflection": event.new_reflection,
+        "trace_id": event.trace_id,
+        "note": event.note,
+        "status": record.status,
+        "reason": record.reason,
+    }
