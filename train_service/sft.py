@@ -33,6 +33,7 @@ from core.domain.datasets import EmptyDatasetError
 from core.domain.trajectory import TrainingSample
 from core.llm.chat_template import check_template
 from train_service.checkpoint import CheckpointMeta, existing_checkpoint, write_checkpoint
+from train_service.packing_check import check_packing
 from train_service.tokenize import DataCollator, TokenizedSample, pack, tokenize_samples
 
 log = logging.getLogger(__name__)
@@ -328,6 +329,8 @@ def train_sft(
         model_path, dtype=torch.bfloat16 if bf16 else torch.float32
     )
     model.config.use_cache = False  # packed blocks rely on it (see train_service.tokenize)
+    if cfg.packing:
+        check_packing(model, tokenizer.pad_token_id)  # refuses models whose packed logits differ
     if cfg.lora is not None:
         from peft import LoraConfig, get_peft_model
 
