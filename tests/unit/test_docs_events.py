@@ -59,7 +59,11 @@ PRODUCER_SOURCES: dict[str, tuple[str, ...]] = {
     "cli": ("core/cli/",),
     "search": ("search_service/",),
     "critic": ("critic_service/service.py", "critic_service/critic.py", "critic_service/reflector.py"),
-    "splice": ("critic_service/splice_service.py", "critic_service/good_traces.py"),
+    "splice": (
+        "critic_service/splice_service.py",
+        "critic_service/good_traces.py",
+        "critic_service/corrections.py",
+    ),
     "train": ("train_service/", "core/domain/runs.py"),
     "worker runtime": ("core/runtime/", "core/bus/"),
 }
