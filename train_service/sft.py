@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -347,6 +348,7 @@ def train_sft(
     max_steps = cfg.max_steps
     if cfg.time_budget_s is not None and max_steps <= 0:
         max_steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # a torchrun rank
     scratch = Path(tempfile.mkdtemp(prefix="agentr-sft-"))
     try:
         args = TrainingArguments(
@@ -370,8 +372,8 @@ def train_sft(
             dataloader_num_workers=0,
             dataloader_pin_memory=torch.cuda.is_available(),
             disable_tqdm=True,
-            # under torchrun on CPU: gloo (NCCL needs CUDA); ignored in a single process
-            ddp_backend=None if torch.cuda.is_available() else "gloo",
+            # under torchrun on CPU: gloo (NCCL needs CUDA)
+            ddp_backend="gloo" if distributed and not torch.cuda.is_available() else None,
         )
         callbacks = _callbacks(cfg, should_stop, on_step)
         trainer = Trainer(
