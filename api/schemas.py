@@ -94,6 +94,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 class ProjectIn(_Strict):
     name: str = Field(min_length=1, max_length=200, description="Human-readable project name.")
+    critic: TraceCriticIn | None = Field(
+        None, description="The critic for this project's failed traces (an upload's own critic wins)."
+    )
 
 
 class ProjectOut(BaseModel):

@@ -9,7 +9,8 @@
   project and task key -> ``PairFound`` (source "trace", divergence = longest common prefix of actions).
   The partners are looked up in the ``traces`` projection (project, task key, outcome), and only
   their streams are read: the cost does not grow with the number of traces stored.
-  The strategy is the upload's ``critic`` choice when it made one. A trace pair whose bad path has
+  The strategy is the upload's ``critic`` choice, else the project's (``ProjectCreated``), else
+  the worker's settings. A trace pair whose bad path has
   no step judged bad after the divergence is rejected as ``no_error_found`` (no sample) unless the
   strategy is ``direct``: the fallback to the last action is never silent on traces.
 - ``TraceOutcomeSet`` (an outcome set later for a trace ingested as unknown) -> the same as above.
@@ -36,6 +37,7 @@ from core.domain.events import (
     Metadata,
     NewEvent,
     PairFound,
+    ProjectCreated,
     RecordedEvent,
     RevisionRejected,
     RunRequested,
@@ -44,7 +46,7 @@ from core.domain.events import (
     TraceOutcomeSet,
     caused_by,
 )
-from core.domain.ids import derived_id, pair_stream, run_stream, trace_stream
+from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
 from core.llm.ports import Policy
 from core.runtime.service import HandlerResult, Service
@@ -127,7 +129,7 @@ class CriticHandlers:
             if pair.source == "trace" and pair.bad_leaf_id:
                 failed = await self._trace_state(pair.bad_leaf_id)
             if failed is not None:
-                config, policy = self._trace_critic(failed)
+                config, policy = await self._trace_critic(failed)
             else:
                 config = CriticConfig.from_data(critic_data)
                 needs_model = config.strategy in ("model", "reflect")
@@ -188,7 +190,7 @@ class CriticHandlers:
     async def _critique_trace(self, trace: TraceIngested, meta: Metadata) -> list[NewEvent]:
         out: list[NewEvent] = []
         if trace.outcome == "failure" and trace.trajectory.steps:
-            config, policy = self._trace_critic(trace)
+            config, policy = await self._trace_critic(trace)
             result = await critique(config, trace.trajectory, 0, policy)
             bad = [v.step_index for v in result.verdicts if v.label == "bad"]
             critiqued = TraceCritiqued(
@@ -243,11 +245,17 @@ class CriticHandlers:
                 state = dataclasses.replace(state, outcome=event.outcome, trajectory=trajectory)
         return state
 
-    def _trace_critic(self, trace: TraceIngested) -> tuple[CriticConfig, Policy | None]:
-        """The critic for a failed trace: the upload's choice, else the worker's settings. Strategy
-        ``model`` without a model to run is judged by rules, and the critique says ``rules``."""
-        strategy = trace.critic_strategy or self.settings.critic_trace_strategy
-        model_ref = trace.critic_model or self.settings.critic_model
+    async def _trace_critic(self, trace: TraceIngested) -> tuple[CriticConfig, Policy | None]:
+        """The critic for a failed trace: the upload's choice, else the project's (ProjectCreated),
+        else the worker's settings. Strategy ``model`` without a model to run is judged by rules, and
+        the critique says ``rules``."""
+        strategy, model_ref = trace.critic_strategy, trace.critic_model
+        if strategy is None:
+            for recorded in await self.store.read_stream(project_stream(trace.project_id)):
+                if isinstance(recorded.event, ProjectCreated) and recorded.event.critic_strategy:
+                    strategy, model_ref = recorded.event.critic_strategy, recorded.event.critic_model
+        strategy = strategy or self.settings.critic_trace_strategy
+        model_ref = model_ref or self.settings.critic_model
         config = CriticConfig.from_data({"strategy": strategy})
         if config.strategy in ("model", "reflect"):
             if not model_ref:

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.deps import ApiServices, Principal, require, services
-from api.errors import ApiError, not_found
+from api.errors import ApiError, field_error, not_found
 from api.idempotency import Idempotency, idempotency
 from api.keys import generate_key
 from api.schemas import ERROR_RESPONSES, ID_PATTERN, KeyIn, KeyIssuedOut, KeyOut, ProjectIn, ProjectOut
@@ -68,7 +68,15 @@ async def create_project(
     if not principal.is_bootstrap_admin:
         raise ApiError(403, "only the bootstrap admin key (AGENTR_ADMIN_KEY) creates projects")
     project_id = idem.new_id("project")
-    event = ProjectCreated(project_id=project_id, name=body.name)
+    critic = body.critic
+    if critic is not None and critic.strategy == "model" and not critic.model:
+        raise field_error("body.critic.model", "strategy model needs a critic model: send critic.model")
+    event = ProjectCreated(
+        project_id=project_id,
+        name=body.name,
+        critic_strategy=critic.strategy if critic is not None else None,
+        critic_model=critic.model if critic is not None else None,
+    )
 
     async def answer(conn: AsyncConnection) -> tuple[int, Any]:
         row = (

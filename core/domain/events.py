@@ -172,6 +172,8 @@ class StepVerdict:
 class ProjectCreated(DomainEvent):
     project_id: str
     name: str
+    critic_strategy: str | None = None  # the critic for the project's failed traces (None: the worker's)
+    critic_model: str | None = None
 
 
 @register

@@ -290,3 +290,18 @@ async def test_concurrent_requests_for_one_trace_lose_no_span(api: ApiHarness) -
         "status": "error",
         "code": 503,
     }  # only on t2
+
+
+async def test_a_project_can_name_its_trace_critic(api: ApiHarness) -> None:
+    from core.domain.events import ProjectCreated
+    from core.domain.ids import project_stream
+
+    body: dict[str, Any] = {"name": "judged", "critic": {"strategy": "model"}}
+    refused = await api.client.post("/v1/projects", json=body, headers=api.admin)
+    assert refused.status_code == 422 and refused.json()["fields"][0]["field"] == "body.critic.model"
+    body["critic"]["model"] = "http://vllm:8000/v1#critic"
+    created = await api.client.post("/v1/projects", json=body, headers=api.admin)
+    assert created.status_code == 201, created.text
+    (event,) = [r.event for r in await api.store.read_stream(project_stream(created.json()["project_id"]))]
+    assert isinstance(event, ProjectCreated)
+    assert (event.critic_strategy, event.critic_model) == ("model", "http://vllm:8000/v1#critic")

@@ -16,14 +16,16 @@ from core.bus.relay import Relay
 from core.domain.events import (
     Metadata,
     NewEvent,
+    ProjectCreated,
     RevisionMaterialized,
     RevisionRejected,
     TraceCritiqued,
     TraceIngested,
     TraceOutcomeSet,
 )
-from core.domain.ids import derived_id, new_id, pair_stream, trace_stream
+from core.domain.ids import derived_id, new_id, pair_stream, project_stream, trace_stream
 from core.formats.importing import parse_traces
+from core.llm.ports import PolicyError
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store
@@ -46,12 +48,42 @@ def _trace(final: str, lookup_result: str = '{"balance": 3}') -> dict[str, Any]:
     }
 
 
+class ScriptedCritic:
+    """A critic model over the Policy port whose label scores say Bad exactly where the judged step's
+    text holds ``marker`` (the real prompt layout goes in; opened refs are recorded)."""
+
+    opened: list[str] = []
+
+    def __init__(self, ref: str) -> None:
+        self.model_version = f"scripted:{ref}"
+        self.marker = ref.rsplit("#", 1)[-1]
+
+    @classmethod
+    def open(cls, ref: str) -> ScriptedCritic:
+        cls.opened.append(ref)
+        return cls(ref)
+
+    async def sample(self, conversations: Any, **_: Any) -> Any:
+        raise PolicyError("this critic only scores labels")
+
+    async def score_labels(self, conversations: Any, labels: Any) -> list[dict[str, float]]:
+        out = []
+        for conversation in conversations:
+            judged = conversation[-3].content if len(conversation) >= 3 else ""  # the judged action
+            bad = self.marker in judged
+            out.append({"Good": -2.0 if bad else -0.1, "Bad": -0.1 if bad else -2.0, "Uncertain": -3.0})
+        return out
+
+    async def close(self) -> None:
+        return None
+
+
 @pytest.fixture
 async def stack(pg_url: str, redis_url: str, redis_prefix: str) -> AsyncIterator[tuple[Any, Any]]:
     store = await open_store(pg_url, create_tables=True)
     bus = RedisStreamsBus(redis_url, redis_prefix)
     settings = Settings(block_ms=50, critic_trace_strategy="rules")
-    critic = Worker(build_critic(settings, store), store, bus, settings)
+    critic = Worker(build_critic(settings, store, policy_opener=ScriptedCritic.open), store, bus, settings)
     splice = Worker(build_splice(settings, store), store, bus, settings)
     relay = Relay(store, bus)
 
@@ -134,3 +166,32 @@ async def test_a_tool_error_is_found_and_an_outcome_set_later_triggers_the_criti
     assert "account locked" in critiqued.verdicts[0].reason
     row = await _row(store, waiting)
     assert (row.outcome, row.status, row.transition_index) == ("failure", "critiqued", 0)
+
+
+async def test_the_model_critic_named_by_the_project_or_the_upload_judges_traces(
+    stack: tuple[Any, Any],
+) -> None:
+    store, settle = stack
+    project = new_id()
+    created = ProjectCreated(
+        project, "p", critic_strategy="model", critic_model="http://critic:8000/v1#cannot"
+    )
+    await store.append([NewEvent(project_stream(project), created, Metadata(project_id=project))])
+    by_project = await _ingest(store, project, _trace("I cannot tell."), "failure")
+    by_upload = await _ingest(
+        store, project, _trace("I cannot tell."), "failure", critic_strategy="model", critic_model="m#balance"
+    )
+    await settle()
+    judged = {}
+    for trace_id in (by_project, by_upload):
+        (c,) = [
+            r.event
+            for r in await store.read_stream(trace_stream(trace_id))
+            if isinstance(r.event, TraceCritiqued)
+        ]
+        judged[trace_id] = c
+    assert (judged[by_project].strategy, judged[by_project].transition_index) == ("model", 1)  # the answer
+    assert judged[by_project].model_version == "scripted:http://critic:8000/v1#cannot"
+    assert judged[by_project].verdicts[0].method == "scores"
+    assert (judged[by_upload].strategy, judged[by_upload].transition_index) == ("model", 0)  # the call
+    assert set(ScriptedCritic.opened) >= {"http://critic:8000/v1#cannot", "m#balance"}
