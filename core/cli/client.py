@@ -309,7 +309,12 @@ def _read_traces(path: Path) -> list[Any]:
 @traces_app.command("upload")
 def traces_upload(
     path: Path = typer.Argument(..., help="JSONL (one trace per line) or a JSON list / {'traces': [...]}."),
-    fmt: str = typer.Option(..., "--format", help="openai, otel or sharegpt."),
+    fmt: str = typer.Option(
+        ...,
+        "--format",
+        help="openai, openai-legacy, otel, otlp (OTLP/JSON export requests, one per line, as an "
+        "OpenTelemetry Collector file exporter writes them) or sharegpt.",
+    ),
     batch_size: int = typer.Option(500, "--batch-size", min=1, max=10_000, help="Traces per request."),
     api: str = ApiOption,
     key: str = KeyOption,
@@ -335,6 +340,28 @@ def traces_upload(
             typer.echo(f"batch {start // batch_size + 1}: {len(batch)} traces accepted", err=True)
     for trace_id in ids:
         typer.echo(trace_id)
+
+
+@traces_app.command("set-outcome")
+def traces_set_outcome(
+    trace_id: str = typer.Argument(..., help="A trace ingested without an outcome."),
+    outcome: str = typer.Argument(..., help="success, failure, or a reward in [0, 1] (success only at 1)."),
+    reward: float | None = typer.Option(None, "--reward", min=0.0, max=1.0, help="Final reward in [0, 1]."),
+    api: str = ApiOption,
+    key: str = KeyOption,
+) -> None:
+    """Set the outcome of a trace that waits for one (PATCH /v1/traces/{id}); the critic then runs."""
+    value: Any = outcome
+    if outcome not in ("success", "failure"):
+        try:
+            value = float(outcome)
+        except ValueError:
+            _fail(ValueError(f"outcome {outcome!r}: send success, failure or a reward in [0, 1]"))
+    body = {"outcome": value, "reward": reward}
+    with _client(api, key) as client:
+        result = _call(lambda: _check(client.patch(f"/v1/traces/{trace_id}", json=body)).json())
+    changed = "set" if result["changed"] else "unchanged (already set)"
+    typer.echo(f"{result['trace_id']}: {result['outcome']} (reward {result['reward']}) {changed}")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -305,3 +305,27 @@ async def test_a_project_can_name_its_trace_critic(api: ApiHarness) -> None:
     (event,) = [r.event for r in await api.store.read_stream(project_stream(created.json()["project_id"]))]
     assert isinstance(event, ProjectCreated)
     assert (event.critic_strategy, event.critic_model) == ("model", "http://vllm:8000/v1#critic")
+
+
+def test_cli_uploads_an_otlp_file_and_sets_an_outcome(served: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from core.cli import app as cli_app
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(cli_app, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout.strip()
+
+    api = ["--api", served]
+    project = run("projects", "create", "cli-otlp", *api, "--key", ADMIN_KEY)
+    key = run("keys", "create", project, "--scope", "ingest", "--scope", "read", *api, "--key", ADMIN_KEY)
+    auth = [*api, "--key", key]
+    spans = agent_trace(TRACE_A, root_status=0)  # unset root status, no outcome attribute: unknown
+    lines = tmp_path / "otel-collector-export.jsonl"
+    lines.write_text(json.dumps(export(*spans[:3])) + "\n" + json.dumps(export(*spans[3:])) + "\n")
+    (trace_id,) = run("traces", "upload", str(lines), "--format", "otlp", *auth).splitlines()
+    got = httpx.get(f"{served}/v1/traces/{trace_id}", headers={"Authorization": f"Bearer {key}"}).json()
+    assert (got["status"], got["external_id"]) == ("waiting_for_outcome", TRACE_A)
+    assert run("traces", "set-outcome", trace_id, "0.25", *auth) == f"{trace_id}: failure (reward 0.25) set"
+    assert "unchanged" in run("traces", "set-outcome", trace_id, "failure", *auth)
