@@ -66,6 +66,13 @@ def run_command(opts: RunOptions) -> int:
         except Exception as exc:
             console.print(f"[red]cannot prepare the model:[/red] {exc}")
             return 2
+        from core.domain.config import RunConfig
+        from core.llm.chat_template import run_template_problem
+
+        template = run_template_problem(RunConfig.from_data(config))  # no template / not prefix-stable
+        if template is not None:
+            console.print(f"[red]cannot start the run:[/red] {template[0]}: {template[1]}")
+            return 2
     return asyncio.run(_run_async(settings, home, config, opts.resume, started))
 
 

@@ -217,3 +217,28 @@ def test_folder_problems_at_submission(folder: Path, tmp_path: Path) -> None:
     )
     problem = folder_template_problem(bare)
     assert problem is not None and "ignores add_generation_prompt" in problem
+
+
+def test_agentr_run_refuses_a_model_folder_whose_template_is_unusable(folder: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from core.cli import app
+
+    model = tmp_path / "stateful"
+    model.mkdir()
+    for path in folder.iterdir():
+        (model / path.name).write_bytes(path.read_bytes())
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    (model / "chat_template.jinja").write_text((TEMPLATES / "think_stripping.jinja").read_text())
+    assert folder_template_problem(model) is None  # stable on the probe: accepted
+    (model / "chat_template.jinja").write_text(
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] if loop.last else '' }}"
+        "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    result = CliRunner().invoke(
+        app, ["run", "--model", str(model), "--quick", "--home", str(tmp_path / "home")]
+    )
+    assert result.exit_code == 2, result.output
+    assert "not prefix-stable" in " ".join(result.output.split())
