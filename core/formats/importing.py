@@ -97,15 +97,19 @@ class ImportedTrace:
 # --------------------------------------------------------------------------------------------
 
 
+_KIND_NAMES: dict[type, str] = {list: "a list", dict: "an object", str: "a string", int: "an integer"}
+
+
 def require(obj: Any, key: str, path: str, kind: type | tuple[type, ...]) -> Any:
     if not isinstance(obj, dict):
         raise TraceFormatError(path, f"expected an object, got {type(obj).__name__}")
+    kinds = (kind,) if isinstance(kind, type) else kind
+    wanted = " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
     if key not in obj:
-        raise TraceFormatError(f"{path}.{key}", "missing")
+        raise TraceFormatError(f"{path}.{key}", f"missing (send {wanted})")
     value = obj[key]
     if not isinstance(value, kind):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise TraceFormatError(f"{path}.{key}", f"expected {names}, got {type(value).__name__}")
+        raise TraceFormatError(f"{path}.{key}", f"expected {wanted}, got {type(value).__name__}")
     return value
 
 

@@ -310,29 +310,56 @@ def spans_from_protobuf(body: bytes) -> list[SpanRecord]:
                 path = f"body.resourceSpans[{r_index}].scopeSpans[{s_index}].spans[{index}]"
                 if not span.trace_id:
                     raise TraceFormatError(f"{path}.traceId", "missing")
-                out.append(
-                    SpanRecord(
-                        trace_id=span.trace_id.hex(),
-                        span_id=span.span_id.hex(),
-                        parent_span_id=span.parent_span_id.hex(),
-                        name=span.name,
-                        start_ns=span.start_time_unix_nano or None,
-                        end_ns=span.end_time_unix_nano or None,
-                        attributes=_proto_attributes(span.attributes, f"{path}.attributes"),
-                        status_code=_STATUS_BY_NUMBER.get(span.status.code, "UNSET"),
-                        status_message=span.status.message,
-                        events=tuple(
-                            {
-                                "name": e.name,
-                                "attributes": _proto_attributes(e.attributes, f"{path}.events[{n}]"),
-                            }
-                            for n, e in enumerate(span.events)
-                        ),
-                        resource=resource,
-                        path=path,
-                    )
+                record = SpanRecord(
+                    trace_id=span.trace_id.hex(),
+                    span_id=span.span_id.hex(),
+                    parent_span_id=span.parent_span_id.hex(),
+                    name=span.name,
+                    start_ns=span.start_time_unix_nano or None,
+                    end_ns=span.end_time_unix_nano or None,
+                    attributes=_proto_attributes(span.attributes, f"{path}.attributes"),
+                    status_code=_STATUS_BY_NUMBER.get(span.status.code, "UNSET"),
+                    status_message=span.status.message,
+                    events=tuple(
+                        {
+                            "name": e.name,
+                            "attributes": _proto_attributes(e.attributes, f"{path}.events[{n}]"),
+                        }
+                        for n, e in enumerate(span.events)
+                    ),
+                    resource=resource,
+                    path=path,
                 )
+                check_storable(record)
+                out.append(record)
     return out
+
+
+def _nul_path(value: Any, path: str) -> str | None:
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _nul_path(key, path) or _nul_path(item, f"{path}.{key}")
+            if found:
+                return found
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _nul_path(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def check_storable(span: SpanRecord) -> None:
+    """Refuse text PostgreSQL cannot store (a NUL character), naming where it is."""
+    data = span.to_data()
+    for key in ("name", "status_message", "attributes", "events", "resource"):
+        found = _nul_path(data[key], f"{span.path}.{key}")
+        if found:
+            raise TraceFormatError(
+                found, "holds a NUL character (\\u0000), which cannot be stored: remove it"
+            )
 
 
 def group_by_trace(spans: Sequence[SpanRecord]) -> dict[str, list[SpanRecord]]:

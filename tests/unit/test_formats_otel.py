@@ -525,6 +525,8 @@ def test_non_json_values_are_made_json_ready_or_refused() -> None:
 
     (decoded,) = spans_from_protobuf(request(AnyValue(bytes_value=b"\xff\x00")))
     assert decoded.attributes["k"] == "/wA=" and json.dumps(decoded.to_data())  # base64, as OTLP/JSON has it
+    with pytest.raises(TraceFormatError, match=r"attributes\.k: holds a NUL character .*remove it"):
+        spans_from_protobuf(request(AnyValue(string_value="a\x00b")))
     with pytest.raises(TraceFormatError, match=r"attributes\.k\.doubleValue: not a finite number"):
         spans_from_protobuf(request(AnyValue(double_value=float("nan"))))
     with pytest.raises(TraceFormatError, match="doubleValue: not a finite number"):
