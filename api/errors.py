@@ -10,6 +10,7 @@ messages can quote SQL parameters and user content; answered with only a request
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -36,6 +37,9 @@ _CODES = {
     500: "internal_error",
     503: "unavailable",
 }
+
+
+_HTTP_METHODS = frozenset({"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"})
 
 
 class ApiError(Exception):
@@ -129,6 +133,30 @@ def _location(loc: tuple[Any, ...] | list[Any]) -> str:
     return "".join(parts)
 
 
+def _path_methods(app: Any) -> list[tuple[re.Pattern[str], frozenset[str]]]:
+    """(path regex, methods) for every path of the app's OpenAPI document, built once per app."""
+    cached = getattr(app.state, "allowed_methods", None)
+    if cached is None:
+        cached = []
+        for template, operations in app.openapi().get("paths", {}).items():
+            pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
+            methods = frozenset(m.upper() for m in operations if m.upper() in _HTTP_METHODS)
+            cached.append((re.compile(f"^{pattern}$"), methods))
+        app.state.allowed_methods = cached
+    return list(cached)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method the API documents at this request's path (HEAD with GET), sorted."""
+    methods: set[str] = set()
+    for pattern, documented in _path_methods(request.app):
+        if pattern.match(request.url.path):
+            methods |= documented
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -149,7 +177,14 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = exc.detail if isinstance(exc.detail, str) else "request failed"
-        return error_response(request, exc.status_code, detail, headers=getattr(exc, "headers", None))
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            # Starlette names only the first route matching the path; RFC 9110 wants them all.
+            allowed = _allowed_methods(request)
+            if allowed:
+                headers["Allow"] = ", ".join(allowed)
+                detail = f"method {request.method} is not allowed here; allowed: {headers['Allow']}"
+        return error_response(request, exc.status_code, detail, headers=headers or None)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
