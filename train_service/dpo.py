@@ -1,0 +1,374 @@
+"""Owns DPO at the divergence node: the config, the loss, the Trainer run, and ``train_dpo``.
+
+Data: ``core.domain.preferences.PreferencePair`` (prompt = the shared history at the divergence
+node, chosen = the good continuation, rejected = the bad one). Each side is tokenised as prompt +
+continuation with the model's chat template by ``train_service.tokenize``: labels only on the
+continuation's assistant turns; the prompt, every observation / tool result and the template's
+role markup are -100 (the same exact masking SFT uses, so multi-turn continuations are scored on
+the policy's own tokens only).
+
+Loss (Rafailov et al. 2023): with ``logp(y|x)`` the SUM of the labelled tokens' log-probabilities,
+``L = -log sigmoid(beta * ((logp_pi(c) - logp_ref(c)) - (logp_pi(r) - logp_ref(r))))``.
+``reference = "frozen"``: the reference is the starting model, frozen; its log-probabilities are
+computed once before training (exact, since it never changes; no second model in memory while
+training). ``reference = "none"``: reference-free (the reference terms are 0).
+
+Why not TRL's DPOTrainer: it tokenises (prompt, chosen, rejected) as strings or single-turn
+messages and trains on every completion token, so a multi-turn continuation's observations would be
+scored as the policy's; our own loss on the stock transformers ``Trainer`` keeps the masks exact
+and the same Trainer machinery (accelerate / torchrun, time budget, cancel, checkpoints) as SFT.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from core.domain.datasets import EmptyDatasetError
+from core.domain.preferences import PreferencePair
+from core.llm.chat_template import check_template
+from train_service.checkpoint import CheckpointMeta, existing_checkpoint, write_checkpoint
+from train_service.sft import TrainingCancelled, TrainReport, _callbacks, _use_bf16
+from train_service.tokenize import IGNORE_INDEX, TokenizedSample, collate, tokenize_sample
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DPOConfig:
+    """Every knob of one DPO run (defaults after the DPO paper where it states them).
+
+    beta: the KL strength of the implicit reward (0.1 in the DPO paper).
+    reference: "frozen" (the starting model, frozen; log-probs precomputed) or "none" (reference-free).
+    epochs / max_steps: passes over the pairs, or optimizer steps when > 0.
+    learning_rate: peak learning rate (AdamW; 1e-6 in the DPO paper, raise it for tiny models).
+    lr_scheduler / warmup: a transformers scheduler name and its warmup (steps, or a fraction < 1).
+    batch_size: preference pairs per forward pass (2 * batch_size sequences).
+    grad_accumulation: forward passes per optimizer step.
+    max_length: tokens per side (cut from the right; a pair left with no trained token is dropped).
+    seed: data order and dropout.
+    bf16: bfloat16 (None = when CUDA supports it). max_grad_norm: gradient clipping.
+    time_budget_s: stop after this many seconds (None = no limit). logging_steps: log interval.
+    """
+
+    beta: float = 0.1
+    reference: Literal["frozen", "none"] = "frozen"
+    epochs: float = 1.0
+    max_steps: int = -1
+    learning_rate: float = 1e-6
+    lr_scheduler: str = "linear"
+    warmup: float = 0.1
+    batch_size: int = 4
+    grad_accumulation: int = 1
+    max_length: int = 1024
+    seed: int = 0
+    bf16: bool | None = None
+    max_grad_norm: float = 1.0
+    time_budget_s: float | None = None
+    logging_steps: int = 10
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not (isinstance(self.beta, int | float) and math.isfinite(self.beta) and self.beta > 0):
+            problems.append(f"beta must be > 0, got {self.beta!r}")
+        if self.reference not in ("frozen", "none"):
+            problems.append(f"reference must be 'frozen' or 'none', got {self.reference!r}")
+        if self.epochs <= 0 and self.max_steps <= 0:
+            problems.append("epochs must be > 0 (or max_steps > 0)")
+        if self.learning_rate <= 0:
+            problems.append("learning_rate must be > 0")
+        if self.batch_size < 1 or self.grad_accumulation < 1:
+            problems.append("batch_size and grad_accumulation must be >= 1")
+        if self.max_length < 8:
+            problems.append("max_length must be >= 8")
+        if self.time_budget_s is not None and self.time_budget_s <= 0:
+            problems.append("time_budget_s must be > 0")
+        if problems:
+            raise ValueError("invalid DPOConfig: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DPOConfig:
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"DPOConfig: unknown field(s) {sorted(unknown)}")
+        return cls(**data)
+
+
+def sequence_logps(logits: Any, labels: Any) -> Any:
+    """Per-row SUM of log p(label_t | tokens < t) over positions whose label is not -100.
+
+    ``logits`` [B, T, V] predict the NEXT token: position t's logits score label t + 1.
+    """
+    import torch
+
+    shifted = labels[:, 1:].clone()
+    mask = shifted != IGNORE_INDEX
+    shifted[~mask] = 0
+    logps = torch.log_softmax(logits[:, :-1, :].float(), dim=-1)
+    picked = torch.gather(logps, 2, shifted.unsqueeze(-1)).squeeze(-1)
+    return (picked * mask).sum(-1)
+
+
+def dpo_loss(
+    policy_chosen: Any, policy_rejected: Any, ref_chosen: Any, ref_rejected: Any, beta: float
+) -> tuple[Any, Any, Any]:
+    """(mean loss, chosen rewards, rejected rewards); rewards = beta * (logp_pi - logp_ref)."""
+    import torch.nn.functional as F
+
+    chosen_rewards = beta * (policy_chosen - ref_chosen)
+    rejected_rewards = beta * (policy_rejected - ref_rejected)
+    loss = -F.logsigmoid(chosen_rewards - rejected_rewards)
+    return loss.mean(), chosen_rewards.detach(), rejected_rewards.detach()
+
+
+@dataclass(frozen=True)
+class PreferenceExample:
+    pair_id: str
+    chosen: TokenizedSample
+    rejected: TokenizedSample
+    ref_chosen: float = 0.0
+    ref_rejected: float = 0.0
+
+
+def tokenize_pairs(
+    tokenizer: Any, pairs: Sequence[PreferencePair], max_length: int
+) -> tuple[list[PreferenceExample], dict[str, int]]:
+    kept: list[PreferenceExample] = []
+    dropped = 0
+    for pair in pairs:
+        chosen = tokenize_sample(tokenizer, pair.chosen_sample(), max_length)
+        rejected = tokenize_sample(tokenizer, pair.rejected_sample(), max_length)
+        if chosen.trained_tokens == 0 or rejected.trained_tokens == 0:
+            dropped += 1
+            continue
+        kept.append(PreferenceExample(pair.pair_id, chosen, rejected))
+    if not kept:
+        why = "no pairs" if not pairs else f"all {len(pairs)} pairs lost their trained tokens to max_length"
+        raise EmptyDatasetError(f"nothing to train DPO on: {why}")
+    stats = {
+        "pairs": len(kept),
+        "pairs_dropped": dropped,
+        "tokens": sum(len(e.chosen) + len(e.rejected) for e in kept),
+        "trained_tokens": sum(e.chosen.trained_tokens + e.rejected.trained_tokens for e in kept),
+    }
+    return kept, stats
+
+
+class PreferenceCollator:
+    """Batches pairs as 2B rows (chosen first, then rejected) + the reference log-probs."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, batch: Sequence[PreferenceExample]) -> dict[str, Any]:
+        import torch
+
+        rows = [e.chosen for e in batch] + [e.rejected for e in batch]
+        out = collate(rows, self.pad_token_id)
+        out["ref_logps"] = torch.tensor(
+            [e.ref_chosen for e in batch] + [e.ref_rejected for e in batch], dtype=torch.float32
+        )
+        return out
+
+
+def reference_logps(
+    model: Any, examples: list[PreferenceExample], pad_token_id: int, batch_size: int
+) -> list[PreferenceExample]:
+    """The frozen reference's log-probabilities of every side (computed once, inference mode)."""
+    import torch
+
+    out: list[PreferenceExample] = []
+    collator = PreferenceCollator(pad_token_id)
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(examples), batch_size):
+            chunk = examples[start : start + batch_size]
+            batch = collator(chunk)
+            logits = model(
+                input_ids=batch["input_ids"].to(model.device),
+                attention_mask=batch["attention_mask"].to(model.device),
+            ).logits
+            logps = sequence_logps(logits, batch["labels"].to(model.device)).tolist()
+            n = len(chunk)
+            out.extend(
+                PreferenceExample(e.pair_id, e.chosen, e.rejected, logps[i], logps[n + i])
+                for i, e in enumerate(chunk)
+            )
+    model.train()
+    return out
+
+
+class _ListDataset:
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = list(items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.items[i]
+
+
+def _dpo_trainer_class(beta: float, stats: dict[str, list[float]]) -> Any:
+    from transformers import Trainer
+
+    class DPOLossTrainer(Trainer):  # type: ignore[misc]
+        """The stock Trainer with the DPO loss over (chosen, rejected) rows."""
+
+        def compute_loss(
+            self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, **kw: Any
+        ) -> Any:
+            labels = inputs["labels"]
+            logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+            logps = sequence_logps(logits, labels)
+            n = labels.shape[0] // 2
+            ref = inputs["ref_logps"].to(logps.device)
+            loss, chosen_r, rejected_r = dpo_loss(logps[:n], logps[n:], ref[:n], ref[n:], beta)
+            stats["loss"].append(float(loss.detach()))
+            stats["accuracy"].append(float((chosen_r > rejected_r).float().mean()))
+            stats["margin"].append(float((chosen_r - rejected_r).mean()))
+            return (loss, {"logits": logits}) if return_outputs else loss
+
+    return DPOLossTrainer
+
+
+def train_dpo(
+    model_path: str | Path,
+    pairs: Sequence[PreferencePair],
+    out_dir: str | Path,
+    cfg: DPOConfig | None = None,
+    *,
+    iteration: int = 0,
+    dataset_id: str = "",
+    run_id: str | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    on_step: Callable[[int, int, float | None], None] | None = None,
+) -> TrainReport:
+    """DPO-train the model at ``model_path`` on ``pairs``; the checkpoint goes to ``out_dir``.
+
+    Same contract as ``train_service.sft.train_sft`` (cancel, progress, retry reuse, empty data).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback
+
+    cfg = cfg or DPOConfig()
+    out = Path(out_dir)
+    if dataset_id and (found := existing_checkpoint(out, dataset_id)) is not None:
+        return TrainReport(found, {}, reused=True)
+    if not pairs:
+        raise EmptyDatasetError("nothing to train DPO on: no preference pairs")
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    check_template(tokenizer)
+    examples, stats = tokenize_pairs(tokenizer, pairs, cfg.max_length)
+    bf16 = _use_bf16(cfg)  # type: ignore[arg-type]  # same bf16 field
+    model: Any = AutoModelForCausalLM.from_pretrained(
+        model_path, dtype=torch.bfloat16 if bf16 else torch.float32
+    )
+    model.config.use_cache = False
+    if cfg.reference == "frozen":
+        examples = reference_logps(model, examples, tokenizer.pad_token_id, cfg.batch_size)
+
+    steps_per_epoch = math.ceil(len(examples) / (cfg.batch_size * cfg.grad_accumulation))
+    max_steps = cfg.max_steps
+    if cfg.time_budget_s is not None and max_steps <= 0:
+        max_steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # a torchrun rank
+    scratch = Path(tempfile.mkdtemp(prefix="agentr-dpo-"))
+    history: dict[str, list[float]] = {"loss": [], "accuracy": [], "margin": []}
+    try:
+        args = TrainingArguments(
+            output_dir=str(scratch),
+            num_train_epochs=cfg.epochs,
+            max_steps=max_steps,
+            per_device_train_batch_size=cfg.batch_size,
+            gradient_accumulation_steps=cfg.grad_accumulation,
+            learning_rate=cfg.learning_rate,
+            lr_scheduler_type=cfg.lr_scheduler,
+            warmup_steps=cfg.warmup,
+            max_grad_norm=cfg.max_grad_norm,
+            logging_steps=cfg.logging_steps,
+            save_strategy="no",
+            report_to="none",
+            seed=cfg.seed,
+            data_seed=cfg.seed,
+            bf16=bf16,
+            remove_unused_columns=False,
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+            # gloo only inside a torchrun rank on CPU (NCCL needs CUDA); None in a single process
+            ddp_backend="gloo" if distributed and not torch.cuda.is_available() else None,
+        )
+        callbacks = _callbacks(cfg, should_stop, on_step)  # type: ignore[arg-type]  # time budget + cancel
+        trainer = _dpo_trainer_class(cfg.beta, history)(
+            model=model,
+            args=args,
+            train_dataset=_ListDataset(examples),
+            data_collator=PreferenceCollator(tokenizer.pad_token_id),
+            callbacks=callbacks,
+        )
+        trainer.remove_callback(PrinterCallback)
+        started = time.monotonic()
+        result = trainer.train()
+        seconds = time.monotonic() - started
+        control = callbacks[0]
+        if control.cancelled:
+            raise TrainingCancelled(
+                f"DPO training of dataset {dataset_id or '?'} was cancelled "
+                f"at step {trainer.state.global_step}"
+            )
+        model.config.use_cache = True
+        epochs_done = trainer.state.epoch or 0.0
+        metrics: dict[str, Any] = {
+            **stats,
+            "method": "dpo",
+            "reference": cfg.reference,
+            "train_loss": float(result.training_loss),
+            "first_loss": history["loss"][0] if history["loss"] else None,
+            "last_loss": history["loss"][-1] if history["loss"] else None,
+            "reward_accuracy": history["accuracy"][-1] if history["accuracy"] else None,
+            "reward_margin": history["margin"][-1] if history["margin"] else None,
+            "steps": int(trainer.state.global_step),
+            "epochs": float(epochs_done),
+            "seconds": round(seconds, 3),
+            "tokens_per_s": round(stats["tokens"] * max(epochs_done, 1e-9) / max(seconds, 1e-9), 1),
+            "stopped_by_time_budget": bool(control.out_of_time),
+        }
+        meta = CheckpointMeta(
+            iteration=iteration,
+            dataset_id=dataset_id,
+            base_model=str(model_path),
+            config={"method": "dpo", **cfg.to_dict()},
+            run_id=run_id,
+            metrics=metrics,
+        )
+        path = out
+        if trainer.is_world_process_zero():
+            path = write_checkpoint(model, tokenizer, out, meta)
+        trainer.accelerator.wait_for_everyone()
+        log.info(
+            "DPO: %d steps in %.1fs (loss %.4f): checkpoint %s",
+            metrics["steps"],
+            seconds,
+            metrics["train_loss"],
+            path,
+        )
+        return TrainReport(path, metrics)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+__all__ = ["DPOConfig", "PreferenceExample", "dpo_loss", "sequence_logps", "train_dpo"]
