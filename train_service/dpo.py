@@ -308,6 +308,7 @@ def train_dpo(
             bf16=bf16,
             remove_unused_columns=False,
             dataloader_num_workers=0,
+            dataloader_pin_memory=torch.cuda.is_available(),
             disable_tqdm=True,
             # gloo only inside a torchrun rank on CPU (NCCL needs CUDA); None in a single process
             ddp_backend="gloo" if distributed and not torch.cuda.is_available() else None,
