@@ -7,7 +7,8 @@ optionally ``Content-Encoding: gzip``. The answer is an ``ExportTraceServiceResp
 encoding.
 
 Spans are grouped by trace id. A trace is ingested (``TraceIngested``, one per trace id, id derived from
-project + trace id so an exporter's retry adds nothing) once its ROOT span (no parent) has arrived;
+project + trace id so an exporter's retry adds nothing) once its local ROOT span has arrived (no parent,
+a parent in another service per the OTLP ``flags``, or ``agentr.trace.complete = true``);
 spans that arrive before it are kept as ``OtlpSpansBuffered`` and joined then. Spans of a trace that was
 already ingested are refused in ``partialSuccess`` (``rejectedSpans`` + the reason), never dropped
 silently. The whole request is parsed before anything is written; a malformed span answers 422 naming
@@ -159,7 +160,7 @@ async def receive_traces(
             # a concurrent request for the same trace makes one of the two conflict (503, retried)
             expected[buffer] = len(history) - 1
             expected[trace_stream(trace_id)] = -1
-            if not any(not s.parent_span_id for s in group):
+            if not any(s.is_local_root for s in group):
                 for span in group:
                     check_span(span)  # refuse a malformed span now, not when its root arrives
                 data = tuple(s.to_data() for s in group)

@@ -203,14 +203,19 @@ def ordered(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
 
     out: list[SpanRecord] = []
     seen: set[int] = set()
-    stack = list(reversed(sort(roots)))
-    while stack:
-        index, span = stack.pop()
-        if index in seen:
-            continue
-        seen.add(index)
-        out.append(span)
-        stack.extend(reversed(sort(children.get(span.span_id, []))))
+    pending = list(roots)
+    if not pending and spans:
+        pending = [(0, spans[0])]
+    while pending:  # spans in a parent cycle have no root: they follow, in the order sent
+        stack = list(reversed(sort(pending)))
+        while stack:
+            index, span = stack.pop()
+            if index in seen:
+                continue
+            seen.add(index)
+            out.append(span)
+            stack.extend(reversed(sort(children.get(span.span_id, []))))
+        pending = [(i, s) for i, s in enumerate(spans) if i not in seen][:1]
     return out
 
 

@@ -28,6 +28,17 @@ from core.formats.importing import TraceFormatError, require
 
 StatusCode = Literal["UNSET", "OK", "ERROR"]
 _STATUS_BY_NUMBER: dict[int, StatusCode] = {0: "UNSET", 1: "OK", 2: "ERROR"}
+HAS_IS_REMOTE, IS_REMOTE = 0x100, 0x200  # OTLP SpanFlags: the is-remote bit is known / set
+
+
+def _remote_parent(flags: Any) -> bool:
+    try:
+        value = int(flags or 0)
+    except (TypeError, ValueError):
+        return False
+    return bool(value & HAS_IS_REMOTE and value & IS_REMOTE)
+
+
 _STATUS_BY_NAME: dict[str, StatusCode] = {
     "STATUS_CODE_UNSET": "UNSET",
     "STATUS_CODE_OK": "OK",
@@ -54,6 +65,17 @@ class SpanRecord:
     events: tuple[dict[str, Any], ...] = ()  # {"name", "attributes"} (e.g. "exception" events)
     resource: dict[str, Any] = field(default_factory=dict)
     path: str = ""
+    parent_is_remote: bool = False  # OTLP flags: the parent lives in another service (a local root)
+
+    @property
+    def is_local_root(self) -> bool:
+        """No parent, or a parent in another process (OTLP ``flags`` is-remote bits), or marked
+        complete by the application (attribute ``agentr.trace.complete`` = true)."""
+        return (
+            not self.parent_span_id
+            or self.parent_is_remote
+            or self.attributes.get("agentr.trace.complete") is True
+        )
 
     def to_data(self) -> dict[str, Any]:
         data = asdict(self)
@@ -232,6 +254,7 @@ def span_from_json(
         events=tuple(events),
         resource=dict(resource or {}),
         path=path,
+        parent_is_remote=bool(parent) and _remote_parent(span.get("flags")),
     )
 
 
@@ -329,6 +352,7 @@ def spans_from_protobuf(body: bytes) -> list[SpanRecord]:
                     ),
                     resource=resource,
                     path=path,
+                    parent_is_remote=bool(span.parent_span_id) and _remote_parent(span.flags),
                 )
                 check_storable(record)
                 out.append(record)

@@ -150,7 +150,14 @@ def test_opentelemetry_sdk_exporter_protobuf_to_live_serve(served: str) -> None:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
-    from opentelemetry.trace import Status, StatusCode
+    from opentelemetry.trace import (
+        NonRecordingSpan,
+        SpanContext,
+        Status,
+        StatusCode,
+        TraceFlags,
+        set_span_in_context,
+    )
 
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
     project = httpx.post(f"{served}/v1/projects", json={"name": "otel-sdk"}, headers=admin).json()[
@@ -200,8 +207,29 @@ def test_opentelemetry_sdk_exporter_protobuf_to_live_serve(served: str) -> None:
             chat.set_attribute("gen_ai.output.messages", json.dumps([answer]))
         root.set_status(Status(StatusCode.ERROR, "task failed"))
         trace_hex = format(root.get_span_context().trace_id, "032x")
+    # an agent called by another service: its local root has a REMOTE parent (W3C traceparent)
+    upstream = SpanContext(
+        trace_id=0x4BF92F3577B34DA6A3CE929D0E0E4736,
+        span_id=0x00F067AA0BA902B7,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    with tracer.start_as_current_span(
+        "invoke_agent", context=set_span_in_context(NonRecordingSpan(upstream))
+    ) as agent:
+        agent.set_attribute("agentr.outcome", "success")
+        with tracer.start_as_current_span("chat m") as chat:
+            chat.set_attribute("gen_ai.input.messages", json.dumps([user]))
+            chat.set_attribute("gen_ai.output.messages", json.dumps([answer]))
     provider.shutdown()
-    assert results == [SpanExportResult.SUCCESS] * 4  # 3 children buffered, then the root
+    assert results == [SpanExportResult.SUCCESS] * 6  # children buffered, then each local root
+    remote_parent = httpx.get(
+        f"{served}/v1/traces/{otlp_trace_id(project, '4bf92f3577b34da6a3ce929d0e0e4736')}",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert remote_parent.status_code == 200 and remote_parent.json()["outcome"] == "success", (
+        remote_parent.text
+    )
 
     trace_id = otlp_trace_id(project, trace_hex)
     got = httpx.get(f"{served}/v1/traces/{trace_id}", headers={"Authorization": f"Bearer {key}"})

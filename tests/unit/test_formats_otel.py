@@ -559,3 +559,20 @@ def test_sharegpt_llama_factory_function_calls_and_tools() -> None:
     }
     with pytest.raises(TraceFormatError, match=r"conversations\[1\].value: not valid JSON .*send \{\"name\""):
         parse_traces([bad], "sharegpt")
+
+
+def test_local_roots_and_parent_cycles() -> None:
+    from core.formats.import_otel import ordered
+    from core.formats.otlp import spans_from_otlp_json
+
+    remote = span(TRACE_A, "a1", "up", "invoke_agent", 0, {}, flags=0x300)  # parent in another service
+    local_child = span(TRACE_A, "c1", "a1", "chat", 1, {})
+    unknown_flag = span(TRACE_A, "c2", "zz", "chat", 2, {}, flags=0x100)  # is-remote known, not set
+    marked = span(TRACE_A, "c3", "zz", "chat", 3, {"agentr.trace.complete": True})
+    records = spans_from_otlp_json(export(remote, local_child, unknown_flag, marked))
+    assert [r.is_local_root for r in records] == [True, False, False, True]
+    # a parent cycle (a corrupt export) still yields every span, in the order sent
+    x = span(TRACE_A, "x", "y", "chat", None, {})
+    y = span(TRACE_A, "y", "x", "chat", None, {})
+    cyc = spans_from_otlp_json(export(x, y))
+    assert [s.span_id for s in ordered(cyc)] == [s.span_id for s in cyc]
