@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from api.schemas import _Strict
+from api.schemas import Timestamp, _Strict
 from core.domain.trace_datasets import MAX_SAMPLES, DatasetQuery
 
 DatasetFormat = Literal["openai", "sharegpt", "parquet", "samples"]
@@ -35,10 +35,10 @@ class DatasetQueryIn(_Strict):
         description="traces: samples made from production traces; runs: samples made by a run's search.",
     )
     task_keys: list[Key] = Field(default_factory=list, max_length=1000, description="Only these task keys.")
-    since: datetime | None = Field(
+    since: Timestamp | None = Field(
         default=None, description="Only samples whose event was recorded at or after this time."
     )
-    until: datetime | None = Field(
+    until: Timestamp | None = Field(
         default=None, description="Only samples whose event was recorded before this time."
     )
     run_ids: list[Id] = Field(

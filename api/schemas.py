@@ -8,10 +8,19 @@ RunRequested carries. Unknown fields are rejected everywhere, so a typo is a 422
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from core.domain.config import LAUNCH_KEYS, RunConfig, launch_problem
 
@@ -21,6 +30,29 @@ ExportFormat = Literal["openai", "sharegpt", "parquet"]
 
 
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
+
+
+def _rfc3339_text(value: Any) -> Any:
+    # pydantic would read a number (or numeric text such as "0.5") as Unix seconds: refuse it,
+    # so what is accepted is what the document says (format: date-time).
+    if isinstance(value, bool | int | float) or (isinstance(value, str) and not _DATE_START.match(value)):
+        raise ValueError("expected an RFC 3339 date-time such as 2026-01-31T12:00:00Z")
+    return value
+
+
+def _in_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        return value
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-05:00: past what a timestamp column holds
+        raise ValueError("date-time out of range once converted to UTC") from None
+
+
+_DATE_START = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]")
+Timestamp = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_in_utc)]
+"""A date-time given as RFC 3339 text (not Unix seconds), normalised to UTC; use for every
+timestamp the API accepts (query parameters and body fields)."""
 TaskId = Annotated[str, Field(min_length=1, max_length=1000, description="A task id of the environment.")]
 
 

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from api.dataset_schemas import TracePage, TraceSummaryOut
 from api.deps import ApiServices, Principal, require, services
 from api.pagination import cursor_param, keyset_page, limit_param
-from api.schemas import ERROR_RESPONSES, ID_PATTERN, PairOut, PairPage
+from api.schemas import ERROR_RESPONSES, ID_PATTERN, PairOut, PairPage, Timestamp
 from core.store.tables import pairs, traces
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
@@ -34,8 +34,8 @@ async def list_traces(
     ),
     status: str | None = Query(None, pattern="^[a-z_]{1,32}$", description="Only traces in this status."),
     source_format: str | None = Query(None, pattern="^[a-z0-9_-]{1,32}$", description="Only this format."),
-    since: datetime | None = Query(None, description="Only traces created at or after this time."),
-    until: datetime | None = Query(None, description="Only traces created before this time."),
+    since: Timestamp | None = Query(None, description="Only traces created at or after this time."),
+    until: Timestamp | None = Query(None, description="Only traces created before this time."),
     limit: int = Depends(limit_param),
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),

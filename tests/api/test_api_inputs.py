@@ -252,3 +252,13 @@ async def test_typed_train_and_evaluation_reach_the_run_as_sent(api: ApiHarness)
     assert run["config"]["train"] == {"epochs": 2.0, "lora": {"r": 4}}
     assert run["config"]["evaluation"] == {"prompt_budget": None, "max_steps": 5}
     assert run["config"]["critic"] == {"strategy": "rules"}
+
+
+@pytest.mark.parametrize("value", ["0.5", "1700000000", "9999-12-31T23:59:59-05:00", "yesterday"])
+async def test_timestamps_are_rfc3339_text_in_range(api: ApiHarness, value: str) -> None:
+    _project, key, _run = await _setup(api)
+    response = await api.client.get("/v1/traces", params={"until": value}, headers=key)
+    assert response.status_code == 422, response.text
+    assert response.json()["fields"][0]["field"] == "query.until"
+    ok = await api.client.get("/v1/traces", params={"since": "2026-01-01T00:00:00+14:00"}, headers=key)
+    assert ok.status_code == 200, ok.text
