@@ -357,3 +357,29 @@ def test_cli_uploads_an_otlp_file_and_sets_an_outcome(served: str, tmp_path: Pat
     assert (got["status"], got["external_id"]) == ("waiting_for_outcome", TRACE_A)
     assert run("traces", "set-outcome", trace_id, "0.25", *auth) == f"{trace_id}: failure (reward 0.25) set"
     assert "unchanged" in run("traces", "set-outcome", trace_id, "failure", *auth)
+
+
+async def test_legacy_function_calls_over_the_api(api: ApiHarness) -> None:
+    from tests.unit.test_formats_otel import LEGACY
+
+    _, key = await _ingest_key(api)
+    no_functions = {k: v for k, v in LEGACY.items() if k != "functions"}
+    refused = await api.client.post(
+        "/v1/traces", json={"format": "openai", "traces": [no_functions]}, headers=key
+    )
+    assert refused.status_code == 422, refused.text
+    (field,) = refused.json()["fields"]
+    assert field["field"] == "body.traces[0].messages[1].function_call"
+    assert "send tool_calls" in field["message"] and "format=openai-legacy" in field["message"]
+    accepted = await api.client.post(
+        "/v1/traces", json={"format": "openai-legacy", "traces": [LEGACY]}, headers=key
+    )
+    assert accepted.status_code == 202, accepted.text
+    (trace_id,) = accepted.json()["trace_ids"]
+    got = (await api.client.get(f"/v1/traces/{trace_id}", headers=key)).json()
+    call = got["trajectory"]["steps"][0]
+    assert call["kind"] == "tool" and call["tool_results"][0]["content"] == "500 Internal Server Error"
+    # the same batch as OTLP/JSON inside format otel, with the outcome as {success, reward}
+    otel = {"outcome": {"success": False, "reward": 0.0}, **export(*agent_trace())}
+    accepted = await api.client.post("/v1/traces", json={"format": "otel", "traces": [otel]}, headers=key)
+    assert accepted.status_code == 202, accepted.text
