@@ -103,14 +103,17 @@ _KIND_NAMES: dict[type, str] = {list: "a list", dict: "an object", str: "a strin
 def require(obj: Any, key: str, path: str, kind: type | tuple[type, ...]) -> Any:
     if not isinstance(obj, dict):
         raise TraceFormatError(path, f"expected an object, got {type(obj).__name__}")
-    kinds = (kind,) if isinstance(kind, type) else kind
-    wanted = " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
     if key not in obj:
-        raise TraceFormatError(f"{path}.{key}", f"missing (send {wanted})")
+        raise TraceFormatError(f"{path}.{key}", f"missing (send {_wanted(kind)})")
     value = obj[key]
     if not isinstance(value, kind):
-        raise TraceFormatError(f"{path}.{key}", f"expected {wanted}, got {type(value).__name__}")
+        raise TraceFormatError(f"{path}.{key}", f"expected {_wanted(kind)}, got {type(value).__name__}")
     return value
+
+
+def _wanted(kind: type | tuple[type, ...]) -> str:
+    kinds = (kind,) if isinstance(kind, type) else kind
+    return " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
 
 
 def split_react(text: str) -> tuple[str, str]:

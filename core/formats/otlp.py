@@ -21,7 +21,7 @@ import base64
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from core.formats.importing import TraceFormatError, require
@@ -78,7 +78,8 @@ class SpanRecord:
         )
 
     def to_data(self) -> dict[str, Any]:
-        data = asdict(self)
+        """JSON-ready fields (a shallow copy: the decoded values already are plain JSON values)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["events"] = list(self.events)
         return data
 
@@ -377,9 +378,8 @@ def _nul_path(value: Any, path: str) -> str | None:
 
 def check_storable(span: SpanRecord) -> None:
     """Refuse text PostgreSQL cannot store (a NUL character), naming where it is."""
-    data = span.to_data()
     for key in ("name", "status_message", "attributes", "events", "resource"):
-        found = _nul_path(data[key], f"{span.path}.{key}")
+        found = _nul_path(getattr(span, key), f"{span.path}.{key}")
         if found:
             raise TraceFormatError(
                 found, "holds a NUL character (\\u0000), which cannot be stored: remove it"
