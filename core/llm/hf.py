@@ -28,47 +28,35 @@ go through one more small pass. A label's score is the sum of the log-probabilit
 
 All torch work runs in a worker thread (``asyncio.to_thread``) under a lock, so the event loop stays
 responsive and the model is used by one call at a time.
+
+This module owns the policy itself (loading, rendering, the Policy port's argument checks); the
+torch work lives in ``core.llm.hf_decoding`` (decoding loop) and ``core.llm.hf_scoring`` (label and
+prompt log-probabilities), which ``HFPolicy`` inherits; ``Sample`` and ``PromptLogprobs`` are
+re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import logging
 import random
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.llm.chat_template import hf_messages
+from core.llm.hf_decoding import Sample
 from core.llm.hf_folder import check_folder, resolve_dtype, weights_fingerprint
+from core.llm.hf_scoring import HFScoring, PromptLogprobs
 from core.llm.ports import Completion, Conversation, PolicyError, Seeds, conversation_seeds
 
+__all__ = ["HFPolicy", "PromptLogprobs", "Sample"]
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class PromptLogprobs:
-    """Per-token log-probabilities of a text under the model (first token has none)."""
-
-    tokens: list[str]
-    token_logprobs: list[float | None]
-    text_offsets: list[int]
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One generated sample with the detail the HTTP server reports (token ids, top alternatives)."""
-
-    completion: Completion
-    token_ids: list[int]
-    top: list[list[tuple[int, float]]]  # per generated token: (token id, raw log-prob), best first
-    end: tuple[int, float, list[tuple[int, float]]] | None = None  # end-of-turn token, its log-prob, top
-
-
-class HFPolicy:
+class HFPolicy(HFScoring):
     """Policy over a local transformers model folder; build with :meth:`from_folder`."""
 
     def __init__(
@@ -147,7 +135,7 @@ class HFPolicy:
     # ----------------------------------------------------------------------------- rendering
     def render(self, conversation: Conversation) -> str:
         """The chat-template text for ``conversation`` followed by the assistant generation prompt."""
-        messages = [{"role": m.role, "content": m.content} for m in conversation]
+        messages = hf_messages(conversation)  # tool calls / tool messages in the template's own shape
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return str(text)
 
@@ -257,231 +245,3 @@ class HFPolicy:
 
     async def close(self) -> None:
         return None
-
-    # ----------------------------------------------------------------------------- torch work
-    def _left_pad(self, sequences: Sequence[Sequence[int]]) -> tuple[Any, Any, Any]:
-        torch = self._torch
-        width = max(len(s) for s in sequences)
-        ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(sequences), width), dtype=torch.long)
-        for row, seq in enumerate(sequences):
-            if seq:
-                ids[row, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
-                mask[row, width - len(seq) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        return ids.to(self.device), mask.to(self.device), positions.to(self.device)
-
-    def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any, keep: int) -> tuple[Any, Any]:
-        kwargs = {self._cache_kw: cache}
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=keep,
-            **kwargs,
-        )
-        new_cache = getattr(out, "cache", None)
-        if new_cache is None:
-            new_cache = getattr(out, "past_key_values", None)
-        return out.logits, new_cache
-
-    def _sample_blocking(
-        self,
-        encoded: list[list[int]],
-        n: int,
-        temperature: float,
-        max_tokens: int,
-        seeds: list[int],
-        stop: tuple[str, ...],
-        want_logprobs: bool,
-        top_logprobs: int,
-    ) -> list[list[Sample]]:
-        per_chunk = 1 if self.batch_invariant else max(1, self.max_batch_rows // n)
-        results: list[list[Sample]] = []
-        with self._lock, self._torch.inference_mode():
-            for start in range(0, len(encoded), per_chunk):
-                chunk = encoded[start : start + per_chunk]
-                results.extend(
-                    self._decode_chunk(
-                        chunk,
-                        seeds[start : start + per_chunk],
-                        n,
-                        temperature,
-                        max_tokens,
-                        stop,
-                        want_logprobs,
-                        top_logprobs,
-                    )
-                )
-        return results
-
-    def _decode_chunk(
-        self,
-        prompts: list[list[int]],
-        seeds: list[int],
-        n: int,
-        temperature: float,
-        max_tokens: int,
-        stop: tuple[str, ...],
-        want_logprobs: bool,
-        top_logprobs: int,
-    ) -> list[list[Sample]]:
-        torch = self._torch
-        from transformers import DynamicCache
-
-        generators = []
-        for s in seeds:
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(s)
-            generators.append(gen)
-        ids, mask, positions = self._left_pad(prompts)
-        cache = DynamicCache()
-        logits, cache = self._forward(ids, mask, positions, cache, keep=1)
-        rows = len(prompts) * n
-        if n > 1:  # prefix reuse: one prefill per prompt, its cache repeated for the n samples
-            cache.batch_repeat_interleave(n)
-            mask = mask.repeat_interleave(n, dim=0)
-            positions = positions.repeat_interleave(n, dim=0)
-            logits = logits.repeat_interleave(n, dim=0)
-        next_position = positions[:, -1:] + 1
-        generated: list[list[int]] = [[] for _ in range(rows)]
-        token_logprobs: list[list[float]] = [[] for _ in range(rows)]
-        tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(rows)]
-        ends: list[tuple[int, float, list[tuple[int, float]]] | None] = [None] * rows
-        texts: list[str | None] = [None] * rows  # set when a stop string ended the row
-        finish = ["length"] * rows
-        done = [False] * rows
-        for _ in range(max_tokens):
-            step_logits = logits[:, -1, :].float()
-            if temperature == 0:
-                chosen = step_logits.argmax(dim=-1)
-            else:
-                probs = torch.softmax(step_logits / temperature, dim=-1)
-                draws = [
-                    torch.multinomial(probs[p * n : (p + 1) * n], 1, generator=generators[p]).squeeze(-1)
-                    for p in range(len(prompts))
-                ]
-                chosen = torch.cat(draws)
-            all_logprobs = torch.log_softmax(step_logits, dim=-1)
-            raw_logprobs = all_logprobs.gather(-1, chosen[:, None]).squeeze(-1)
-            chosen_list = chosen.tolist()
-            lp_list = raw_logprobs.tolist()
-            step_top: list[list[tuple[int, float]]] = [[] for _ in range(rows)]
-            if top_logprobs > 0:
-                values, indices = all_logprobs.topk(min(top_logprobs, all_logprobs.shape[-1]), dim=-1)
-                step_top = [
-                    list(zip(i_row, v_row, strict=True))
-                    for i_row, v_row in zip(indices.tolist(), values.tolist(), strict=True)
-                ]
-            for row in range(rows):
-                if done[row]:
-                    continue
-                token = chosen_list[row]
-                if token in self.eos_ids:
-                    done[row], finish[row] = True, "stop"
-                    ends[row] = (token, lp_list[row], step_top[row])
-                    continue
-                generated[row].append(token)
-                token_logprobs[row].append(lp_list[row])
-                tops[row].append(step_top[row])
-                if stop:
-                    text = self.tokenizer.decode(generated[row], skip_special_tokens=True)
-                    cut = min((text.find(s) for s in stop if s in text), default=-1)
-                    if cut >= 0:
-                        texts[row], done[row], finish[row] = text[:cut], True, "stop"
-            if all(done):
-                break
-            feed = chosen.clone()
-            for row in range(rows):
-                if done[row]:
-                    feed[row] = self.pad_id
-            mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=mask.device)], dim=1)
-            logits, cache = self._forward(feed[:, None], mask, next_position, cache, keep=1)
-            next_position = next_position + 1
-        out: list[list[Sample]] = []
-        for p in range(len(prompts)):
-            samples = []
-            for row in range(p * n, (p + 1) * n):
-                text = texts[row]
-                if text is None:
-                    text = self.tokenizer.decode(generated[row], skip_special_tokens=True)
-                completion = Completion(
-                    text=text,
-                    tokens=len(generated[row]),
-                    finish_reason=finish[row],
-                    logprobs=tuple(token_logprobs[row]) if want_logprobs else None,
-                )
-                samples.append(Sample(completion, generated[row], tops[row], ends[row]))
-            out.append(samples)
-        return out
-
-    def _score_all(self, prompts: list[list[int]], label_ids: list[list[int]]) -> list[list[float]]:
-        if not self.batch_invariant:
-            return self._score_blocking(prompts, label_ids)
-        return [row for prompt in prompts for row in self._score_blocking([prompt], label_ids)]
-
-    def _score_blocking(self, prompts: list[list[int]], label_ids: list[list[int]]) -> list[list[float]]:
-        torch = self._torch
-        from transformers import DynamicCache
-
-        n_labels = len(label_ids)
-        longest = max(len(label) for label in label_ids)
-        with self._lock, torch.inference_mode():
-            # 1. prefill every conversation once; its last position predicts each label's first token
-            ids, mask, positions = self._left_pad(prompts)
-            last_logits, cache = self._forward(ids, mask, positions, DynamicCache(), keep=1)
-            first = torch.log_softmax(last_logits[:, -1, :].float(), dim=-1).repeat_interleave(
-                n_labels, dim=0
-            )
-            rows = len(prompts) * n_labels
-            label_tokens = [label_ids[row % n_labels] for row in range(rows)]
-            rest: Any = None
-            if longest > 1:
-                # 2. the cache repeated once per label; all labels' tokens (right-padded) in one more pass
-                cache.batch_repeat_interleave(n_labels)
-                feed = torch.full((rows, longest), self.pad_id, dtype=torch.long, device=self.device)
-                feed_mask = torch.zeros((rows, longest), dtype=mask.dtype, device=self.device)
-                for row, label in enumerate(label_tokens):
-                    feed[row, : len(label)] = torch.tensor(label, device=self.device)
-                    feed_mask[row, : len(label)] = 1
-                full_mask = torch.cat([mask.repeat_interleave(n_labels, dim=0), feed_mask], dim=1)
-                steps = torch.arange(1, longest + 1, device=self.device)[None, :]
-                label_positions = positions[:, -1:].repeat_interleave(n_labels, dim=0) + steps
-                logits, _ = self._forward(feed, full_mask, label_positions, cache, keep=0)
-                rest = torch.log_softmax(logits.float(), dim=-1)  # (rows, longest, vocab)
-            flat: list[float] = []
-            for row, label in enumerate(label_tokens):
-                total = first[row, label[0]]
-                if len(label) > 1:
-                    targets = torch.tensor(label[1:], device=self.device)
-                    total = total + rest[row, : len(label) - 1, :].gather(-1, targets[:, None]).sum()
-                flat.append(float(total))
-        return [flat[p * n_labels : (p + 1) * n_labels] for p in range(len(prompts))]
-
-    def _prompt_logprobs_blocking(self, texts: list[str | Sequence[int]]) -> list[PromptLogprobs]:
-        torch = self._torch
-        results: list[PromptLogprobs] = []
-        with self._lock, torch.inference_mode():
-            for text in texts:
-                if isinstance(text, str):
-                    enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-                    ids = list(enc["input_ids"])
-                    offsets = [int(start) for start, _ in enc["offset_mapping"]]
-                    tokens = [self.tokenizer.decode([t]) for t in ids]
-                else:
-                    ids = [int(t) for t in text]
-                    tokens = [self.tokenizer.decode([t]) for t in ids]
-                    offsets = [0, *itertools.accumulate(len(piece) for piece in tokens)][: len(tokens)]
-                if any(not 0 <= t < self.model.config.vocab_size for t in ids):
-                    top = self.model.config.vocab_size - 1
-                    raise PolicyError(f"token ids outside the vocabulary (0..{top})")
-                if not ids:
-                    results.append(PromptLogprobs([], [], []))
-                    continue
-                tensor = torch.tensor([ids], device=self.device)
-                logits = self.model(input_ids=tensor, use_cache=False).logits.float()
-                lps = torch.log_softmax(logits[0, :-1], dim=-1).gather(-1, tensor[0, 1:, None]).squeeze(-1)
-                token_lps: list[float | None] = [None, *[float(x) for x in lps.tolist()]]
-                results.append(PromptLogprobs(tokens, token_lps, offsets))
-        return results

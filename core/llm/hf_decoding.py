@@ -1,0 +1,195 @@
+"""Owns the hf backend's decoding loop: left padding, the cached forward pass, and sampling over the
+KV cache with prefix reuse and per-prompt generators (see core/llm/hf.py's docstring for the
+determinism and batch-invariance rules). ``HFPolicy`` inherits it; nothing else should."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core.llm.ports import Completion
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One generated sample with the detail the HTTP server reports (token ids, top alternatives)."""
+
+    completion: Completion
+    token_ids: list[int]
+    top: list[list[tuple[int, float]]]  # per generated token: (token id, raw log-prob), best first
+    end: tuple[int, float, list[tuple[int, float]]] | None = None  # end-of-turn token, its log-prob, top
+
+
+class HFDecoding:
+    """The torch side of ``HFPolicy.generate`` (mixin: needs the attributes HFPolicy sets)."""
+
+    # set by HFPolicy.__init__
+    _torch: Any
+    model: Any
+    tokenizer: Any
+    device: Any
+    pad_id: int
+    eos_ids: set[int]
+    batch_invariant: bool
+    max_batch_rows: int
+    _lock: threading.Lock
+    _cache_kw: str
+
+    def _left_pad(self, sequences: Sequence[Sequence[int]]) -> tuple[Any, Any, Any]:
+        torch = self._torch
+        width = max(len(s) for s in sequences)
+        ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, seq in enumerate(sequences):
+            if seq:
+                ids[row, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
+                mask[row, width - len(seq) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        return ids.to(self.device), mask.to(self.device), positions.to(self.device)
+
+    def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any, keep: int) -> tuple[Any, Any]:
+        kwargs = {self._cache_kw: cache}
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=keep,
+            **kwargs,
+        )
+        new_cache = getattr(out, "cache", None)
+        if new_cache is None:
+            new_cache = getattr(out, "past_key_values", None)
+        return out.logits, new_cache
+
+    def _sample_blocking(
+        self,
+        encoded: list[list[int]],
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        seeds: list[int],
+        stop: tuple[str, ...],
+        want_logprobs: bool,
+        top_logprobs: int,
+    ) -> list[list[Sample]]:
+        per_chunk = 1 if self.batch_invariant else max(1, self.max_batch_rows // n)
+        results: list[list[Sample]] = []
+        with self._lock, self._torch.inference_mode():
+            for start in range(0, len(encoded), per_chunk):
+                chunk = encoded[start : start + per_chunk]
+                results.extend(
+                    self._decode_chunk(
+                        chunk,
+                        seeds[start : start + per_chunk],
+                        n,
+                        temperature,
+                        max_tokens,
+                        stop,
+                        want_logprobs,
+                        top_logprobs,
+                    )
+                )
+        return results
+
+    def _decode_chunk(
+        self,
+        prompts: list[list[int]],
+        seeds: list[int],
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        stop: tuple[str, ...],
+        want_logprobs: bool,
+        top_logprobs: int,
+    ) -> list[list[Sample]]:
+        torch = self._torch
+        from transformers import DynamicCache
+
+        generators = []
+        for s in seeds:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(s)
+            generators.append(gen)
+        ids, mask, positions = self._left_pad(prompts)
+        cache = DynamicCache()
+        logits, cache = self._forward(ids, mask, positions, cache, keep=1)
+        rows = len(prompts) * n
+        if n > 1:  # prefix reuse: one prefill per prompt, its cache repeated for the n samples
+            cache.batch_repeat_interleave(n)
+            mask = mask.repeat_interleave(n, dim=0)
+            positions = positions.repeat_interleave(n, dim=0)
+            logits = logits.repeat_interleave(n, dim=0)
+        next_position = positions[:, -1:] + 1
+        generated: list[list[int]] = [[] for _ in range(rows)]
+        token_logprobs: list[list[float]] = [[] for _ in range(rows)]
+        tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(rows)]
+        ends: list[tuple[int, float, list[tuple[int, float]]] | None] = [None] * rows
+        texts: list[str | None] = [None] * rows  # set when a stop string ended the row
+        finish = ["length"] * rows
+        done = [False] * rows
+        for _ in range(max_tokens):
+            step_logits = logits[:, -1, :].float()
+            if temperature == 0:
+                chosen = step_logits.argmax(dim=-1)
+            else:
+                probs = torch.softmax(step_logits / temperature, dim=-1)
+                draws = [
+                    torch.multinomial(probs[p * n : (p + 1) * n], 1, generator=generators[p]).squeeze(-1)
+                    for p in range(len(prompts))
+                ]
+                chosen = torch.cat(draws)
+            all_logprobs = torch.log_softmax(step_logits, dim=-1)
+            raw_logprobs = all_logprobs.gather(-1, chosen[:, None]).squeeze(-1)
+            chosen_list = chosen.tolist()
+            lp_list = raw_logprobs.tolist()
+            step_top: list[list[tuple[int, float]]] = [[] for _ in range(rows)]
+            if top_logprobs > 0:
+                values, indices = all_logprobs.topk(min(top_logprobs, all_logprobs.shape[-1]), dim=-1)
+                step_top = [
+                    list(zip(i_row, v_row, strict=True))
+                    for i_row, v_row in zip(indices.tolist(), values.tolist(), strict=True)
+                ]
+            for row in range(rows):
+                if done[row]:
+                    continue
+                token = chosen_list[row]
+                if token in self.eos_ids:
+                    done[row], finish[row] = True, "stop"
+                    ends[row] = (token, lp_list[row], step_top[row])
+                    continue
+                generated[row].append(token)
+                token_logprobs[row].append(lp_list[row])
+                tops[row].append(step_top[row])
+                if stop:
+                    text = self.tokenizer.decode(generated[row], skip_special_tokens=True)
+                    cut = min((text.find(s) for s in stop if s in text), default=-1)
+                    if cut >= 0:
+                        texts[row], done[row], finish[row] = text[:cut], True, "stop"
+            if all(done):
+                break
+            feed = chosen.clone()
+            for row in range(rows):
+                if done[row]:
+                    feed[row] = self.pad_id
+            mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=mask.device)], dim=1)
+            logits, cache = self._forward(feed[:, None], mask, next_position, cache, keep=1)
+            next_position = next_position + 1
+        out: list[list[Sample]] = []
+        for p in range(len(prompts)):
+            samples = []
+            for row in range(p * n, (p + 1) * n):
+                text = texts[row]
+                if text is None:
+                    text = self.tokenizer.decode(generated[row], skip_special_tokens=True)
+                completion = Completion(
+                    text=text,
+                    tokens=len(generated[row]),
+                    finish_reason=finish[row],
+                    logprobs=tuple(token_logprobs[row]) if want_logprobs else None,
+                )
+                samples.append(Sample(completion, generated[row], tops[row], ends[row]))
+            out.append(samples)
+        return out
