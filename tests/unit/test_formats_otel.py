@@ -576,3 +576,13 @@ def test_local_roots_and_parent_cycles() -> None:
     y = span(TRACE_A, "y", "x", "chat", None, {})
     cyc = spans_from_otlp_json(export(x, y))
     assert [s.span_id for s in ordered(cyc)] == [s.span_id for s in cyc]
+
+
+def test_system_instructions_in_either_spelling_and_as_plain_text() -> None:
+    for key, value in [
+        ("gen_ai.system.instructions", [text(SYSTEM)]),
+        ("gen_ai.system_instructions", SYSTEM),  # plain text, not a parts list
+    ]:
+        attrs = {key: value, "gen_ai.input.messages": [USER], "gen_ai.output.messages": [FINAL]}
+        (trace,) = parse_traces(export(span(TRACE_A, "c1", "", "chat", 1, attrs)), "otlp")
+        assert trace.trajectory.instruction == SYSTEM, key
