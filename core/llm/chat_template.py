@@ -131,7 +131,7 @@ def _render_generation(
     try:
         rendered, spans = render_jinja_template(  # type: ignore[misc,str-unpack]
             conversations=[messages],
-            tools=tools,
+            tools=tools,  # type: ignore[arg-type]
             chat_template=template,
             return_assistant_tokens_mask=True,
             **tokenizer.special_tokens_map,
