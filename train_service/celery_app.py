@@ -66,18 +66,39 @@ def run_train_iteration(
     out_dir: str,
     config: dict[str, Any] | None = None,
     launch: dict[str, Any] | None = None,
+    method: str = "sft",
     should_stop: Callable[[], bool] | None = None,
     on_step: Callable[[int, int, float | None], None] | None = None,
 ) -> dict[str, Any]:
     """Train one iteration (the task body; also what single-process mode calls directly).
 
     ``launch`` (``train_service.launcher.LaunchSettings`` as a dict) picks inline training or a
-    torchrun process group that runs this same function on every rank.
+    torchrun process group that runs this same function on every rank. ``method`` (``train.method``):
+    ``sft``, or ``dpo`` / ``archer`` (``train_service.methods.run_method``, inline only).
     """
     from train_service.launcher import LaunchSettings, launch_torchrun
     from train_service.sft import SFTConfig, train_sft
 
     settings = LaunchSettings.from_data(launch)
+    if method != "sft":
+        if settings.launcher != "inline":
+            raise ValueError(
+                f"train.method {method!r} trains in one process: train.launcher must be 'inline'"
+            )
+        from train_service.methods import run_method
+
+        return run_method(
+            method,
+            run_id=run_id,
+            iteration=iteration,
+            dataset_id=dataset_id,
+            dataset_path=dataset_path,
+            model_path=model_path,
+            out_dir=out_dir,
+            config=config or {},
+            should_stop=should_stop,
+            on_step=on_step,
+        )
     cfg = SFTConfig.from_dict(config or {})  # bad fields fail here, before any process starts
     if settings.launcher == "torchrun":
         job = {
@@ -229,6 +250,7 @@ def submit_training(
     config: dict[str, Any] | None = None,
     launch: dict[str, Any] | None = None,
     task_id: str | None = None,
+    method: str = "sft",
 ) -> AsyncResult:
     """Queue a training job on the ``train`` queue; ``task_id`` (e.g. derived from the dataset)
     makes a resubmission of the same iteration recognisable."""
@@ -243,6 +265,7 @@ def submit_training(
             "out_dir": out_dir,
             "config": config or {},
             "launch": launch or {},
+            "method": method,
         },
         queue=TRAIN_QUEUE,
         task_id=task_id,

@@ -241,10 +241,25 @@ class RunEffects:
             weights = state.config.train_weights(effect.model_ref)
         except ValueError as exc:
             return TrainingFailed(run_id, iteration, str(exc))
+        method = state.config.train_method()
         try:
-            dataset_path, summary = await self.write_dataset(state, iteration, effect.dataset_id)
+            if method == "sft":
+                dataset_path, summary = await self.write_dataset(state, iteration, effect.dataset_id)
+            else:  # dpo / archer: pairs or transitions from the log (train_service.methods)
+                from train_service.methods import write_method_dataset
+
+                dataset_path, summary = await write_method_dataset(
+                    self.store,
+                    self.run_dir(run_id) / "datasets",
+                    run_id,
+                    iteration,
+                    method,
+                    state.config.transition_settings(),
+                )
         except BadTrainingInput as exc:
             return TrainingFailed(run_id, iteration, str(exc))
+        except DatasetError as exc:
+            return TrainingFailed(run_id, iteration, f"train.method {method}: {exc}")
         out_dir = self.run_dir(run_id) / "checkpoints" / f"iter-{iteration}"
         kwargs: dict[str, Any] = {
             "run_id": run_id,
@@ -255,6 +270,7 @@ class RunEffects:
             "out_dir": str(out_dir),
             "config": state.config.sft_overrides(),
             "launch": state.config.launch_settings(),
+            "method": method,
         }
         log.info(
             "run %s iteration %d: training %s (model %s) on %s",

@@ -23,6 +23,47 @@ from core.domain.serde import from_dict, to_dict
 TRAIN_MODEL_PATH = "model_path"  # the key of RunConfig.train naming the local weights of a served model
 LAUNCH_KEYS = ("launcher", "nproc_per_node", "accelerate_config", "master_port")  # train.* launch settings
 LAUNCHERS = ("inline", "torchrun")
+TRAIN_METHODS = ("sft", "dpo", "archer")  # train.method: the learner of each iteration
+TRANSITIONS_KEY = "transitions"  # train.transitions: core.domain.transitions.TransitionConfig (archer)
+# the trainer fields of each method (its config dataclass: train_service.sft.SFTConfig,
+# train_service.dpo.DPOConfig, train_service.archer.ArcherConfig; a unit test keeps them in step)
+TRAINER_FIELDS: dict[str, tuple[str, ...]] = {
+    "sft": (
+        "epochs", "max_steps", "learning_rate", "lr_scheduler", "warmup", "weight_decay", "batch_size",
+        "grad_accumulation", "max_length", "packing", "pack_length", "seed", "bf16", "max_grad_norm",
+        "time_budget_s", "logging_steps", "lora",
+    ),
+    "dpo": (
+        "beta", "reference", "epochs", "max_steps", "learning_rate", "lr_scheduler", "warmup", "batch_size",
+        "grad_accumulation", "max_length", "seed", "bf16", "max_grad_norm", "time_budget_s", "logging_steps",
+    ),
+    "archer": (
+        "mode", "iterations", "warmup_iters", "critic_epochs", "actor_epochs", "batch_size",
+        "grad_accumulation", "gamma", "tau", "critic_lr", "actor_lr", "max_grad_norm", "expectile",
+        "actor_loss", "awr_beta", "awr_max_weight", "kl_coef", "temperature", "max_new_tokens",
+        "head_hidden", "max_state_tokens", "max_action_tokens", "max_length", "seed", "time_budget_s",
+    ),
+}  # fmt: skip
+
+
+def method_problem(train: dict[str, Any]) -> str | None:
+    """Why ``train``'s method settings are invalid, or None: an unknown ``method``, a field of
+    another method's trainer, ``transitions`` without archer, or archer under torchrun."""
+    method = train.get("method", "sft")
+    if method not in TRAIN_METHODS:
+        return f"train.method must be one of {', '.join(TRAIN_METHODS)}, got {method!r}"
+    others = {f for m, names in TRAINER_FIELDS.items() if m != method for f in names}
+    wrong = sorted((set(train) & others) - set(TRAINER_FIELDS[method]))
+    if wrong:
+        return (
+            f"train field(s) {wrong} do not apply to train.method {method!r}; its trainer takes "
+            f"{', '.join(TRAINER_FIELDS[method])}"
+        )
+    if TRANSITIONS_KEY in train and method != "archer":
+        return "train.transitions (the transition settings) only applies to train.method 'archer'"
+    if method != "sft" and train.get("launcher", "inline") != "inline":
+        return f"train.method {method!r} trains in one process: train.launcher must be 'inline'"
+    return None
 
 
 def launch_problem(data: dict[str, Any]) -> str | None:
@@ -102,7 +143,11 @@ class RunConfig:
     fine-tunes it, later iterations use (and load locally) the trained checkpoint folder. Required
     for a URL model unless ``data_only``; not allowed with a local ``model`` folder. Launch keys:
     ``launcher`` (``inline`` default | ``torchrun``), ``nproc_per_node`` (>= 1, torchrun),
-    ``accelerate_config`` (a DeepSpeed / FSDP accelerate config file, torchrun), ``master_port``."""
+    ``accelerate_config`` (a DeepSpeed / FSDP accelerate config file, torchrun), ``master_port``.
+    ``method``: ``sft`` (default, Agent-R SFT) | ``dpo`` (DPO at the divergence node,
+    train_service/dpo.py) | ``archer`` (ArCHer actor-critic on the trees' transitions,
+    train_service/archer.py); the other keys are that method's trainer fields (TRAINER_FIELDS);
+    ``transitions`` (archer): ``invalid_action_penalty``, ``include_open_edges``."""
     evaluation: dict[str, Any] = field(default_factory=dict)
     """Overrides of the evaluation (max_steps, max_tokens, recovery_episodes, baseline, ...)."""
     data_only: bool = False
@@ -117,6 +162,8 @@ class RunConfig:
     def training_problem(self) -> str | None:
         """Why this configuration cannot train as asked (checked at submission), or None."""
         if (problem := launch_problem(self.launch_settings())) is not None:
+            return problem
+        if (problem := method_problem(self.train)) is not None:
             return problem
         path = self.train.get(TRAIN_MODEL_PATH)
         if path is not None and (not isinstance(path, str) or not path.strip()):
@@ -150,8 +197,18 @@ class RunConfig:
         return path
 
     def sft_overrides(self) -> dict[str, Any]:
-        """``train`` without ``model_path`` and the launch keys: the SFT configuration proper."""
-        return {k: v for k, v in self.train.items() if k != TRAIN_MODEL_PATH and k not in LAUNCH_KEYS}
+        """``train`` without ``model_path``, ``method``, ``transitions`` and the launch keys: the
+        configuration of the method's trainer proper (SFTConfig, DPOConfig or ArcherConfig)."""
+        skip = {TRAIN_MODEL_PATH, "method", TRANSITIONS_KEY, *LAUNCH_KEYS}
+        return {k: v for k, v in self.train.items() if k not in skip}
+
+    def train_method(self) -> str:
+        """``train.method``: ``sft`` (default), ``dpo`` or ``archer``."""
+        return str(self.train.get("method", "sft"))
+
+    def transition_settings(self) -> dict[str, Any]:
+        """``train.transitions`` (core.domain.transitions.TransitionConfig fields) for archer."""
+        return dict(self.train.get(TRANSITIONS_KEY) or {})
 
     def launch_settings(self) -> dict[str, Any]:
         """``train``'s launch keys (``launcher`` inline | torchrun, ``nproc_per_node``,

@@ -1,0 +1,108 @@
+"""An `archer` run and a `dpo` run complete end to end in the embedded mode (SQLite, in-process bus):
+search with the warm-started tiny model of `agentr run --quick`, critic, splice, the method's dataset
+from the log (pairs / transitions + manifest), training through the same run state machine and
+training task, a checkpoint (weights + meta.json, ArCHer's critic beside them) and evaluation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.domain.events import ModelTrained
+from core.domain.ids import run_stream
+from tests.e2e.helpers import quick_tiny_model
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    _ref, config = quick_tiny_model(tmp_path_factory.getbasetemp() / "agentr-quick-home")
+    return dict(
+        config,
+        iterations=1,
+        max_eval_tasks=1,
+        evaluation={
+            "max_steps": 3,
+            "max_tokens": 24,
+            "recovery_episodes": 0,
+            "baseline": False,
+            "seen_tasks": False,
+        },
+        critic={"strategy": "direct"},
+        data_only=False,
+        seed=11,
+    )
+
+
+def _run(home: Path, config: dict[str, Any]) -> tuple[int, list[Any], str]:
+    from core.cli.embedded_run import embedded_settings, run_config
+    from core.store.factory import open_store
+
+    settings, resolved = embedded_settings(home)
+    code, run_id = run_config(settings, resolved, config, show_report=False)
+
+    async def events() -> list[Any]:
+        store = await open_store(settings.effective_database_url)
+        try:
+            return [r.event for r in await store.read_stream(run_stream(run_id))]
+        finally:
+            await store.close()
+
+    return code, asyncio.run(events()), run_id
+
+
+def test_dpo_run_completes(quick: dict[str, Any], tmp_path: Path) -> None:
+    train = {
+        "method": "dpo",
+        "max_steps": 2,
+        "batch_size": 2,
+        "learning_rate": 1e-4,
+        "warmup": 0,
+        "beta": 0.1,
+    }
+    code, events, run_id = _run(tmp_path / "home", dict(quick, train=train))
+    trained = [e for e in events if isinstance(e, ModelTrained)]
+    assert code == 0, events[-1]
+    assert len(trained) == 1 and trained[0].metrics["method"] == "dpo"
+    assert trained[0].metrics["dataset"]["pairs"] >= 1 and trained[0].metrics["steps"] == 2
+    meta = json.loads((Path(trained[0].checkpoint) / "meta.json").read_text())
+    assert meta["config"]["method"] == "dpo" and meta["config"]["beta"] == 0.1
+    data = tmp_path / "home" / "runs" / run_id / "datasets"
+    manifest = json.loads((data / "iter-0.dpo.manifest.json").read_text())
+    assert len(manifest["pair_ids"]) == trained[0].metrics["dataset"]["pairs"]
+    assert any(type(e).__name__ == "IterationEvaluated" for e in events)
+
+
+def test_archer_run_completes(quick: dict[str, Any], tmp_path: Path) -> None:
+    train = {
+        "method": "archer",
+        "iterations": 2,
+        "warmup_iters": 1,
+        "critic_epochs": 1,
+        "actor_epochs": 1,
+        "batch_size": 2,
+        "grad_accumulation": 1,
+        "head_hidden": 16,
+        "max_state_tokens": 128,
+        "max_length": 256,
+        "transitions": {"invalid_action_penalty": 0.1},
+    }
+    code, events, run_id = _run(tmp_path / "home", dict(quick, train=train))
+    trained = [e for e in events if isinstance(e, ModelTrained)]
+    assert code == 0, events[-1]
+    metrics = trained[0].metrics
+    assert metrics["method"] == "archer" and metrics["critic_updates"] == 2 and metrics["actor_updates"] == 1
+    assert metrics["dataset"]["transitions"] > 0 and metrics["dataset"]["done"] > 0
+    checkpoint = Path(trained[0].checkpoint)
+    assert (checkpoint / "meta.json").is_file() and (checkpoint / "critic" / "critic.safetensors").is_file()
+    manifest = json.loads(
+        (tmp_path / "home" / "runs" / run_id / "datasets" / "iter-0.transitions.manifest.json").read_text()
+    )
+    assert manifest["config"]["invalid_action_penalty"] == 0.1
+    assert len(manifest["transition_ids"]) == metrics["dataset"]["transitions"]
+    assert any(type(e).__name__ == "IterationEvaluated" for e in events)

@@ -1,0 +1,159 @@
+"""Owns ``train.method`` beyond SFT: each method's dataset from the event log and its trainer call.
+
+* ``dpo``: the iteration's pairs (``PairFound`` on each pair's stream, every pair of the run's
+  iteration, whatever the critic / splice later decided: the pair itself is the preference) ->
+  ``core.domain.preferences.preference_pair`` -> ``<run>/datasets/iter-<i>.dpo.jsonl`` +
+  manifest -> ``train_service.dpo.train_dpo``.
+* ``archer``: the iteration's completed trees (each tree's stream replayed into a ``SearchTree``)
+  -> ``core.domain.transitions.build_transitions`` with ``train.transitions`` ->
+  ``<run>/datasets/iter-<i>.transitions.jsonl`` + manifest -> ``train_service.archer.train_archer``.
+
+``write_method_dataset`` runs in the train service (it reads the store); ``run_method`` is what the
+training task (inline or Celery) calls with the file. The state machine, events (``ModelTrained`` /
+``TrainingFailed``), checkpoints (weights + ``meta.json``) and evaluation are SFT's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from core.domain.datasets import DatasetError
+from core.domain.events import PairFound, TreeStarted
+from core.domain.ids import pair_stream, tree_stream
+from core.domain.mcts import SearchTree
+from core.domain.preferences import PreferenceError, PreferencePair, preference_manifest, preference_pair
+from core.domain.transitions import TransitionConfig, TreeSource, build_transitions
+from train_service.rl_data import read_preference_pairs, read_transitions, write_records
+
+log = logging.getLogger(__name__)
+
+
+async def _pair_ids(store: Any, run_id: str, iteration: int) -> list[str]:
+    from sqlalchemy import select
+
+    from core.store.tables import pairs
+
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(
+            select(pairs.c.pair_id)
+            .where(pairs.c.run_id == run_id, pairs.c.iteration == iteration)
+            .order_by(pairs.c.pair_id)
+        )
+        return [r[0] for r in rows]
+
+
+async def _tree_ids(store: Any, run_id: str, iteration: int) -> list[str]:
+    from sqlalchemy import select
+
+    from core.store.tables import trees
+
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(
+            select(trees.c.tree_id)
+            .where(trees.c.run_id == run_id, trees.c.iteration == iteration, trees.c.status == "completed")
+            .order_by(trees.c.tree_id)
+        )
+        return [r[0] for r in rows]
+
+
+async def preference_pairs(
+    store: Any, run_id: str, iteration: int
+) -> tuple[list[PreferencePair], dict[str, str]]:
+    """The iteration's preference pairs and the pairs refused (id -> why)."""
+    found: list[PreferencePair] = []
+    refused: dict[str, str] = {}
+    for pair_id in await _pair_ids(store, run_id, iteration):
+        for recorded in await store.read_stream(pair_stream(pair_id)):
+            event = recorded.event
+            if isinstance(event, PairFound):
+                try:
+                    found.append(
+                        preference_pair(pair_id, event.bad, event.good, event.shared_steps, recorded.position)
+                    )
+                except PreferenceError as exc:
+                    refused[pair_id] = str(exc)
+                break
+    return found, refused
+
+
+async def tree_sources(store: Any, run_id: str, iteration: int) -> list[TreeSource]:
+    """The iteration's completed trees, rebuilt from their streams."""
+    out: list[TreeSource] = []
+    for tree_id in await _tree_ids(store, run_id, iteration):
+        recorded = await store.read_stream(tree_stream(tree_id))
+        events = [r.event for r in recorded]
+        started = next((e for e in events if isinstance(e, TreeStarted)), None)
+        if started is None:
+            continue
+        tree = SearchTree.from_events(events)
+        out.append(TreeSource(tree, started.task, started.instruction, recorded[-1].position))
+    return out
+
+
+async def write_method_dataset(
+    store: Any, folder: Path, run_id: str, iteration: int, method: str, transitions: dict[str, Any]
+) -> tuple[Path, dict[str, Any]]:
+    """The iteration's file for ``method`` and a summary of its manifest (``DatasetError`` when the
+    iteration has nothing for it: the run then records ``TrainingFailed`` with the message)."""
+    if method == "dpo":
+        pairs, refused = await preference_pairs(store, run_id, iteration)
+        ordered, manifest = preference_manifest(run_id, iteration, pairs, refused)
+        path = folder / f"iter-{iteration}.dpo.jsonl"
+        await asyncio.to_thread(write_records, path, ordered, manifest)
+        return path, {"content_id": manifest.dataset_id, "pairs": len(ordered), "pairs_refused": len(refused)}
+    if method == "archer":
+        cfg = TransitionConfig.from_dict(transitions)
+        built = build_transitions(
+            run_id=run_id, iteration=iteration, trees=await tree_sources(store, run_id, iteration), config=cfg
+        )
+        path = folder / f"iter-{iteration}.transitions.jsonl"
+        await asyncio.to_thread(write_records, path, built.transitions, built.manifest)
+        m = built.manifest
+        return path, {
+            "content_id": m.dataset_id,
+            "transitions": len(built.transitions),
+            "trees": len(m.sources),
+            "done": m.done,
+            "invalid": m.invalid,
+        }
+    raise DatasetError(f"train.method {method!r} has no dataset builder here")
+
+
+def run_method(
+    method: str,
+    *,
+    run_id: str | None,
+    iteration: int,
+    dataset_id: str,
+    dataset_path: str,
+    model_path: str,
+    out_dir: str,
+    config: dict[str, Any],
+    should_stop: Callable[[], bool] | None = None,
+    on_step: Callable[[int, int, float | None], None] | None = None,
+) -> dict[str, Any]:
+    """Train one iteration with ``method`` (dpo | archer) from its dataset file."""
+    common: dict[str, Any] = {
+        "iteration": iteration,
+        "dataset_id": dataset_id,
+        "run_id": run_id,
+        "should_stop": should_stop,
+        "on_step": on_step,
+    }
+    if method == "dpo":
+        from train_service.dpo import DPOConfig, train_dpo
+
+        dpo_cfg = DPOConfig.from_dict(config)  # bad fields fail before any model loads
+        report = train_dpo(model_path, read_preference_pairs(dataset_path), out_dir, dpo_cfg, **common)
+    elif method == "archer":
+        from train_service.archer import ArcherConfig, train_archer
+
+        archer_cfg = ArcherConfig.from_dict(config)
+        report = train_archer(model_path, read_transitions(dataset_path), out_dir, archer_cfg, **common)
+    else:
+        raise ValueError(f"train.method must be one of sft, dpo, archer, got {method!r}")
+    return {"checkpoint": str(report.checkpoint), "metrics": report.metrics, "reused": report.reused}
