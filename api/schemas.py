@@ -749,6 +749,12 @@ TraceBatchIn = Annotated[
 
 class TraceAccepted(BaseModel):
     trace_ids: list[str]
+    waiting_for_outcome: list[str] = Field(
+        default_factory=list,
+        description="The traces stored without an outcome: nothing is done with them until "
+        "PATCH /v1/traces/{id} (or PATCH /v1/traces) sets one.",
+    )
+    message: str = Field("", description="What happens next, in words.")
 
 
 class TraceOutcomeIn(_Strict):

@@ -76,16 +76,17 @@ def _decode(body: bytes, content_type: str, encoding: str, limit: int) -> tuple[
 
 
 def _answer(protobuf: bool, rejected: int, message: str) -> Response:
+    """ExportTraceServiceResponse; a message with 0 rejected spans is a warning (OTLP partial success)."""
     if protobuf:
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
         reply = ExportTraceServiceResponse()
-        if rejected:
+        if rejected or message:
             reply.partial_success.rejected_spans = rejected
             reply.partial_success.error_message = message
         return Response(reply.SerializeToString(), media_type=PROTOBUF)
     body: dict[str, Any] = {}
-    if rejected:
+    if rejected or message:
         body["partialSuccess"] = {"rejectedSpans": str(rejected), "errorMessage": message}
     return Response(json.dumps(body), media_type="application/json")
 
@@ -193,6 +194,11 @@ async def receive_traces(
                 source_format="otlp",
                 external_id=item.external_id,
             )
+            if item.outcome == "unknown":
+                reasons.append(
+                    f"trace {trace_hex} stored as {trace_id} without an outcome: it waits for PATCH "
+                    f"/v1/traces/{trace_id} (or an agentr.outcome attribute / root span status)"
+                )
             new_events.append(
                 new_event(
                     trace_stream(trace_id),

@@ -90,7 +90,16 @@ async def ingest_traces(
                 correlation_id=trace_id,
             )
         )
-    out = TraceAccepted(trace_ids=trace_ids).model_dump(mode="json")
+    waiting = [t for t, item in zip(trace_ids, imported, strict=True) if item.outcome == "unknown"]
+    message = f"{len(trace_ids) - len(waiting)} trace(s) with an outcome go on to the critic and splicer"
+    if waiting:
+        message += (
+            f"; {len(waiting)} without an outcome wait for one: PATCH /v1/traces/{{id}} "
+            '{"outcome": "success" | "failure" | reward} (or PATCH /v1/traces for many)'
+        )
+    out = TraceAccepted(trace_ids=trace_ids, waiting_for_outcome=waiting, message=message).model_dump(
+        mode="json"
+    )
     await append(svc, new_events, idem=idem, answer=(202, out))
     return out
 

@@ -94,6 +94,8 @@ async def test_outcome_set_later_by_patch_single_and_batch(api: ApiHarness) -> N
         "/v1/traces", json={"format": "openai", "traces": [trace, trace]}, headers=key
     )
     first, second = accepted.json()["trace_ids"]
+    assert accepted.json()["waiting_for_outcome"] == [first, second]
+    assert "2 without an outcome wait for one: PATCH /v1/traces/{id}" in accepted.json()["message"]
     waiting = (await api.client.get(f"/v1/traces/{first}", headers=key)).json()
     assert (waiting["outcome"], waiting["status"]) == ("unknown", "waiting_for_outcome")
 
@@ -383,3 +385,16 @@ async def test_legacy_function_calls_over_the_api(api: ApiHarness) -> None:
     otel = {"outcome": {"success": False, "reward": 0.0}, **export(*agent_trace())}
     accepted = await api.client.post("/v1/traces", json={"format": "otel", "traces": [otel]}, headers=key)
     assert accepted.status_code == 202, accepted.text
+
+
+async def test_a_trace_without_an_outcome_is_stored_with_a_warning(api: ApiHarness) -> None:
+    project, key = await _ingest_key(api)
+    answer = await api.client.post(ENDPOINT, json=export(*agent_trace(TRACE_A, root_status=0)), headers=key)
+    assert answer.status_code == 200, answer.text
+    warning = answer.json()["partialSuccess"]  # 0 rejected + a message: an OTLP partial-success warning
+    trace_id = otlp_trace_id(project, TRACE_A)
+    assert (
+        warning["rejectedSpans"] == "0"
+        and f"waits for PATCH /v1/traces/{trace_id}" in warning["errorMessage"]
+    )
+    assert (await _trace_rows(api))[0]["status"] == "waiting_for_outcome"
