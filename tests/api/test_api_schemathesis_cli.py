@@ -37,7 +37,7 @@ from tests.api.conftest import make_settings
 from tests.api.test_api_openapi_fuzz import _seed
 from tests.conftest import drop_pg_database, make_pg_database
 
-MAX_EXAMPLES = int(os.environ.get("AGENTR_SCHEMATHESIS_EXAMPLES", "15"))
+MAX_EXAMPLES = int(os.environ.get("AGENTR_SCHEMATHESIS_EXAMPLES", "10"))
 
 
 def _free_port() -> int:
