@@ -235,6 +235,17 @@ class LoraIn(_Strict):
     )
 
 
+class TransitionSettings(_Strict):
+    """archer: how the trees become transitions (core.domain.transitions.TransitionConfig)."""
+
+    invalid_action_penalty: float | None = Field(
+        None, ge=0, le=1, description="Subtracted from the reward of an action the environment rejected (0)."
+    )
+    include_open_edges: bool | None = Field(
+        None, description="Keep edges into never-expanded nodes (done false, bootstrapped; true)."
+    )
+
+
 class TrainSettings(_Strict):
     """Overrides of the SFT configuration (train_service.sft.SFTConfig); unset fields keep its
     defaults. To add a knob: add it here AND where the trainer reads it."""
@@ -277,6 +288,51 @@ class TrainSettings(_Strict):
         None, min_length=1, max_length=1000, description="An accelerate config file (DeepSpeed / FSDP)."
     )
     master_port: int | None = Field(None, ge=1, le=65535, description="torchrun rendezvous port.")
+    # train.method and the DPO / ArCHer trainer fields (train_service/dpo.py, train_service/archer.py);
+    # a field of another method's trainer is refused (core.domain.config.method_problem)
+    method: Literal["sft", "dpo", "archer"] | None = Field(
+        None, description="The learner: sft (Agent-R SFT, default), dpo (at the divergence node), archer."
+    )
+    beta: float | None = Field(
+        None, gt=0, le=100, description="dpo: KL strength of the implicit reward (0.1)."
+    )
+    reference: Literal["frozen", "none"] | None = Field(
+        None, description="dpo: frozen starting model as reference (default) or none (reference-free)."
+    )
+    mode: Literal["offline", "online"] | None = Field(
+        None, description="archer: offline (expectile V, AWR actor; default) or online (sampled actions)."
+    )
+    iterations: int | None = Field(None, ge=1, le=1_000_000, description="archer: rounds (40).")
+    warmup_iters: int | None = Field(None, ge=0, le=1_000_000, description="archer: critic-only rounds (20).")
+    critic_epochs: int | None = Field(
+        None, ge=0, le=10_000, description="archer: critic steps per round (5)."
+    )
+    actor_epochs: int | None = Field(None, ge=0, le=10_000, description="archer: actor steps per round (3).")
+    gamma: float | None = Field(None, ge=0, le=1, description="archer: discount per turn (0.95).")
+    tau: float | None = Field(None, gt=0, le=1, description="archer: Polyak rate of the target critic (0.1).")
+    critic_lr: float | None = Field(None, gt=0, le=1, description="archer: critic learning rate (1e-5).")
+    actor_lr: float | None = Field(None, gt=0, le=1, description="archer: actor learning rate (1e-6).")
+    expectile: float | None = Field(None, gt=0, lt=1, description="archer offline: V expectile (0.7).")
+    actor_loss: Literal["auto", "awr", "pg"] | None = Field(
+        None, description="archer: auto (awr offline, pg online), awr or pg."
+    )
+    awr_beta: float | None = Field(None, gt=0, le=100, description="archer: AWR inverse temperature (3).")
+    awr_max_weight: float | None = Field(None, gt=0, le=1e6, description="archer: AWR weight cap (100).")
+    kl_coef: float | None = Field(None, ge=0, le=100, description="archer: KL penalty to the start (0.05).")
+    temperature: float | None = Field(
+        None, gt=0, le=5, description="archer online: sampling temperature (1)."
+    )
+    max_new_tokens: int | None = Field(
+        None, ge=1, le=8192, description="archer online: tokens per action (32)."
+    )
+    head_hidden: int | None = Field(None, ge=1, le=65_536, description="archer: critic head width (1024).")
+    max_state_tokens: int | None = Field(
+        None, ge=8, le=1_048_576, description="archer: critic state tokens (512)."
+    )
+    max_action_tokens: int | None = Field(
+        None, ge=4, le=65_536, description="archer: critic action tokens (64)."
+    )
+    transitions: TransitionSettings | None = Field(None, description="archer: how transitions are read.")
 
     @model_validator(mode="after")
     def _launch_settings(self) -> TrainSettings:
