@@ -186,11 +186,21 @@ class SearchSettings(_Strict):
 class CriticSettings(_Strict):
     """Critic settings (critic_service.critic.CriticConfig)."""
 
-    strategy: Literal["model", "direct", "rules", "reflect"] = Field(
+    strategy: Literal["model", "direct", "rules", "reflect", "value"] = Field(
         "model",
         description="model: the actor judges each bad action (the paper); direct: the last action "
         "(Direct-Revision baseline); rules: invalid actions, loops and tool errors; reflect: the step "
-        "after which the actor finds a reflection most likely.",
+        "after which the actor finds a reflection most likely; value: the first step whose ArCHer "
+        "advantage is below value_threshold.",
+    )
+    value_threshold: float | None = Field(
+        None, ge=-1e6, le=1e6, description="value: t' is the first step with advantage below this (0)."
+    )
+    value_model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="value: an archer checkpoint folder holding critic/ (default: the iteration's actor).",
     )
     plan: Literal["auto", "prefix", "batched"] | None = Field(
         None, description="How `model` runs: auto (default), prefix reuse, or one batched call."

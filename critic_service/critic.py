@@ -18,6 +18,9 @@
   score is the mean over the templates of their mean log-probability per token; t' is the first step
   whose score is within ``reflect_margin`` of the best (``core.domain.critic.reflect_transition``;
   margin 0 = argmax). It never falls back: every path gets a t' from its own scores.
+- ``value``: ArCHer's advantage A = min Q - min V of each step after the divergence, from the critic
+  of an ``archer`` checkpoint (``critic.value_model``, else the actor's folder); t' is the first step
+  with A < ``value_threshold`` (fallback to the last action otherwise): critic_service/value_critic.py.
 - ``direct``: the Direct-Revision baseline (t' = the last action).
 - ``rules``: invalid-action observations, tool errors and action loops (core.domain.critic).
 
@@ -54,8 +57,8 @@ from core.llm.context import context_limit, fit_prompt
 from core.llm.ports import ContextWindow, Policy
 from core.llm.prompts import JUDGE_QUESTION, build_messages
 
-Strategy = Literal["model", "direct", "rules", "reflect"]
-STRATEGIES: tuple[Strategy, ...] = ("model", "direct", "rules", "reflect")
+Strategy = Literal["model", "direct", "rules", "reflect", "value"]
+STRATEGIES: tuple[Strategy, ...] = ("model", "direct", "rules", "reflect", "value")
 LABEL_TEXTS: tuple[str, ...] = tuple(LABEL_WORDS[label] for label in LABELS)
 MAX_REFLECT_MARGIN = 10.0
 
@@ -77,6 +80,11 @@ class CriticConfig:
     reflect_margin: float = 0.0
     """reflect: t' is the first step whose reflection score is within this many nats per token of
     the best step's (0 = the argmax)."""
+    value_threshold: float = 0.0
+    """value: t' is the first step whose advantage min Q - min V is below this."""
+    value_model: str | None = None
+    """value: the checkpoint folder whose ``critic/`` scores the steps (an archer run's); None = the
+    iteration's actor folder."""
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None) -> CriticConfig:
@@ -98,11 +106,20 @@ class CriticConfig:
             raise CriticConfigError(
                 f"critic.reflect_margin: must be a number in [0, {MAX_REFLECT_MARGIN}], got {margin!r}"
             )
+        threshold = data.get("value_threshold", 0.0)
+        numeric = isinstance(threshold, int | float) and not isinstance(threshold, bool)
+        if not numeric or not -1e6 <= threshold <= 1e6:
+            raise CriticConfigError(f"critic.value_threshold: must be a number, got {threshold!r}")
+        value_model = data.get("value_model")
+        if value_model is not None and (not isinstance(value_model, str) or not value_model.strip()):
+            raise CriticConfigError(f"critic.value_model: must be a checkpoint folder, got {value_model!r}")
         return cls(
             strategy=strategy,
             plan=plan,
             early_exit=bool(data.get("early_exit", True)),
             reflect_margin=float(margin),
+            value_threshold=float(threshold),
+            value_model=value_model,
         )
 
 
@@ -289,6 +306,26 @@ async def critique(
             tuple(verdicts),
             transition_index(verdicts, n_steps, shared_steps),
             fallback=fell_back(verdicts, "rules"),
+        )
+    if config.strategy == "value":
+        from critic_service.value_critic import folder_of, judge_value
+
+        checkpoint = config.value_model or (folder_of(policy) if policy is not None else None)
+        if checkpoint is None:
+            raise CriticConfigError(
+                "the value strategy needs critic.value_model (an archer checkpoint) or a local actor folder"
+            )
+        try:
+            valued, fallback, used = await judge_value(path, list(judged), checkpoint, config.value_threshold)
+        except (ValueError, OSError) as exc:
+            raise CriticConfigError(f"value critic: {exc}") from exc
+        return Critique(
+            "value",
+            valued,
+            transition_index(valued, n_steps, shared_steps),
+            tokens_processed=used,
+            model_version=checkpoint,
+            fallback=fallback,
         )
     if policy is None:
         raise CriticConfigError(

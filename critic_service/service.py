@@ -132,7 +132,9 @@ class CriticHandlers:
                 config, policy = await self._trace_critic(failed)
             else:
                 config = CriticConfig.from_data(critic_data)
-                needs_model = config.strategy in ("model", "reflect")
+                needs_model = config.strategy in ("model", "reflect") or (
+                    config.strategy == "value" and config.value_model is None  # the actor's critic/
+                )
                 policy = self.policies.get(model_ref) if needs_model and model_ref else None
             result = await critique(config, pair.bad, pair.shared_steps, policy)
             if pair.source == "trace" and result.fallback and config.strategy != "direct":

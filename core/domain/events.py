@@ -428,7 +428,7 @@ class FirstErrorMarked(DomainEvent):
     event_version: ClassVar[int] = 2
 
     pair_id: str
-    strategy: Literal["model", "direct", "rules", "reflect"]
+    strategy: Literal["model", "direct", "rules", "reflect", "value"]
     transition_index: int  # index into bad.steps of the first wrong action (t')
     verdicts: tuple[StepVerdict, ...]
     model_version: str = ""
@@ -557,7 +557,7 @@ class OtlpSpansBuffered(DomainEvent):
 @dataclass(frozen=True)
 class TraceCritiqued(DomainEvent):
     trace_id: str
-    strategy: Literal["model", "direct", "rules", "reflect"]
+    strategy: Literal["model", "direct", "rules", "reflect", "value"]
     transition_index: int | None  # None: no error found
     verdicts: tuple[StepVerdict, ...]
     model_version: str = ""
