@@ -69,8 +69,11 @@ def datasets_create(
         query["sources"] = source
     if kind:
         query["kinds"] = kind
-    body = {"name": name, "query": {k: v for k, v in query.items() if v not in (None, [])}}
-    body["allow_empty"] = allow_empty
+    body: dict[str, Any] = {
+        "name": name,
+        "query": {k: v for k, v in query.items() if v not in (None, [])},
+        "allow_empty": allow_empty,
+    }
     with _client(api, key) as client:
         made = _call(lambda: _check(client.post("/v1/datasets", json=body)).json())
     typer.echo(
