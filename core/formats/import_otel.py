@@ -4,11 +4,8 @@ Spans come from OTLP (core.formats.otlp). They are ordered by parent, then start
 its children; siblings by ``startTimeUnixNano``, or as sent when one lacks a timestamp). Every model-call
 span is read:
 
-- OpenTelemetry GenAI conventions: ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (JSON text or
-  lists) of ``{"role", "parts"}`` with parts ``text`` (``content``), ``tool_call`` (``id``, ``name``,
-  ``arguments``), ``tool_call_response`` (``id``, ``response``) and ``reasoning`` (``content``: kept on
-  the step, not trained on unless asked); ``gen_ai.system_instructions`` (also the spelling
-  ``gen_ai.system.instructions``) as text parts; ``gen_ai.tool.definitions`` as the tool list.
+- OpenTelemetry GenAI conventions (core.formats.genai): input / output messages, system
+  instructions, tool definitions; reasoning parts are kept on the step, not trained on unless asked;
 - OpenInference attributes (core.formats.openinference).
 
 Each span's input replays the history, so messages are de-duplicated by identity (role, text, tool
@@ -29,155 +26,19 @@ span's status decides (ERROR -> failure, OK -> success, unset -> unknown).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from core.domain.trajectory import ToolCall, tool_action
-from core.formats import openinference
-from core.formats.import_openai import arguments_text
-from core.formats.importing import Conversation, TraceFormatError, Turn, check_tools, require
+from core.domain.trajectory import tool_action
+from core.formats import genai, openinference
+from core.formats.importing import Conversation, TraceFormatError, Turn, require
 from core.formats.otlp import SpanRecord, group_by_trace, json_text, span_from_json, spans_from_otlp_json
 
-INPUT = "gen_ai.input.messages"
-OUTPUT = "gen_ai.output.messages"
-SYSTEM_KEYS = ("gen_ai.system_instructions", "gen_ai.system.instructions")
-TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 OPERATION = "gen_ai.operation.name"
 OUTCOME_KEY, REWARD_KEY, TASK_KEY = "agentr.outcome", "agentr.reward", "agentr.task_key"
-_ROLES = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
-_PART_HINT = "send text, tool_call, tool_call_response or reasoning parts"
-
-
-# --------------------------------------------------------------------------------------------
-# GenAI messages
-# --------------------------------------------------------------------------------------------
-
-
-def _decoded(value: Any, path: str) -> list[Any]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(path, f"not valid JSON ({exc.msg})") from None
-    if not isinstance(value, list):
-        raise TraceFormatError(path, f"expected a list of messages, got {type(value).__name__}")
-    return value
-
-
-def _call_id(part: dict[str, Any]) -> str:
-    """A deterministic id for a tool_call part sent without one (the same call replayed in a later
-    span's input gets the same id, so it de-duplicates)."""
-    digest = hashlib.sha1(json_text(part).encode("utf-8")).hexdigest()[:12]
-    return f"call-{digest}"
-
-
-def _message_turns(message: Any, path: str) -> list[Turn]:
-    role = require(message, "role", path, str)
-    if role not in _ROLES:
-        raise TraceFormatError(
-            f"{path}.role", f"unknown role {role!r} (send system, user, assistant or tool)"
-        )
-    parts = require(message, "parts", path, list)
-    texts: list[str] = []
-    reasoning: list[str] = []
-    calls: list[ToolCall] = []
-    responses: list[Turn] = []
-    for index, part in enumerate(parts):
-        ppath = f"{path}.parts[{index}]"
-        kind = require(part, "type", ppath, str)
-        if kind == "text":
-            texts.append(require(part, "content", ppath, str))
-        elif kind == "reasoning":
-            reasoning.append(require(part, "content", ppath, str))
-        elif kind == "tool_call":
-            if role != "assistant":
-                raise TraceFormatError(f"{ppath}.type", f"a tool_call part in a {role} message")
-            call_id = part.get("id") or _call_id(part)
-            calls.append(
-                ToolCall(
-                    call_id=str(call_id),
-                    name=require(part, "name", ppath, str),
-                    arguments=arguments_text(part.get("arguments"), f"{ppath}.arguments"),
-                )
-            )
-        elif kind == "tool_call_response":
-            if "response" not in part and "result" not in part:
-                raise TraceFormatError(f"{ppath}.response", "missing")
-            response = part.get("response", part.get("result"))
-            call_id = part.get("id")
-            responses.append(
-                Turn(
-                    "tool",
-                    json_text(response),
-                    ppath,
-                    tool_call_id=None if call_id in (None, "") else str(call_id),
-                )
-            )
-        else:
-            raise TraceFormatError(f"{ppath}.type", f"unsupported part type {kind!r} ({_PART_HINT})")
-    if responses:
-        if texts or calls:
-            raise TraceFormatError(
-                path,
-                "a message mixes tool_call_response parts with other parts "
-                "(send results in their own message)",
-            )
-        return responses
-    return [
-        Turn(
-            _ROLES[role],  # type: ignore[arg-type]
-            "\n".join(texts),
-            path,
-            tuple(calls),
-            reasoning="\n".join(reasoning),
-        )
-    ]
-
-
-def _genai_messages(attributes: dict[str, Any], key: str, path: str) -> list[Turn]:
-    if key not in attributes:
-        return []
-    out: list[Turn] = []
-    for index, message in enumerate(_decoded(attributes[key], f"{path}.{key}")):
-        out.extend(_message_turns(message, f"{path}.{key}[{index}]"))
-    return out
-
-
-def _system_turns(attributes: dict[str, Any], path: str) -> list[Turn]:
-    for key in SYSTEM_KEYS:
-        if key not in attributes:
-            continue
-        raw = attributes[key]
-        kpath = f"{path}.{key}"
-        if isinstance(raw, str) and not raw.lstrip().startswith("["):
-            return [Turn("system", raw, kpath)]  # plain text instructions
-        parts = _decoded(raw, kpath)
-        texts = []
-        for index, part in enumerate(parts):
-            ppath = f"{kpath}[{index}]"
-            kind = part.get("type", "text") if isinstance(part, dict) else None
-            if kind != "text":
-                raise TraceFormatError(f"{ppath}.type", f"unsupported system part {kind!r} (send text parts)")
-            texts.append(require(part, "content", ppath, str))
-        return [Turn("system", "\n".join(texts), kpath)]
-    return []
-
-
-def _genai_tools(attributes: dict[str, Any], path: str) -> tuple[dict[str, Any], ...]:
-    if TOOL_DEFINITIONS not in attributes:
-        return ()
-    kpath = f"{path}.{TOOL_DEFINITIONS}"
-    raw = attributes[TOOL_DEFINITIONS]
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(kpath, f"not valid JSON ({exc.msg})") from None
-    return check_tools(raw, kpath)
 
 
 # --------------------------------------------------------------------------------------------
@@ -227,9 +88,9 @@ def _span_turns(span: SpanRecord) -> tuple[list[Turn], list[Turn]] | None:
     """(input turns incl. system instructions, output turns) of a model-call span, or None."""
     attrs = span.attributes
     path = f"{span.path}.attributes"
-    if INPUT in attrs or OUTPUT in attrs:
-        inputs = _system_turns(attrs, path) + _genai_messages(attrs, INPUT, path)
-        return inputs, _genai_messages(attrs, OUTPUT, path)
+    if genai.INPUT in attrs or genai.OUTPUT in attrs:
+        inputs = genai.system_turns(attrs, path) + genai.messages(attrs, genai.INPUT, path)
+        return inputs, genai.messages(attrs, genai.OUTPUT, path)
     if openinference.has_messages(attrs):
         return (
             openinference.messages(attrs, "input", path),
@@ -384,7 +245,7 @@ def check_span(span: SpanRecord) -> None:
     done before the rest of its trace has arrived; raises TraceFormatError naming the field."""
     if not _is_tool_span(span):
         _span_turns(span)
-        _genai_tools(span.attributes, f"{span.path}.attributes")
+        genai.tools(span.attributes, f"{span.path}.attributes")
         openinference.tools(span.attributes, f"{span.path}.attributes")
 
 
@@ -403,7 +264,7 @@ def conversation_from_spans(spans: Sequence[SpanRecord], path: str, trace_id: st
         got = _span_turns(span)
         if got is not None:
             chat.append((span, *got))
-        for tool in _genai_tools(span.attributes, f"{span.path}.attributes") + openinference.tools(
+        for tool in genai.tools(span.attributes, f"{span.path}.attributes") + openinference.tools(
             span.attributes, f"{span.path}.attributes"
         ):
             tools.setdefault(tool["function"]["name"], tool)
@@ -413,7 +274,7 @@ def conversation_from_spans(spans: Sequence[SpanRecord], path: str, trace_id: st
         if any(k.startswith(("gen_ai.prompt", "gen_ai.completion", "llm.prompts")) for k in first.attributes):
             hint = " (the deprecated gen_ai.prompt.* / gen_ai.completion.* attributes are not supported)"
         raise TraceFormatError(
-            f"{first.path}.attributes.{INPUT}",
+            f"{first.path}.attributes.{genai.INPUT}",
             f"missing: no span carries model messages{hint}; send gen_ai.input.messages / "
             "gen_ai.output.messages (OpenTelemetry GenAI, content capture on) or OpenInference "
             "llm.input_messages.* / llm.output_messages.*",

@@ -21,7 +21,6 @@ Trace envelope (every format): ``task_key`` (optional; default = a hash of the t
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,22 +28,26 @@ from typing import Any, Literal
 
 from core.domain.ids import derived_id
 from core.domain.trajectory import Step, ToolCall, ToolResult, Trajectory, tool_action
+from core.formats.errors import TraceFormatError, require
+from core.formats.outcome import OUTCOME_HINT, Outcome, parse_outcome
 
-Outcome = Literal["success", "failure", "unknown"]
+__all__ = [
+    "FORMATS",
+    "OUTCOME_HINT",
+    "Conversation",
+    "ImportedTrace",
+    "Outcome",
+    "TraceFormatError",
+    "Turn",
+    "check_tools",
+    "imported",
+    "parse_outcome",
+    "parse_traces",
+    "require",
+    "split_react",
+    "turns_to_trajectory",
+]
 FORMATS = ("openai", "openai-legacy", "otel", "otlp", "sharegpt")
-OUTCOME_HINT = (
-    'send "success", "failure" or "unknown", a reward number in [0, 1], '
-    'or {"success": bool, "reward": number}'
-)
-
-
-class TraceFormatError(ValueError):
-    """A malformed trace; ``path`` names the field (``traces[3].messages[5].role``)."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = path
-        self.problem = problem
 
 
 @dataclass(frozen=True)
@@ -95,25 +98,6 @@ class ImportedTrace:
 # --------------------------------------------------------------------------------------------
 # Shared helpers
 # --------------------------------------------------------------------------------------------
-
-
-_KIND_NAMES: dict[type, str] = {list: "a list", dict: "an object", str: "a string", int: "an integer"}
-
-
-def require(obj: Any, key: str, path: str, kind: type | tuple[type, ...]) -> Any:
-    if not isinstance(obj, dict):
-        raise TraceFormatError(path, f"expected an object, got {type(obj).__name__}")
-    if key not in obj:
-        raise TraceFormatError(f"{path}.{key}", f"missing (send {_wanted(kind)})")
-    value = obj[key]
-    if not isinstance(value, kind):
-        raise TraceFormatError(f"{path}.{key}", f"expected {_wanted(kind)}, got {type(value).__name__}")
-    return value
-
-
-def _wanted(kind: type | tuple[type, ...]) -> str:
-    kinds = (kind,) if isinstance(kind, type) else kind
-    return " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
 
 
 def split_react(text: str) -> tuple[str, str]:
@@ -266,64 +250,6 @@ def turns_to_trajectory(
 
 def _add_observation(step: dict[str, Any], text: str) -> None:
     step["observation"] = text if step["observation"] is None else f"{step['observation']}\n{text}"
-
-
-# --------------------------------------------------------------------------------------------
-# Outcome
-# --------------------------------------------------------------------------------------------
-
-
-def _reward_value(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TraceFormatError(path, f"must be a number in [0, 1], got {value!r}")
-    if not 0.0 <= value <= 1.0:
-        raise TraceFormatError(path, f"must be a number in [0, 1], got {value!r}")
-    return float(value)
-
-
-def parse_outcome(value: Any, reward: Any, path: str) -> tuple[Outcome, float | None]:
-    """The envelope's ``outcome`` (+ optional separate ``reward``) -> (outcome, reward).
-
-    A reward number alone means success at 1.0 and failure below; ``{"success", "reward"}`` states
-    both; strings keep the historic default rewards (success 1.0, failure 0.0, unknown None).
-    """
-    explicit = None if reward is None else _reward_value(reward, f"{path}.reward")
-    opath = f"{path}.outcome"
-    if value is None:
-        value = "unknown" if explicit is None else explicit
-    if isinstance(value, bool):
-        outcome: Outcome = "success" if value else "failure"
-        score = explicit
-    elif isinstance(value, int | float):
-        score = _reward_value(value, opath)
-        if explicit is not None and explicit != score:
-            raise TraceFormatError(
-                opath, f"the outcome {value!r} and reward {reward!r} disagree: send one of them"
-            )
-        outcome = "success" if score >= 1.0 else "failure"
-    elif isinstance(value, str):
-        if value not in ("success", "failure", "unknown"):
-            raise TraceFormatError(
-                opath, f"must be success, failure or unknown, got {value!r} ({OUTCOME_HINT})"
-            )
-        outcome = value  # type: ignore[assignment]
-        score = explicit
-    elif isinstance(value, dict):
-        unknown_keys = sorted(set(value) - {"success", "reward"})
-        if unknown_keys:
-            raise TraceFormatError(f"{opath}.{unknown_keys[0]}", f"unknown field ({OUTCOME_HINT})")
-        if not isinstance(value.get("success"), bool):
-            raise TraceFormatError(f"{opath}.success", f"must be true or false ({OUTCOME_HINT})")
-        outcome = "success" if value["success"] else "failure"
-        score = None if value.get("reward") is None else _reward_value(value["reward"], f"{opath}.reward")
-        if explicit is not None and score is not None and explicit != score:
-            raise TraceFormatError(f"{path}.reward", "disagrees with outcome.reward: send one of them")
-        score = score if score is not None else explicit
-    else:
-        raise TraceFormatError(opath, f"unsupported {type(value).__name__} ({OUTCOME_HINT})")
-    if score is None:
-        score = {"success": 1.0, "failure": 0.0, "unknown": None}[outcome]
-    return outcome, score
 
 
 def _envelope(

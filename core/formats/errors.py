@@ -1,0 +1,34 @@
+"""Owns the import error: ``TraceFormatError`` (the field's path + the problem and what to send) and
+``require``, the field check every importer uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TraceFormatError(ValueError):
+    """A malformed trace; ``path`` names the field (``traces[3].messages[5].role``)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+_KIND_NAMES: dict[type, str] = {list: "a list", dict: "an object", str: "a string", int: "an integer"}
+
+
+def require(obj: Any, key: str, path: str, kind: type | tuple[type, ...]) -> Any:
+    if not isinstance(obj, dict):
+        raise TraceFormatError(path, f"expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise TraceFormatError(f"{path}.{key}", f"missing (send {_wanted(kind)})")
+    value = obj[key]
+    if not isinstance(value, kind):
+        raise TraceFormatError(f"{path}.{key}", f"expected {_wanted(kind)}, got {type(value).__name__}")
+    return value
+
+
+def _wanted(kind: type | tuple[type, ...]) -> str:
+    kinds = (kind,) if isinstance(kind, type) else kind
+    return " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
