@@ -1,0 +1,288 @@
+"""The web UI in a real browser (Playwright driving Debian's chromium) over a real deployment.
+
+``agentr serve`` and the relay, search, critic and splice workers run as OS processes on the real
+PostgreSQL and Redis (as in test_services_e2e.py); a data-only TextCraft run with the warm-started
+tiny model is submitted over HTTP and followed to completion. Then the browser opens ``/ui`` with a
+project key and checks each page against the API: the run and its iterations, the tree canvas (one
+SVG node per API node, the pair's divergence ring), the pair diff (first differing step = the
+pair's shared steps, the bad action there), the sample inspector (the token mask equals the labels
+``train_service.tokenize.tokenize_sample`` gives with the same model), a correction through the form
+(the sample is re-spliced: new content, provenance human-corrected), the traces page with filters,
+and that a key of another project (and no key at all) sees nothing. Every page is screenshotted
+into the test's tmp folder (``screens/``); with ``AGENTR_UI_SCREENSHOTS=DIR`` they are copied there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Page, sync_playwright
+
+from tests.e2e.helpers import ApiClient, ServiceGroup, free_port, quick_tiny_model, wait_until
+from tests.e2e.test_services_e2e import ADMIN_KEY, follow, service_env
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
+WORKERS = ("relay", "search", "critic", "splice", "train")  # train orchestrates the run (data-only: no SFT)
+
+
+def key(http: httpx.Client, project_id: str, *scopes: str, label: str = "ui") -> str:
+    issued = http.post(
+        f"/v1/projects/{project_id}/keys",
+        json={"scopes": list(scopes), "label": label},
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+    )
+    assert issued.status_code == 201, issued.text
+    return str(issued.json()["key"])
+
+
+def project(http: httpx.Client, name: str) -> str:
+    made = http.post("/v1/projects", json={"name": name}, headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    assert made.status_code == 201, made.text
+    return str(made.json()["project_id"])
+
+
+@pytest.fixture
+def deployment(pg_url: str, redis_url: str, redis_prefix: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    port = free_port()
+    env = service_env(pg_url, redis_url, redis_prefix, tmp_path / "home", port)
+    group = ServiceGroup(env, tmp_path)
+    client = ApiClient(f"http://127.0.0.1:{port}", ADMIN_KEY)
+    try:
+        group.run_once("migrate", "db", "upgrade")
+        group.start("api", "serve")
+        for name in WORKERS:
+            group.start(name, "worker", name)
+        wait_until(client.ready, timeout=60, what="the API's /readyz", check=group.check_alive)
+        yield group, client
+    finally:
+        client.close()
+        group.stop_all()
+
+
+def login(page: Page, base: str, api_key: str, route: str) -> None:
+    page.goto(f"{base}/ui/")
+    page.fill("#key-input", api_key)
+    page.click("#key-form button[type=submit]")
+    page.wait_for_selector("#signout:not([hidden])")
+    page.goto(f"{base}/ui/#{route}")
+
+
+def shot(page: Page, folder: Path, name: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+
+
+def test_ui_pages_over_a_real_run(  # type: ignore[no-untyped-def]
+    deployment, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    group, client = deployment
+    http = client.http
+    model_ref, config = quick_tiny_model(tmp_path_factory.getbasetemp() / "agentr-quick-home")
+    project_a, project_b = project(http, "ui-a"), project(http, "ui-b")
+    key_a = key(http, project_a, "read", "run", "ingest", "review", label="reviewer")
+    key_b = key(http, project_b, "read", "run", "review")
+    client.key = key_a
+    run_id = client.submit_run(dict(config, iterations=1, data_only=True, seed=11))
+    follow(client, group, run_id, timeout=300)
+    h = client.headers
+    pairs = http.get(f"/v1/runs/{run_id}/pairs", headers=h).json()["items"]
+    revised = [p for p in pairs if p["status"] == "revised" and p["tree_id"]]
+    assert revised, f"the run made no revision samples: {pairs}"
+    pair = http.get(f"/v1/pairs/{revised[0]['pair_id']}", headers=h).json()
+    tree = http.get(f"/v1/trees/{pair['tree_id']}", headers=h).json()
+    screens = tmp_path / "screens"
+    base = client.http.base_url.__str__().rstrip("/")
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+            # no key: the key form, nothing else
+            page.goto(f"{base}/ui/#/runs/{run_id}")
+            page.wait_for_selector("#key-form")
+            assert page.locator("#iterations").count() == 0
+
+            # runs list and one run
+            login(page, base, key_a, "/runs")
+            page.wait_for_selector(f'#runs tr[data-run-id="{run_id}"]')
+            assert (
+                page.locator(f'#runs tr[data-run-id="{run_id}"]').get_attribute("data-status") == "completed"
+            )
+            shot(page, screens, "runs")
+            page.goto(f"{base}/ui/#/runs/{run_id}")
+            page.wait_for_selector("#iterations tbody tr")
+            assert page.locator("#run-status").inner_text() == "completed"
+            assert page.locator("#iterations button.download").count() == 3  # openai, sharegpt, parquet
+            assert page.locator("#pairs tbody tr").count() == len(pairs)
+            shot(page, screens, "run")
+
+            # tree canvas: one SVG node per API node, the pair's paths and divergence drawn
+            page.goto(f"{base}/ui/#/trees/{tree['tree_id']}?pair={pair['pair_id']}")
+            page.wait_for_selector("#tree-canvas circle.node")
+            assert page.locator("#tree-canvas circle.node").count() == len(tree["nodes"]) > 1
+            assert page.locator("#tree-canvas line.pair-path.bad").count() >= 1
+            assert page.locator("#tree-canvas line.pair-path.good").count() >= 1
+            if pair["divergence_node_id"]:
+                ring = page.locator("#tree-canvas circle.divergence")
+                assert ring.get_attribute("data-node-id") == pair["divergence_node_id"]
+            leaf = page.locator(f'#tree-canvas circle.node[data-node-id="{pair["bad_leaf_id"]}"]')
+            leaf.click()
+            page.wait_for_selector("#node-stats")
+            assert page.locator(".history li").count() == len(pair["bad"]["steps"]) + 1  # root + each step
+            shot(page, screens, "tree")
+            box = page.locator("#tree-canvas").get_attribute("viewBox")
+            page.click("#zoom-in")
+            assert page.locator("#tree-canvas").get_attribute("viewBox") != box
+            page.click("#zoom-fit")
+            assert page.locator("#tree-canvas").get_attribute("viewBox") == box
+
+            # pair diff: aligned from the divergence, first difference = shared steps
+            page.goto(f"{base}/ui/#/pairs/{pair['pair_id']}")
+            page.wait_for_selector("#pair-diff tbody tr")
+            shared = pair["shared_steps"]
+            assert page.locator("#divergence").get_attribute("data-step") == str(shared)
+            first = page.locator("#pair-diff tr.first-diff")
+            assert first.get_attribute("data-step") == str(shared)
+            assert (
+                first.locator("td.bad .action").inner_text()
+                == f"Action: {pair['bad']['steps'][shared]['action']}"
+            )
+            assert (
+                first.locator("td.good .action").inner_text()
+                == f"Action: {pair['good']['steps'][shared]['action']}"
+            )
+            t_prime = pair["transition_index"]
+            assert page.locator("#transition").get_attribute("data-step") == str(t_prime)
+            assert page.locator(f'#pair-diff tr.transition[data-step="{t_prime}"]').count() == 1
+            verdicts = pair["critic"]["verdicts"]
+            assert page.locator("#pair-diff td.verdict[data-label]").count() == len(
+                [v for v in verdicts if v["step_index"] >= shared]
+            )
+            shot(page, screens, "pair")
+
+            # sample inspector: the token mask is the trainer's
+            sample_id = pair["sample_id"]
+            before = http.get(f"/v1/samples/{sample_id}", headers=h).json()["sample"]
+            page.goto(f"{base}/ui/#/samples/{sample_id}")
+            page.wait_for_selector("#tokens .tok")
+            shown = page.eval_on_selector_all(
+                "#tokens .tok", "els => els.map(e => e.dataset.trained === '1')"
+            )
+            assert shown == trainer_mask(model_ref, before)
+            assert any(shown) and not all(shown)
+            weights = page.eval_on_selector_all(
+                "#messages li", "els => els.map(e => Number(e.dataset.weight))"
+            )
+            assert weights == [m["weight"] for m in before["messages"]]
+            shot(page, screens, "sample")
+
+            # correction through the form: the sample is re-spliced, provenance human-corrected
+            page.goto(f"{base}/ui/#/pairs/{pair['pair_id']}")
+            page.wait_for_selector("#correct-form")
+            reflection = "I picked the wrong item here; I should follow the recipe instead."
+            page.fill("#correct-reflection", reflection)
+            page.fill("#correct-note", "browser test")
+            page.click("#correct-submit")
+            page.wait_for_selector("#corrections td", timeout=120_000)
+            page.wait_for_function(
+                "() => document.querySelector('#corrections') && "
+                "/respliced|rejected/.test(document.querySelector('#corrections').innerText)",
+                timeout=120_000,
+            )
+            shot(page, screens, "pair-corrected")
+            detail = http.get(f"/v1/pairs/{pair['pair_id']}", headers=h).json()
+            (correction,) = detail["corrections"]
+            assert correction["status"] == "respliced", correction
+            assert (
+                correction["reviewer"].endswith("(reviewer)") and correction["new_reflection"] == reflection
+            )
+            after = http.get(f"/v1/samples/{sample_id}", headers=h).json()["sample"]
+            assert after["provenance"]["origin"] == "human-corrected"
+            assert after["messages"] != before["messages"]
+            assert any(reflection in m["content"] and m["weight"] == 1 for m in after["messages"])
+            page.goto(f"{base}/ui/#/samples/{sample_id}")
+            page.wait_for_selector("#origin")
+            assert page.locator("#origin").inner_text() == "human-corrected"
+            # the iteration's dataset picks the corrected sample up
+            _, text = client.dataset(run_id, 0, "openai")
+            assert reflection in text
+
+            # traces with filters
+            ingest_traces(http, h)
+            page.goto(f"{base}/ui/#/traces?task_key=ui-door")
+            page.wait_for_selector("#traces tbody tr")
+            assert page.locator("#traces tbody tr").count() == 2
+            page.goto(f"{base}/ui/#/traces?task_key=ui-door&outcome=failure")
+            page.wait_for_function("() => document.querySelectorAll('#traces tbody tr').length === 1")
+            shot(page, screens, "traces")
+            page.click("#traces tbody tr a")
+            page.wait_for_selector("#trace-steps tbody tr")
+            shot(page, screens, "trace")
+            assert not errors, errors
+
+            # another project's key sees nothing of project A
+            other = browser.new_page()
+            login(other, base, key_b, f"/runs/{run_id}")
+            other.wait_for_selector("#page-error")
+            assert "404" in other.locator("#page-error").inner_text()
+            other.goto(f"{base}/ui/#/trees/{tree['tree_id']}")
+            other.wait_for_function(
+                "() => /404/.test(document.querySelector('#page-error')?.innerText || '')"
+            )
+            other.goto(f"{base}/ui/#/runs")
+            other.wait_for_selector("#runs tbody tr")
+            assert run_id not in other.content()
+            shot(other, screens, "other-project")
+        finally:
+            browser.close()
+    copy_to = os.environ.get("AGENTR_UI_SCREENSHOTS")
+    if copy_to:
+        Path(copy_to).mkdir(parents=True, exist_ok=True)
+        for png in screens.glob("*.png"):
+            shutil.copy(png, Path(copy_to) / f"ui-{png.name}")
+
+
+def trainer_mask(model_ref: str, sample: dict[str, Any]) -> list[bool]:
+    """Which tokens the trainer trains on for ``sample`` with the model's own tokenizer."""
+    from transformers import AutoTokenizer
+
+    from core.domain.serde import from_dict
+    from core.domain.trajectory import TrainingSample
+    from train_service.sft import SFTConfig
+    from train_service.tokenize import IGNORE_INDEX, tokenize_sample
+
+    tokenizer = AutoTokenizer.from_pretrained(model_ref)
+    tokenized = tokenize_sample(tokenizer, from_dict(TrainingSample, sample), SFTConfig().max_length)
+    return [label != IGNORE_INDEX for label in tokenized.labels]
+
+
+def ingest_traces(http: httpx.Client, headers: dict[str, str]) -> None:
+    def trace(actions: list[str], outcome: str) -> dict[str, Any]:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Open the door."}]
+        for action in actions:
+            messages.append({"role": "assistant", "content": f"Thought: next.\nAction: {action}"})
+            messages.append({"role": "user", "content": f"You {action}."})
+        return {"messages": messages, "outcome": outcome, "task_key": "ui-door"}
+
+    body = {
+        "format": "openai",
+        "traces": [trace(["look", "kick door"], "failure"), trace(["look", "open door"], "success")],
+    }
+    response = http.post("/v1/traces", json=body, headers=headers)
+    assert response.status_code == 202, response.text
