@@ -261,7 +261,7 @@ class ArcherLearner:
             pad_token_id=tok.pad_token_id,
         )
         self.actor.config.use_cache = False
-        return [tok.decode(row[ids.shape[1] :], skip_special_tokens=True).strip() for row in out]
+        return [str(tok.decode(row[ids.shape[1] :], skip_special_tokens=True)).strip() for row in out]
 
     def _draw(self, data: Sequence[Transition]) -> list[Transition]:
         return [data[self.rng.randrange(len(data))] for _ in range(self.cfg.batch_size)]

@@ -227,7 +227,11 @@ def _dpo_trainer_class(beta: float, stats: dict[str, list[float]]) -> Any:
         """The stock Trainer with the DPO loss over (chosen, rejected) rows."""
 
         def compute_loss(
-            self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, **kw: Any
+            self,
+            model: Any,
+            inputs: dict[str, Any],
+            return_outputs: bool = False,
+            num_items_in_batch: Any = None,
         ) -> Any:
             labels = inputs["labels"]
             logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
@@ -279,8 +283,10 @@ def train_dpo(
         model_path, dtype=torch.bfloat16 if bf16 else torch.float32
     )
     model.config.use_cache = False
+    reference_started = time.monotonic()
     if cfg.reference == "frozen":
         examples = reference_logps(model, examples, tokenizer.pad_token_id, cfg.batch_size)
+    reference_seconds = time.monotonic() - reference_started
 
     steps_per_epoch = math.ceil(len(examples) / (cfg.batch_size * cfg.grad_accumulation))
     max_steps = cfg.max_steps
@@ -345,6 +351,7 @@ def train_dpo(
             "steps": int(trainer.state.global_step),
             "epochs": float(epochs_done),
             "seconds": round(seconds, 3),
+            "reference_seconds": round(reference_seconds, 3),  # the frozen reference's one pass
             "tokens_per_s": round(stats["tokens"] * max(epochs_done, 1e-9) / max(seconds, 1e-9), 1),
             "stopped_by_time_budget": bool(control.out_of_time),
         }

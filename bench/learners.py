@@ -1,0 +1,318 @@
+"""Benchmark: the DPO and ArCHer learners' throughput next to SFT's, on the same data and model.
+
+One set of TextCraft expert episodes, three views of it: SFT samples (every assistant turn
+trained), DPO pairs (diverging after the first action: chosen = the expert's continuation,
+rejected = an invalid action the environment refuses) and ArCHer transitions (one per step,
+terminal reward 1). The same tiny Llama is trained on each, side by side in one process, with the
+same per-step batch size. Prints JSON lines {"metric", "ours", "baseline", "unit", "ratio"}:
+
+* ``dpo_training_tokens_per_s_vs_sft``: DPO tokens/s (both sides of every pair x epochs / training
+  seconds plus the frozen reference's one pass) vs SFT tokens/s (the trainer's own count);
+* ``archer_actor_tokens_per_s_vs_sft``: tokens through the actor's updates per second of actor
+  update time (history + turn; includes the critic's advantage pass and the KL reference pass)
+  vs SFT tokens/s;
+* ``archer_critic_updates_per_s_vs_sft_steps``: critic optimizer steps (each over ``batch``
+  transitions: state, action and next-state encodings, target pass, Polyak update) per second vs SFT
+  optimizer steps per second at the same batch size.
+
+A ratio below 1 is expected: these learners do more work per token than SFT (a reference or a
+critic beside the actor); the lines say how much more.
+
+    python bench/learners.py            # hidden 256 x 4 layers, 96 episodes
+    python bench/learners.py --quick    # hidden 64 x 2 layers, 16 episodes (about a minute)
+
+``method_variant`` / ``value_variant`` give ``bench/paper.py`` the run configurations of the DPO,
+ArCHer (offline / online) and Agent-R-with-value-critic arms on the same budget, and
+``python bench/learners.py --compare [--iterations N] [--out FILE]`` runs them all beside Agent-R
+SFT on the ``agentr run --quick`` configuration (the value critic from the offline ArCHer run's
+iteration-0 checkpoint), printing held-out success and recovery per iteration as JSON lines
+(ours = the learner, baseline = Agent-R SFT) and a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _line(metric: str, ours: float, baseline: float, unit: str) -> dict[str, Any]:
+    return {
+        "metric": metric,
+        "ours": ours,
+        "baseline": baseline,
+        "unit": unit,
+        "ratio": round(ours / baseline, 3) if baseline else None,
+    }
+
+
+def learner_lines(
+    root: Path, model: Path, trajectories: list[Any], batch: int, max_length: int
+) -> list[dict[str, Any]]:
+    """Train SFT, DPO and ArCHer on views of ``trajectories`` (module docstring); the JSON lines."""
+    from core.domain.datasets import trajectory_to_sample
+    from core.domain.preferences import preference_pair
+    from core.domain.trajectory import Step, Trajectory
+    from core.domain.transitions import TrajectorySource, build_transitions
+    from train_service.archer import ArcherConfig, train_archer
+    from train_service.dpo import DPOConfig, train_dpo
+    from train_service.sft import SFTConfig, train_sft
+
+    samples = [trajectory_to_sample(t, f"s{i}") for i, t in enumerate(trajectories)]
+    pairs = []
+    for i, good in enumerate(trajectories):
+        if len(good.steps) < 2:
+            continue
+        wrong = Step("I need dirt.", "get 1 dirt", "Could not find enough items to get 1 dirt.", valid=False)
+        bad = Trajectory(good.task, good.instruction, (good.steps[0], wrong), reward=0.0)
+        pairs.append(preference_pair(f"p{i}", bad, good, 1, i))
+    transitions = build_transitions(
+        run_id=None,
+        iteration=0,
+        trajectories=[TrajectorySource(f"e{i}", t, i) for i, t in enumerate(trajectories)],
+    ).transitions
+
+    sft = train_sft(
+        model,
+        samples,
+        root / "sft",
+        SFTConfig(
+            epochs=2, batch_size=batch, max_length=max_length, logging_steps=1000, lr_scheduler="constant"
+        ),
+    ).metrics
+    dpo = train_dpo(
+        model,
+        pairs,
+        root / "dpo",
+        DPOConfig(
+            epochs=2, batch_size=max(1, batch // 2), max_length=max_length, logging_steps=1000, warmup=0
+        ),
+    ).metrics
+    archer = train_archer(
+        model,
+        transitions,
+        root / "archer",
+        ArcherConfig(
+            iterations=4,
+            warmup_iters=2,
+            critic_epochs=5,
+            actor_epochs=3,
+            batch_size=batch,
+            grad_accumulation=1,
+            max_state_tokens=max_length,
+            max_length=max_length,
+        ),
+    ).metrics
+    sft_steps_per_s = sft["steps"] / max(sft["seconds"], 1e-9)
+    # DPO's frozen-reference pass runs once before training: counted in its time here
+    dpo_tokens_per_s = round(
+        dpo["tokens"] * dpo["epochs"] / max(dpo["seconds"] + dpo["reference_seconds"], 1e-9), 1
+    )
+    return [
+        _line("dpo_training_tokens_per_s_vs_sft", dpo_tokens_per_s, sft["tokens_per_s"], "tokens/s"),
+        _line(
+            "archer_actor_tokens_per_s_vs_sft", archer["actor_tokens_per_s"], sft["tokens_per_s"], "tokens/s"
+        ),
+        _line(
+            "archer_critic_updates_per_s_vs_sft_steps",
+            archer["critic_updates_per_s"],
+            round(sft_steps_per_s, 3),
+            "updates/s",
+        ),
+    ]
+
+
+def method_variant(config: dict[str, Any], method: str, mode: str = "offline") -> dict[str, Any]:
+    """A whole run configuration for ``bench/paper.py``: ``config`` (the Agent-R SFT variant's) with
+    its ``train`` replaced by ``method``'s trainer on the SAME budget (``time_budget_s``,
+    ``batch_size``, ``max_length``, ``learning_rate`` carried over) and the cheapest critic
+    (``direct``: neither DPO nor ArCHer trains on revisions; the search, pairs and trees are the
+    same). ``method``: ``dpo`` or ``archer`` (``mode`` offline | online)."""
+    import copy
+
+    base = dict(config.get("train") or {})
+    budget = {k: base[k] for k in ("time_budget_s",) if k in base}
+    batch = int(base.get("batch_size", 8))
+    lr = float(base.get("learning_rate", 3e-4))
+    length = int(base.get("max_length", 768))
+    if method == "dpo":
+        train: dict[str, Any] = {
+            "method": "dpo",
+            "epochs": float(base.get("epochs", 1.0)),
+            "batch_size": max(1, batch // 2),  # a pair is two sequences
+            "max_length": length,
+            "learning_rate": lr,
+            "warmup": 0.0,
+            "logging_steps": 5,
+            **budget,
+        }
+    elif method == "archer":
+        train = {
+            "method": "archer",
+            "mode": mode,
+            "iterations": 100_000 if budget else 40,  # the time budget ends it
+            "warmup_iters": 5,
+            "batch_size": batch,
+            "grad_accumulation": 1,
+            "critic_lr": lr,
+            "actor_lr": lr / 10,
+            "max_state_tokens": min(length, 512),
+            "max_length": length,
+            **budget,
+        }
+    else:
+        raise ValueError(f"method_variant: method must be dpo or archer, got {method!r}")
+    out = copy.deepcopy(config)
+    out["train"] = train
+    out["critic"] = {"strategy": "direct"}
+    return out
+
+
+def value_variant(config: dict[str, Any], archer_checkpoint: str | Path) -> dict[str, Any]:
+    """Agent-R (SFT) with the ``value`` critic of an archer checkpoint choosing t'."""
+    import copy
+
+    out = copy.deepcopy(config)
+    out["critic"] = {"strategy": "value", "value_model": str(archer_checkpoint)}
+    return out
+
+
+def bench_trajectories(episodes: int) -> list[Any]:
+    from core.envs.textcraft import TextCraftEnv
+    from train_service.warm_start import expert_trajectories
+
+    env = TextCraftEnv(distractors=4)
+    ids = env.task_ids("train")
+    return list(expert_trajectories(env, [ids[i % len(ids)] for i in range(episodes)]))
+
+
+COMPARED = ("agent_r_sft", "dpo", "archer_offline", "archer_online", "agent_r_value")
+
+
+def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    critic = report.get("critic") or {}
+    out = []
+    for row in report.get("rows") or []:
+        iteration = None if row["model"] == "start" else row["model"].split()[-1]
+        judged = (critic.get(str(iteration)) or {}) if iteration is not None else {}
+        out.append(
+            {
+                "model": row["model"],
+                "success_rate": row.get("success_rate"),
+                "avg_reward": row.get("avg_reward"),
+                "recovery_success": row.get("recovery_success"),
+                "dead_loop_rate": row.get("dead_loop_rate"),
+                "critic_exact_match": judged.get("exact_match"),
+                "critic_fallback_share": judged.get("fallback_share"),
+            }
+        )
+    return out
+
+
+def compare(home: Path, iterations: int, seed: int, out: Path | None) -> int:
+    """Agent-R SFT vs DPO vs ArCHer (offline, online) vs Agent-R with the value critic: the same
+    ``agentr run --quick`` configuration (model, goals, seeds, time budget), only the learner /
+    critic differ. The value critic uses the archer_offline run's iteration-0 critic."""
+    from core.cli.demo import RunOptions, plan_run
+    from core.cli.embedded_run import embedded_settings, run_config
+    from core.cli.warm_start import prepare_model
+
+    settings, home = embedded_settings(home)
+    plan = plan_run(RunOptions(quick=True, iterations=iterations, seed=seed))
+    base = dict(plan.config, model=prepare_model(plan, home, seed))
+    configs: dict[str, dict[str, Any]] = {
+        "agent_r_sft": base,
+        "dpo": method_variant(base, "dpo"),
+        "archer_offline": method_variant(base, "archer", "offline"),
+        "archer_online": method_variant(base, "archer", "online"),
+    }
+    results: dict[str, dict[str, Any]] = {}
+    for name in COMPARED:
+        if name == "agent_r_value":
+            archer = results.get("archer_offline", {}).get("checkpoint")
+            if not archer:
+                continue
+            configs[name] = value_variant(base, archer)
+        code, run_id = run_config(settings, home, configs[name], show_report=False)
+        report_path = home / "runs" / run_id / "report.json"
+        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+        first = home / "runs" / run_id / "checkpoints" / "iter-0"
+        results[name] = {
+            "run_id": run_id,
+            "status": report.get("status", "failed" if code else "unknown"),
+            "reason": report.get("reason", ""),
+            "rows": _rows(report),
+            "checkpoint": str(first) if (first / "critic").is_dir() else None,
+        }
+        print(f"# {name}: run {run_id} {results[name]['status']}", file=sys.stderr, flush=True)
+    sft = {r["model"]: r for r in results.get("agent_r_sft", {}).get("rows", [])}
+    for name, result in results.items():
+        if name == "agent_r_sft":
+            continue
+        for row in result["rows"]:
+            if row["model"] == "start" or row["model"] not in sft:
+                continue
+            for key in ("success_rate", "recovery_success"):
+                ours, baseline = row.get(key), sft[row["model"]].get(key)
+                ratio = round(ours / baseline, 3) if ours is not None and baseline else None
+                metric = f"{key}_{name}_vs_agent_r_sft_{row['model'].replace(' ', '_')}"
+                line = {"metric": metric, "ours": ours, "baseline": baseline, "unit": "rate", "ratio": ratio}
+                print(json.dumps(line))
+    keys = ("success_rate", "avg_reward", "recovery_success", "dead_loop_rate", "critic_exact_match")
+    lines = [
+        "| learner | model | held-out success | avg reward | recovery | dead loops | critic exact match |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, result in results.items():
+        for row in result["rows"]:
+            cells = [row[k] for k in keys]
+            text = " | ".join(
+                "-" if c is None else f"{c:.3f}" if isinstance(c, float) else str(c) for c in cells
+            )
+            lines.append(f"| {name} ({result['status']}) | {row['model']} | {text} |")
+    table = "\n".join(lines)
+    print(table)
+    if out is not None:
+        out.write_text(table + "\n")
+        out.with_suffix(out.suffix + ".json").write_text(json.dumps(results, indent=1, sort_keys=True))
+    return 0 if all(r["status"] == "completed" for r in results.values()) else 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small model and data (about a minute)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--compare", action="store_true", help="run the learner comparison (quick runs)")
+    parser.add_argument("--iterations", type=int, default=1, help="--compare: iterations per run")
+    parser.add_argument("--home", default="", help="--compare: data folder (default: a temporary one)")
+    parser.add_argument("--out", default="", help="--compare: also write the table to this file")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if args.compare:
+        home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="agentr-learners-"))
+        raise SystemExit(compare(home, args.iterations, 0, Path(args.out) if args.out else None))
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from core.llm.tiny import build_tiny_model
+
+    episodes, hidden, layers, batch = (16, 64, 2, 4) if args.quick else (96, 256, 4, 8)
+    trajectories = bench_trajectories(episodes)
+    texts = [t.task for t in trajectories] + [s.observation for t in trajectories for s in t.steps]
+    with tempfile.TemporaryDirectory(prefix="agentr-bench-learners-") as tmp:
+        root = Path(tmp)
+        model = build_tiny_model(root / "base", texts, hidden=hidden, layers=layers, heads=4, vocab_size=1024)
+        for line in learner_lines(root, model, trajectories, batch, 512):
+            print(json.dumps(line))
+
+
+if __name__ == "__main__":
+    main()
