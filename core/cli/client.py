@@ -387,7 +387,7 @@ def projects_create(
 @keys_app.command("create")
 def keys_create(
     project_id: str = typer.Argument(..., help="The project the key belongs to."),
-    scope: list[str] = typer.Option(["read"], "--scope", help="read, ingest, run or admin (repeat)."),
+    scope: list[str] = typer.Option(["read"], "--scope", help="read, ingest, run, review or admin (repeat)."),
     label: str = typer.Option("", "--label", help="Shown in key listings."),
     api: str = ApiOption,
     key: str = KeyOption,
