@@ -16,7 +16,12 @@ the ``model`` critic) in a fresh home, then reads the stored FirstErrorMarked ev
 share of pairs whose t' equals the TextCraft oracle's first error, "baseline" the same share for
 Direct-Revision (t' = the last action) on the same pairs; ratio = ours / baseline. The same pairs
 are then judged by the ``reflect`` strategy with the same model (``first_error_match_reflect``).
-Also printed: the model critic's fallback share (lower is better; baseline = Direct-Revision's 1.0).
+Also printed: the model critic's fallback share (lower is better; baseline = Direct-Revision's 1.0);
+``first_error_match_vs_first_step``: the same match rate against the trivial critic that always
+blames the first action after the divergence (the pairing makes that the oracle's answer on most
+pairs, so a critic answering Bad to everything scores it); ``judge_accuracy_unseen_tasks``: the
+model's Good/Bad accuracy on oracle-labelled judge examples of 8 goals it never saw, against always
+answering the more common label.
 Usage: python bench/critic.py [--quick] [--only cost|match] [--home DIR (reuse a warm start)]
 """
 
@@ -29,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -141,6 +147,8 @@ async def first_error_match(quick: bool, home: str) -> None:
             raise SystemExit(f"the demo's iteration 0 produced no pair the oracle could judge: {metrics}")
         print(f"# iteration 0 critic metrics: {json.dumps(metrics)}", file=sys.stderr)
         _line("first_error_match", metrics["exact_match"], metrics["direct_exact_match"], "share")
+        # the trivial critic that blames the first action after the divergence, on the same pairs
+        _line("first_error_match_vs_first_step", metrics["exact_match"], metrics["first_step_match"], "share")
         fallback = metrics["fallback_share"]
         _line(
             "critic_fallback_share",
@@ -170,8 +178,29 @@ async def first_error_match(quick: bool, home: str) -> None:
         reflect = critic_metrics(judged)[0]
         print(f"# iteration 0 reflect metrics ({config.critic}): {json.dumps(reflect)}", file=sys.stderr)
         _line("first_error_match_reflect", reflect["exact_match"], reflect["direct_exact_match"], "share")
+        await judge_accuracy(policy, config)
     finally:
         await store.close()
+
+
+async def judge_accuracy(policy: Any, config: Any) -> None:
+    """The model critic's label accuracy on judge examples of 8 tasks it never trained, searched or was
+    evaluated on (fresh TextCraft goals, labelled by the oracle), against always answering the most
+    common label."""
+    from core.envs.registry import open_env
+    from critic_service.critic import judge_prefix
+    from train_service.judge_data import JUDGE_TASKS, judge_examples, judge_task_ids, run_exclusions
+
+    env = open_env(config.env)
+    excluded = run_exclusions(env, config, list(config.tasks))
+    trained = judge_task_ids(env, excluded, JUDGE_TASKS)
+    examples = judge_examples(env, judge_task_ids(env, excluded + trained, 8), seed=1)
+    right = 0
+    for example in examples:
+        (verdict,), _ = await judge_prefix(policy, example.path, [example.step_index], early_exit=False)
+        right += verdict.label == example.label
+    majority = max(sum(e.label == "good" for e in examples), sum(e.label == "bad" for e in examples))
+    _line("judge_accuracy_unseen_tasks", right / len(examples), majority / len(examples), "share")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ finished run can be re-measured at any time. Per iteration:
 - ``oracle_pairs``: pairs the oracle judged (it found a first error; TextCraft only);
 - ``exact_match``: share of those whose t' equals the oracle's index; ``mean_abs_distance``: mean
   ``|t' - oracle|`` in actions; ``direct_exact_match``: the same share for the Direct-Revision
-  baseline (t' = the bad path's last action) on the same pairs, side by side;
+  baseline (t' = the bad path's last action) on the same pairs, side by side; ``first_step_match``:
+  the same share for the trivial critic that always blames the first action after the divergence
+  (the deepest-common-ancestor pairing makes that action the oracle's first error on most pairs, so
+  a critic that answers Bad to everything scores this; a critic worth its cost must beat it);
 - ``strategies``: the strategies that judged the iteration's pairs.
 
 Rates are None where there is nothing to measure.
@@ -35,6 +38,7 @@ def critic_metrics(judged: Sequence[tuple[PairFound, FirstErrorMarked]]) -> dict
         with_oracle = [(p, m) for p, m in rows if m.oracle_index is not None]
         exact = sum(m.transition_index == m.oracle_index for _, m in with_oracle)
         direct = sum(len(p.bad.steps) - 1 == m.oracle_index for p, m in with_oracle)
+        first_step = sum(p.shared_steps == m.oracle_index for p, m in with_oracle)
         distance = sum(abs(m.transition_index - (m.oracle_index or 0)) for _, m in with_oracle)
         n = len(with_oracle)
         out[iteration] = {
@@ -44,6 +48,7 @@ def critic_metrics(judged: Sequence[tuple[PairFound, FirstErrorMarked]]) -> dict
             "exact_match": exact / n if n else None,
             "mean_abs_distance": distance / n if n else None,
             "direct_exact_match": direct / n if n else None,
+            "first_step_match": first_step / n if n else None,
             "strategies": sorted({m.strategy for _, m in rows}),
         }
     return out
@@ -100,12 +105,12 @@ def critic_markdown(metrics: dict[Any, dict[str, Any]]) -> str:
         "",
         "t' against the environment oracle's first error (TextCraft: the first step after the divergence "
         "that is rejected or takes no step toward any plan the expert solver accepts); fallback: nothing "
-        "judged bad, t' = the last action (Direct-Revision); direct: the Direct-Revision baseline's "
-        "exact-match rate on the same pairs.",
+        "judged bad, t' = the last action (Direct-Revision); direct / first step: the exact-match rate "
+        "on the same pairs of Direct-Revision and of always blaming the first action after the divergence.",
         "",
         "| iteration | strategy | pairs | fallback | oracle pairs | exact match | mean distance "
-        "| direct exact match |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| direct | first step |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for iteration in sorted(metrics, key=int):
         m = metrics[iteration]
@@ -117,6 +122,7 @@ def critic_markdown(metrics: dict[Any, dict[str, Any]]) -> str:
             _fmt(m.get("exact_match")),
             _fmt(m.get("mean_abs_distance"), 2),
             _fmt(m.get("direct_exact_match")),
+            _fmt(m.get("first_step_match")),
         )
         lines.append(f"| {iteration} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

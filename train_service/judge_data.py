@@ -30,6 +30,8 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from core.domain.critic import LABEL_WORDS
 from core.domain.ids import derived_id
@@ -237,7 +239,7 @@ JUDGE_TASKS = 16
 """Judge tasks of the demo's warm start (8 of depth 1, 8 of depth 2: about 130 examples)."""
 JUDGE_SHARE = 0.3
 """Share of the warm start's training text that is judge examples (by characters)."""
-JUDGE_DATA_VERSION = "judge-v1"
+JUDGE_DATA_VERSION = "judge-v2"
 """Changes whenever the judge data's rule or mix changes (part of the warm-start cache key)."""
 
 
@@ -294,4 +296,50 @@ def warm_start_judge_samples(
 
 def warm_start_judge_key(env: object) -> str:
     """What the judge data adds to the warm-start cache key ("" without judge data)."""
-    return f"{JUDGE_DATA_VERSION}:{JUDGE_TASKS}:{JUDGE_SHARE}" if isinstance(env, TextCraftEnv) else ""
+    if not isinstance(env, TextCraftEnv):
+        return ""
+    return f"{JUDGE_DATA_VERSION}:{JUDGE_TASKS}:{JUDGE_SHARE}:{JUDGE_PHASE_STEPS}:{JUDGE_PHASE_LR}"
+
+
+# --------------------------------------------------------------------------------------------
+# The judge phase: the judge question alone, after the mixed warm start
+# --------------------------------------------------------------------------------------------
+
+JUDGE_PHASE_STEPS = 40
+"""Optimizer steps of the judge phase (about 16 examples per packed step: ~4.5 passes over them)."""
+JUDGE_PHASE_LR = 1e-3
+"""Peak learning rate of the judge phase (cosine, 10% warmup)."""
+
+
+def judge_phase(
+    model_dir: str | Path,
+    judge: Sequence[TrainingSample],
+    out: str | Path,
+    *,
+    seed: int = 0,
+    cap_s: float | None = None,
+) -> Any:
+    """Fine-tune ``model_dir`` on the judge samples alone into ``out`` (a ``TrainReport``).
+
+    Why a phase of its own: a judge example trains ONE answer token after ~250 tokens of context,
+    while an expert episode trains every action; mixed in (``warm_start_mix``) the answers get about
+    1% of the gradient and the model only learns the labels' prior (measured: it answered Bad to
+    every step). Alone, with the actions' knowledge already in place, they move the model: on the
+    demo's warm start, judge accuracy on judge examples of tasks it never saw went from 0.50 (every
+    answer Bad) to 0.62 (docs/critic.md).
+    """
+    from train_service.sft import SFTConfig, train_sft
+
+    cfg = SFTConfig(
+        max_steps=JUDGE_PHASE_STEPS,
+        learning_rate=JUDGE_PHASE_LR,
+        lr_scheduler="cosine",
+        warmup=0.1,
+        packing=True,
+        max_length=768,
+        batch_size=8,
+        logging_steps=5,
+        seed=seed,
+        time_budget_s=cap_s,
+    )
+    return train_sft(model_dir, judge, out, cfg, iteration=-1, dataset_id=f"judge-phase:{JUDGE_DATA_VERSION}")

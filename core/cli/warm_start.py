@@ -85,6 +85,7 @@ def _warm_start(
 
     judge = warm_start_judge_samples(env, config, tasks, seed)
     samples, steps = warm_start_mix(expert, judge, plan.warm_start_steps)
+    first_out = out.with_name(out.name + "-mixed") if judge else out  # then the judge phase -> out
     cfg = SFTConfig(
         max_steps=steps,
         learning_rate=WARM_START_LR,
@@ -111,9 +112,22 @@ def _warm_start(
             bars.update(bar, completed=step, info=info)
 
         report = train_sft(
-            base, samples, out, cfg, iteration=-1, dataset_id=f"warm-start:{_key(tasks)}", on_step=on_step
+            base,
+            samples,
+            first_out,
+            cfg,
+            iteration=-1,
+            dataset_id=f"warm-start:{_key(tasks)}",
+            on_step=on_step,
         )
         bars.update(bar, completed=steps)
+    if judge:  # the judge question alone, on top (train_service/judge_data.py: judge_phase)
+        from train_service.judge_data import JUDGE_PHASE_STEPS, judge_phase
+
+        with console.status(
+            f"warm start: judge phase, {JUDGE_PHASE_STEPS} steps on {len(judge)} examples..."
+        ):
+            judge_phase(report.checkpoint, judge, out, seed=seed, cap_s=plan.warm_start_cap_s)
     console.print(
         f"warm start: {len(expert)} expert episodes + {len(judge)} judge examples, "
         f"{report.metrics.get('steps')} steps in "

@@ -46,12 +46,13 @@ def test_metrics_per_iteration() -> None:
         "exact_match": pytest.approx(2 / 3),
         "mean_abs_distance": pytest.approx(4 / 3),
         "direct_exact_match": pytest.approx(1 / 3),
+        "first_step_match": pytest.approx(2 / 3),
         "strategies": ["model"],
     }
     assert metrics[1]["exact_match"] == 0.0 and metrics[1]["mean_abs_distance"] == 1.0
     assert metrics[1]["fallback_share"] == 0.0 and metrics[1]["direct_exact_match"] == 0.0
     table = critic_markdown(metrics)
-    assert "| 0 | model | 4 | 0.500 | 3 | 0.667 | 1.33 | 0.333 |" in table
+    assert "| 0 | model | 4 | 0.500 | 3 | 0.667 | 1.33 | 0.333 | 0.667 |" in table
     with pytest.raises(ValueError, match="given with pair"):
         critic_metrics([(rows[0][0], rows[1][1])])
 
