@@ -59,11 +59,26 @@ async def resplice(api: ApiHarness, splicer: SpliceHandlers, pair_id: str) -> li
     return [e.event for e in result.events]
 
 
+async def build_dataset(api: ApiHarness, headers: dict[str, str], name: str) -> str:
+    created = await api.client.post("/v1/datasets", json={"name": name}, headers=headers)
+    assert created.status_code == 201, created.text
+    return str(created.json()["dataset_id"])
+
+
+async def download(api: ApiHarness, headers: dict[str, str], dataset_id: str) -> str:
+    response = await api.client.get(
+        f"/v1/datasets/{dataset_id}/download", params={"format": "openai"}, headers=headers
+    )
+    assert response.status_code == 200, response.text
+    return response.text
+
+
 async def test_correction_resplices_the_sample(api: ApiHarness) -> None:
     project = await api.project("review")
     reader = api.auth(await api.key(project, "read"))
-    reviewer = api.auth(await api.key(project, "read", "review"))
+    reviewer = api.auth(await api.key(project, "read", "review", "run"))
     pair_id, splicer = await spliced_pair(api, project)
+    old_dataset = await build_dataset(api, reviewer, "before")
 
     detail = (await api.client.get(f"/v1/pairs/{pair_id}", headers=reader)).json()
     assert (detail["shared_steps"], detail["transition_index"], detail["sample_origin"]) == (1, 2, "splice")
@@ -119,6 +134,11 @@ async def test_correction_resplices_the_sample(api: ApiHarness) -> None:
         m["content"] for m in after["sample"]["messages"] if m["role"] == "assistant" and not m["weight"]
     ]
     assert len(contexts) == 2 and "get 2 sticks" in contexts[1]  # shared step + bad step 1 (t')
+    # a trace dataset built now takes the corrected sample; one built before still downloads the old one
+    new_dataset = await build_dataset(api, reviewer, "after")
+    assert reflection in await download(api, reader, new_dataset)
+    old_text = await download(api, reader, old_dataset)
+    assert reflection not in old_text and before["provenance"]["reflection"] in old_text
     pairs = (await api.client.get("/v1/pairs", headers=reader)).json()["items"]
     assert [(p["pair_id"], p["transition_index"], p["status"]) for p in pairs] == [(pair_id, 1, "revised")]
 
