@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import RowMapping, select
+from sqlalchemy import RowMapping, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -111,10 +111,23 @@ class Idempotency:
         """Claim the key inside ``conn``'s transaction with ``answer``; KeyTaken when it is taken."""
         if self.key is None:
             return
-        status_code, body = answer if isinstance(answer, tuple) else await answer(conn)
-        result = await conn.execute(self._claim_statement(conn, status_code, body))
+        if isinstance(answer, tuple):
+            status_code, body = answer
+            result = await conn.execute(self._claim_statement(conn, status_code, body))
+            if result.rowcount == 0:
+                raise KeyTaken(self.key)
+            return
+        # Claim first, then compute the answer (it may read rows only the winner's effect wrote)
+        # and record it, all before the transaction commits.
+        result = await conn.execute(self._claim_statement(conn, 0, None))
         if result.rowcount == 0:
             raise KeyTaken(self.key)
+        status_code, body = await answer(conn)
+        await conn.execute(
+            update(idempotency_keys)
+            .where(idempotency_keys.c.scope == self.scope, idempotency_keys.c.key == self.key)
+            .values(status_code=status_code, response=body)
+        )
 
     def claim_hook(
         self, answer: AnswerSource | None

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api import trace_datasets as builds
 from api.dataset_schemas import (
@@ -164,15 +165,22 @@ async def create_dataset(
     except DatasetQueryError as exc:
         raise _query_error(exc) from None
     event, stream = builds.created_event(project_id, manifest)
+
+    async def answer(conn: AsyncConnection) -> tuple[int, Any]:
+        row = await owned_row(conn, datasets, "dataset_id", manifest.dataset_id, project_id, "dataset")
+        out = DatasetOut(**_summary(row).model_dump(), entries=_entries(manifest))
+        return 201, out.model_dump(mode="json")
+
+    # the Idempotency-Key is claimed in the append's transaction, with the answer read there
     await append(
         svc,
         [new_event(stream, event, project_id=project_id, event_id=idem.new_id("event", 0))],
         expected_versions={stream: -1},
+        idem=idem,
+        answer=answer,
     )
     async with svc.store.engine.connect() as conn:
-        row = await owned_row(conn, datasets, "dataset_id", manifest.dataset_id, project_id, "dataset")
-    out = DatasetOut(**_summary(row).model_dump(), entries=_entries(manifest)).model_dump(mode="json")
-    await idem.save(201, out)
+        _status, out = await answer(conn)
     return out
 
 

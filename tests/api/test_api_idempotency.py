@@ -100,3 +100,20 @@ async def test_parallel_key_issuance_with_one_key_issues_one_key(api: ApiHarness
     assert [i["key_id"] for i in issued] == [winner["key_id"]]
     works = await api.client.get(f"/v1/projects/{project}", headers=api.auth(winner["key"]))
     assert works.status_code == 200
+
+
+async def test_parallel_dataset_builds_with_one_key_build_one_dataset(api: ApiHarness) -> None:
+    key = await _setup(api)
+    headers = {**key, "Idempotency-Key": "race-5"}
+    responses = await asyncio.gather(
+        *(
+            api.client.post("/v1/datasets", json={"name": f"d{i % 2}", "allow_empty": True}, headers=headers)
+            for i in range(10)
+        )
+    )
+    created = [r for r in responses if r.status_code == 201]
+    assert sorted(r.status_code for r in responses) == [201] * len(created) + [422] * (10 - len(created))
+    assert len({r.json()["dataset_id"] for r in created}) == 1  # same body: the one answer, replayed
+    stored = await _stored(api, "DatasetCreated")
+    assert [s["dataset_id"] for s in stored] == [created[0].json()["dataset_id"]]
+    assert {r.json()["name"] for r in created} == {stored[0]["manifest"]["name"]}
