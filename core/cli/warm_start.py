@@ -127,7 +127,7 @@ def _warm_start(
         with console.status(
             f"warm start: judge phase, {JUDGE_PHASE_STEPS} steps on {len(judge)} examples..."
         ):
-            judge_phase(report.checkpoint, judge, out, seed=seed, cap_s=plan.warm_start_cap_s)
+            judge_phase(report.checkpoint, judge, out, expert=expert, seed=seed, cap_s=plan.warm_start_cap_s)
     console.print(
         f"warm start: {len(expert)} expert episodes + {len(judge)} judge examples, "
         f"{report.metrics.get('steps')} steps in "
