@@ -27,6 +27,7 @@ from fastapi.responses import Response
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError
 from api.errors import field_error as make_field_error
+from api.sanitize import TooDeep, json_problem, loads_bounded
 from api.schemas import ERROR_RESPONSES, ErrorBody
 from api.writes import append, new_event
 from core.domain.events import NewEvent, OtlpSpansBuffered, TraceIngested
@@ -63,16 +64,33 @@ def _decode(body: bytes, content_type: str, encoding: str, limit: int) -> tuple[
     elif encoding not in ("", "identity"):
         raise ApiError(415, f"Content-Encoding {encoding!r} is not supported (send gzip or none)")
     if content_type == PROTOBUF:
-        return spans_from_protobuf(body), True
+        return _sanitized(spans_from_protobuf(body)), True
     if content_type == "application/json":
         try:
-            payload = json.loads(body)
+            payload = loads_bounded(body)
+        except TooDeep as exc:
+            raise make_field_error("body", str(exc)) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"body: not valid JSON ({exc})") from None
+        # a gzip body passed the JSON sanitiser as opaque bytes: apply its rules here
+        problem = json_problem(payload)
+        if problem is not None:
+            raise make_field_error(problem.field(), problem.message)
         return spans_from_otlp_json(payload, "body"), False
     raise ApiError(
         415, f"Content-Type {content_type or 'missing'!r}: send {PROTOBUF} or application/json (OTLP/HTTP)"
     )
+
+
+def _sanitized(spans: list[SpanRecord]) -> list[SpanRecord]:
+    """The JSON sanitiser's rules (api/sanitize.py) on decoded protobuf text: NUL characters and
+    JSON nested too deep inside attribute strings (gen_ai.input.messages) answer 422."""
+    for index, span in enumerate(spans):
+        texts = {"name": span.name, "status_message": span.status_message}
+        problem = json_problem({**texts, "attributes": span.attributes, "events": list(span.events)})
+        if problem is not None:
+            raise make_field_error(f"{span.path or f'spans[{index}]'}.{problem.path}", problem.message)
+    return spans
 
 
 def _answer(protobuf: bool, rejected: int, message: str) -> Response:

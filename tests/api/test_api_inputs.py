@@ -262,3 +262,41 @@ async def test_timestamps_are_rfc3339_text_in_range(api: ApiHarness, value: str)
     assert response.json()["fields"][0]["field"] == "query.until"
     ok = await api.client.get("/v1/traces", params={"since": "2026-01-01T00:00:00+14:00"}, headers=key)
     assert ok.status_code == 200, ok.text
+
+
+async def test_otlp_bodies_gzip_and_protobuf_pass_the_same_sanitiser(api: ApiHarness) -> None:
+    import gzip
+
+    from google.protobuf.json_format import ParseDict
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from tests.unit.test_formats_otel import TRACE_A, agent_trace, export
+
+    project = await api.project()
+    key = api.auth(await api.key(project, "ingest"))
+    before = await _event_count(api)
+    spans = agent_trace(TRACE_A)
+    spans[1]["attributes"][3]["value"] = {"stringValue": _nested(2_000)}  # deep JSON inside a string
+    body = export(*spans)
+    deep_gzip = await api.client.post(
+        "/v1/otlp/v1/traces",
+        content=gzip.compress(json.dumps(body).encode()),
+        headers={**key, "content-type": "application/json", "content-encoding": "gzip"},
+    )
+    assert deep_gzip.status_code == 422, deep_gzip.text
+    assert "nested deeper" in deep_gzip.json()["detail"]
+    protobuf = ParseDict(body, ExportTraceServiceRequest()).SerializeToString()
+    deep_protobuf = await api.client.post(
+        "/v1/otlp/v1/traces", content=protobuf, headers={**key, "content-type": "application/x-protobuf"}
+    )
+    assert deep_protobuf.status_code == 422, deep_protobuf.text
+    assert "nested deeper" in deep_protobuf.text
+    spans = agent_trace(TRACE_A)
+    spans[1]["attributes"][3]["value"] = {"stringValue": "x\ud800"}
+    surrogate_gzip = await api.client.post(
+        "/v1/otlp/v1/traces",
+        content=gzip.compress(json.dumps(export(*spans)).encode()),
+        headers={**key, "content-type": "application/json", "content-encoding": "gzip"},
+    )
+    assert surrogate_gzip.status_code == 422 and "surrogate" in surrogate_gzip.json()["detail"]
+    assert await _event_count(api) == before
