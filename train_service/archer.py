@@ -21,6 +21,7 @@ Hierarchical actor-critic on utterance-level transitions (``core.domain.transiti
   ``kl_coef``; 0 disables it (and loads no reference).
 * Schedule: ``iterations`` rounds, each ``critic_epochs`` critic updates then, after
   ``warmup_iters`` critic-only rounds (the paper's warm-up), ``actor_epochs`` actor updates.
+  Cancellation and ``time_budget_s`` are checked after every update.
 
 Defaults are the ArCHer code's (``scripts/config/default.yaml``: gamma 0.95, tau 0.1, critic lr
 1e-5, actor lr 1e-6, 5 critic and 3 actor epochs, warm-up 20 iterations, batch 4 x 64
@@ -411,26 +412,32 @@ def train_archer(
     actor_info: list[dict[str, float]] = []
     step = 0
     out_of_time = False
+
+    def after_update() -> bool:
+        """Progress, then cancel (raises) and the time budget (True = stop), after every update."""
+        if on_step:
+            on_step(step, total_steps, critic_losses[-1] if critic_losses else None)
+        if should_stop is not None and should_stop():
+            raise TrainingCancelled(
+                f"ArCHer training of dataset {dataset_id or '?'} was cancelled at step {step}"
+            )
+        return cfg.time_budget_s is not None and time.monotonic() - started >= cfg.time_budget_s
+
     for round_index in range(cfg.iterations):
         for _ in range(cfg.critic_epochs):
             batches = [learner._draw(transitions) for _ in range(cfg.grad_accumulation)]
             critic_losses.append(learner.critic_update(batches))
             step += 1
-            if on_step:
-                on_step(step, total_steps, critic_losses[-1])
-        if round_index >= cfg.warmup_iters:
+            if out_of_time := after_update():
+                break
+        if not out_of_time and round_index >= cfg.warmup_iters:
             for _ in range(cfg.actor_epochs):
                 batches = [learner._draw(transitions) for _ in range(cfg.grad_accumulation)]
                 actor_info.append(learner.actor_update(batches))
                 step += 1
-                if on_step:
-                    on_step(step, total_steps, critic_losses[-1] if critic_losses else None)
-        if should_stop is not None and should_stop():
-            raise TrainingCancelled(
-                f"ArCHer training of dataset {dataset_id or '?'} was cancelled at step {step}"
-            )
-        if cfg.time_budget_s is not None and time.monotonic() - started >= cfg.time_budget_s:
-            out_of_time = True
+                if out_of_time := after_update():
+                    break
+        if out_of_time:
             break
     seconds = time.monotonic() - started
     critic_updates = len(critic_losses)

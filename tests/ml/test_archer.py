@@ -170,3 +170,15 @@ def test_config_is_checked() -> None:
     with pytest.raises(ValueError, match="unknown field"):
         ArcherConfig.from_dict({"lr": 1})
     assert ArcherConfig().gamma == 0.95 and ArcherConfig(mode="online").actor_objective == "pg"
+
+
+def test_cancel_and_time_budget_are_checked_after_every_update(base_model: Path, tmp_path: Path) -> None:
+    from train_service.sft import TrainingCancelled
+
+    cfg = small(iterations=5, warmup_iters=0, critic_epochs=3, actor_epochs=2)
+    with pytest.raises(TrainingCancelled, match="step 1"):
+        train_archer(base_model, transitions(), tmp_path / "cancelled", cfg, should_stop=lambda: True)
+    assert not (tmp_path / "cancelled").exists()  # nothing written
+    budget = small(iterations=5, warmup_iters=0, critic_epochs=3, actor_epochs=2, time_budget_s=1e-9)
+    report = train_archer(base_model, transitions(), tmp_path / "budget", budget)
+    assert report.metrics["stopped_by_time_budget"] and report.metrics["critic_updates"] == 1
