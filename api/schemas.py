@@ -181,6 +181,9 @@ class SearchSettings(_Strict):
     temperature: float | None = Field(None, ge=0, le=5, description="Sampling temperature of expansion.")
     max_tokens: int | None = Field(None, ge=1, le=8192, description="Token cap of one generated turn.")
     max_pairs_per_tree: int | None = Field(None, ge=0, le=10_000, description="Cap on pairs per tree.")
+    record_terminal_children: bool | None = Field(
+        None, description="Record a child whose step ended the episode as a leaf at once (true)."
+    )
 
 
 class CriticSettings(_Strict):

@@ -300,3 +300,30 @@ async def test_otlp_bodies_gzip_and_protobuf_pass_the_same_sanitiser(api: ApiHar
     )
     assert surrogate_gzip.status_code == 422 and "surrogate" in surrogate_gzip.json()["detail"]
     assert await _event_count(api) == before
+
+
+def test_api_settings_models_cover_every_worker_knob() -> None:
+    """Each worker config's fields can be set at the API (and are typed there): a knob added to a
+    worker without its API field would be refused at submission, one removed would be accepted
+    and then fail an iteration."""
+    import dataclasses
+
+    from api import schemas
+    from core.domain.mcts import SearchConfig
+    from critic_service.critic import CriticConfig
+    from critic_service.splice_service import SpliceConfig
+    from train_service.evaluation import EvalConfig
+    from train_service.sft import LoraSettings, SFTConfig
+
+    set_by_the_run = {"alpha", "beta", "seed"}  # SearchConfig fields RunConfig fills in itself
+    for config, model, skip in (
+        (SearchConfig, schemas.SearchSettings, set_by_the_run),
+        (CriticConfig, schemas.CriticSettings, set()),
+        (SpliceConfig, schemas.SpliceSettings, set()),
+        (SFTConfig, schemas.TrainSettings, set()),
+        (LoraSettings, schemas.LoraIn, set()),
+        (EvalConfig, schemas.EvaluationSettings, set()),
+    ):
+        missing = {f.name for f in dataclasses.fields(config)} - skip - set(model.model_fields)
+        assert not missing, f"{config.__name__} fields without an API field in {model.__name__}: {missing}"
+        assert model.model_config.get("extra") == "forbid", model.__name__
