@@ -32,16 +32,18 @@ def _torch_threads() -> int:
     return max(1, min(2, round(idle)))
 
 
-def run_command(opts: RunOptions) -> int:
+def embedded_settings(home: str | Path = "") -> tuple[Any, Path]:
+    """Settings of an embedded run (SQLite under ``home``, in-process bus), the resolved home, and
+    the process set up for it: logging, quiet transformers progress, torch threads."""
     from core.runtime.logging import configure_logging
     from core.runtime.settings import load_settings
 
     overrides: dict[str, Any] = {"redis_url": None, "reclaim_idle_ms": 2000}
-    if opts.home:
-        overrides["home"] = Path(opts.home)
+    if home:
+        overrides["home"] = Path(home)
     settings = load_settings(**overrides)
-    home = Path(settings.home).resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    resolved = Path(settings.home).resolve()
+    resolved.mkdir(parents=True, exist_ok=True)
     configure_logging(os.environ.get("AGENTR_LOG_LEVEL", "WARNING"), False)
     import torch
     from transformers.utils import logging as hf_logging
@@ -50,6 +52,11 @@ def run_command(opts: RunOptions) -> int:
 
     if not os.environ.get("OMP_NUM_THREADS"):  # an explicit OMP_NUM_THREADS is respected by torch
         torch.set_num_threads(_torch_threads())
+    return settings, resolved
+
+
+def run_command(opts: RunOptions) -> int:
+    settings, home = embedded_settings(opts.home)
     started = time.monotonic()
     plan = plan_run(opts)
     config = dict(plan.config)
@@ -73,10 +80,27 @@ def run_command(opts: RunOptions) -> int:
         if template is not None:
             console.print(f"[red]cannot start the run:[/red] {template[0]}: {template[1]}")
             return 2
-    return asyncio.run(_run_async(settings, home, config, opts.resume, started))
+    code, _run_id = asyncio.run(_run_async(settings, home, config, opts.resume, started))
+    return code
 
 
-async def _run_async(settings: Any, home: Path, config: dict[str, Any], resume: str, started: float) -> int:
+def run_config(
+    settings: Any, home: Path, config: dict[str, Any], *, show_report: bool = True
+) -> tuple[int, str]:
+    """Run one whole configuration (its ``model`` already prepared) in this process: (exit code,
+    run id). The run's report is under ``home/runs/<run id>/`` (bench/paper.py reads it)."""
+    return asyncio.run(_run_async(settings, home, config, "", time.monotonic(), show_report=show_report))
+
+
+async def _run_async(
+    settings: Any,
+    home: Path,
+    config: dict[str, Any],
+    resume: str,
+    started: float,
+    *,
+    show_report: bool = True,
+) -> tuple[int, str]:
     from core.domain.events import NewEvent, RunRequested
     from core.domain.ids import new_id, run_stream
     from core.domain.runs import fold
@@ -89,11 +113,11 @@ async def _run_async(settings: Any, home: Path, config: dict[str, Any], resume: 
             history = await store.read_stream(run_stream(run_id))
             if not history:
                 console.print(f"[red]no run {run_id} in {settings.effective_database_url}[/red]")
-                return 2
+                return 2, run_id
             state = fold(run_id, [r.event for r in history])
             if state.terminal:
                 console.print(f"run {run_id} is already {state.status}")
-                return 0 if state.status == "completed" else 1
+                return (0 if state.status == "completed" else 1), run_id
             config = state.config.to_data()
             console.print(f"resuming run [bold]{run_id}[/bold]")
         else:
@@ -112,10 +136,11 @@ async def _run_async(settings: Any, home: Path, config: dict[str, Any], resume: 
             console.print(
                 f"[green]run {run_id} completed[/green] in {elapsed:.0f}s; report: {report_paths['markdown']}"
             )
-            console.print(await asyncio.to_thread(Path(report_paths["markdown"]).read_text))
-            return 0
+            if show_report:
+                console.print(await asyncio.to_thread(Path(report_paths["markdown"]).read_text))
+            return 0, run_id
         console.print(f"[red]run {run_id} {status}[/red]: {final.reason}")
-        return 1
+        return 1, run_id
     finally:
         await store.close()
 

@@ -1,6 +1,7 @@
 """Owns the starting model of ``agentr run``: the tiny local model (built once) and its warm start on
 expert episodes of the warm-start tasks, both cached under ``<home>/models`` by a key of their
-settings, so the same command reproduces (or reuses) them.
+settings, so the same command reproduces (or reuses) them. A ``--model`` folder is used as given,
+or, with ``--warm-start-steps N``, warm-started the same way (at ``Plan.warm_start_lr``).
 """
 
 from __future__ import annotations
@@ -25,15 +26,21 @@ def _key(*parts: Any) -> str:
 
 def prepare_model(plan: Plan, home: Path, seed: int) -> str:
     """The starting model's ref: ``--model`` as given, or the cached tiny model (built, warm-started)."""
-    if plan.tiny is None:
-        return str(plan.config["model"])
-    from core.domain.config import RunConfig
+    from core.domain.config import RunConfig, is_served_model
     from core.envs.registry import open_env
     from core.llm.tiny import build_tiny_model, default_corpus
 
     spec = plan.tiny
-    base = home / "models" / f"tiny-{_key(spec.__dict__, seed)}"
-    if not (base / "config.json").is_file():
+    if spec is None:
+        given = str(plan.config["model"])
+        if plan.warm_start_steps <= 0 or is_served_model(given):
+            return given
+        base = Path(given).resolve()
+        if not (base / "config.json").is_file():
+            raise FileNotFoundError(f"--model {given}: no config.json, not a model folder to warm-start")
+    else:
+        base = home / "models" / f"tiny-{_key(spec.__dict__, seed)}"
+    if spec is not None and not (base / "config.json").is_file():
         with console.status(
             f"building the tiny model ({spec.hidden} hidden, {spec.layers} layers) in {base}..."
         ):
@@ -54,7 +61,10 @@ def prepare_model(plan: Plan, home: Path, seed: int) -> str:
     from train_service.judge_data import warm_start_judge_key
 
     judge_key = warm_start_judge_key(env)  # judge examples (train_service/judge_data.py) change the model
-    parts = (base.name, config.env, tasks, plan.warm_start_steps, WARM_START_LR, seed)
+    lr = plan.warm_start_lr
+    parts: tuple[Any, ...] = (base.name, config.env, tasks, plan.warm_start_steps, WARM_START_LR, seed)
+    if spec is None or lr != WARM_START_LR:  # a given folder: its path and rate name the warm start
+        parts = (str(base), config.env, tasks, plan.warm_start_steps, lr, seed)
     warm = home / "models" / f"warm-{_key(*parts, judge_key) if judge_key else _key(*parts)}"
     if (warm / "meta.json").is_file():
         console.print(f"warm-started model found in [bold]{warm}[/bold] (cached)")
@@ -88,7 +98,7 @@ def _warm_start(
     first_out = out.with_name(out.name + "-mixed") if judge else out  # then the judge phase -> out
     cfg = SFTConfig(
         max_steps=steps,
-        learning_rate=WARM_START_LR,
+        learning_rate=plan.warm_start_lr,
         lr_scheduler="cosine",
         warmup=0.05,
         time_budget_s=plan.warm_start_cap_s,
@@ -128,6 +138,13 @@ def _warm_start(
             f"warm start: judge phase, {JUDGE_PHASE_STEPS} steps on {len(judge)} examples..."
         ):
             judge_phase(report.checkpoint, judge, out, expert=expert, seed=seed, cap_s=plan.warm_start_cap_s)
+    done = int(report.metrics.get("steps") or 0)
+    if done < steps:  # the safety cap fired: this model is not the one the command documents
+        console.print(
+            f"[red]warm start stopped at its {plan.warm_start_cap_s:.0f}s safety cap after {done} of "
+            f"{steps} steps[/red] (a slow or loaded machine): the model is less trained than the "
+            "documented one; delete it to redo the warm start"
+        )
     console.print(
         f"warm start: {len(expert)} expert episodes + {len(judge)} judge examples, "
         f"{report.metrics.get('steps')} steps in "

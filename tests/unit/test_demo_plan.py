@@ -1,0 +1,37 @@
+"""The default ``agentr run`` demo's goals: held-out goals never searched, sharing sub-recipes."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from core.cli.demo import DEMO_GOALS, DEMO_HELD_OUT, RunOptions, plan_run
+from core.envs.textcraft import TextCraftEnv
+
+
+def test_demo_searches_and_holds_out_disjoint_wooden_goals() -> None:
+    env = TextCraftEnv(distractors=1)
+    book = env.book
+    assert len(DEMO_GOALS) == 24 and len(DEMO_HELD_OUT) == 10
+    assert not set(DEMO_GOALS) & set(DEMO_HELD_OUT)
+    searched_recipes = {r.text for goal in DEMO_GOALS for r in book.tree(env.goal_of(goal))}
+    depths = Counter(book.depth[env.goal_of(goal)] for goal in DEMO_HELD_OUT)
+    assert depths == {1: 4, 2: 6}
+    sharing = [g for g in DEMO_HELD_OUT if any(r.text in searched_recipes for r in book.tree(env.goal_of(g)))]
+    # most held-out goals need a recipe the searched goals' trees hold (their planks)
+    assert len(sharing) >= 6
+
+
+def test_demo_plan_uses_the_goals_and_warm_starts_on_the_searched_ones_only() -> None:
+    plan = plan_run(RunOptions())
+    assert tuple(plan.config["tasks"]) == DEMO_GOALS
+    assert tuple(plan.config["eval_tasks"]) == DEMO_HELD_OUT
+    assert plan.warm_start_tasks == DEMO_GOALS
+    capped = plan_run(RunOptions(max_tasks=6))
+    assert capped.warm_start_tasks == DEMO_GOALS[:6]
+    # another environment keeps its own splits
+    other = plan_run(RunOptions(env="textcraft?distractors=2"))
+    assert other.config["tasks"] == [] and other.config["eval_tasks"] == []
+    # a given model is not warm-started unless asked, and is fine-tuned gently
+    given = plan_run(RunOptions(model="/models/x"))
+    assert given.tiny is None and given.warm_start_steps == 0
+    assert given.config["train"]["learning_rate"] < plan.config["train"]["learning_rate"]
