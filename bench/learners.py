@@ -208,6 +208,8 @@ def _rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                 "avg_reward": row.get("avg_reward"),
                 "recovery_success": row.get("recovery_success"),
                 "dead_loop_rate": row.get("dead_loop_rate"),
+                "invalid_action_rate": row.get("invalid_action_rate"),
+                "seen_success_rate": row.get("seen_success_rate"),
                 "critic_exact_match": judged.get("exact_match"),
                 "critic_fallback_share": judged.get("fallback_share"),
             }
@@ -264,10 +266,19 @@ def compare(home: Path, iterations: int, seed: int, out: Path | None) -> int:
                 metric = f"{key}_{name}_vs_agent_r_sft_{row['model'].replace(' ', '_')}"
                 line = {"metric": metric, "ours": ours, "baseline": baseline, "unit": "rate", "ratio": ratio}
                 print(json.dumps(line))
-    keys = ("success_rate", "avg_reward", "recovery_success", "dead_loop_rate", "critic_exact_match")
+    keys = (
+        "success_rate",
+        "avg_reward",
+        "recovery_success",
+        "dead_loop_rate",
+        "invalid_action_rate",
+        "seen_success_rate",
+        "critic_exact_match",
+    )
     lines = [
-        "| learner | model | held-out success | avg reward | recovery | dead loops | critic exact match |",
-        "|---|---|---|---|---|---|---|",
+        "| learner | model | held-out success | avg reward | recovery | dead loops | invalid actions "
+        "| seen success | critic exact match |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, result in results.items():
         for row in result["rows"]:
