@@ -264,6 +264,11 @@ class CriticHandlers:
                 log.warning("critic: trace %s: %s without a critic model: rules", trace.trace_id, strategy)
                 return CriticConfig(strategy="rules"), None
             return config, self.policies.get(model_ref)
+        if config.strategy == "value":  # needs an archer checkpoint (critic.value_model): runs only
+            log.warning(
+                "critic: trace %s: the value strategy is for runs (critic.value_model): rules", trace.trace_id
+            )
+            return CriticConfig(strategy="rules"), None
         return config, None
 
     async def _paired(self, failed_trace_id: str) -> bool:
