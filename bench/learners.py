@@ -295,6 +295,19 @@ def compare(home: Path, iterations: int, seed: int, out: Path | None) -> int:
     return 0 if all(r["status"] == "completed" for r in results.values()) else 1
 
 
+def run_learner_bench(quick: bool) -> list[dict[str, Any]]:
+    """Build the model and episodes (``--quick`` sizes or the full ones) and return the JSON lines."""
+    from core.llm.tiny import build_tiny_model
+
+    episodes, hidden, layers, batch = (16, 64, 2, 4) if quick else (96, 256, 4, 8)
+    trajectories = bench_trajectories(episodes)
+    texts = [t.task for t in trajectories] + [s.observation for t in trajectories for s in t.steps]
+    with tempfile.TemporaryDirectory(prefix="agentr-bench-learners-") as tmp:
+        root = Path(tmp)
+        model = build_tiny_model(root / "base", texts, hidden=hidden, layers=layers, heads=4, vocab_size=1024)
+        return learner_lines(root, model, trajectories, batch, 512)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -313,16 +326,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from core.llm.tiny import build_tiny_model
-
-    episodes, hidden, layers, batch = (16, 64, 2, 4) if args.quick else (96, 256, 4, 8)
-    trajectories = bench_trajectories(episodes)
-    texts = [t.task for t in trajectories] + [s.observation for t in trajectories for s in t.steps]
-    with tempfile.TemporaryDirectory(prefix="agentr-bench-learners-") as tmp:
-        root = Path(tmp)
-        model = build_tiny_model(root / "base", texts, hidden=hidden, layers=layers, heads=4, vocab_size=1024)
-        for line in learner_lines(root, model, trajectories, batch, 512):
-            print(json.dumps(line))
+    for line in run_learner_bench(args.quick):
+        print(json.dumps(line))
 
 
 if __name__ == "__main__":

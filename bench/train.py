@@ -7,6 +7,9 @@ agent samples and short general samples) for the same number of epochs through
 blocks, per-sample attention), "baseline" = padded batches. Prints one JSON line:
 {"metric", "ours", "baseline", "unit", "ratio"} with ratio = ours / baseline (higher is better).
 
+Then the learners' lines of ``bench/learners.py`` (DPO tokens/s, ArCHer actor tokens/s and critic
+updates/s next to SFT's, same episodes and model, trained side by side).
+
     python bench/train.py            # 3.4M-parameter model (hidden 256, 4 layers), 192 episodes
     python bench/train.py --quick    # smaller model and data, under a minute
 """
@@ -87,6 +90,11 @@ def main() -> None:
             }
         )
     )
+    # DPO and ArCHer next to SFT on the same expert episodes (bench/learners.py; its own model)
+    from learners import run_learner_bench
+
+    for line in run_learner_bench(args.quick):
+        print(json.dumps(line))
 
 
 if __name__ == "__main__":
