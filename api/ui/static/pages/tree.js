@@ -198,7 +198,7 @@ export async function render(main, [treeId], query) {
         h("span", { class: "swatch unvisited" }), " unvisited · ",
         h("span", { class: "ring good" }), " good leaf ",
         h("span", { class: "ring bad" }), " bad leaf ",
-        h("span", { class: "ring divergence" }), " divergence")),
+        h("span", { class: "ring divergence" }), " divergence · dotted outline: invalid action")),
     h("div", { class: "tree-layout" }, h("div", { class: "canvas-wrap" }, svg), panel),
     h("h2", {}, `Pairs in this tree (${pairs.length})`),
     pairs.length ? pairList : h("p", { class: "muted" }, "No pairs."),
