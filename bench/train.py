@@ -7,6 +7,12 @@ agent samples and short general samples) for the same number of epochs through
 blocks, per-sample attention), "baseline" = padded batches. Prints one JSON line:
 {"metric", "ours", "baseline", "unit", "ratio"} with ratio = ours / baseline (higher is better).
 
+Second line, ``ddp_2proc_vs_inline``: the same data and config (packing on, same per-device batch,
+same epochs) trained by ``train.launcher: torchrun`` with 2 gloo processes (``ours``) and inline in
+one process (``baseline``), both through ``run_train_iteration`` from the same dataset file; tokens/s
+is the trainer's own (dataset tokens x epochs / training seconds, so process start-up and model
+loading are not in it). Each process uses ``--threads`` torch threads: 2 processes use 2 cores.
+
 Then the learners' lines of ``bench/learners.py`` (DPO tokens/s, ArCHer actor tokens/s and critic
 updates/s next to SFT's, same episodes and model, trained side by side).
 
@@ -78,6 +84,7 @@ def main() -> None:
             )
             report = train_sft(model, samples, root / f"ckpt-{packing}", cfg)
             results[packing] = report.metrics
+        ddp = launcher_comparison(root, model, samples, batch, max_length, pack_length, args.threads)
     ours, base = results[True]["tokens_per_s"], results[False]["tokens_per_s"]
     print(
         json.dumps(
@@ -90,11 +97,55 @@ def main() -> None:
             }
         )
     )
+    print(json.dumps(ddp))
     # DPO and ArCHer next to SFT on the same expert episodes (bench/learners.py; its own model)
     from learners import run_learner_bench
 
     for line in run_learner_bench(args.quick):
         print(json.dumps(line))
+
+
+def launcher_comparison(
+    root: Path, model: Path, samples: list, batch: int, max_length: int, pack_length: int, threads: int
+) -> dict[str, object]:
+    """tokens/s of 2 gloo torchrun processes vs 1 inline process on the same dataset file."""
+    import os
+
+    from core.formats.export import write_jsonl
+    from train_service.celery_app import run_train_iteration
+
+    dataset = root / "dataset.jsonl"
+    write_jsonl(dataset, samples, "samples")
+    config = {
+        "epochs": 2,
+        "batch_size": batch,
+        "max_length": max_length,
+        "packing": True,
+        "pack_length": pack_length,
+        "logging_steps": 1000,
+    }
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    speeds = {}
+    for name, launch in (("inline", {}), ("torchrun", {"launcher": "torchrun", "nproc_per_node": 2})):
+        result = run_train_iteration(
+            run_id=None,
+            iteration=0,
+            dataset_id=f"bench-{name}",
+            dataset_path=str(dataset),
+            model_path=str(model),
+            out_dir=str(root / f"ckpt-{name}"),
+            config=config,
+            launch=launch,
+        )
+        speeds[name] = float(result["metrics"]["tokens_per_s"])
+    ours, base = speeds["torchrun"], speeds["inline"]
+    return {
+        "metric": "ddp_2proc_vs_inline",
+        "ours": ours,
+        "baseline": base,
+        "unit": "tokens/s",
+        "ratio": round(ours / base, 3) if base else None,
+    }
 
 
 if __name__ == "__main__":
