@@ -87,8 +87,9 @@ def hf_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
         call_id = _field(m, "tool_call_id")
         if m.role == "tool" and call_id:
             entry["tool_call_id"] = call_id
-            if call_id in names_by_call:
-                entry["name"] = names_by_call[call_id]
+            name = _field(m, "name") or names_by_call.get(call_id)
+            if name:
+                entry["name"] = name
         out.append(entry)
     return out
 

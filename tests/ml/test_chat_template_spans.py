@@ -242,3 +242,35 @@ def test_agentr_run_refuses_a_model_folder_whose_template_is_unusable(folder: Pa
     )
     assert result.exit_code == 2, result.output
     assert "not prefix-stable" in " ".join(result.output.split())
+
+
+def test_domain_tool_call_samples_train_on_the_assistant_turns_only(tokenizer: Any) -> None:
+    from core.domain.trajectory import ToolCall
+
+    tokenizer.chat_template = (TEMPLATES / "qwen2_5_tools.jinja").read_text()
+    tools = (
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
+        },
+    )
+    call = ToolCall("call_7", "get_weather", '{"city": "Paris"}')
+    sample = TrainingSample(
+        "tool-sample",
+        "good",
+        (
+            Message("user", "Weather in Paris?"),
+            Message("assistant", "", 1, tool_calls=(call,)),
+            Message("tool", "sunny, 21C", tool_call_id="call_7", name="get_weather"),
+            Message("assistant", "It is sunny in Paris.", 1),
+        ),
+        tools=tools,
+    )
+    tok = tokenize_sample(tokenizer, sample)
+    decoded = decoded_runs(tokenizer, tok.input_ids, tok.labels)
+    assert len(decoded) == 2
+    assert '"name": "get_weather"' in decoded[0] and '"city": "Paris"' in decoded[0]
+    assert decoded[1] == "It is sunny in Paris."
+    whole = tokenizer.decode(tok.input_ids)
+    assert "<tools>" in whole and "sunny, 21C" in whole  # definitions and the result are context
+    assert not any("sunny, 21C" in d for d in decoded)
