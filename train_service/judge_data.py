@@ -239,7 +239,7 @@ JUDGE_TASKS = 16
 """Judge tasks of the demo's warm start (8 of depth 1, 8 of depth 2: about 130 examples)."""
 JUDGE_SHARE = 0.3
 """Share of the warm start's training text that is judge examples (by characters)."""
-JUDGE_DATA_VERSION = "judge-v3"
+JUDGE_DATA_VERSION = "judge-v4"
 """Changes whenever the judge data's rule or mix changes (part of the warm-start cache key)."""
 
 
@@ -314,10 +314,10 @@ JUDGE_PHASE_LR = 1e-3
 def judge_phase_samples(
     judge: Sequence[TrainingSample], expert: Sequence[TrainingSample]
 ) -> list[TrainingSample]:
-    """The judge phase's data: every judge example twice and every expert episode once. The expert
+    """The judge phase's data: every judge example twice and every expert episode three times. The expert
     episodes are rehearsal: trained alone, the judge examples wiped out the actions (measured: after
     40 judge-only steps the demo's search found no success in 24 trees)."""
-    return [*judge, *judge, *expert]
+    return [*judge, *judge, *expert, *expert, *expert]
 
 
 def judge_phase(
