@@ -15,7 +15,9 @@ tokens processed and wall time, ratio = baseline / ours (higher is better).
 the ``model`` critic) in a fresh home, then reads the stored FirstErrorMarked events: "ours" is the
 share of pairs whose t' equals the TextCraft oracle's first error, "baseline" the same share for
 Direct-Revision (t' = the last action) on the same pairs; ratio = ours / baseline. The same pairs
-are then judged by the ``reflect`` strategy with the same model (``first_error_match_reflect``).
+are then judged by the ``reflect`` strategy with the same model (``first_error_match_reflect``) and
+by the ``value`` strategy, with an ArCHer critic trained on that iteration's trees
+(``first_error_match_value``; ``bench/learners.py``).
 Also printed: the model critic's fallback share (lower is better; baseline = Direct-Revision's 1.0);
 ``first_error_match_vs_first_step``: the same match rate against the trivial critic that always
 blames the first action after the divergence (the pairing makes that the oracle's answer on most
@@ -178,6 +180,12 @@ async def first_error_match(quick: bool, home: str) -> None:
         reflect = critic_metrics(judged)[0]
         print(f"# iteration 0 reflect metrics ({config.critic}): {json.dumps(reflect)}", file=sys.stderr)
         _line("first_error_match_reflect", reflect["exact_match"], reflect["direct_exact_match"], "share")
+        # the value strategy (ArCHer's advantage) on the same pairs: bench/learners.py trains its critic
+        from learners import value_critic_match
+
+        value = await value_critic_match(store, run_id, model_ref, folder / "value-critic", quick)
+        print(f"# iteration 0 value metrics: {json.dumps(value)}", file=sys.stderr)
+        _line("first_error_match_value", value["exact_match"], value["direct_exact_match"], "share")
         await judge_accuracy(policy, config)
     finally:
         await store.close()

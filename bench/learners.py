@@ -183,6 +183,57 @@ def value_variant(config: dict[str, Any], archer_checkpoint: str | Path) -> dict
     return out
 
 
+async def value_critic_match(
+    store: Any, run_id: str, model_ref: str, out_dir: Path, quick: bool
+) -> dict[str, Any]:
+    """The ``value`` critic's agreement with the TextCraft oracle on a run's iteration-0 pairs: an
+    ArCHer critic is trained (critic updates only, offline) on the transitions of that iteration's
+    trees, starting from ``model_ref``, then judges the same pairs; ``critic_metrics`` of the result
+    (exact match, Direct-Revision's on the same pairs, fallback share, ...). In-sample: the critic
+    saw the trees the pairs come from (that is what a run's value critic does too)."""
+    from core.domain.events import FirstErrorMarked
+    from core.domain.transitions import build_transitions
+    from critic_service.critic import CriticConfig, critique
+    from train_service.archer import ArcherConfig, train_archer
+    from train_service.critic_metrics import critic_metrics, load_judged
+    from train_service.methods import tree_sources
+
+    trees = await tree_sources(store, run_id, 0)
+    transitions = build_transitions(run_id=run_id, iteration=0, trees=trees).transitions
+    rounds = 6 if quick else 20
+    cfg = ArcherConfig(
+        iterations=rounds,
+        warmup_iters=rounds,  # critic only: the value strategy needs no actor update
+        batch_size=8,
+        grad_accumulation=1,
+        critic_lr=1e-4,
+        kl_coef=0.0,
+        max_state_tokens=384,
+    )
+    checkpoint = train_archer(model_ref, transitions, out_dir, cfg).checkpoint
+    judged = []
+    for pair, marked in await load_judged(store, run_id):
+        if pair.iteration != 0:
+            continue
+        config = CriticConfig(strategy="value", value_model=str(checkpoint))
+        result = await critique(config, pair.bad, pair.shared_steps)
+        judged.append(
+            (
+                pair,
+                FirstErrorMarked(
+                    marked.pair_id,
+                    "value",
+                    result.transition_index,
+                    result.verdicts,
+                    fallback=result.fallback,
+                    oracle_index=marked.oracle_index,
+                ),
+            )
+        )
+    metrics = critic_metrics(judged).get(0, {})
+    return {**metrics, "transitions": len(transitions), "trees": len(trees), "critic_updates": rounds * 5}
+
+
 def bench_trajectories(episodes: int) -> list[Any]:
     from core.envs.textcraft import TextCraftEnv
     from train_service.warm_start import expert_trajectories
