@@ -77,7 +77,11 @@ def failed_trace() -> dict[str, Any]:
                 "content": "Now I refund the order.",
                 "tool_calls": [_call("fa_2", "refund_order", {"order_id": "1243"})],
             },
-            {"role": "tool", "tool_call_id": "fa_2", "content": "Error: order 1243 not found for customer c-17"},
+            {
+                "role": "tool",
+                "tool_call_id": "fa_2",
+                "content": "Error: order 1243 not found for customer c-17",
+            },
             {"role": "assistant", "content": "Sorry, I could not refund your order."},
         ],
     }
