@@ -36,9 +36,7 @@ from core.store.tables import nodes, pairs, samples, trees
 
 router = APIRouter(prefix="/v1", tags=["trees"], responses=ERROR_RESPONSES)
 
-Cursor = Query(
-    None, min_length=1, max_length=500, pattern=CURSOR_PATTERN, description=CURSOR_DESCRIPTION
-)
+Cursor = Query(None, min_length=1, max_length=500, pattern=CURSOR_PATTERN, description=CURSOR_DESCRIPTION)
 Iteration = Query(None, ge=0, le=10_000, description="Only this iteration.")
 
 
