@@ -15,6 +15,7 @@ import pytest
 from core.domain.events import ModelTrained
 from core.domain.ids import run_stream
 from tests.e2e.helpers import quick_tiny_model
+from train_service.rl_data import read_transitions
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +55,22 @@ def _run(home: Path, config: dict[str, Any]) -> tuple[int, list[Any], str]:
             await store.close()
 
     return code, asyncio.run(events()), run_id
+
+
+async def _rebuilt(home: Path, run_id: str, manifest: dict[str, Any]) -> tuple[Any, ...]:
+    from core.cli.embedded_run import embedded_settings
+    from core.domain.serde import from_dict
+    from core.domain.transitions import TransitionManifest, rebuild_transitions
+    from core.store.factory import open_store
+    from train_service.methods import tree_sources
+
+    settings, _ = embedded_settings(home)
+    store = await open_store(settings.effective_database_url)
+    try:
+        trees = await tree_sources(store, run_id, 0)
+    finally:
+        await store.close()
+    return rebuild_transitions(from_dict(TransitionManifest, manifest), trees=trees)
 
 
 def test_dpo_run_completes(quick: dict[str, Any], tmp_path: Path) -> None:
@@ -105,4 +122,7 @@ def test_archer_run_completes(quick: dict[str, Any], tmp_path: Path) -> None:
     )
     assert manifest["config"]["invalid_action_penalty"] == 0.1
     assert len(manifest["transition_ids"]) == metrics["dataset"]["transitions"]
+    # the file is rebuilt exactly from the event log (the trees' streams), as datasets are
+    data = tmp_path / "home" / "runs" / run_id / "datasets" / "iter-0.transitions.jsonl"
+    assert asyncio.run(_rebuilt(tmp_path / "home", run_id, manifest)) == tuple(read_transitions(data))
     assert any(type(e).__name__ == "IterationEvaluated" for e in events)
