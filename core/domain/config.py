@@ -133,8 +133,9 @@ class RunConfig:
     search: dict[str, Any] = field(default_factory=dict)
     """Overrides of the search configuration (n_candidates, iterations, max_depth, c_uct, ...)."""
     critic: dict[str, Any] = field(default_factory=lambda: {"strategy": "model"})
-    """Critic settings: ``strategy`` in model | direct | rules | reflect, ``plan``, ``early_exit``,
-    ``reflect_margin`` (critic_service.critic.CriticConfig)."""
+    """Critic settings: ``strategy`` in model | direct | rules | reflect | value, ``plan``,
+    ``early_exit``, ``reflect_margin``, ``value_threshold``, ``value_model`` (an archer checkpoint
+    folder for ``value``; default the actor's) (critic_service.critic.CriticConfig)."""
     splice: dict[str, Any] = field(default_factory=lambda: {"verify": True, "keep_unverified": False})
     """Splicer settings: replay verification and whether unverified samples are kept."""
     train: dict[str, Any] = field(default_factory=dict)
