@@ -10,6 +10,10 @@ named settings differ), for ``--iterations`` (default 2) search -> train iterati
 - ``good_only``       SFT on good trajectories only (``include_revisions = false``: the "good" rows of
   the paper's Figure 3; its search and pairs are the same, its revision samples are not trained on).
 
+Opt-in (``--variants``): ``dpo``, ``archer_offline``, ``archer_online`` (the other learners on the
+same log, ``train.method``; docs/learners.md) and ``agent_r_value`` (Agent-R with the ``value``
+critic of the ``archer_offline`` run's iteration-0 checkpoint, so list it after ``archer_offline``).
+
 Every variant starts from the same warm-started model (cached once under ``--home``), searches the
 same goals with the same tree seeds, and is evaluated by the run's protocol
 (``train_service.evaluation``): stratified held-out goals, seeded episodes, recovery from the
@@ -52,6 +56,23 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # the critic does not matter when revisions are not trained on: the cheapest one
     "good_only": ("good trajectories only", {"critic": {"strategy": "direct"}, "include_revisions": False}),
 }
+# Other learners on the same log (docs/learners.md), opt-in with --variants: their whole run config
+# comes from bench/learners.py (train.method's trainer replaces the SFT settings, same budget);
+# agent_r_value takes the value critic of the archer_offline run's iteration 0 (list it first).
+LEARNERS: dict[str, tuple[str, str]] = {
+    "dpo": ("dpo", "offline"),
+    "archer_offline": ("archer", "offline"),
+    "archer_online": ("archer", "online"),
+}
+DEFAULT_VARIANTS = tuple(VARIANTS)
+VARIANTS.update(
+    {
+        "dpo": ("DPO at the divergence node", {"include_revisions": False}),
+        "archer_offline": ("ArCHer (offline)", {"include_revisions": False}),
+        "archer_online": ("ArCHer (online)", {"include_revisions": False}),
+        "agent_r_value": ("Agent-R (value critic of archer_offline)", {}),
+    }
+)
 OURS = "agent_r_model"
 # (key in a variant's per-iteration numbers, JSON metric name, unit, higher is better)
 METRICS: tuple[tuple[str, str, str, bool], ...] = (
@@ -196,7 +217,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--home", default="", help="data folder (default: a fresh temporary one)")
     parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS)
+        "--variants", default=",".join(DEFAULT_VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS)
     )
     parser.add_argument("--warm-start-steps", type=int, default=None)
     parser.add_argument(
@@ -236,6 +257,19 @@ def main() -> int:
     results: dict[str, dict[str, Any]] = {}
     for variant in variants:
         config = _merge(dict(plan.config, model=model), VARIANTS[variant][1])
+        if variant in LEARNERS:
+            from learners import method_variant
+
+            config = method_variant(dict(plan.config, model=model), *LEARNERS[variant])
+        elif variant == "agent_r_value":
+            from learners import value_variant
+
+            archer_run = results.get("archer_offline", {}).get("run_id", "")
+            archer = home / "runs" / archer_run / "checkpoints" / "iter-0"
+            if not archer_run or not (archer / "critic").is_dir():
+                print("# agent_r_value skipped: list archer_offline before it", file=sys.stderr)
+                continue
+            config = value_variant(config, archer)
         t0 = time.monotonic()
         code, run_id = run_config(settings, home, config, show_report=False)
         seconds = time.monotonic() - t0
