@@ -14,8 +14,10 @@ into the test's tmp folder (``screens/``); with ``AGENTR_UI_SCREENSHOTS=DIR`` th
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +88,7 @@ def shot(page: Page, folder: Path, name: str) -> None:
 
 
 def test_ui_pages_over_a_real_run(  # type: ignore[no-untyped-def]
-    deployment, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+    deployment, pg_url: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
     group, client = deployment
     http = client.http
@@ -96,13 +98,6 @@ def test_ui_pages_over_a_real_run(  # type: ignore[no-untyped-def]
     key_b = key(http, project_b, "read", "run", "review")
     client.key = key_a
     run_id = client.submit_run(dict(config, iterations=1, data_only=True, seed=11))
-    follow(client, group, run_id, timeout=300)
-    h = client.headers
-    pairs = http.get(f"/v1/runs/{run_id}/pairs", headers=h).json()["items"]
-    revised = [p for p in pairs if p["status"] == "revised" and p["tree_id"]]
-    assert revised, f"the run made no revision samples: {pairs}"
-    pair = http.get(f"/v1/pairs/{revised[0]['pair_id']}", headers=h).json()
-    tree = http.get(f"/v1/trees/{pair['tree_id']}", headers=h).json()
     screens = tmp_path / "screens"
     base = client.http.base_url.__str__().rstrip("/")
 
@@ -118,9 +113,25 @@ def test_ui_pages_over_a_real_run(  # type: ignore[no-untyped-def]
             page.wait_for_selector("#key-form")
             assert page.locator("#iterations").count() == 0
 
-            # runs list and one run
+            # runs list, opened while the run is still going: its row turns "completed" live (SSE),
+            # without a reload (a reload would drop the marker set on the window)
             login(page, base, key_a, "/runs")
             page.wait_for_selector(f'#runs tr[data-run-id="{run_id}"]')
+            page.evaluate("window.__sameDocument = true")
+            row = f'#runs tr[data-run-id="{run_id}"]'
+            page.wait_for_selector(
+                f"{row}:is([data-status=completed], [data-status=failed])", timeout=600_000
+            )
+            follow(client, group, run_id, timeout=60)  # names the reason and the logs if it failed
+            assert page.evaluate("window.__sameDocument === true")
+            assert page.locator("#live").inner_text().startswith("live")
+            h = client.headers
+            pairs = http.get(f"/v1/runs/{run_id}/pairs", headers=h).json()["items"]
+            revised = [p for p in pairs if p["status"] == "revised" and p["tree_id"]]
+            assert revised, f"the run made no revision samples: {pairs}"
+            pair = http.get(f"/v1/pairs/{revised[0]['pair_id']}", headers=h).json()
+            tree = http.get(f"/v1/trees/{pair['tree_id']}", headers=h).json()
+
             assert (
                 page.locator(f'#runs tr[data-run-id="{run_id}"]').get_attribute("data-status") == "completed"
             )
@@ -146,11 +157,25 @@ def test_ui_pages_over_a_real_run(  # type: ignore[no-untyped-def]
             page.wait_for_selector("#node-stats")
             assert page.locator(".history li").count() == len(pair["bad"]["steps"]) + 1  # root + each step
             shot(page, screens, "tree")
+            page.click("#zoom-fit")
             box = page.locator("#tree-canvas").get_attribute("viewBox")
             page.click("#zoom-in")
             assert page.locator("#tree-canvas").get_attribute("viewBox") != box
             page.click("#zoom-fit")
             assert page.locator("#tree-canvas").get_attribute("viewBox") == box
+
+            # a tree of a few hundred nodes (appended to the store as the search worker would)
+            # (in a thread of its own: Playwright's sync API holds this thread's event loop)
+            with ThreadPoolExecutor(1) as pool:
+                big_id, big_nodes, deepest = pool.submit(
+                    asyncio.run, synthetic_tree(pg_url, project_a, run_id)
+                ).result()
+            page.goto(f"{base}/ui/#/trees/{big_id}?node={deepest}")
+            page.wait_for_selector(f'#tree-canvas circle.node.selected[data-node-id="{deepest}"]')
+            assert page.locator("#tree-canvas circle.node").count() == big_nodes == 364
+            assert page.locator(".history li").count() == 6  # root + 5 steps
+            page.click("#zoom-out")
+            shot(page, screens, "tree-364-nodes")
 
             # pair diff: aligned from the divergence, first difference = shared steps
             page.goto(f"{base}/ui/#/pairs/{pair['pair_id']}")
@@ -256,6 +281,50 @@ def test_ui_pages_over_a_real_run(  # type: ignore[no-untyped-def]
         Path(copy_to).mkdir(parents=True, exist_ok=True)
         for png in screens.glob("*.png"):
             shutil.copy(png, Path(copy_to) / f"ui-{png.name}")
+
+
+async def synthetic_tree(pg_url: str, project_id: str, run_id: str) -> tuple[str, int, str]:
+    """A completed 364-node tree (branching 3, depth 5) in ``run_id``'s iteration 0, appended to the
+    store with TreeStarted / NodesExpanded / RolloutFinished as the search worker writes them."""
+    from core.domain import events as ev
+    from core.domain.events import Metadata, NewEvent
+    from core.domain.ids import new_id, tree_stream
+    from core.store.factory import open_store
+
+    tree_id, root = new_id(), new_id()
+    records = [ev.NodeRecord(root, None, 0, "", "", "Goal: craft many things.")]
+    frontier = [root]
+    for depth in range(1, 6):
+        nxt = []
+        for parent in frontier:
+            for k in range(3):
+                node = new_id()
+                last = depth == 5
+                records.append(
+                    ev.NodeRecord(
+                        node, parent, depth, f"get {k + 1} item{depth}", "t", "ok", float(k == 0), last
+                    )
+                )
+                nxt.append(node)
+        frontier = nxt
+    m = Metadata(producer="search", project_id=project_id)
+    stream = tree_stream(tree_id)
+    started = ev.TreeStarted(tree_id, run_id, 0, "textcraft", "big", "inst", "task", "tiny", {}, root)
+    events = [NewEvent(stream, started, m), NewEvent(stream, ev.NodesExpanded(tree_id, tuple(records)), m)]
+    for rollout, leaf in enumerate(frontier[:40]):
+        events.append(
+            NewEvent(
+                stream,
+                ev.RolloutFinished(tree_id, rollout, leaf, 1.0 if rollout % 3 == 0 else 0.0, "done"),
+                m,
+            )
+        )
+    store = await open_store(pg_url)
+    try:
+        await store.append(events)
+    finally:
+        await store.close()
+    return tree_id, len(records), frontier[0]
 
 
 def trainer_mask(model_ref: str, sample: dict[str, Any]) -> list[bool]:

@@ -87,13 +87,13 @@ async function route() {
     keyForm();
     return;
   }
+  main.replaceChildren(h("p", { class: "muted" }, "Loading…")); // the old page goes at once
   if (!(await whoAmI())) return;
   document.getElementById("signout").hidden = false;
   const { path, query } = parseHash();
   for (const [pattern, page] of ROUTES) {
     const match = path.match(pattern);
     if (!match) continue;
-    main.replaceChildren(h("p", { class: "muted" }, "Loading…"));
     try {
       const result = await page(main, match.slice(1).map(decodeURIComponent), query);
       if (typeof result === "function") cleanup = result;

@@ -66,7 +66,15 @@ export async function render(main, [treeId], query) {
   const maxDepth = Math.max(0, ...tree.nodes.map((n) => n.depth));
   const width = columns * DX + 2 * DX;
   const height = (maxDepth + 1) * DY + DY;
-  const view = { x: -DX, y: -DY / 2, w: width, h: height };
+  const fit = { x: -DX, y: -DY / 2, w: width, h: height };
+  const view = { ...fit };
+  // a wide tree (hundreds of leaves) starts at full height around the root (or the linked node),
+  // about as wide as the canvas is; "fit" shows all of it
+  const focus = pos.get(query.get("node")) || (tree.root_id && pos.get(tree.root_id));
+  if (width > height * 1.6 && focus) {
+    view.w = height * 1.6;
+    view.x = Math.min(Math.max(focus.x - view.w / 2, fit.x), fit.x + fit.w - view.w);
+  }
 
   const edges = s("g", { class: "edges" });
   const highlight = s("g", { class: "highlight" });
@@ -190,7 +198,7 @@ export async function render(main, [treeId], query) {
     h("div", { class: "toolbar" },
       h("button", { type: "button", id: "zoom-in", onclick: () => zoom(1 / 1.3) }, "+"),
       h("button", { type: "button", id: "zoom-out", onclick: () => zoom(1.3) }, "−"),
-      h("button", { type: "button", id: "zoom-fit", onclick: () => { Object.assign(view, { x: -DX, y: -DY / 2, w: width, h: height }); setView(); } }, "fit"),
+      h("button", { type: "button", id: "zoom-fit", onclick: () => { Object.assign(view, fit); setView(); } }, "fit"),
       h("span", { class: "legend" },
         h("span", { class: "swatch", style: `background:${valueColour(0)}` }), " Q=0 ",
         h("span", { class: "swatch", style: `background:${valueColour(0.5)}` }), " 0.5 ",
