@@ -14,11 +14,12 @@ import logging
 import time
 import uuid
 from typing import Any
+from urllib.parse import parse_qsl
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.sanitize import MAX_DEPTH, JsonProblem, TooDeep, json_problem, loads_bounded
+from api.sanitize import MAX_DEPTH, JsonProblem, TooDeep, json_problem, loads_bounded, text_problem
 
 access_log = logging.getLogger("agentr.api.access")
 
@@ -134,6 +135,34 @@ def _is_json(content_type: bytes | None) -> bool:
     return kind == b"application/json" or (kind.startswith(b"application/") and kind.endswith(b"+json"))
 
 
+def _url_problem(scope: Scope) -> tuple[str, str] | None:
+    """(field, why) when the decoded path or a query parameter holds text no column can store
+    (NUL, lone surrogates): such a value would otherwise reach a query and fail there."""
+    path = scope.get("path", "")
+    if isinstance(path, str):
+        why = text_problem(path)
+        if why is not None:
+            return "path", why
+    raw = scope.get("query_string", b"")
+    if raw:
+        for name, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True, errors="surrogateescape"):
+            for part, text in (("name", name), ("value", value)):
+                why = text_problem(text)
+                if why is not None:
+                    field = f"query.{name}" if part == "value" and text_problem(name) is None else "query"
+                    return field, why
+    return None
+
+
+async def _refuse(scope: Scope, send: Send, field: str, message: str) -> None:
+    request_id = scope.get("state", {}).get("request_id", "")
+    start, payload = _json_error(
+        422, "validation_error", f"{field}: {message}", request_id, [{"field": field, "message": message}]
+    )
+    await send(start)
+    await send({"type": "http.response.body", "body": payload})
+
+
 class JsonSanitizeMiddleware:
     """Refuses, with 422 naming the field, a JSON body holding lone surrogates, NUL characters or
     nesting past ``api.sanitize.MAX_DEPTH`` (JSON inside strings included), before any handler runs.
@@ -146,7 +175,14 @@ class JsonSanitizeMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        url_problem = _url_problem(scope)
+        if url_problem is not None:
+            await _refuse(scope, send, *url_problem)
+            return
+        if scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
         if not _is_json(dict(scope.get("headers", [])).get(b"content-type")):
@@ -170,17 +206,7 @@ class JsonSanitizeMiddleware:
             except ValueError:
                 problem = None  # not JSON: FastAPI answers 422 json_invalid
         if problem is not None:
-            request_id = scope.get("state", {}).get("request_id", "")
-            field = problem.field()
-            start, payload = _json_error(
-                422,
-                "validation_error",
-                f"{field}: {problem.message}",
-                request_id,
-                [{"field": field, "message": problem.message}],
-            )
-            await send(start)
-            await send({"type": "http.response.body", "body": payload})
+            await _refuse(scope, send, problem.field(), problem.message)
             return
         replayed = False
 

@@ -327,3 +327,22 @@ def test_api_settings_models_cover_every_worker_knob() -> None:
         missing = {f.name for f in dataclasses.fields(config)} - skip - set(model.model_fields)
         assert not missing, f"{config.__name__} fields without an API field in {model.__name__}: {missing}"
         assert model.model_config.get("extra") == "forbid", model.__name__
+
+
+@pytest.mark.parametrize(
+    ("url", "field"),
+    [
+        ("/v1/traces?task_key=a%00b", "query.task_key"),
+        ("/v1/traces?task_key=%ED%A0%80", "query.task_key"),  # UTF-8 of a lone surrogate
+        ("/v1/pairs?task_key=x%00", "query.task_key"),
+        ("/v1/runs/run%00x", "path"),
+    ],
+)
+async def test_nul_or_surrogate_in_the_url_is_422_before_any_query(
+    api: ApiHarness, url: str, field: str
+) -> None:
+    """Found by the schemathesis fuzz run: a NUL in a query parameter reached PostgreSQL (500)."""
+    _project, key, _run = await _setup(api)
+    response = await api.client.get(url, headers=key)
+    assert response.status_code == 422, response.text
+    assert response.json()["fields"][0]["field"] == field
