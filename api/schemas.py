@@ -381,6 +381,9 @@ class EvaluationSettings(_Strict):
     success_threshold: float | None = Field(None, ge=0, le=1, description="Reward counted as success (1.0).")
     baseline: bool | None = Field(None, description="Also evaluate the starting model (true).")
     seen_tasks: bool | None = Field(None, description="Also evaluate on the searched tasks (true).")
+    seen_max_tasks: int | None = Field(
+        None, ge=1, le=1_000_000, description="At most this many searched tasks evaluated as seen (all)."
+    )
 
 
 class RunConfigIn(_Strict):

@@ -71,6 +71,8 @@ class EvalConfig:
     seen_tasks: also evaluate on the run's SEARCH tasks (seen in training: searched, and their
         good / revised paths trained on), reported apart from the held-out ones, to show whether
         the loop changes behaviour where it has data (held-out goals measure generalisation).
+    seen_max_tasks: evaluate at most this many of the searched tasks as seen ones (chosen like
+        the held-out ones); None = all of them.
     stratify: cap the held-out split with :func:`stratified_tasks` (False: its first ids).
     """
 
@@ -83,6 +85,7 @@ class EvalConfig:
     success_threshold: float = 1.0
     baseline: bool = True
     seen_tasks: bool = True
+    seen_max_tasks: int | None = None
     stratify: bool = True
 
     def __post_init__(self) -> None:
@@ -90,6 +93,8 @@ class EvalConfig:
             raise ValueError("EvalConfig: max_steps and max_tokens must be >= 1")
         if self.recovery_episodes < 0:
             raise ValueError("EvalConfig: recovery_episodes must be >= 0")
+        if self.seen_max_tasks is not None and self.seen_max_tasks < 1:
+            raise ValueError(f"EvalConfig: seen_max_tasks must be >= 1 or null, got {self.seen_max_tasks}")
         if self.episodes_per_task < 1:
             raise ValueError(f"EvalConfig: episodes_per_task must be >= 1, got {self.episodes_per_task}")
         if not 0.0 <= self.temperature <= 5.0:

@@ -117,6 +117,20 @@ class RunEffects:
         finally:
             await env.close()
 
+    async def seen_task_ids(self, config: RunConfig, cfg: EvalConfig) -> list[str]:
+        """The searched tasks evaluated as SEEN ones: all, or ``cfg.seen_max_tasks`` of them
+        (stratified like the held-out ones); none when ``cfg.seen_tasks`` is off."""
+        if not cfg.seen_tasks:
+            return []
+        searched = await self.task_ids(config)
+        if cfg.seen_max_tasks is None:
+            return searched
+        env = self.env_opener(config.env)
+        try:
+            return held_out_tasks(env, searched, cfg.seen_max_tasks, cfg.stratify)
+        finally:
+            await env.close()
+
     def run_dir(self, run_id: str) -> Path:
         return Path(self.settings.home).resolve() / "runs" / run_id
 
@@ -363,7 +377,7 @@ class RunEffects:
         config = state.config
         cfg = EvalConfig.from_data(config.evaluation)
         tasks = await self.eval_task_ids(config)
-        seen = await self.task_ids(config) if cfg.seen_tasks else []
+        seen = await self.seen_task_ids(config, cfg)
         first = state.iteration(0)
         start: dict[str, Any] | None = None
         recovery = recorded_recovery_set((first.eval_metrics or {}).get("start") if first else None)

@@ -168,6 +168,7 @@ def plan_run(opts: RunOptions) -> Plan:
             "max_tokens": 40,
             "episodes_per_task": 2,
             "recovery_episodes": 8,
+            "seen_max_tasks": 8,  # 8 of the 24 searched goals (evaluation dominated the run's time)
             "baseline": True,
         }
         tiny = TinySpec(hidden=256, layers=4, heads=4, vocab_size=2048)

@@ -35,7 +35,7 @@ def test_agentr_run_quick_completes_with_data_and_report(tmp_path: Path) -> None
         env=_env(home),
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1800,  # a loaded 2-core machine: the quick run took up to ~15 min there
         cwd=Path.cwd(),
     )
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -95,6 +95,9 @@ async def test_recovery_set_comes_from_the_starting_models_held_out_failures(
             "depth 4": 1,
         }
         assert not set(held_out) & set(searched)
+        seen_subset = await effects.seen_task_ids(config, EvalConfig(seen_max_tasks=2))
+        assert len(seen_subset) == 2 and set(seen_subset) <= set(searched)
+        assert await effects.seen_task_ids(config, EvalConfig(seen_tasks=False)) == []
 
         first = await _evaluate(effects, config, EvaluateModel(0, other, start), None)
         start_metrics = first["start"]
