@@ -112,6 +112,8 @@ def plan_run(opts: RunOptions) -> Plan:
     from core.domain.config import RunConfig
 
     env = opts.env or (QUICK_ENV if opts.quick else DEMO_ENV)
+    max_tasks: int | None
+    max_eval: int | None
     if opts.quick:
         max_tasks = opts.max_tasks or 2
         search = {
