@@ -27,6 +27,7 @@ from search_service.batching import BatchingPolicy
 from search_service.engine import TreeRequest, TreeSearch
 from tests.e2e.helpers import QUICK_WARM_START_STEPS, quick_tiny_model
 from train_service.checkpoint import read_meta
+from train_service.judge_data import JUDGE_PHASE_STEPS, JUDGE_SHARE
 
 
 @pytest.fixture(scope="module")
@@ -143,8 +144,14 @@ async def test_a_tree_searches_the_same_alone_or_beside_other_trees(
 
 def test_model_folder_is_the_quick_runs_warm_start(quick: tuple[str, dict[str, Any]]) -> None:
     folder, config = quick
-    meta = read_meta(folder)  # a real checkpoint: weights and meta.json written by the SFT trainer
-    assert meta.iteration == -1 and meta.dataset_id.startswith("warm-start:")
-    assert meta.config["max_steps"] == QUICK_WARM_START_STEPS
-    assert Path(meta.base_model).name.startswith("tiny-") and Path(meta.base_model) != Path(folder)
+    # a real checkpoint: weights and meta.json written by the SFT trainer. The warm start has two
+    # phases (core/cli/warm_start.py): expert episodes mixed with judge examples, whose step count
+    # grows by 1 / (1 - JUDGE_SHARE) so the expert text seen is unchanged, then the judge phase on top.
+    meta = read_meta(folder)
+    assert meta.iteration == -1 and meta.dataset_id.startswith("judge-phase:")
+    assert meta.config["max_steps"] == JUDGE_PHASE_STEPS
+    mixed = read_meta(meta.base_model)
+    assert mixed.iteration == -1 and mixed.dataset_id.startswith("warm-start:")
+    assert mixed.config["max_steps"] == round(QUICK_WARM_START_STEPS / (1.0 - JUDGE_SHARE))
+    assert Path(mixed.base_model).name.startswith("tiny-") and Path(meta.base_model) != Path(folder)
     assert config["model"] == folder  # the run config starts from this folder
