@@ -61,6 +61,11 @@ class DatasetQueryIn(_Strict):
         le=MAX_SAMPLES,
         description="Refuse (never truncate) a dataset with more samples.",
     )
+    include_reasoning: bool = Field(
+        default=False,
+        description="Train on reasoning: every download renders an assistant message's reasoning "
+        "as a '<think>\\n...\\n</think>\\n\\n' prefix of its content (weighted like the message).",
+    )
 
     def to_domain(self) -> DatasetQuery:
         def iso(moment: datetime | None) -> str | None:
@@ -77,6 +82,7 @@ class DatasetQueryIn(_Strict):
             outcome=self.outcome,
             critic_strategies=tuple(self.critic_strategies),
             max_samples=self.max_samples,
+            include_reasoning=self.include_reasoning,
         )
 
 

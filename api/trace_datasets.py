@@ -9,9 +9,10 @@ version of that name in the ``datasets`` read model.
 
 Read (``iter_dataset_samples``): the manifest's entries, ``page_size`` at a time, are fetched from
 the EVENT LOG by position (not from a read model) and decoded into TrainingSamples in manifest
-order. A dataset's downloads are therefore byte-identical for the life of the log, and survive a
-rebuild of every projection. ``rebuild_problems`` re-evaluates the stored query the same way as
-the build and lists what would differ.
+order (with each assistant message's reasoning folded into its content when the stored query has
+``include_reasoning``). A dataset's downloads are therefore byte-identical for the life of the
+log, and survive a rebuild of every projection. ``rebuild_problems`` re-evaluates the stored
+query the same way as the build and lists what would differ.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from core.domain.trace_datasets import (
     rebuild_check,
 )
 from core.domain.trajectory import TrainingSample
+from core.formats.records import fold_reasoning
 from core.store.sql import row_to_event
 from core.store.tables import datasets, events, samples
 
@@ -186,7 +188,7 @@ async def iter_dataset_samples(
                     f"dataset {manifest.dataset_id}: event {entry.position} does not hold "
                     f"sample {entry.sample_id}"
                 )
-            yield sample
+            yield fold_reasoning(sample) if manifest.query.include_reasoning else sample
 
 
 async def rebuild_problems(engine: AsyncEngine, project_id: str, manifest: DatasetManifest) -> Sequence[str]:

@@ -52,6 +52,11 @@ def datasets_create(
     trace: list[str] = typer.Option([], "--trace", help="Only these trace ids (repeat)."),
     run: list[str] = typer.Option([], "--run", help="Only these run ids (repeat)."),
     allow_empty: bool = typer.Option(False, "--allow-empty", help="Create it even when nothing matches."),
+    include_reasoning: bool = typer.Option(
+        False,
+        "--include-reasoning",
+        help="Train on reasoning: downloads put it in a <think> block before the assistant content.",
+    ),
     api: str = ApiOption,
     key: str = KeyOption,
 ) -> None:
@@ -69,6 +74,8 @@ def datasets_create(
         query["sources"] = source
     if kind:
         query["kinds"] = kind
+    if include_reasoning:
+        query["include_reasoning"] = True
     body: dict[str, Any] = {
         "name": name,
         "query": {k: v for k, v in query.items() if v not in (None, [])},

@@ -84,6 +84,8 @@ class DatasetQuery:
     outcome: str | None = None
     critic_strategies: tuple[str, ...] = ()
     max_samples: int = MAX_SAMPLES
+    #: Render each assistant message's reasoning into its content (``fold_reasoning``) on export.
+    include_reasoning: bool = False
 
     def validated(self) -> DatasetQuery:
         """This query with sorted, de-duplicated lists; ``DatasetQueryError`` names a bad field."""
@@ -98,7 +100,12 @@ class DatasetQuery:
             outcome=self.outcome,
             critic_strategies=_strings(self.critic_strategies, "query.critic_strategies", STRATEGIES),
             max_samples=self.max_samples,
+            include_reasoning=self.include_reasoning,
         )
+        if not isinstance(clean.include_reasoning, bool):
+            raise DatasetQueryError(
+                f"query.include_reasoning must be true or false, got {clean.include_reasoning!r}"
+            )
         if not clean.kinds:
             raise DatasetQueryError("query.kinds: name at least one of revision, good")
         if not clean.sources:

@@ -18,6 +18,10 @@
   thought, or the reflection) is sent as a ``<think>...</think>`` prefix of the function_call
   value, the form LLaMA-Factory's function formatter keeps (its ``thought_words``).
   ``loss`` is set on gpt and function_call turns.
+* ``fold_reasoning`` (a dataset built with ``include_reasoning``): each assistant message's
+  reasoning becomes a ``<think>\n{reasoning}\n</think>\n\n`` prefix of its content (the
+  DeepSeek-R1 / Qwen3 chat-template form), so it is trained exactly when that message has weight 1;
+  a ShareGPT function_call turn whose content already opens with that block is not wrapped again.
 * ``general_record_to_sample`` reads either shape back (tool calls included) as a ``general``
   sample, so an exported file can be mixed in as general data.
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 from core.domain.ids import derived_id
@@ -65,6 +70,21 @@ def _arguments_object(call: ToolCall) -> Any:
         raise FormatError(
             f"tool call {call.call_id!r} ({call.name}): arguments are not valid JSON: {text[:80]!r}"
         ) from None
+
+
+def fold_reasoning(sample: TrainingSample) -> TrainingSample:
+    """``sample`` with every assistant message's reasoning moved into its content as a
+    ``<think>\\n{reasoning}\\n</think>\\n\\n`` prefix (``reasoning`` then empty, so no format
+    renders it twice); messages without reasoning are unchanged."""
+    if not any(m.role == "assistant" and m.reasoning for m in sample.messages):
+        return sample
+    messages = tuple(
+        replace(m, content=f"<think>\n{m.reasoning}\n</think>\n\n{m.content}", reasoning="")
+        if m.role == "assistant" and m.reasoning
+        else m
+        for m in sample.messages
+    )
+    return replace(sample, messages=messages)
 
 
 def openai_record(sample: TrainingSample) -> dict[str, Any]:
@@ -112,7 +132,9 @@ def _sharegpt_tools(sample: TrainingSample) -> dict[str, Any]:
         elif m.role == "assistant" and m.tool_calls:
             calls = [{"name": c.name, "arguments": _arguments_object(c)} for c in m.tool_calls]
             value = json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)
-            if m.content.strip():
+            if _THINK.match(m.content):  # folded reasoning (fold_reasoning): already a think block
+                value = f"{m.content.strip()}{value}"
+            elif m.content.strip():
                 value = f"<think>{m.content.strip()}</think>{value}"
             conv.append({"from": "function_call", "value": value, "loss": bool(m.weight)})
         else:
