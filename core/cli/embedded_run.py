@@ -23,7 +23,13 @@ console = Console(stderr=True)
 def _torch_threads() -> int:
     """Intra-op threads for the tiny model: the idle cores, 1 to 2. A tiny model's kernels are short,
     so a thread waiting for a busy core stalls every op (measured on a loaded 2-core machine: 2
-    threads ran the quick warm start 15x slower than 1)."""
+    threads ran the quick warm start 15x slower than 1).
+
+    An explicit ``OMP_NUM_THREADS`` wins: the thread count changes float reductions and so the
+    sampled actions, and a run that must be reproducible (the tests) cannot depend on the load."""
+    explicit = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if explicit.isdigit() and int(explicit) > 0:
+        return int(explicit)
     cores = os.cpu_count() or 1
     try:
         idle = cores - os.getloadavg()[0]
