@@ -41,7 +41,11 @@ def test_run_resumes_after_sigkill_without_duplicates(tmp_path: Path) -> None:
     db_path = home / "agentr.db"
     log = (tmp_path / "first.log").open("w")
     first = subprocess.Popen(
-        [AGENTR, "run", "--quick"], env=_env(home), stdout=log, stderr=log, start_new_session=True
+        [AGENTR, "run", "--quick", "--iterations", "1"],
+        env=_env(home),
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 600
@@ -70,12 +74,12 @@ def test_run_resumes_after_sigkill_without_duplicates(tmp_path: Path) -> None:
     assert after[: len(before)] == before  # nothing rewritten
     run_types = Counter(t for s, t, _ in after if s == f"run-{run_id}")
     assert run_types == Counter(
-        RunRequested=1, IterationStarted=2, IterationDatasetReady=2, ModelTrained=2, IterationEvaluated=2,
+        RunRequested=1, IterationStarted=1, IterationDatasetReady=1, ModelTrained=1, IterationEvaluated=1,
         RunCompleted=1,
     )  # fmt: skip
     per_tree = Counter((s, t) for s, t, _ in after if s.startswith("tree-"))
     trees = {s for s, _ in per_tree}
-    assert len(trees) == 4
+    assert len(trees) == 2
     for tree in trees:
         for kind in ("SearchRequested", "TreeStarted", "TreeCompleted"):
             assert per_tree[(tree, kind)] == 1, (tree, kind)
@@ -84,5 +88,4 @@ def test_run_resumes_after_sigkill_without_duplicates(tmp_path: Path) -> None:
     assert report["status"] == "completed" and [r["model"] for r in report["rows"]] == [
         "start",
         "iter 0",
-        "iter 1",
     ]
