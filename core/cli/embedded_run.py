@@ -142,6 +142,8 @@ async def _run_async(
             console.print(
                 f"[green]run {run_id} completed[/green] in {elapsed:.0f}s; report: {report_paths['markdown']}"
             )
+            if final.reason:  # an iteration after the first had nothing to train on
+                console.print(f"[yellow]{final.reason}[/yellow]")
             if show_report:
                 console.print(await asyncio.to_thread(Path(report_paths["markdown"]).read_text))
             return 0, run_id

@@ -18,7 +18,12 @@ Transitions:
 * ``ModelTrained(i)`` -> effect :class:`EvaluateModel` on the new checkpoint.
 * ``IterationEvaluated(i)`` -> ``IterationStarted(i + 1, model = checkpoint of i)`` + its searches, or
   ``RunCompleted`` after the last iteration.
-* ``IterationDatasetEmpty`` / ``TrainingFailed`` -> ``RunFailed`` with the reason.
+* ``IterationDatasetEmpty(0)`` / ``TrainingFailed`` -> ``RunFailed`` with the reason (nothing was
+  trained, or training broke).
+* ``IterationDatasetEmpty(i > 0)`` -> ``RunCompleted`` with the model that searched iteration i (the
+  checkpoint of i - 1, already evaluated) and ``summary["stopped_early"] = {"iteration": i,
+  "reason": ...}``: the model found nothing left to learn from on these tasks, which is a result of
+  the loop, not a fault; searching again with the same model would repeat the same seeds' luck.
 * Anything after ``RunCompleted`` / ``RunFailed`` / ``RunCancelled``, or about an iteration that is
   not the current one, decides nothing.
 """
@@ -169,7 +174,11 @@ def apply(state: RunState, event: DomainEvent) -> RunState:
     if isinstance(event, RunCancelled):
         return _with(state, status="cancelled", reason=event.reason)
     if isinstance(event, RunCompleted):
-        return _with(state, status="completed", final_model_ref=event.final_model_ref)
+        stopped = event.summary.get("stopped_early")
+        reason = ""
+        if isinstance(stopped, dict):
+            reason = f"stopped early at iteration {stopped.get('iteration')}: {stopped.get('reason')}"
+        return _with(state, status="completed", final_model_ref=event.final_model_ref, reason=reason)
     if isinstance(event, RunFailed):
         return _with(state, status="failed", reason=event.reason)
     if isinstance(event, IterationStarted):
@@ -255,7 +264,7 @@ def start_iteration(state: RunState, iteration: int, model_ref: str, task_ids: S
     return Decision(tuple(events))
 
 
-def _complete(state: RunState, final_model_ref: str) -> Decision:
+def _complete(state: RunState, final_model_ref: str, stopped_early: dict[str, Any] | None = None) -> Decision:
     summary: dict[str, Any] = {
         "iterations": len(state.iterations),
         "evaluations": {
@@ -264,6 +273,8 @@ def _complete(state: RunState, final_model_ref: str) -> Decision:
         "checkpoints": {str(it.iteration): it.checkpoint for it in state.iterations if it.checkpoint},
         "datasets": {str(it.iteration): it.dataset_id for it in state.iterations if it.dataset_id},
     }
+    if stopped_early is not None:
+        summary["stopped_early"] = stopped_early
     done = RunCompleted(state.run_id, final_model_ref, summary)
     return Decision((PlannedEvent(run_stream(state.run_id), done, run_event_id(state.run_id, "completed")),))
 
@@ -299,7 +310,10 @@ def decide(state: RunState, event: DomainEvent, task_ids: Sequence[str] = ()) ->
     if current is None or iteration != current.iteration:
         return NOTHING  # stale: about an iteration that is over (or never started)
     if isinstance(event, IterationDatasetEmpty):
-        return _fail(state, f"iteration {iteration}: the dataset is empty: {event.reason}")
+        if current.iteration == 0:
+            return _fail(state, f"iteration {iteration}: the dataset is empty: {event.reason}")
+        stopped = {"iteration": current.iteration, "reason": f"the dataset is empty: {event.reason}"}
+        return _complete(state, current.model_ref, stopped_early=stopped)
     if isinstance(event, TrainingFailed):
         return _fail(state, f"iteration {iteration}: training failed: {event.reason}")
     if isinstance(event, IterationDatasetReady):

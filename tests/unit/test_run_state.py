@@ -97,7 +97,7 @@ def test_redelivered_and_stale_events_decide_nothing() -> None:
     assert decide(fold(RUN, history), ModelTrained(RUN, 0, "ds0", "/ckpt/0"), TASKS).effect is None
 
 
-def test_empty_dataset_and_training_failure_fail_the_run_with_the_reason() -> None:
+def test_an_empty_first_dataset_and_training_failure_fail_the_run_with_the_reason() -> None:
     history: list[DomainEvent] = []
     drive(history, requested())
     d = drive(history, IterationDatasetEmpty(RUN, 0, "no pairs and no good trajectory"))
@@ -111,6 +111,29 @@ def test_empty_dataset_and_training_failure_fail_the_run_with_the_reason() -> No
     drive(history, IterationDatasetReady(RUN, 0, "ds0", 1, 0, 0))
     d = drive(history, TrainingFailed(RUN, 0, "CUDA out of memory"))
     assert isinstance(d.events[0].event, RunFailed) and "CUDA out of memory" in d.events[0].event.reason
+
+
+def test_an_empty_later_iteration_completes_the_run_with_the_last_trained_model() -> None:
+    history: list[DomainEvent] = []
+    drive(history, requested())
+    drive(history, IterationDatasetReady(RUN, 0, "ds0", 3, 2, 1))
+    drive(history, ModelTrained(RUN, 0, "ds0", "/ckpt/0"))
+    d = drive(history, IterationEvaluated(RUN, 0, "/ckpt/0", {"success_rate": 0.5}))
+    assert any(isinstance(p.event, IterationStarted) and p.event.iteration == 1 for p in d.events)
+    d = drive(history, IterationDatasetEmpty(RUN, 1, "0 pair(s) and no good trajectory reached alpha 0.7"))
+    assert d.effect is None and len(d.events) == 1
+    done = d.events[0].event
+    assert isinstance(done, RunCompleted)
+    # the model that searched iteration 1 (iteration 0's checkpoint) is the run's result
+    assert done.final_model_ref == "/ckpt/0"
+    assert done.summary["stopped_early"]["iteration"] == 1
+    assert "no good trajectory" in done.summary["stopped_early"]["reason"]
+    assert done.summary["checkpoints"] == {"0": "/ckpt/0"} and done.summary["datasets"] == {"0": "ds0"}
+    state = fold(RUN, history)
+    assert state.status == "completed" and state.final_model_ref == "/ckpt/0"
+    assert state.reason.startswith("stopped early at iteration 1: the dataset is empty")
+    # the same event redelivered decides nothing more
+    assert decide(state, IterationDatasetEmpty(RUN, 1, "again"), TASKS).events == ()
 
 
 def test_cancel_stops_the_run() -> None:
