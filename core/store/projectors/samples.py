@@ -12,6 +12,7 @@ id equals the trace id.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import ColumnElement, Table, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -78,23 +79,37 @@ async def _first_error(conn: AsyncConnection, items: Sequence[Item]) -> None:
         await _mark_critiqued(conn, pairs, pairs.c.pair_id == event.pair_id, event)
 
 
+def _revision_row(recorded: ev.RecordedEvent, event: ev.RevisionMaterialized | ev.SampleRespliced) -> dict[str, Any]:
+    """The ``samples`` row of a spliced revision (a first splice or a reviewer's re-splice)."""
+    return {
+        "sample_id": event.sample_id,
+        "run_id": event.run_id,
+        "project_id": project_of(recorded, run_id=event.run_id, pair_id=event.pair_id),
+        "iteration": event.iteration,
+        "kind": "revision",
+        "pair_id": event.pair_id,
+        "tree_id": None,
+        "position": recorded.position,
+        "data": to_dict(event.sample),
+        "verified": event.verified,
+        "template_id": event.template_id,
+        "revision_length": event.revision_length,
+    }
+
+
+def _revision_length_mean(run_id: str, iteration: int) -> Any:
+    """The mean revision length of an iteration's revision samples, as a scalar subquery."""
+    return (
+        select(func.avg(samples.c.revision_length))
+        .where(samples.c.run_id == run_id, samples.c.iteration == iteration, samples.c.kind == "revision")
+        .scalar_subquery()
+    )
+
+
 async def _revision(conn: AsyncConnection, items: Sequence[Item]) -> None:
     for recorded, event in items:
         assert isinstance(event, ev.RevisionMaterialized)
-        values = {
-            "sample_id": event.sample_id,
-            "run_id": event.run_id,
-            "project_id": project_of(recorded, run_id=event.run_id, pair_id=event.pair_id),
-            "iteration": event.iteration,
-            "kind": "revision",
-            "pair_id": event.pair_id,
-            "tree_id": None,
-            "position": recorded.position,
-            "data": to_dict(event.sample),
-            "verified": event.verified,
-            "template_id": event.template_id,
-            "revision_length": event.revision_length,
-        }
+        values = _revision_row(recorded, event)
         await upsert(conn, samples, values, update=[])
         await conn.execute(update(pairs).where(pairs.c.pair_id == event.pair_id).values(status="revised"))
         trace_ids = {event.pair_id}
@@ -106,18 +121,10 @@ async def _revision(conn: AsyncConnection, items: Sequence[Item]) -> None:
             revised["transition_index"] = event.sample.provenance["transition_index"]
         await conn.execute(update(traces).where(traces.c.trace_id.in_(sorted(trace_ids))).values(**revised))
         if event.run_id is not None:
-            mean = (
-                select(func.avg(samples.c.revision_length))
-                .where(
-                    samples.c.run_id == event.run_id,
-                    samples.c.iteration == event.iteration,
-                    samples.c.kind == "revision",
-                )
-                .scalar_subquery()
-            )
             await conn.execute(
                 update_iteration(event.run_id, event.iteration).values(
-                    revisions=iterations.c.revisions + 1, revision_length_mean=mean
+                    revisions=iterations.c.revisions + 1,
+                    revision_length_mean=_revision_length_mean(event.run_id, event.iteration),
                 )
             )
 
@@ -130,20 +137,7 @@ async def _respliced(conn: AsyncConnection, items: Sequence[Item]) -> None:
         existed = (
             await conn.execute(select(samples.c.sample_id).where(samples.c.sample_id == event.sample_id))
         ).first() is not None
-        values = {
-            "sample_id": event.sample_id,
-            "run_id": event.run_id,
-            "project_id": project_of(recorded, run_id=event.run_id, pair_id=event.pair_id),
-            "iteration": event.iteration,
-            "kind": "revision",
-            "pair_id": event.pair_id,
-            "tree_id": None,
-            "position": recorded.position,
-            "data": to_dict(event.sample),
-            "verified": event.verified,
-            "template_id": event.template_id,
-            "revision_length": event.revision_length,
-        }
+        values = _revision_row(recorded, event)
         await upsert(
             conn, samples, values, update=["position", "data", "verified", "template_id", "revision_length"]
         )
@@ -160,15 +154,7 @@ async def _respliced(conn: AsyncConnection, items: Sequence[Item]) -> None:
             trace_row = traces.c.trace_id == str(trace_id)
             await conn.execute(update(traces).where(trace_row).values(**trace_values))
         if event.run_id is not None:
-            mean = (
-                select(func.avg(samples.c.revision_length))
-                .where(
-                    samples.c.run_id == event.run_id,
-                    samples.c.iteration == event.iteration,
-                    samples.c.kind == "revision",
-                )
-                .scalar_subquery()
-            )
+            mean = _revision_length_mean(event.run_id, event.iteration)
             counted: dict[object, object] = {iterations.c.revision_length_mean: mean}
             if not existed:
                 counted[iterations.c.revisions] = iterations.c.revisions + 1
