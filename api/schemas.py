@@ -303,8 +303,14 @@ class TrainSettings(_Strict):
     master_port: int | None = Field(None, ge=1, le=65535, description="torchrun rendezvous port.")
     # train.method and the DPO / ArCHer trainer fields (train_service/dpo.py, train_service/archer.py);
     # a field of another method's trainer is refused (core.domain.config.method_problem)
-    method: Literal["sft", "dpo", "archer"] | None = Field(
-        None, description="The learner: sft (Agent-R SFT, default), dpo (at the divergence node), archer."
+    method: (
+        Literal["sft", "dpo", "archer"]
+        | Annotated[list[Literal["sft", "dpo", "archer"]], Field(min_length=1, max_length=100)]
+        | None
+    ) = Field(
+        None,
+        description="The learner: sft (Agent-R SFT, default), dpo (at the divergence node), archer; "
+        "or a list, one per iteration, the last repeating (e.g. [sft, archer]).",
     )
     beta: float | None = Field(
         None, gt=0, le=100, description="dpo: KL strength of the implicit reward (0.1)."

@@ -8,11 +8,14 @@ I/O behind it for the train service:
 * ``write_dataset``: the iteration's samples read from the store's ``samples`` read model, mixed by
   ``core.domain.datasets.build_dataset`` (alpha of the iteration, eta, general data) and written as
   ``<home>/runs/<run>/datasets/iter-<i>.jsonl`` (internal ``samples`` format) + ``.manifest.json``.
-* ``train``: from the iteration's model folder, or from ``train.model_path`` when that model is a
+* ``train``: the iteration's learner (``RunConfig.train_method(i)``: ``train.method``, a string or
+  one method per iteration) on its dataset (SFT's above, or ``train_service.methods``' pairs /
+  transitions), from the iteration's model folder, or from ``train.model_path`` when that model is a
   served URL (``RunConfig.train_weights``; the checkpoint folder then serves later iterations);
   inline (embedded mode: ``run_train_iteration`` in a thread) or as the Celery task on the
   ``train`` queue (with Redis), waited for; returns ``ModelTrained`` or ``TrainingFailed`` (bad input:
-  empty dataset, missing general-data file, bad template, ...). Transient errors raise (retried).
+  empty dataset, missing general-data file, bad template, ...; ``ModelTrained.metrics["method"]``
+  names the learner). Transient errors raise (retried).
 * ``evaluate``: ``train_service.evaluation`` on the held-out tasks (stratified, seeded episodes),
   with the recovery test on the STARTING model's failed held-out episodes truncated at seeded
   random steps (built in iteration 0, the same prefixes for every model) and the iteration's mean
@@ -255,7 +258,7 @@ class RunEffects:
             weights = state.config.train_weights(effect.model_ref)
         except ValueError as exc:
             return TrainingFailed(run_id, iteration, str(exc))
-        method = state.config.train_method()
+        method = state.config.train_method(iteration)  # train.method may be one per iteration
         try:
             if method == "sft":
                 dataset_path, summary = await self.write_dataset(state, iteration, effect.dataset_id)
@@ -282,7 +285,7 @@ class RunEffects:
             "dataset_path": str(dataset_path),
             "model_path": weights,
             "out_dir": str(out_dir),
-            "config": state.config.sft_overrides(),
+            "config": state.config.sft_overrides(iteration),
             "launch": state.config.launch_settings(),
             "method": method,
         }
@@ -313,6 +316,7 @@ class RunEffects:
                 raise
             return TrainingFailed(run_id, iteration, f"{type(exc).__name__}: {exc}")
         metrics = {
+            "method": method,  # the iteration's learner (train.method, per iteration)
             **dict(result.get("metrics") or {}),
             "dataset": summary,
             "reused": result.get("reused", False),

@@ -23,7 +23,7 @@ from core.domain.serde import from_dict, to_dict
 TRAIN_MODEL_PATH = "model_path"  # the key of RunConfig.train naming the local weights of a served model
 LAUNCH_KEYS = ("launcher", "nproc_per_node", "accelerate_config", "master_port")  # train.* launch settings
 LAUNCHERS = ("inline", "torchrun")
-TRAIN_METHODS = ("sft", "dpo", "archer")  # train.method: the learner of each iteration
+TRAIN_METHODS = ("sft", "dpo", "archer")  # train.method: the learner (a list: one per iteration)
 TRANSITIONS_KEY = "transitions"  # train.transitions: core.domain.transitions.TransitionConfig (archer)
 # the trainer fields of each method (its config dataclass: train_service.sft.SFTConfig,
 # train_service.dpo.DPOConfig, train_service.archer.ArcherConfig; a unit test keeps them in step)
@@ -46,24 +46,62 @@ TRAINER_FIELDS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 
-def method_problem(train: dict[str, Any]) -> str | None:
-    """Why ``train``'s method settings are invalid, or None: an unknown ``method``, a field of
-    another method's trainer, ``transitions`` without archer, or archer under torchrun."""
+def method_schedule(train: dict[str, Any]) -> tuple[Any, ...]:
+    """``train.method`` as a schedule: one method per iteration, the last repeating (a plain string
+    is a schedule of one; unset is ``("sft",)``). Not validated: see ``method_problem``."""
     method = train.get("method", "sft")
-    if method not in TRAIN_METHODS:
-        return f"train.method must be one of {', '.join(TRAIN_METHODS)}, got {method!r}"
-    others = {f for m, names in TRAINER_FIELDS.items() if m != method for f in names}
-    wrong = sorted((set(train) & others) - set(TRAINER_FIELDS[method]))
-    if wrong:
+    return tuple(method) if isinstance(method, list | tuple) else (method,)
+
+
+def method_problem(train: dict[str, Any]) -> str | None:
+    """Why ``train``'s method settings are invalid, or None: an unknown ``method`` (or an empty or
+    bad schedule entry, named by its index), a field of no scheduled method's trainer,
+    ``transitions`` without archer in the schedule, or dpo / archer under torchrun."""
+    method = train.get("method", "sft")
+    schedule = method_schedule(train)
+    if isinstance(method, list | tuple):
+        if not schedule:
+            return (
+                "train.method: a schedule needs at least one method (one per iteration, the last repeating)"
+            )
+        for index, name in enumerate(schedule):
+            if not isinstance(name, str) or name not in TRAIN_METHODS:
+                return f"train.method[{index}] must be one of {', '.join(TRAIN_METHODS)}, got {name!r}"
+    elif not isinstance(method, str) or method not in TRAIN_METHODS:
         return (
-            f"train field(s) {wrong} do not apply to train.method {method!r}; its trainer takes "
-            f"{', '.join(TRAINER_FIELDS[method])}"
+            f"train.method must be one of {', '.join(TRAIN_METHODS)} (or a list of them, one per "
+            f"iteration), got {method!r}"
         )
-    if TRANSITIONS_KEY in train and method != "archer":
+    scheduled = sorted(set(schedule), key=TRAIN_METHODS.index)
+    own = {f for m in scheduled for f in TRAINER_FIELDS[m]}
+    others = {f for m, names in TRAINER_FIELDS.items() if m not in scheduled for f in names}
+    wrong = sorted((set(train) & others) - own)
+    if wrong:
+        if len(scheduled) == 1:
+            return (
+                f"train field(s) {wrong} do not apply to train.method {scheduled[0]!r}; its trainer takes "
+                f"{', '.join(TRAINER_FIELDS[scheduled[0]])}"
+            )
+        return (
+            f"train field(s) {wrong} do not apply to any method of train.method {list(schedule)}; "
+            f"their trainers take {', '.join(sorted(own))}"
+        )
+    if TRANSITIONS_KEY in train and "archer" not in scheduled:
         return "train.transitions (the transition settings) only applies to train.method 'archer'"
-    if method != "sft" and train.get("launcher", "inline") != "inline":
-        return f"train.method {method!r} trains in one process: train.launcher must be 'inline'"
+    single = [m for m in scheduled if m != "sft"]
+    if single and train.get("launcher", "inline") != "inline":
+        return f"train.method {single[0]!r} trains in one process: train.launcher must be 'inline'"
     return None
+
+
+def trainer_settings(train: dict[str, Any], method: str) -> dict[str, Any]:
+    """``train`` without ``model_path``, ``method``, ``transitions``, the launch keys and the
+    fields that belong only to other methods' trainers: what ``method``'s trainer config gets (a
+    field shared by several scheduled methods, e.g. ``batch_size``, goes to each of them)."""
+    skip = {TRAIN_MODEL_PATH, "method", TRANSITIONS_KEY, *LAUNCH_KEYS}
+    own = set(TRAINER_FIELDS.get(method, ()))
+    others = {f for m, names in TRAINER_FIELDS.items() if m != method for f in names} - own
+    return {k: v for k, v in train.items() if k not in skip and k not in others}
 
 
 def launch_problem(data: dict[str, Any]) -> str | None:
@@ -147,7 +185,9 @@ class RunConfig:
     ``accelerate_config`` (a DeepSpeed / FSDP accelerate config file, torchrun), ``master_port``.
     ``method``: ``sft`` (default, Agent-R SFT) | ``dpo`` (DPO at the divergence node,
     train_service/dpo.py) | ``archer`` (ArCHer actor-critic on the trees' transitions,
-    train_service/archer.py); the other keys are that method's trainer fields (TRAINER_FIELDS);
+    train_service/archer.py), or a list of them, one per iteration with the last repeating (e.g.
+    ``["sft", "archer"]``: SFT in iteration 0, ArCHer from iteration 1 on); the other keys are the
+    scheduled methods' trainer fields (TRAINER_FIELDS; each trainer gets the fields it takes);
     ``transitions`` (archer): ``invalid_action_penalty``, ``include_open_edges``."""
     evaluation: dict[str, Any] = field(default_factory=dict)
     """Overrides of the evaluation (max_steps, max_tokens, recovery_episodes, baseline, ...)."""
@@ -197,15 +237,21 @@ class RunConfig:
             )
         return path
 
-    def sft_overrides(self) -> dict[str, Any]:
-        """``train`` without ``model_path``, ``method``, ``transitions`` and the launch keys: the
-        configuration of the method's trainer proper (SFTConfig, DPOConfig or ArcherConfig)."""
-        skip = {TRAIN_MODEL_PATH, "method", TRANSITIONS_KEY, *LAUNCH_KEYS}
-        return {k: v for k, v in self.train.items() if k not in skip}
+    def sft_overrides(self, iteration: int = 0) -> dict[str, Any]:
+        """The configuration of iteration ``iteration``'s trainer proper (SFTConfig, DPOConfig or
+        ArcherConfig): ``train`` without ``model_path``, ``method``, ``transitions``, the launch
+        keys and the fields only other methods' trainers take (``trainer_settings``)."""
+        return trainer_settings(self.train, self.train_method(iteration))
 
-    def train_method(self) -> str:
-        """``train.method``: ``sft`` (default), ``dpo`` or ``archer``."""
-        return str(self.train.get("method", "sft"))
+    def method_schedule(self) -> tuple[str, ...]:
+        """``train.method`` as one method per iteration (the last repeats); ``("sft",)`` unset."""
+        return tuple(str(m) for m in method_schedule(self.train))
+
+    def train_method(self, iteration: int = 0) -> str:
+        """The learner of iteration ``iteration``: ``sft`` (default), ``dpo`` or ``archer``, from
+        ``train.method`` (a string: every iteration; a list: one per iteration, the last repeating)."""
+        schedule = self.method_schedule() or ("sft",)
+        return schedule[min(max(iteration, 0), len(schedule) - 1)]
 
     def transition_settings(self) -> dict[str, Any]:
         """``train.transitions`` (core.domain.transitions.TransitionConfig fields) for archer."""

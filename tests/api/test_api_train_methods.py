@@ -28,6 +28,7 @@ async def test_dpo_and_archer_settings_reach_the_run(api: ApiHarness) -> None:
     for train in (
         {"method": "dpo", "beta": 0.2, "reference": "none", "max_steps": 3},
         {"method": "archer", "mode": "online", "gamma": 0.9, "transitions": {"invalid_action_penalty": 0.1}},
+        {"method": ["sft", "dpo", "archer"], "epochs": 2, "beta": 0.2, "gamma": 0.9},  # one per iteration
     ):
         response = await api.client.post("/v1/runs", json={"model": "m", "train": train}, headers=key)
         assert response.status_code == 202, response.text
@@ -46,6 +47,10 @@ async def test_dpo_and_archer_settings_reach_the_run(api: ApiHarness) -> None:
         ({"method": "archer", "packing": True}, "do not apply to train.method 'archer'"),
         ({"method": "dpo", "transitions": {}}, "only applies to train.method 'archer'"),
         ({"method": "archer", "launcher": "torchrun"}, "train.launcher must be 'inline'"),
+        ({"method": []}, "body.train.method"),
+        ({"method": ["sft", "ppo"]}, "body.train.method"),
+        ({"method": ["sft", "dpo"], "gamma": 0.9}, "do not apply to any method of train.method"),
+        ({"method": ["sft", "archer"], "launcher": "torchrun"}, "'archer' trains in one process"),
     ],
 )
 async def test_bad_method_settings_are_422(api: ApiHarness, train: dict[str, Any], needle: str) -> None:

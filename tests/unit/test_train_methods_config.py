@@ -1,5 +1,6 @@
-"""train.method in RunConfig: sft | dpo | archer, fields checked against each method's trainer at
-submission (the table in core.domain.config matches the trainers' config dataclasses)."""
+"""train.method in RunConfig: sft | dpo | archer, or a list (one per iteration, the last repeating);
+fields checked against the scheduled methods' trainers at submission (the table in core.domain.config
+matches the trainers' config dataclasses), each iteration's trainer getting only its own fields."""
 
 from __future__ import annotations
 
@@ -33,3 +34,33 @@ def test_method_problems_name_the_field() -> None:
     assert config.transition_settings() == {"invalid_action_penalty": 0.1}
     assert RunConfig(model="/m").train_method() == "sft"
     assert "train.method" in (RunConfig(model="/m", train={"method": "x"}).training_problem() or "")
+
+
+def test_a_method_schedule_picks_each_iteration_s_learner_and_fields() -> None:
+    train = {"method": ["sft", "archer"], "epochs": 2, "gamma": 0.9, "batch_size": 4, "transitions": {}}
+    config = RunConfig(model="/m", iterations=4, train=train)
+    assert config.training_problem() is None
+    assert config.method_schedule() == ("sft", "archer")
+    assert [config.train_method(i) for i in range(4)] == ["sft", "archer", "archer", "archer"]
+    # each trainer gets the fields it takes; a shared one (batch_size) goes to both
+    assert config.sft_overrides(0) == {"epochs": 2, "batch_size": 4}
+    assert config.sft_overrides(1) == config.sft_overrides(3) == {"gamma": 0.9, "batch_size": 4}
+    assert RunConfig(model="/m", train={"method": "dpo", "beta": 0.2}).sft_overrides(5) == {"beta": 0.2}
+
+
+@pytest.mark.parametrize(
+    ("train", "needle"),
+    [
+        ({"method": []}, "train.method: a schedule needs at least one method"),
+        ({"method": ["sft", "ppo"]}, "train.method[1] must be one of sft, dpo, archer, got 'ppo'"),
+        ({"method": ["sft", 3]}, "train.method[1]"),
+        ({"method": 3}, "or a list of them, one per iteration"),
+        ({"method": ["sft", "dpo"], "gamma": 0.9}, "['gamma'] do not apply to any method of train.method"),
+        ({"method": ["sft", "dpo"], "transitions": {}}, "only applies to train.method 'archer'"),
+        ({"method": ["sft", "dpo"], "launcher": "torchrun"}, "'dpo' trains in one process"),
+    ],
+)
+def test_bad_schedules_name_the_field(train: dict[str, object], needle: str) -> None:
+    assert needle in (method_problem(train) or ""), method_problem(train)
+    assert needle in (RunConfig(model="/m", train=train).training_problem() or "")
+    assert method_problem({"method": ["sft", "sft"], "launcher": "torchrun", "nproc_per_node": 2}) is None
