@@ -28,60 +28,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from core.domain.reflections import DEFAULT_TEMPLATES
-from tests.e2e.helpers import AGENTR, ApiClient, ServiceGroup, free_port, quick_tiny_model, wait_until
-
-ADMIN_KEY = "e2e-admin-" + "k" * 24
-WORKERS = ("relay", "search", "critic", "splice", "train")
-
-
-@pytest.fixture(scope="session")
-def run_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The ``agentr run --quick`` configuration with its warm-started tiny model: 1 iteration with
-    training (through the Celery trainer) and a small evaluation."""
-    _ref, config = quick_tiny_model(tmp_path_factory.getbasetemp() / "agentr-quick-home")
-    return dict(
-        config,
-        iterations=1,
-        max_eval_tasks=1,
-        evaluation={"max_steps": 4, "max_tokens": 32, "recovery_episodes": 1, "baseline": False},
-        data_only=False,
-        seed=11,
-    )
-
-
-def service_env(pg_url: str, redis_url: str, redis_prefix: str, home: Path, port: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTR_")}
-    env.update(
-        AGENTR_DATABASE_URL=pg_url,
-        AGENTR_REDIS_URL=redis_url,
-        AGENTR_REDIS_PREFIX=redis_prefix,
-        AGENTR_HOME=str(home),
-        AGENTR_ADMIN_KEY=ADMIN_KEY,
-        AGENTR_API_HOST="127.0.0.1",
-        AGENTR_API_PORT=str(port),
-        AGENTR_BLOCK_MS="200",
-        AGENTR_RECLAIM_IDLE_MS="1500",  # a killed worker's messages are reclaimed quickly
-        AGENTR_SEARCH_CONCURRENCY="1",
-        AGENTR_LOG_LEVEL="INFO",
-        PYTHONUNBUFFERED="1",
-        OMP_NUM_THREADS="1",
-    )
-    return env
-
-
-def follow(client: ApiClient, group: ServiceGroup, run_id: str, timeout: float = 150) -> dict[str, Any]:
-    def finished() -> dict[str, Any] | None:
-        run = client.run(run_id)
-        return run if run["status"] in ("completed", "failed", "cancelled") else None
-
-    run: dict[str, Any] = wait_until(finished, timeout=timeout, what=f"run {run_id}", check=group.check_alive)
-    assert run["status"] == "completed", (
-        f"run {run_id} ended {run['status']}: {run.get('reason')}\n{group.logs()}"
-    )
-    return run
+from tests.e2e.helpers import AGENTR, ApiClient, free_port, wait_until
+from tests.e2e.services import ADMIN_KEY, follow, service_env
 
 
 def dataset_records(client: ApiClient, run_id: str) -> list[dict[str, Any]]:
@@ -113,32 +62,6 @@ def check_dataset(records: list[dict[str, Any]]) -> None:
         assert any(t["from"] == "gpt" and t["loss"] for t in turns), "a sample with nothing to learn"
         assert all(t["loss"] is None for t in turns if t["from"] != "gpt")
         assert any(t["from"] == "gpt" and "Action:" in t["value"] for t in turns)
-
-
-@pytest.fixture
-def deployment(pg_url: str, redis_url: str, redis_prefix: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    port = free_port()
-    env = service_env(pg_url, redis_url, redis_prefix, tmp_path / "home", port)
-    group = ServiceGroup(env, tmp_path)
-    client = ApiClient(f"http://127.0.0.1:{port}", ADMIN_KEY)
-    try:
-        group.run_once("migrate", "db", "upgrade")
-        group.start("api", "serve")
-        for name in WORKERS:
-            group.start(name, "worker", name)
-        group.start("trainer", "celery-worker")
-        wait_until(client.ready, timeout=60, what="the API's /readyz", check=group.check_alive)
-        client.bootstrap()
-        yield group, client
-    finally:
-        client.close()
-        codes = group.stop_all()
-        # SIGTERM drains gracefully: every service exits 0 (the killed search was restarted);
-        # uvicorn re-raises the SIGTERM it handled once its shutdown is complete.
-        bad = {name: code for name, code in codes.items() if code not in (0, None)}
-        if bad.get("api") == -signal.SIGTERM and "api stopped" in group.processes["api"].tail():
-            del bad["api"]
-        assert not bad, f"services did not stop cleanly: {bad}\n{group.logs()}"
 
 
 def test_run_over_http_and_survives_a_killed_worker(deployment, run_config: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]

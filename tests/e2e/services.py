@@ -1,0 +1,85 @@
+"""Owns the services e2e tests' shared setup: the environment, the deployment and run follow-up.
+
+``service_env`` is the environment every agentr process of one deployment shares (the real
+PostgreSQL database and Redis prefix of the test, its home folder, the API port, quick reclaim
+timeouts); ``deploy`` starts the compose topology as separate OS processes (``agentr db upgrade``,
+``agentr serve``, the relay / search / critic / splice / train workers and the Celery trainer),
+bootstraps a project key and stops everything at the end, asserting that every process exited
+cleanly; ``follow`` waits for a run to finish and asserts it completed. ``tests/e2e/conftest.py``
+turns them into the ``deployment`` and ``run_config`` fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.helpers import ApiClient, ServiceGroup, free_port, wait_until
+
+ADMIN_KEY = "e2e-admin-" + "k" * 24
+WORKERS = ("relay", "search", "critic", "splice", "train")
+
+
+def service_env(pg_url: str, redis_url: str, redis_prefix: str, home: Path, port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTR_")}
+    env.update(
+        AGENTR_DATABASE_URL=pg_url,
+        AGENTR_REDIS_URL=redis_url,
+        AGENTR_REDIS_PREFIX=redis_prefix,
+        AGENTR_HOME=str(home),
+        AGENTR_ADMIN_KEY=ADMIN_KEY,
+        AGENTR_API_HOST="127.0.0.1",
+        AGENTR_API_PORT=str(port),
+        AGENTR_BLOCK_MS="200",
+        AGENTR_RECLAIM_IDLE_MS="1500",  # a killed worker's messages are reclaimed quickly
+        AGENTR_SEARCH_CONCURRENCY="1",
+        AGENTR_LOG_LEVEL="INFO",
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+    )
+    return env
+
+
+def follow(client: ApiClient, group: ServiceGroup, run_id: str, timeout: float = 150) -> dict[str, Any]:
+    def finished() -> dict[str, Any] | None:
+        run = client.run(run_id)
+        return run if run["status"] in ("completed", "failed", "cancelled") else None
+
+    run: dict[str, Any] = wait_until(finished, timeout=timeout, what=f"run {run_id}", check=group.check_alive)
+    assert run["status"] == "completed", (
+        f"run {run_id} ended {run['status']}: {run.get('reason')}\n{group.logs()}"
+    )
+    return run
+
+
+@contextmanager
+def deploy(
+    pg_url: str, redis_url: str, redis_prefix: str, tmp_path: Path
+) -> Iterator[tuple[ServiceGroup, ApiClient]]:
+    """Every service as its own process on a fresh database; (group, client with a project key)."""
+    port = free_port()
+    env = service_env(pg_url, redis_url, redis_prefix, tmp_path / "home", port)
+    group = ServiceGroup(env, tmp_path)
+    client = ApiClient(f"http://127.0.0.1:{port}", ADMIN_KEY)
+    try:
+        group.run_once("migrate", "db", "upgrade")
+        group.start("api", "serve")
+        for name in WORKERS:
+            group.start(name, "worker", name)
+        group.start("trainer", "celery-worker")
+        wait_until(client.ready, timeout=60, what="the API's /readyz", check=group.check_alive)
+        client.bootstrap()
+        yield group, client
+    finally:
+        client.close()
+        codes = group.stop_all()
+        # SIGTERM drains gracefully: every service exits 0 (a killed worker was restarted);
+        # uvicorn re-raises the SIGTERM it handled once its shutdown is complete.
+        bad = {name: code for name, code in codes.items() if code not in (0, None)}
+        if bad.get("api") == -signal.SIGTERM and "api stopped" in group.processes["api"].tail():
+            del bad["api"]
+        assert not bad, f"services did not stop cleanly: {bad}\n{group.logs()}"
