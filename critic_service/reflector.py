@@ -29,6 +29,7 @@ class ReflectionRequest:
     task: str
     wrong_action: str
     observation: str
+    choice_key: str = ""  # what picks the fallback template (default: the pair id)
 
 
 async def model_reflections(
@@ -61,7 +62,9 @@ async def model_reflections(
             answers[index] = row[0].text if row else None
     out = []
     for request, answer in zip(requests, answers, strict=True):
-        reflection, why = model_or_template(answer, request.pair_id, request.wrong_action, templates)
+        reflection, why = model_or_template(
+            answer, request.choice_key or request.pair_id, request.wrong_action, templates
+        )
         if why is not None:
             log.info("reflection for pair %s: %s; using %s", request.pair_id, why, reflection.template_id)
         out.append(reflection)

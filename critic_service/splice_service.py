@@ -58,6 +58,7 @@ from core.domain.reflections import (
     ReflectionError,
     choose_reflection,
     model_or_template,
+    pair_choice_key,
 )
 from core.domain.splice import SplicedPath, SpliceError, revision_sample, splice_path
 from core.domain.trajectory import Step
@@ -192,16 +193,22 @@ class SpliceHandlers:
     ) -> Reflection:
         templates = config.reflections or DEFAULT_TEMPLATES
         wrong = pair.bad.steps[marked.transition_index]
+        key = pair_choice_key(
+            pair.task_key,
+            pair.shared_steps,
+            [s.action for s in pair.bad.steps],
+            [s.action for s in pair.good.steps],
+        )
         if config.reflection == "template":
-            return choose_reflection(pair.pair_id, wrong.action, templates)
+            return choose_reflection(key, wrong.action, templates)
         if not model_ref:
-            reflection, _ = model_or_template(None, pair.pair_id, wrong.action, templates)
+            reflection, _ = model_or_template(None, key, wrong.action, templates)
             log.warning("splice: pair %s: no model to reflect with; %s", pair.pair_id, reflection.template_id)
             return reflection
         try:
             policy: Policy = self.policies.get(model_ref)
         except (PolicyError, OSError, ValueError) as exc:
-            reflection, _ = model_or_template(None, pair.pair_id, wrong.action, templates)
+            reflection, _ = model_or_template(None, key, wrong.action, templates)
             log.warning(
                 "splice: pair %s: cannot open %s (%s); %s",
                 pair.pair_id,
@@ -210,7 +217,7 @@ class SpliceHandlers:
                 reflection.template_id,
             )
             return reflection
-        request = ReflectionRequest(pair.pair_id, pair.bad.task, wrong.action, wrong.observation)
+        request = ReflectionRequest(pair.pair_id, pair.bad.task, wrong.action, wrong.observation, key)
         (reflection,) = await model_reflections(policy, [request], templates)
         return reflection
 

@@ -37,8 +37,11 @@ sample's provenance (``loss_masked``); the manifest counts the masked turns per 
 Selection is deterministic: the general samples are drawn without replacement with
 ``random.Random(f"{seed}:{iteration}")`` from the general pool in its given (file) order, and the
 final mix is shuffled with ``random.Random(f"{seed}:{iteration}:order")``. Agent samples are sorted
-by (event position, sample id) before that, so the result does not depend on the order in which a
-caller happened to read them. The manifest records every sample id in final order, its kind, the
+by their CONTENT (a digest of kind, messages, weights, reward and tools; then event position and
+sample id) before that, so the result depends neither on the order in which a caller read them nor
+on the order in which concurrent trees happened to append them, nor on ids (derived from the random
+run id): two runs with the same seeds that find the same samples train on the same sequence. The
+manifest records every sample id in final order, its kind, the
 event position it came from, its template id, the general pool's source and indexes and the config,
 so ``rebuild`` produces the identical dataset, and the dataset id is derived from that content.
 """
@@ -189,8 +192,16 @@ def general_count(agent_samples: int, eta: float) -> int:
     return int(round(agent_samples * (1.0 - eta) / eta))
 
 
-def _sort_key(c: Candidate) -> tuple[int, str]:
-    return (c.position if c.position is not None else -1, c.sample.sample_id)
+def content_digest(sample: TrainingSample) -> str:
+    """A digest of what a sample trains (no ids, no provenance)."""
+    body = {"kind": sample.kind, "messages": [to_dict(m) for m in sample.messages], "reward": sample.reward}
+    body["tools"] = list(sample.tools)
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _sort_key(c: Candidate) -> tuple[str, int, str]:
+    return (content_digest(c.sample), c.position if c.position is not None else -1, c.sample.sample_id)
 
 
 def _dedupe(cands: Sequence[Candidate]) -> list[Candidate]:

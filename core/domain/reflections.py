@@ -2,8 +2,11 @@
 
 Each template is a short first-person sentence an agent says when it notices its own mistake, written
 for this project. ``{action}`` (optional) is filled with the wrong action at the transition point.
-The choice is a pure function of the pair id (a stable hash, not Python's salted ``hash``), so a
-replayed splice picks the same sentence; the chosen template id is recorded with the sample.
+The choice is a pure function of a key (a stable hash, not Python's salted ``hash``), so a replayed
+splice picks the same sentence; the chosen template id is recorded with the sample. The splicer keys
+it by the pair's CONTENT (``pair_choice_key``: task, divergence depth and both paths' actions), not
+by its id: pair ids derive from the run id, which is random, so an id key would give two runs with
+the same seeds different revision samples, hence different models.
 
 Reflections may also come from the model (``reflection_prompt`` asks for one first-person sentence);
 ``check_model_reflection`` accepts only one non-empty first-person sentence with no ``Action:`` /
@@ -14,8 +17,9 @@ template id (``"model"``, or ``"model|fallback:r03"``).
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from core.domain.trajectory import Message
@@ -61,13 +65,24 @@ def validate_templates(templates: Mapping[str, str]) -> None:
             ) from None
 
 
+def pair_choice_key(
+    task_key: str, shared_steps: int, bad_actions: Sequence[str], good_actions: Sequence[str]
+) -> str:
+    """A key for a pair's reflection choice that depends only on what the pair holds (no ids)."""
+    canonical = json.dumps(
+        [task_key, shared_steps, list(bad_actions), list(good_actions)], separators=(",", ":")
+    )
+    return "content:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
 def choose_reflection(
-    pair_id: str, wrong_action: str = "", templates: Mapping[str, str] = DEFAULT_TEMPLATES
+    key: str, wrong_action: str = "", templates: Mapping[str, str] = DEFAULT_TEMPLATES
 ) -> Reflection:
-    """The reflection for ``pair_id``: a stable hash of the id picks a template (sorted by id)."""
+    """The reflection for ``key`` (a pair's id or ``pair_choice_key``): a stable hash of the key
+    picks a template (sorted by id)."""
     validate_templates(templates)
     ids = sorted(templates)
-    digest = hashlib.sha256(pair_id.encode("utf-8")).digest()
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
     template_id = ids[int.from_bytes(digest[:8], "big") % len(ids)]
     action = " ".join(wrong_action.split()) or "that action"
     return Reflection(template_id=template_id, text=templates[template_id].format(action=action))

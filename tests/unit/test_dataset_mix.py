@@ -140,6 +140,28 @@ def test_build_is_deterministic_and_order_independent() -> None:
     assert kinds != sorted(kinds, key=lambda k: k != "revision")
 
 
+def test_another_run_finding_the_same_samples_trains_on_the_same_sequence() -> None:
+    # a second run with the same seeds: the same conversations, but other ids (derived from its
+    # random run id) and other event positions (its concurrent trees appended in another order)
+    def offered(run: str, positions: list[int]) -> list[Candidate]:
+        out = []
+        for i, pos in enumerate(positions):
+            base = sample(f"{run}-rev-{i}")
+            messages = (
+                *base.messages[:1],
+                Message("user", f"task {i}"),
+                Message("assistant", f"Action: a {i}", 1),
+            )
+            out.append(Candidate(TrainingSample(base.sample_id, "revision", messages, 1.0), pos))
+        return out
+
+    kwargs = dict(iteration=1, good=[], general=[], config=DatasetConfig(seed=7))
+    a = build_dataset(run_id="run-a", revisions=offered("a", list(range(10, 22))), **kwargs)  # type: ignore[arg-type]
+    b = build_dataset(run_id="run-b", revisions=offered("b", [50 - 3 * i for i in range(12)]), **kwargs)  # type: ignore[arg-type]
+    assert [s.sample_id for s in a.samples] != [s.sample_id for s in b.samples]
+    assert [s.messages for s in a.samples] == [s.messages for s in b.samples]
+
+
 def test_duplicates_are_dropped() -> None:
     built = build_dataset(run_id="r", iteration=0, revisions=revs(3) + revs(3), good=[], general=[])
     assert built.manifest.counts["revision"] == 3

@@ -10,6 +10,7 @@ from core.domain.reflections import (
     check_model_reflection,
     choose_reflection,
     model_or_template,
+    pair_choice_key,
     reflection_prompt,
 )
 from core.domain.splice import (
@@ -153,6 +154,23 @@ def test_reflections_are_many_first_person_and_deterministic() -> None:
         choose_reflection("x", "", {"t": "I {nope}"})
     with pytest.raises(ReflectionError, match="empty"):
         choose_reflection("x", "", {})
+
+
+def test_the_reflection_key_depends_on_the_pair_content_only() -> None:
+    bad, good = ["get 1 oak logs", "craft 9 oak planks"], ["get 1 oak logs", "craft 4 oak planks"]
+    key = pair_choice_key("goal:oak_planks", 1, bad, good)
+    # no ids in it: the same pair found by another run (another run id) picks the same sentence
+    assert key == pair_choice_key("goal:oak_planks", 1, list(bad), list(good))
+    assert key.startswith("content:")
+    others = {
+        pair_choice_key("goal:oak_planks", 0, bad, good),
+        pair_choice_key("goal:birch_planks", 1, bad, good),
+        pair_choice_key("goal:oak_planks", 1, good, bad),
+        pair_choice_key("goal:oak_planks", 1, bad[:1], good),
+        # no ambiguity from joining: ["a b"] is not ["a", "b"]
+        pair_choice_key("goal:oak_planks", 1, ["get 1 oak logs craft 9 oak planks"], good),
+    }
+    assert key not in others and len(others) == 5
 
 
 @pytest.mark.parametrize(
