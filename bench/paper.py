@@ -1,36 +1,52 @@
 """Benchmark: the Agent-R paper's comparison in miniature, measured side by side in one process.
 
-On the SAME starting model, tasks, seeds and budget (one ``agentr run`` configuration; only the
-named settings differ), for ``--iterations`` (default 2) search -> train iterations each:
+On the SAME starting model, tasks, seeds and training budget (one ``agentr run`` configuration;
+only the named settings differ), for ``--iterations`` (default 2) search -> train iterations each:
 
 - ``agent_r_model``   Agent-R, critic strategy ``model`` (the actor judges each step: the paper);
 - ``agent_r_reflect`` Agent-R, critic strategy ``reflect`` (the likelihood the actor gives to a
   reflection right after step t);
 - ``direct``          Direct-Revision (t' = the last action of the bad path: the paper's baseline);
 - ``good_only``       SFT on good trajectories only (``include_revisions = false``: the "good" rows of
-  the paper's Figure 3; its search and pairs are the same, its revision samples are not trained on).
+  the paper's Figure 3; its search and pairs are the same, its revision samples are not trained on);
+- ``dpo``             DPO at the divergence node (``train.method = dpo``: every pair of the iteration);
+- ``archer_offline``  ArCHer, offline (``train.method = archer``, IQL-style V, AWR actor);
+- ``archer_online``   ArCHer, online (V on Q at actions the actor samples, REINFORCE actor);
+- ``agent_r_value``   Agent-R SFT with the ``value`` critic: t' chosen by the ArCHer critic of the
+  ``archer_offline`` run's iteration-0 checkpoint (both iterations; it runs after that variant).
 
-Opt-in (``--variants``): ``dpo``, ``archer_offline``, ``archer_online`` (the other learners on the
-same log, ``train.method``; docs/learners.md) and ``agent_r_value`` (Agent-R with the ``value``
-critic of the ``archer_offline`` run's iteration-0 checkpoint, so list it after ``archer_offline``).
+The learners' ``train`` settings come from ``bench/learners.method_variant`` (docs/learners.md).
+The budget: every variant's training gets the same wall-clock cap per iteration,
+``train.time_budget_s`` = ``--train-budget-s``; SFT and DPO stop at their epochs (usually well
+inside it), ArCHer trains until the cap. The table shows each iteration's training seconds and
+optimizer updates, so the compute actually spent is visible, not assumed equal.
 
 Every variant starts from the same warm-started model (cached once under ``--home``), searches the
 same goals with the same tree seeds, and is evaluated by the run's protocol
 (``train_service.evaluation``): stratified held-out goals, seeded episodes, recovery from the
 STARTING model's failed held-out episodes truncated at seeded random steps (Table 3; the same
-prefixes for every variant, since the starting model and its seeds are shared), dead loops, and the
-mean revision length of each iteration's revision samples (Figure 5).
+prefixes for every variant, since the starting model and its seeds are shared: the header's
+"recovery sets: 1 distinct" checks it), dead loops, and the mean revision length of each iteration's
+revision samples (Figure 5). The starting model's seen-task evaluation runs in the first variant
+only (``evaluation.baseline``; the held-out one runs in each, as it builds the recovery set).
+
+Each finished variant is stored at once under ``<home>/paper-results/`` (keyed by its whole run
+configuration), so a rerun with the same ``--home`` and settings reuses it instead of running it
+again: a long comparison can be stopped, resumed, or run variant by variant (``--variants``) and
+then printed whole (``--fresh`` ignores stored results).
 
 Output: one JSON line per comparison, ``{"metric", "ours", "baseline", "unit", "ratio"}`` with
 "ours" = ``agent_r_model`` and "baseline" = another variant, per iteration (``ratio`` > 1 means
 Agent-R is better: ours / baseline for success and recovery, baseline / ours for dead loops and
-revision length; null when undefined), then a Markdown table of every variant and iteration.
-``--out FILE`` also writes the table and the raw numbers (FILE and FILE.json).
+revision length; null when undefined), wall / CPU seconds and load per variant, then a Markdown
+table of every variant and iteration. ``--out FILE`` also writes the table and the raw numbers
+(FILE and FILE.json).
 
 Usage: python bench/paper.py [--quick] [--model FOLDER] [--iterations N] [--home DIR]
-       [--variants agent_r_model,direct,...] [--out docs/paper-table.md]
-``--quick`` is the ``agentr run --quick`` configuration (64-hidden tiny model, 2 goals; a few
-minutes on 2 cores); without it the default ``agentr run`` demo configuration (tens of minutes).
+       [--variants agent_r_model,direct,...] [--train-budget-s S] [--max-tasks N]
+       [--max-eval-tasks N] [--recovery-episodes N] [--out docs/paper-table.md] [--fresh]
+``--quick`` is the ``agentr run --quick`` configuration (64-hidden tiny model, 2 goals); without it
+the default ``agentr run`` demo configuration (tens of minutes per variant on 2 shared cores).
 ``--model FOLDER`` runs the same comparison from a local model folder (e.g. SmolLM2-135M-Instruct
 imported by ``agentr model import``) instead of the tiny model.
 """
@@ -39,7 +55,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
+import os
+import resource
 import sys
 import tempfile
 import time
@@ -47,43 +66,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "agent_r_model": ("Agent-R (model critic)", {"critic": {"strategy": "model"}}),
-    "agent_r_reflect": ("Agent-R (reflect critic)", {"critic": {"strategy": "reflect"}}),
-    "direct": ("Direct-Revision", {"critic": {"strategy": "direct"}}),
-    # the critic does not matter when revisions are not trained on: the cheapest one
-    "good_only": ("good trajectories only", {"critic": {"strategy": "direct"}, "include_revisions": False}),
-}
-# Other learners on the same log (docs/learners.md), opt-in with --variants: their whole run config
-# comes from bench/learners.py (train.method's trainer replaces the SFT settings, same budget);
-# agent_r_value takes the value critic of the archer_offline run's iteration 0 (list it first).
-LEARNERS: dict[str, tuple[str, str]] = {
-    "dpo": ("dpo", "offline"),
-    "archer_offline": ("archer", "offline"),
-    "archer_online": ("archer", "online"),
-}
+from paper_table import LEARNERS, VARIANTS, comparisons, numbers, table  # noqa: E402
+
 DEFAULT_VARIANTS = tuple(VARIANTS)
-VARIANTS.update(
-    {
-        "dpo": ("DPO at the divergence node", {"include_revisions": False}),
-        "archer_offline": ("ArCHer (offline)", {"include_revisions": False}),
-        "archer_online": ("ArCHer (online)", {"include_revisions": False}),
-        "agent_r_value": ("Agent-R (value critic of archer_offline)", {}),
-    }
-)
-OURS = "agent_r_model"
-# (key in a variant's per-iteration numbers, JSON metric name, unit, higher is better)
-METRICS: tuple[tuple[str, str, str, bool], ...] = (
-    ("success_rate", "heldout_success", "rate", True),
-    ("recovery_success", "recovery_success", "rate", True),
-    ("dead_loop_rate", "heldout_dead_loops", "rate", False),
-    ("revision_length", "revision_length", "actions", False),
-)
+# per-iteration training cap of every variant (s): ArCHer fills it, SFT / DPO stop at their epochs
+QUICK_TRAIN_BUDGET_S = 15.0
+DEMO_TRAIN_BUDGET_S = 240.0
+HOME = "<home>"  # stands for --home in stored results and their keys
 
 
-def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` (one level of dicts merged, the rest replaced)."""
     out = copy.deepcopy(base)
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
@@ -93,123 +89,94 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _numbers(report: dict[str, Any], variant: str) -> list[dict[str, Any]]:
-    """One entry per evaluated model of a run: held-out figures, recovery, dead loops, revision
-    length (trained-on revisions only) and the critic's agreement with the oracle."""
-    critic = report.get("critic") or {}
-    datasets = report.get("datasets") or {}
-    out = []
-    for row in report.get("rows") or []:
-        iteration = None if row["model"] == "start" else int(row["model"].split()[-1])
-        entry = {
-            "variant": variant,
-            "model": row["model"],
-            "success_rate": row.get("success_rate"),
-            "avg_reward": row.get("avg_reward"),
-            "invalid_action_rate": row.get("invalid_action_rate"),
-            "dead_loop_rate": row.get("dead_loop_rate"),
-            "recovery_success": row.get("recovery_success"),
-            "recovery_episodes": row.get("recovery_episodes"),
-            "recovery_set_id": row.get("recovery_set_id"),
-            "episodes": row.get("episodes"),
-            "seen_success_rate": row.get("seen_success_rate"),
-            "revision_length": None,
-            "revision_samples": None,
-            "critic_exact_match": None,
-            "critic_fallback_share": None,
-        }
-        if iteration is not None:
-            counts = datasets.get(str(iteration)) or {}
-            trained_revisions = VARIANTS[variant][1].get("include_revisions", True)
-            entry["revision_samples"] = counts.get("revision", 0) if trained_revisions else 0
-            if trained_revisions:
-                entry["revision_length"] = counts.get("revision_length_mean")
-            judged = critic.get(str(iteration)) or {}
-            entry["critic_exact_match"] = judged.get("exact_match")
-            entry["critic_fallback_share"] = judged.get("fallback_share")
-        out.append(entry)
-    return out
+def variant_config(
+    base: dict[str, Any],
+    variant: str,
+    *,
+    train_budget_s: float,
+    first: bool,
+    archer_checkpoint: str | Path | None = None,
+) -> dict[str, Any]:
+    """The whole run configuration of ``variant`` from the shared ``base`` (model filled in): the
+    same env, goals, seed, search and evaluation for every variant; ``train.time_budget_s`` set to
+    ``train_budget_s`` for every learner; the starting model's seen-task evaluation only in the
+    ``first`` variant. ``agent_r_value`` needs ``archer_checkpoint`` (a folder with ``critic/``)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
+    if train_budget_s <= 0:
+        raise ValueError(f"train_budget_s must be > 0, got {train_budget_s}")
+    shared = copy.deepcopy(base)
+    shared["train"] = {**(shared.get("train") or {}), "time_budget_s": float(train_budget_s)}
+    shared["evaluation"] = {**(shared.get("evaluation") or {}), "baseline": bool(first)}
+    config = merge(shared, VARIANTS[variant][1])
+    if variant in LEARNERS:
+        from learners import method_variant
+
+        config = merge(method_variant(shared, *LEARNERS[variant]), VARIANTS[variant][1])
+    elif variant == "agent_r_value":
+        if archer_checkpoint is None:
+            raise ValueError("agent_r_value needs the archer_offline run's iteration-0 checkpoint")
+        from learners import value_variant
+
+        config = value_variant(config, archer_checkpoint)
+    return config
 
 
-def _ratio(ours: float | None, baseline: float | None, higher_is_better: bool) -> float | None:
-    if ours is None or baseline is None:
+def config_key(config: dict[str, Any], home: Path) -> str:
+    """A stored result's key: the run configuration, with paths under ``home`` made relative (so
+    the same comparison under another home, or its results copied there, still matches)."""
+    text = json.dumps(config, sort_keys=True, default=str).replace(str(home), HOME)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def stored_result(results_dir: Path, variant: str, key: str) -> dict[str, Any] | None:
+    path = results_dir / f"{variant}-{key}.json"
+    if not path.is_file():
         return None
-    good, bad = (ours, baseline) if higher_is_better else (baseline, ours)
-    if bad == 0:
-        return 1.0 if good == 0 else None
-    return round(good / bad, 4)
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
+def store_result(results_dir: Path, variant: str, key: str, result: dict[str, Any]) -> Path:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"{variant}-{key}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, sort_keys=True))
+    tmp.replace(path)
+    return path
 
 
-def table(results: dict[str, dict[str, Any]]) -> str:
-    columns = (
-        ("success_rate", "held-out success"),
-        ("avg_reward", "reward"),
-        ("recovery_success", "recovery"),
-        ("dead_loop_rate", "dead loops"),
-        ("invalid_action_rate", "invalid"),
-        ("seen_success_rate", "seen success"),
-        ("revision_samples", "revisions trained"),
-        ("revision_length", "revision len"),
-        ("critic_exact_match", "t' = oracle"),
-        ("critic_fallback_share", "fallback"),
-    )
-    lines = [
-        "| variant | model | " + " | ".join(title for _, title in columns) + " |",
-        "|---|---|" + "---:|" * len(columns),
-    ]
-    start_done = False
-    for variant, result in results.items():
-        for entry in result["numbers"]:
-            if entry["model"] == "start":
-                if start_done:  # the same starting model, tasks and seeds for every variant
-                    continue
-                start_done = True
-                label = "(all: starting model)"
-            else:
-                label = VARIANTS[variant][0]
-            cells = " | ".join(_fmt(entry.get(key)) for key, _ in columns)
-            lines.append(f"| {label} | {entry['model']} | {cells} |")
-        if result["status"] != "completed":
-            lines.append(f"| {VARIANTS[variant][0]} | (run {result['status']}: {result['reason']}) |")
-    return "\n".join(lines) + "\n"
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
-def comparisons(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    ours = {e["model"]: e for e in results.get(OURS, {}).get("numbers", [])}
-    lines = []
-    for variant, result in results.items():
-        if variant == OURS:
-            continue
-        theirs = {e["model"]: e for e in result["numbers"]}
-        for model in sorted(set(ours) | set(theirs)):
-            if model == "start":
-                continue
-            for key, name, unit, higher in METRICS:
-                a = (ours.get(model) or {}).get(key)
-                b = (theirs.get(model) or {}).get(key)
-                if key == "revision_length" and variant == "good_only":
-                    continue  # good-only trains no revision: nothing to compare
-                lines.append(
-                    {
-                        "metric": f"{name}_{model.replace(' ', '')}_vs_{variant}",
-                        "ours": a,
-                        "baseline": b,
-                        "unit": unit,
-                        "ratio": _ratio(a, b, higher),
-                    }
-                )
-    return lines
+def run_variant(settings: Any, home: Path, variant: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Run one variant's ``agentr run`` in this process; its result with wall, CPU and load."""
+    from core.cli.embedded_run import run_config
+
+    load_before = os.getloadavg()[0]
+    t0, c0 = time.monotonic(), _cpu_seconds()
+    code, run_id = run_config(settings, home, config, show_report=False)
+    seconds, cpu = time.monotonic() - t0, _cpu_seconds() - c0
+    report_path = home / "runs" / run_id / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    first = home / "runs" / run_id / "checkpoints" / "iter-0"
+    return {
+        "run_id": run_id,
+        "status": report.get("status", "failed" if code else "unknown"),
+        "reason": report.get("reason") or "",
+        "seconds": round(seconds, 1),
+        "cpu_seconds": round(cpu, 1),
+        "load": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "finished_at": time.strftime("%H:%M:%S UTC", time.gmtime()),
+        # relative to home ("<home>/runs/..."), so results copied to another home keep their keys
+        "iteration0_checkpoint": str(first).replace(str(home), HOME) if (first / "critic").is_dir() else None,
+        "report": report,  # the run's report.json: the table's numbers are read from it when printed
+    }
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the agentr run --quick configuration")
     parser.add_argument("--model", default="", help="a local model folder instead of the tiny model")
@@ -224,17 +191,40 @@ def main() -> int:
         "--max-tasks", type=int, default=None, help="search only the first N goals (same warm start)"
     )
     parser.add_argument("--max-eval-tasks", type=int, default=None, help="held-out goals")
+    parser.add_argument(
+        "--recovery-episodes", type=int, default=None, help="failed prefixes of the starting model"
+    )
+    parser.add_argument(
+        "--train-budget-s",
+        type=float,
+        default=None,
+        help=f"training cap per iteration, every variant (default {QUICK_TRAIN_BUDGET_S:g} quick, "
+        f"{DEMO_TRAIN_BUDGET_S:g} otherwise)",
+    )
+    parser.add_argument("--fresh", action="store_true", help="ignore stored results under --home")
     parser.add_argument("--out", default="", help="also write the table to this file (and FILE.json)")
     args = parser.parse_args()
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown or not variants:
+    args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in args.variant_list if v not in VARIANTS]
+    if unknown or not args.variant_list:
         parser.error(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)}")
+    if len(set(args.variant_list)) != len(args.variant_list):
+        parser.error("a variant is listed twice")
     if args.iterations < 2:
         parser.error("the comparison needs --iterations >= 2")
+    for name in ("max_tasks", "max_eval_tasks", "recovery_episodes"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "recovery_episodes" else 1):
+            parser.error(f"--{name.replace('_', '-')} must be >= {0 if name == 'recovery_episodes' else 1}")
+    if args.train_budget_s is not None and args.train_budget_s <= 0:
+        parser.error("--train-budget-s must be > 0")
+    return args
 
+
+def main() -> int:
+    args = _args()
     from core.cli.demo import RunOptions, plan_run
-    from core.cli.embedded_run import embedded_settings, run_config
+    from core.cli.embedded_run import embedded_settings
     from core.cli.warm_start import prepare_model
 
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="agentr-paper-"))
@@ -251,58 +241,53 @@ def main() -> int:
     )
     if args.max_tasks:  # search fewer goals; the warm start (and its cache key) stays the demo's
         plan = replace(plan, config={**plan.config, "max_tasks": args.max_tasks})
-    started = time.monotonic()
+    if args.recovery_episodes is not None:
+        evaluation = {**(plan.config.get("evaluation") or {}), "recovery_episodes": args.recovery_episodes}
+        plan = replace(plan, config={**plan.config, "evaluation": evaluation})
+    budget = args.train_budget_s or (QUICK_TRAIN_BUDGET_S if args.quick else DEMO_TRAIN_BUDGET_S)
+    started, c0 = time.monotonic(), _cpu_seconds()
     model = prepare_model(plan, home, args.seed)
-    warm_s = time.monotonic() - started
+    warm_s, warm_cpu = time.monotonic() - started, _cpu_seconds() - c0
+    base = dict(plan.config, model=model)
+    results_dir = home / "paper-results"
     results: dict[str, dict[str, Any]] = {}
-    for variant in variants:
-        config = _merge(dict(plan.config, model=model), VARIANTS[variant][1])
-        if variant in LEARNERS:
-            from learners import method_variant
-
-            config = method_variant(dict(plan.config, model=model), *LEARNERS[variant])
-        elif variant == "agent_r_value":
-            from learners import value_variant
-
-            archer_run = results.get("archer_offline", {}).get("run_id", "")
-            archer = home / "runs" / archer_run / "checkpoints" / "iter-0"
-            if not archer_run or not (archer / "critic").is_dir():
-                print("# agent_r_value skipped: list archer_offline before it", file=sys.stderr)
+    for index, variant in enumerate(args.variant_list):
+        archer = None
+        if variant == "agent_r_value":
+            stored = (results.get("archer_offline") or {}).get("iteration0_checkpoint")
+            archer = stored.replace(HOME, str(home)) if stored else None
+            if not archer:
+                print("# agent_r_value skipped: it needs archer_offline (listed before it)", file=sys.stderr)
                 continue
-            config = value_variant(config, archer)
-        t0 = time.monotonic()
-        code, run_id = run_config(settings, home, config, show_report=False)
-        seconds = time.monotonic() - t0
-        report_path = home / "runs" / run_id / "report.json"
-        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
-        results[variant] = {
-            "run_id": run_id,
-            "status": report.get("status", "failed" if code else "unknown"),
-            "reason": report.get("reason", ""),
-            "seconds": round(seconds, 1),
-            "numbers": _numbers(report, variant),
-        }
-        print(f"# {variant}: run {run_id} {results[variant]['status']} in {seconds:.0f}s", file=sys.stderr)
+        config = variant_config(
+            base, variant, train_budget_s=budget, first=index == 0, archer_checkpoint=archer
+        )
+        key = config_key(config, home)
+        result = None if args.fresh else stored_result(results_dir, variant, key)
+        if result is not None:
+            print(f"# {variant}: stored result of run {result['run_id']} reused", file=sys.stderr)
+        else:
+            result = run_variant(settings, home, variant, config)
+            store_result(results_dir, variant, key, result)
+        results[variant] = {**result, "numbers": numbers(result.get("report") or {}, variant)}
+        print(
+            f"# {variant}: run {result['run_id']} {result['status']} in {result['seconds']:.0f}s wall, "
+            f"{result['cpu_seconds']:.0f}s CPU, load {result['load']}",
+            file=sys.stderr,
+            flush=True,
+        )
     for line in comparisons(results):
         print(json.dumps(line))
     for variant, result in results.items():
-        print(
-            json.dumps(
-                {
-                    "metric": f"wall_seconds_{variant}",
-                    "ours": result["seconds"],
-                    "baseline": None,
-                    "unit": "s",
-                    "ratio": None,
-                }
-            )
-        )
-    rendered = table(results)
+        for metric, unit in (("seconds", "s"), ("cpu_seconds", "s")):
+            line = {"metric": f"{metric}_{variant}", "ours": result[metric], "baseline": None, "unit": unit}
+            print(json.dumps({**line, "ratio": None}))
+    rendered = table(results, args.iterations)
     set_ids = {e["recovery_set_id"] for r in results.values() for e in r["numbers"] if e["recovery_set_id"]}
     header = (
-        f"model: {model} (prepared in {warm_s:.0f}s); iterations: {args.iterations}; "
-        f"quick: {args.quick}; home: {home}; recovery sets: {len(set_ids)} distinct (1 = every model "
-        "continued the same prefixes)\n"
+        f"model: {model} (prepared in {warm_s:.0f}s wall, {warm_cpu:.0f}s CPU); iterations: "
+        f"{args.iterations}; quick: {args.quick}; train budget: {budget:g}s per iteration; home: {home}; "
+        f"recovery sets: {len(set_ids)} distinct (1 = every model continued the same prefixes)\n"
     )
     print()
     print(header)

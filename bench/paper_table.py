@@ -1,0 +1,219 @@
+"""Owns what ``bench/paper.py`` reads out of its runs and prints: the variants' names, the numbers
+of one run's ``report.json`` per evaluated model (``numbers``), the comparison JSON lines
+(``comparisons``: ours = Agent-R with the model critic) and the Markdown table (``table``).
+Pure (no torch, no store): a run's report dict in, rows and text out.
+
+A run may end before its last iteration: an iteration >= 1 whose dataset is empty ends it early
+(completed, with the reason in the report) and a failed run carries its reason too. ``numbers``
+then holds the iterations that were evaluated, and ``table`` says which ones are missing and why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# name -> (label, overrides of the Agent-R SFT run configuration); the learner variants' ``train``
+# comes from bench/learners.method_variant (bench/paper.py), their overrides here are the rest.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "agent_r_model": ("Agent-R (model critic)", {"critic": {"strategy": "model"}}),
+    "agent_r_reflect": ("Agent-R (reflect critic)", {"critic": {"strategy": "reflect"}}),
+    "direct": ("Direct-Revision", {"critic": {"strategy": "direct"}}),
+    # the critic does not matter when revisions are not trained on: the cheapest one
+    "good_only": ("good trajectories only", {"critic": {"strategy": "direct"}, "include_revisions": False}),
+    "dpo": ("DPO at the divergence node", {"include_revisions": False}),
+    "archer_offline": ("ArCHer (offline)", {"include_revisions": False}),
+    "archer_online": ("ArCHer (online)", {"include_revisions": False}),
+    "agent_r_value": ("Agent-R (value critic of archer_offline)", {}),
+}
+# the other learners on the same log (docs/learners.md): variant -> (train.method, mode)
+LEARNERS: dict[str, tuple[str, str]] = {
+    "dpo": ("dpo", "offline"),
+    "archer_offline": ("archer", "offline"),
+    "archer_online": ("archer", "online"),
+}
+OURS = "agent_r_model"
+# (key in a variant's per-iteration numbers, JSON metric name, unit, higher is better)
+METRICS: tuple[tuple[str, str, str, bool], ...] = (
+    ("success_rate", "heldout_success", "rate", True),
+    ("recovery_success", "recovery_success", "rate", True),
+    ("dead_loop_rate", "heldout_dead_loops", "rate", False),
+    ("revision_length", "revision_length", "actions", False),
+)
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("success_rate", "held-out success"),
+    ("avg_reward", "reward"),
+    ("recovery_success", "recovery"),
+    ("dead_loop_rate", "dead loops"),
+    ("invalid_action_rate", "invalid"),
+    ("seen_success_rate", "seen success"),
+    ("trained_on", "trained on"),
+    ("revision_length", "revision len"),
+    ("critic_exact_match", "t' = oracle"),
+    ("critic_fallback_share", "fallback"),
+    ("train_seconds", "train s"),
+    ("updates", "updates"),
+)
+
+
+def trains_revisions(variant: str) -> bool:
+    return bool(VARIANTS[variant][1].get("include_revisions", True))
+
+
+def _trained_on(variant: str, counts: dict[str, Any], train: dict[str, Any]) -> str | None:
+    """What the iteration's learner trained on, counted: SFT samples (revision + good), DPO pairs
+    or ArCHer transitions (the trainer's own count where it reported one)."""
+    if variant in LEARNERS:
+        method = LEARNERS[variant][0]
+        unit = "pairs" if method == "dpo" else "transitions"
+        count = train.get(unit)
+        if count is None and method == "dpo":
+            count = counts.get("pairs")
+        return None if count is None else f"{count} {unit}"
+    revisions = counts.get("revision", 0) if trains_revisions(variant) else 0
+    if not counts and not train:
+        return None
+    return f"{revisions} rev + {counts.get('good', 0)} good"
+
+
+def _updates(train: dict[str, Any]) -> str | None:
+    """Optimizer updates of the iteration's training: SFT / DPO steps, ArCHer critic + actor."""
+    if not train:
+        return None
+    if "critic_updates" in train:
+        text = f"{train['critic_updates']} c + {train.get('actor_updates', 0)} a"
+    elif "steps" in train:
+        text = str(train["steps"])
+    else:
+        return None
+    return text + (" (cap)" if train.get("stopped_by_time_budget") else "")
+
+
+def numbers(report: dict[str, Any], variant: str) -> list[dict[str, Any]]:
+    """One entry per evaluated model of a run (``report.json`` of ``agentr run``): held-out figures,
+    recovery, dead loops, revision length (trained-on revisions only), the critic's agreement with
+    the oracle and the iteration's training (seconds, updates, data)."""
+    critic = report.get("critic") or {}
+    datasets = report.get("datasets") or {}
+    trains = {int(it["iteration"]): it.get("train") or {} for it in report.get("iterations") or []}
+    out = []
+    for row in report.get("rows") or []:
+        iteration = None if row["model"] == "start" else int(row["model"].split()[-1])
+        entry: dict[str, Any] = {
+            "variant": variant,
+            "model": row["model"],
+            "success_rate": row.get("success_rate"),
+            "avg_reward": row.get("avg_reward"),
+            "invalid_action_rate": row.get("invalid_action_rate"),
+            "dead_loop_rate": row.get("dead_loop_rate"),
+            "recovery_success": row.get("recovery_success"),
+            "recovery_episodes": row.get("recovery_episodes"),
+            "recovery_set_id": row.get("recovery_set_id"),
+            "episodes": row.get("episodes"),
+            "seen_success_rate": row.get("seen_success_rate"),
+            "revision_length": None,
+            "revision_samples": None,
+            "trained_on": None,
+            "critic_exact_match": None,
+            "critic_fallback_share": None,
+            "train_seconds": None,
+            "updates": None,
+        }
+        if iteration is not None:
+            counts = datasets.get(str(iteration)) or {}
+            train = trains.get(iteration) or {}
+            if trains_revisions(variant) and variant not in LEARNERS:
+                entry["revision_samples"] = counts.get("revision", 0)
+                entry["revision_length"] = counts.get("revision_length_mean")
+            else:
+                entry["revision_samples"] = 0
+            entry["trained_on"] = _trained_on(variant, counts, train)
+            judged = critic.get(str(iteration)) or {}
+            entry["critic_exact_match"] = judged.get("exact_match")
+            entry["critic_fallback_share"] = judged.get("fallback_share")
+            seconds = train.get("seconds")
+            entry["train_seconds"] = None if seconds is None else round(float(seconds), 1)
+            entry["updates"] = _updates(train)
+        out.append(entry)
+    return out
+
+
+def ended_early(result: dict[str, Any], iterations: int) -> str | None:
+    """Why a run has fewer evaluated iterations than asked (None when it has them all)."""
+    evaluated = [e for e in result.get("numbers") or [] if e["model"] != "start"]
+    if len(evaluated) >= iterations and result.get("status") == "completed":
+        return None
+    status = result.get("status") or "unknown"
+    reason = result.get("reason") or "no reason recorded"
+    return f"{len(evaluated)} of {iterations} iterations evaluated; run {status}: {reason}"
+
+
+def ratio(ours: float | None, baseline: float | None, higher_is_better: bool) -> float | None:
+    """How many times better ours is (ours / baseline, or baseline / ours when lower is better);
+    1.0 when both are 0, None when undefined."""
+    if ours is None or baseline is None:
+        return None
+    good, bad = (ours, baseline) if higher_is_better else (baseline, ours)
+    if bad == 0:
+        return 1.0 if good == 0 else None
+    return round(good / bad, 4)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def table(results: dict[str, dict[str, Any]], iterations: int) -> str:
+    """Every variant and evaluated model, the starting model once (the same for every variant)."""
+    lines = [
+        "| variant | model | " + " | ".join(title for _, title in COLUMNS) + " |",
+        "|---|---|" + "---:|" * len(COLUMNS),
+    ]
+    start_done = False
+    for variant, result in results.items():
+        label = VARIANTS[variant][0]
+        for entry in result["numbers"]:
+            if entry["model"] == "start":
+                if start_done:
+                    continue
+                start_done = True
+                name = "(all: starting model)"
+            else:
+                name = label
+            cells = " | ".join(_fmt(entry.get(key)) for key, _ in COLUMNS)
+            lines.append(f"| {name} | {entry['model']} | {cells} |")
+        why = ended_early(result, iterations)
+        if why:
+            lines.append(f"| {label} | ({why}) |" + " |" * len(COLUMNS))
+    return "\n".join(lines) + "\n"
+
+
+def comparisons(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """JSON lines: Agent-R (model critic) against every other variant, per evaluated iteration."""
+    ours = {e["model"]: e for e in results.get(OURS, {}).get("numbers", [])}
+    lines = []
+    for variant, result in results.items():
+        if variant == OURS:
+            continue
+        theirs = {e["model"]: e for e in result["numbers"]}
+        for model in sorted(set(ours) | set(theirs)):
+            if model == "start":
+                continue
+            for key, name, unit, higher in METRICS:
+                if key == "revision_length" and (not trains_revisions(variant) or variant in LEARNERS):
+                    continue  # trains no revision: nothing to compare
+                a = (ours.get(model) or {}).get(key)
+                b = (theirs.get(model) or {}).get(key)
+                lines.append(
+                    {
+                        "metric": f"{name}_{model.replace(' ', '')}_vs_{variant}",
+                        "ours": a,
+                        "baseline": b,
+                        "unit": unit,
+                        "ratio": ratio(a, b, higher),
+                    }
+                )
+    return lines

@@ -1,0 +1,205 @@
+"""bench/paper.py's plumbing: the variants' run configurations (same goals, seeds, search,
+evaluation and training cap; only the named settings differ), stored results and their keys, and
+what the table and JSON lines read out of a run's report (a run that ended early included)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import paper  # noqa: E402
+import paper_table  # noqa: E402
+
+from core.cli.demo import RunOptions, plan_run  # noqa: E402
+from core.domain.config import RunConfig  # noqa: E402
+
+
+@pytest.fixture()
+def base() -> dict:
+    return dict(plan_run(RunOptions(quick=True)).config, model="/data/home/models/warm-x")
+
+
+SHARED = ("env", "model", "tasks", "split", "max_tasks", "eval_tasks", "eval_split", "seed", "search")
+
+
+def test_every_variant_shares_goals_seeds_search_and_the_training_cap(base: dict) -> None:
+    configs = {}
+    for index, variant in enumerate(paper.DEFAULT_VARIANTS):
+        ckpt = "/data/home/runs/r1/checkpoints/iter-0" if variant == "agent_r_value" else None
+        configs[variant] = paper.variant_config(
+            base, variant, train_budget_s=42.0, first=index == 0, archer_checkpoint=ckpt
+        )
+        RunConfig.from_data(configs[variant])  # a valid run configuration
+    for variant, config in configs.items():
+        for key in SHARED:
+            assert config[key] == base[key], (variant, key)
+        assert config["train"]["time_budget_s"] == 42.0, variant
+        evaluation = dict(config["evaluation"])
+        assert evaluation.pop("baseline") is (variant == paper.DEFAULT_VARIANTS[0])
+        assert evaluation == {k: v for k, v in base["evaluation"].items() if k != "baseline"}
+    assert configs["agent_r_model"]["critic"]["strategy"] == "model"
+    assert configs["agent_r_reflect"]["critic"]["strategy"] == "reflect"
+    assert configs["direct"]["critic"]["strategy"] == "direct"
+    assert configs["good_only"]["include_revisions"] is False
+    assert configs["dpo"]["train"]["method"] == "dpo" and configs["dpo"]["include_revisions"] is False
+    assert configs["archer_offline"]["train"]["method"] == "archer"
+    assert configs["archer_offline"]["train"]["mode"] == "offline"
+    assert configs["archer_online"]["train"]["mode"] == "online"
+    value = configs["agent_r_value"]
+    assert value["critic"] == {"strategy": "value", "value_model": "/data/home/runs/r1/checkpoints/iter-0"}
+    assert value["train"].get("method", "sft") == "sft" and value.get("include_revisions", True)
+    # the base configuration is not changed by building variants from it
+    assert "time_budget_s" not in base["train"] or base["train"]["time_budget_s"] != 42.0
+
+
+def test_variant_config_refuses_bad_input(base: dict) -> None:
+    with pytest.raises(ValueError, match="unknown variant 'nope'"):
+        paper.variant_config(base, "nope", train_budget_s=10, first=True)
+    with pytest.raises(ValueError, match="train_budget_s must be > 0"):
+        paper.variant_config(base, "direct", train_budget_s=0, first=True)
+    with pytest.raises(ValueError, match="archer_offline run's iteration-0 checkpoint"):
+        paper.variant_config(base, "agent_r_value", train_budget_s=10, first=False)
+
+
+def test_stored_results_are_keyed_by_config_relative_to_home(tmp_path: Path, base: dict) -> None:
+    home_a, home_b = tmp_path / "a", tmp_path / "b"
+    config_a = paper.variant_config(
+        dict(base, model=str(home_a / "models" / "w")), "direct", train_budget_s=10, first=False
+    )
+    config_b = paper.variant_config(
+        dict(base, model=str(home_b / "models" / "w")), "direct", train_budget_s=10, first=False
+    )
+    key = paper.config_key(config_a, home_a)
+    assert key == paper.config_key(config_b, home_b)
+    assert key != paper.config_key(dict(config_a, seed=1), home_a)
+    assert key != paper.config_key(paper.merge(config_a, {"train": {"time_budget_s": 11.0}}), home_a)
+    results = home_a / "paper-results"
+    assert paper.stored_result(results, "direct", key) is None
+    paper.store_result(results, "direct", key, {"run_id": "r9", "status": "completed"})
+    assert paper.stored_result(results, "direct", key) == {"run_id": "r9", "status": "completed"}
+    assert paper.stored_result(results, "good_only", key) is None
+
+
+def _row(model: str, success: float, recovery: float, loops: float) -> dict:
+    return {
+        "model": model,
+        "success_rate": success,
+        "avg_reward": success,
+        "invalid_action_rate": 0.5,
+        "dead_loop_rate": loops,
+        "recovery_success": recovery,
+        "recovery_episodes": 4,
+        "recovery_set_id": "set1",
+        "episodes": 8,
+        "seen_success_rate": 0.75,
+    }
+
+
+def _report(status: str = "completed", reason: str = "", iterations: int = 2) -> dict:
+    rows = [_row("start", 0.25, 0.0, 0.5), _row("iter 0", 0.5, 0.25, 0.0), _row("iter 1", 0.25, 0.5, 0.25)]
+    return {
+        "status": status,
+        "reason": reason,
+        "rows": rows[: 1 + iterations],
+        "datasets": {
+            "0": {"pairs": 5, "revision": 4, "good": 3, "revision_length_mean": 1.5},
+            "1": {"pairs": 2, "revision": 2, "good": 1, "revision_length_mean": 2.0},
+        },
+        "critic": {"0": {"exact_match": 0.75, "fallback_share": 0.0}},
+        "iterations": [
+            {"iteration": 0, "train": {"steps": 6, "seconds": 12.34, "samples": 7}},
+            {"iteration": 1, "train": {"steps": 3, "seconds": 5.0, "stopped_by_time_budget": True}},
+        ],
+    }
+
+
+def test_numbers_read_a_run_report() -> None:
+    start, it0, it1 = paper_table.numbers(_report(), "agent_r_model")
+    assert start["model"] == "start" and start["revision_length"] is None and start["updates"] is None
+    assert it0["success_rate"] == 0.5 and it0["recovery_success"] == 0.25 and it0["dead_loop_rate"] == 0.0
+    assert it0["revision_samples"] == 4 and it0["revision_length"] == 1.5
+    assert it0["trained_on"] == "4 rev + 3 good"
+    assert it0["critic_exact_match"] == 0.75 and it0["critic_fallback_share"] == 0.0
+    assert it0["train_seconds"] == 12.3 and it0["updates"] == "6"
+    assert it1["updates"] == "3 (cap)" and it1["critic_exact_match"] is None
+    # good-only SFT trains no revision: none counted, no revision length
+    good = paper_table.numbers(_report(), "good_only")[1]
+    assert good["revision_samples"] == 0 and good["revision_length"] is None
+    assert good["trained_on"] == "0 rev + 3 good"
+
+
+def test_numbers_of_the_other_learners_count_their_own_data() -> None:
+    report = _report()
+    report["iterations"][0]["train"] = {
+        "critic_updates": 20,
+        "actor_updates": 9,
+        "transitions": 31,
+        "seconds": 60.0,
+        "stopped_by_time_budget": True,
+    }
+    report["iterations"][1]["train"] = {"steps": 2, "pairs": 2, "seconds": 1.0}
+    archer = paper_table.numbers(report, "archer_offline")[1]
+    assert archer["trained_on"] == "31 transitions" and archer["updates"] == "20 c + 9 a (cap)"
+    assert archer["revision_length"] is None and archer["revision_samples"] == 0
+    dpo = paper_table.numbers(report, "dpo")[2]
+    assert dpo["trained_on"] == "2 pairs" and dpo["updates"] == "2"
+
+
+def test_a_run_that_ended_early_is_shown_with_its_reason() -> None:
+    reason = "iteration 1's dataset is empty: no pair and no good trajectory"
+    early = {
+        "status": "completed",
+        "reason": reason,
+        "numbers": paper_table.numbers(_report(iterations=1), "direct"),
+    }
+    full = {"status": "completed", "reason": "", "numbers": paper_table.numbers(_report(), "agent_r_model")}
+    failed = {"status": "failed", "reason": "boom", "numbers": []}
+    assert paper_table.ended_early(full, 2) is None
+    assert paper_table.ended_early(early, 2) == f"1 of 2 iterations evaluated; run completed: {reason}"
+    assert paper_table.ended_early(failed, 2) == "0 of 2 iterations evaluated; run failed: boom"
+    text = paper_table.table({"agent_r_model": full, "direct": early, "dpo": failed}, 2)
+    lines = text.splitlines()
+    assert sum("(all: starting model)" in line for line in lines) == 1  # the start is shown once
+    assert f"| Direct-Revision | (1 of 2 iterations evaluated; run completed: {reason}) |" in text
+    assert "run failed: boom" in text
+    assert len([line for line in lines if line.startswith("| Direct-Revision | iter")]) == 1
+    # every row has the header's number of cells
+    assert {line.count("|") for line in lines} == {len(paper_table.COLUMNS) + 3}
+    # the comparison lines: the missing iteration compares against None (ratio None)
+    lines_json = {
+        line["metric"]: line for line in paper_table.comparisons({"agent_r_model": full, "direct": early})
+    }
+    assert lines_json["heldout_success_iter1_vs_direct"]["baseline"] is None
+    assert lines_json["heldout_success_iter1_vs_direct"]["ratio"] is None
+
+
+def test_comparison_ratios_say_how_many_times_better_agent_r_is() -> None:
+    ours = {"status": "completed", "numbers": paper_table.numbers(_report(), "agent_r_model")}
+    theirs_report = _report()
+    theirs_report["rows"][1] = _row("iter 0", 0.25, 0.5, 0.5)
+    theirs_report["datasets"]["0"]["revision_length_mean"] = 3.0
+    lines = {
+        line["metric"]: line
+        for line in paper_table.comparisons(
+            {
+                "agent_r_model": ours,
+                "direct": {"status": "completed", "numbers": paper_table.numbers(theirs_report, "direct")},
+                "dpo": {"status": "completed", "numbers": paper_table.numbers(theirs_report, "dpo")},
+            }
+        )
+    }
+    assert lines["heldout_success_iter0_vs_direct"]["ratio"] == 2.0  # 0.5 / 0.25
+    assert lines["recovery_success_iter0_vs_direct"]["ratio"] == 0.5  # 0.25 / 0.5
+    # ours 0.0 dead loops against 0.5: baseline / ours is undefined, not a number
+    assert lines["heldout_dead_loops_iter0_vs_direct"]["ratio"] is None
+    assert lines["heldout_dead_loops_iter1_vs_direct"]["ratio"] == 1.0  # 0.25 against 0.25
+    assert lines["revision_length_iter0_vs_direct"]["ratio"] == 2.0  # 3.0 / 1.5 (shorter is better)
+    assert "revision_length_iter0_vs_dpo" not in lines  # DPO trains no revision
+    assert paper_table.ratio(0.0, 0.0, True) == 1.0
+    assert paper_table.ratio(0.5, 0.0, True) is None
+    assert paper_table.ratio(None, 0.5, True) is None
