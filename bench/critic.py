@@ -11,20 +11,29 @@ Early exit is OFF so every step is judged (the full cost). Prints one JSON line 
 tokens processed and wall time, ratio = baseline / ours (higher is better).
 
 ``first_error_match``: the critic's quality, not its cost. It runs the real demo (``agentr run
---iterations 1 --data-only``: tiny model, warm start with its judge examples, MCTS on the demo goals,
-the ``model`` critic) in a fresh home, then reads the stored FirstErrorMarked events: "ours" is the
-share of pairs whose t' equals the TextCraft oracle's first error, "baseline" the same share for
-Direct-Revision (t' = the last action) on the same pairs; ratio = ours / baseline. The same pairs
-are then judged by the ``reflect`` strategy with the same model (``first_error_match_reflect``) and
-by the ``value`` strategy, with an ArCHer critic trained on that iteration's trees
-(``first_error_match_value``; ``bench/learners.py``).
+--iterations 1 --data-only``: the default demo config, tiny model, warm start with its judge
+examples, MCTS on the demo goals, the ``model`` critic) in ``--home`` (a fresh one by default), then
+reads the stored FirstErrorMarked events of iteration 0: "ours" is the share of pairs whose t'
+equals the TextCraft oracle's first error, "baseline" the same share for Direct-Revision (t' = the
+last action) on the same pairs; ratio = ours / baseline. ``first_error_match_two_plus_actions``:
+the same on the pairs whose bad path has two or more actions after the divergence (on a pair with
+one, every critic names that action, Direct-Revision included). The same pairs are then judged by
+the ``reflect`` strategy with the same model (``first_error_match_reflect``) and by the ``value``
+strategy, with an ArCHer critic trained on that iteration's trees (``first_error_match_value``;
+``bench/learners.py``).
 Also printed: the model critic's fallback share (lower is better; baseline = Direct-Revision's 1.0);
 ``first_error_match_vs_first_step``: the same match rate against the trivial critic that always
 blames the first action after the divergence (the pairing makes that the oracle's answer on most
 pairs, so a critic answering Bad to everything scores it); ``judge_accuracy_unseen_tasks``: the
 model's Good/Bad accuracy on oracle-labelled judge examples of 8 goals it never saw, against always
 answering the more common label.
+Retention (``*_after_sft_judge_mix_vs_agent_only``): iteration 0's SFT run twice from the same model
+with the run's trainer settings, on the run's dataset (agent samples + the warm start's judge set
+as general data, ``train_service.judge_data.with_judge_general``) and on its agent samples alone;
+then each model's judge accuracy on unseen goals, its ``model`` critic's match and fallback on the
+iteration-0 pairs. Ours = with the judge mix.
 Usage: python bench/critic.py [--quick] [--only cost|match] [--home DIR (reuse a warm start)]
+       [--skip value,retention]
 """
 
 from __future__ import annotations
@@ -117,15 +126,39 @@ def _line(metric: str, ours: float, baseline: float, unit: str, ratio: float | N
                       "unit": unit, "ratio": round(ratio, 2)}), flush=True)  # fmt: skip
 
 
-async def first_error_match(quick: bool, home: str) -> None:
+def _several_actions(judged: list[Any]) -> list[Any]:
+    """The pairs whose bad path has two or more actions after the divergence: on a pair with ONE,
+    every critic (Direct-Revision and the first-step critic included) names the same action."""
+    return [(p, m) for p, m in judged if len(p.bad.steps) - p.shared_steps >= 2]
+
+
+async def _critique_all(judged: list[Any], config: Any, policy: Any) -> list[Any]:
+    """The same pairs judged again by ``config``'s strategy with ``policy`` (oracle kept)."""
+    from core.domain.events import FirstErrorMarked
+    from critic_service.critic import critique
+
+    out = []
+    for pair, marked in judged:
+        result = await critique(config, pair.bad, pair.shared_steps, policy)
+        out.append((pair, FirstErrorMarked(
+            marked.pair_id, config.strategy, result.transition_index, result.verdicts,
+            fallback=result.fallback, oracle_index=marked.oracle_index,
+        )))  # fmt: skip
+    return out
+
+
+async def first_error_match(quick: bool, home: str, skip: set[str]) -> None:
     import os
     import subprocess
 
-    from core.domain.events import FirstErrorMarked, IterationStarted, PairFound, RunRequested
+    from core.domain.config import RunConfig
+    from core.domain.events import IterationStarted, RunRequested
     from core.domain.ids import run_stream
+    from core.llm.hf import HFPolicy
     from core.runtime.settings import load_settings
     from core.store.factory import open_store
-    from train_service.critic_metrics import critic_metrics, load_critic_metrics, load_judged
+    from critic_service.critic import CriticConfig
+    from train_service.critic_metrics import critic_metrics, load_judged
 
     folder = Path(home or tempfile.mkdtemp(prefix="agentr-bench-critic-"))
     agentr = Path(sys.executable).with_name("agentr")
@@ -143,12 +176,28 @@ async def first_error_match(quick: bool, home: str) -> None:
     store = await open_store(settings.effective_database_url)
     try:
         runs = await store.read_all(event_types=["RunRequested"], limit=10_000)
-        run_id = [r.event for r in runs if isinstance(r.event, RunRequested)][-1].run_id
-        metrics = (await load_critic_metrics(store, run_id)).get(0)
+        requested = [r.event for r in runs if isinstance(r.event, RunRequested)][-1]
+        run_id, config = requested.run_id, RunConfig.from_data(requested.config)
+        judged = [(p, m) for p, m in await load_judged(store, run_id) if p.iteration == 0]
+        metrics = critic_metrics(judged).get(0)
         if not metrics or not metrics["oracle_pairs"]:
             raise SystemExit(f"the demo's iteration 0 produced no pair the oracle could judge: {metrics}")
-        print(f"# iteration 0 critic metrics: {json.dumps(metrics)}", file=sys.stderr)
+        oracle = [(p, m) for p, m in judged if m.oracle_index is not None]
+        several = _several_actions(oracle)
+        print(
+            f"# iteration 0 of run {run_id} (critic {config.critic}): {json.dumps(metrics)}", file=sys.stderr
+        )
+        one = len(oracle) - len(several)
+        print(
+            f"# {len(oracle)} pairs the oracle judged: {one} with ONE action after the divergence "
+            f"(every critic names it), {len(several)} with two or more",
+            file=sys.stderr,
+        )
+        # ours: the model critic's t' = the oracle's; baseline: Direct-Revision's (the last action)
         _line("first_error_match", metrics["exact_match"], metrics["direct_exact_match"], "share")
+        if several:  # where the critics can disagree at all
+            m = critic_metrics(several)[0]
+            _line("first_error_match_two_plus_actions", m["exact_match"], m["direct_exact_match"], "share")
         # the trivial critic that blames the first action after the divergence, on the same pairs
         _line("first_error_match_vs_first_step", metrics["exact_match"], metrics["first_step_match"], "share")
         fallback = metrics["fallback_share"]
@@ -159,42 +208,108 @@ async def first_error_match(quick: bool, home: str) -> None:
             "share",
             ratio=1.0 / fallback if fallback else float("inf"),
         )
-        # the reflect strategy on the same pairs, with the same (warm-started) model
-        from core.domain.config import RunConfig
-        from core.llm.hf import HFPolicy
-        from critic_service.critic import CriticConfig, critique
-
-        config = RunConfig.from_data([r.event for r in runs if isinstance(r.event, RunRequested)][-1].config)
         history = [r.event for r in await store.read_stream(run_stream(run_id))]
         model_ref = next(e.model_ref for e in history if isinstance(e, IterationStarted) and e.iteration == 0)
         policy = HFPolicy.from_folder(model_ref, device="cpu")  # the iteration-0 actor and critic
-        judged: list[tuple[PairFound, FirstErrorMarked]] = []
-        for pair, marked in await load_judged(store, run_id):
-            if pair.iteration != 0:
-                continue
-            result = await critique(CriticConfig(strategy="reflect"), pair.bad, pair.shared_steps, policy)
-            judged.append((pair, FirstErrorMarked(
-                marked.pair_id, "reflect", result.transition_index, result.verdicts,
-                fallback=result.fallback, oracle_index=marked.oracle_index,
-            )))  # fmt: skip
-        reflect = critic_metrics(judged)[0]
-        print(f"# iteration 0 reflect metrics ({config.critic}): {json.dumps(reflect)}", file=sys.stderr)
+        # the reflect strategy on the same pairs, with the same (warm-started) model
+        reflect = critic_metrics(await _critique_all(judged, CriticConfig(strategy="reflect"), policy))[0]
+        print(f"# iteration 0 reflect metrics: {json.dumps(reflect)}", file=sys.stderr)
         _line("first_error_match_reflect", reflect["exact_match"], reflect["direct_exact_match"], "share")
-        # the value strategy (ArCHer's advantage) on the same pairs: bench/learners.py trains its critic
-        from learners import value_critic_match
+        if "value" not in skip:
+            # the value strategy (ArCHer's advantage) on the same pairs: bench/learners.py trains its critic
+            from learners import value_critic_match
 
-        value = await value_critic_match(store, run_id, model_ref, folder / "value-critic", quick)
-        print(f"# iteration 0 value metrics: {json.dumps(value)}", file=sys.stderr)
-        _line("first_error_match_value", value["exact_match"], value["direct_exact_match"], "share")
-        await judge_accuracy(policy, config)
+            value = await value_critic_match(store, run_id, model_ref, folder / "value-critic", quick)
+            print(f"# iteration 0 value metrics: {json.dumps(value)}", file=sys.stderr)
+            _line("first_error_match_value", value["exact_match"], value["direct_exact_match"], "share")
+        accuracy, majority = await judge_accuracy(policy, config)
+        _line("judge_accuracy_unseen_tasks", accuracy, majority, "share")
+        if "retention" not in skip:
+            await judge_retention(settings, store, run_id, model_ref, oracle, folder / "retention")
     finally:
         await store.close()
 
 
-async def judge_accuracy(policy: Any, config: Any) -> None:
+async def judge_retention(
+    settings: Any, store: Any, run_id: str, model_ref: str, judged: list[Any], folder: Path
+) -> None:
+    """Does the critic survive iteration 0's SFT? The iteration-0 dataset as the run builds it (its
+    general data: the warm start's judge set, ``train_service.judge_data.with_judge_general``)
+    against the same agent samples alone, each trained from the iteration-0 model with the run's
+    trainer settings; then each model's judge accuracy on unseen goals and its ``model`` critic on
+    the iteration-0 pairs, side by side (ours = with the judge mix)."""
+    from core.domain.ids import run_stream
+    from core.domain.runs import fold
+    from core.formats.export import read_samples_jsonl, write_jsonl
+    from core.llm.hf import HFPolicy
+    from critic_service.critic import CriticConfig
+    from train_service.celery_app import run_train_iteration
+    from train_service.critic_metrics import critic_metrics
+    from train_service.runs import RunEffects
+
+    state = fold(run_id, [r.event for r in await store.read_stream(run_stream(run_id))])
+    if not state.config.general_data:
+        print("# retention: the run has no general data (no judge set to mix in): skipped", file=sys.stderr)
+        return
+    path, summary = await RunEffects(settings, store).write_dataset(state, 0, "bench-critic-retention")
+    mixed = list(read_samples_jsonl(path))
+    variants = {"judge_mix": mixed, "agent_only": [s for s in mixed if s.kind != "general"]}
+    print(
+        f"# retention: iteration-0 dataset {summary['samples']} (general = judge examples)", file=sys.stderr
+    )
+    results: dict[str, dict[str, Any]] = {}
+    for name, samples in variants.items():
+        data = folder / f"{name}.jsonl"
+        data.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(data, samples, "samples")
+        t0 = time.perf_counter()
+        trained = await asyncio.to_thread(
+            run_train_iteration, run_id=None, iteration=0, dataset_id=f"bench-critic:{name}:{len(samples)}",
+            dataset_path=str(data), model_path=model_ref, out_dir=str(folder / name),
+            config=state.config.sft_overrides(),
+        )  # fmt: skip
+        policy = HFPolicy.from_folder(trained["checkpoint"], device="cpu")
+        accuracy, _ = await judge_accuracy(policy, state.config)
+        marked = await _critique_all(judged, CriticConfig.from_data(state.config.critic), policy)
+        several = _several_actions(marked)
+        results[name] = {
+            "judge_accuracy": accuracy,
+            "all": critic_metrics(marked)[0],
+            "several": critic_metrics(several)[0] if several else None,
+        }
+        reused = " (reused)" if trained.get("reused") else ""
+        seconds = time.perf_counter() - t0
+        print(
+            f"# retention {name}: {len(samples)} samples, trained in {seconds:.0f}s{reused}: "
+            f"{json.dumps(results[name])}",
+            file=sys.stderr,
+        )
+    ours, base = results["judge_mix"], results["agent_only"]
+    _line(
+        "judge_accuracy_after_sft_judge_mix_vs_agent_only",
+        ours["judge_accuracy"],
+        base["judge_accuracy"],
+        "share",
+    )
+    _line("first_error_match_after_sft_judge_mix_vs_agent_only",
+          ours["all"]["exact_match"], base["all"]["exact_match"], "share")  # fmt: skip
+    if ours["several"] and base["several"]:
+        _line("first_error_match_two_plus_after_sft_judge_mix_vs_agent_only",
+              ours["several"]["exact_match"], base["several"]["exact_match"], "share")  # fmt: skip
+    fo, fb = ours["all"]["fallback_share"], base["all"]["fallback_share"]
+    _line(
+        "critic_fallback_after_sft_judge_mix_vs_agent_only",
+        fo,
+        fb,
+        "share",
+        ratio=fb / fo if fo else float("inf"),
+    )
+
+
+async def judge_accuracy(policy: Any, config: Any) -> tuple[float, float]:
     """The model critic's label accuracy on judge examples of 8 tasks it never trained, searched or was
-    evaluated on (fresh TextCraft goals, labelled by the oracle), against always answering the most
-    common label."""
+    evaluated on (fresh TextCraft goals, labelled by the oracle), and the accuracy of always answering
+    the most common label."""
     from core.envs.registry import open_env
     from critic_service.critic import judge_prefix
     from train_service.judge_data import JUDGE_TASKS, judge_examples, judge_task_ids, run_exclusions
@@ -208,7 +323,7 @@ async def judge_accuracy(policy: Any, config: Any) -> None:
         (verdict,), _ = await judge_prefix(policy, example.path, [example.step_index], early_exit=False)
         right += verdict.label == example.label
     majority = max(sum(e.label == "good" for e in examples), sum(e.label == "bad" for e in examples))
-    _line("judge_accuracy_unseen_tasks", right / len(examples), majority / len(examples), "share")
+    return right / len(examples), majority / len(examples)
 
 
 if __name__ == "__main__":
@@ -216,8 +331,14 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="2 paths on a smaller model (< 1 minute)")
     parser.add_argument("--only", choices=("cost", "match"), default=None, help="run one part only")
     parser.add_argument("--home", default="", help="agentr home for the demo run (reuses its warm start)")
+    parser.add_argument(
+        "--skip", default="", help="comma-separated match parts to leave out: value, retention"
+    )
     args = parser.parse_args()
+    skip = {p.strip() for p in args.skip.split(",") if p.strip()}
+    if skip - {"value", "retention"}:
+        parser.error(f"--skip: unknown part(s) {sorted(skip - {'value', 'retention'})} (value, retention)")
     if args.only in (None, "cost"):
         asyncio.run(main(args.quick))
     if args.only in (None, "match"):
-        asyncio.run(first_error_match(args.quick, args.home))
+        asyncio.run(first_error_match(args.quick, args.home, skip))

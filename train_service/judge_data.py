@@ -20,6 +20,11 @@ An example is ``critic_service.critic.judge_conversation(path, k)`` + the assist
   ``get`` of a raw item the goal does not need, a repeat of the last get, and ``inventory``.
 
 Deterministic: ``random.Random`` seeded with a string per (seed, task, step).
+
+Also owned here: the judge set kept through the loop. ``write_judge_general`` writes the warm
+start's judge samples next to the warm-started model, and ``with_judge_general`` makes them the
+run's general data (the default demo sets ``Plan.judge_general``), so every iteration's SFT mixes
+them in by the paper's eta rule and the actor-as-critic does not forget how to judge.
 """
 
 from __future__ import annotations
@@ -356,3 +361,51 @@ def judge_phase(
     return train_sft(
         model_dir, samples, out, cfg, iteration=-1, dataset_id=f"judge-phase:{JUDGE_DATA_VERSION}"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The judge set as general data: kept mixed into every iteration's SFT
+# --------------------------------------------------------------------------------------------
+
+JUDGE_GENERAL_FILE = "judge-general.jsonl"
+"""The warm start's judge samples as general chat data (OpenAI JSONL, assistant ``weight``), written
+next to the warm-started model."""
+
+
+def write_judge_general(samples: Sequence[TrainingSample], model_dir: str | Path) -> Path:
+    """Write the warm start's judge samples into ``model_dir/JUDGE_GENERAL_FILE`` in the OpenAI
+    fine-tuning format the run's ``general_data`` reads (only the answer word at weight 1)."""
+    from core.formats.export import write_jsonl
+
+    if not samples:
+        raise JudgeDataError("no judge samples to write as general data")
+    path = Path(model_dir) / JUDGE_GENERAL_FILE
+    write_jsonl(path, samples, "openai")
+    return path
+
+
+def with_judge_general(config: dict[str, Any], model_ref: str) -> tuple[dict[str, Any], str]:
+    """``config`` (RunConfig data) with the warm start's judge set as its general data, and a note
+    saying what was decided (never silent).
+
+    The rule: a run whose starting model was warm-started with judge examples (``model_ref`` holds
+    ``JUDGE_GENERAL_FILE``) and that names no ``general_data`` of its own keeps the judge set as its
+    general data, so every iteration's SFT mixes it in through the paper's eta rule
+    (``core.domain.datasets``: ``G = round(A * (1 - eta) / eta)`` judge samples next to the A agent
+    samples, capped by the ~130 available). Why: the paper's ``(1 - eta)`` general data keeps the
+    instruct model's general skills while it trains on agent data; for the tiny demo model the judge
+    question IS the general skill the critic needs, and without it iteration 0's SFT made the model
+    forget how to judge (docs/critic.md). The judge tasks are train goals never searched or held out
+    (``judge_task_ids``), so no searched or evaluated task's path enters the mix. A user's own
+    ``general_data`` wins; ``eta = 1`` (agent data only) mixes nothing in."""
+    path = Path(model_ref) / JUDGE_GENERAL_FILE if model_ref else None
+    if path is None or not path.is_file():
+        return config, ""
+    if config.get("general_data"):
+        return config, f"general data: {config['general_data']} (the warm start's judge set is not mixed in)"
+    eta = config.get("eta", 0.2)
+    note = (
+        f"general data: the warm start's judge examples ({path}), mixed into every iteration's SFT "
+        f"by the eta rule (eta {eta}: round(A * (1 - eta) / eta) of them next to A agent samples)"
+    )
+    return {**config, "general_data": str(path)}, note

@@ -92,6 +92,9 @@ class Plan:
     warm_start_cap_s: float  # wall-clock safety cap on the warm start (a slow machine stops early)
     warm_start_tasks: tuple[str, ...]
     warm_start_lr: float = 3e-3  # the tiny model's; a pretrained --model folder gets REAL_MODEL_LR
+    # the warm start's judge examples become the run's general data, mixed into every iteration's
+    # SFT by the eta rule (train_service/judge_data.py: with_judge_general); the default demo only
+    judge_general: bool = False
 
 
 # A pretrained --model folder (SmolLM2-135M-Instruct, ...): the tiny model's 3e-3 warm start and
@@ -213,4 +216,5 @@ def plan_run(opts: RunOptions) -> Plan:
         warm_start_cap_s=warm_cap,
         warm_start_tasks=tuple(tasks[:max_tasks] if max_tasks else tasks),
         warm_start_lr=warm_lr,
+        judge_general=demo and not opts.model,
     )

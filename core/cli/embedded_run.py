@@ -79,6 +79,12 @@ def run_command(opts: RunOptions) -> int:
         except Exception as exc:
             console.print(f"[red]cannot prepare the model:[/red] {exc}")
             return 2
+        if plan.judge_general:  # the warm start's judge set as general data (train_service/judge_data.py)
+            from train_service.judge_data import with_judge_general
+
+            config, judge_note = with_judge_general(config, config["model"])
+            if judge_note:
+                console.print(judge_note)
         from core.domain.config import RunConfig
         from core.llm.chat_template import run_template_problem
 

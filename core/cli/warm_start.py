@@ -68,8 +68,13 @@ def prepare_model(plan: Plan, home: Path, seed: int) -> str:
     warm = home / "models" / f"warm-{_key(*parts, judge_key) if judge_key else _key(*parts)}"
     if (warm / "meta.json").is_file():
         console.print(f"warm-started model found in [bold]{warm}[/bold] (cached)")
-        return str(warm)
-    _warm_start(base, env, tasks, plan, warm, seed, config)
+    else:
+        _warm_start(base, env, tasks, plan, warm, seed, config)
+    if judge_key and plan.judge_general and not (warm / "judge-general.jsonl").is_file():
+        # the judge set next to the model: runs keep it mixed in (train_service/judge_data.py)
+        from train_service.judge_data import warm_start_judge_samples, write_judge_general
+
+        write_judge_general(warm_start_judge_samples(env, config, tasks, seed), warm)
     return str(warm)
 
 

@@ -1,0 +1,41 @@
+"""The warm start leaves its judge set next to the model, and `agentr run`'s default demo (only it)
+mixes that set into every iteration's SFT as general data: a real tiny model warm-started by
+``core.cli.warm_start.prepare_model`` (a few steps), the file read back by the run's reader."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from core.cli.demo import RunOptions, plan_run
+from core.cli.warm_start import prepare_model
+from core.domain.config import RunConfig
+from core.envs.registry import open_env
+from core.formats.export import read_general_chat
+from train_service.judge_data import JUDGE_GENERAL_FILE, warm_start_judge_samples, with_judge_general
+
+
+def test_the_demo_alone_keeps_the_judge_set_mixed_in() -> None:
+    assert plan_run(RunOptions()).judge_general
+    assert not plan_run(RunOptions(quick=True)).judge_general
+    assert not plan_run(RunOptions(model="/some/model")).judge_general
+    assert not plan_run(RunOptions(env="textcraft")).judge_general
+
+
+def test_prepare_model_writes_the_warm_starts_judge_set_next_to_it(tmp_path: Path) -> None:
+    plan = plan_run(RunOptions(quick=True, iterations=1, warm_start_steps=4))
+    off = prepare_model(plan, tmp_path / "home", 0)
+    assert not (Path(off) / JUDGE_GENERAL_FILE).exists()  # the flag off: nothing is written
+    assert with_judge_general(dict(plan.config, model=off), off)[1] == ""
+    warm = prepare_model(replace(plan, judge_general=True), tmp_path / "home", 0)
+    assert warm == off  # the same (cached) model; the judge set is written next to it
+    general = list(read_general_chat(Path(warm) / JUDGE_GENERAL_FILE))
+    config = RunConfig.from_data(plan.config)
+    trained = warm_start_judge_samples(open_env(config.env), config, list(plan.warm_start_tasks), 0)
+    # exactly the judge examples the warm start trained on, as general samples
+    assert [[(m.role, m.content, m.weight) for m in s.messages] for s in general] == [
+        [(m.role, m.content, m.weight) for m in s.messages] for s in trained
+    ]
+    assert all(s.kind == "general" for s in general)
+    data, note = with_judge_general(dict(plan.config, model=warm), warm)
+    assert data["general_data"] == str(Path(warm) / JUDGE_GENERAL_FILE) and "judge examples" in note
