@@ -8,16 +8,21 @@ Pure (stdlib only). Rules (DESIGN.md §1 step 2):
 - each bad leaf pairs with ONE good leaf: the one whose lowest common ancestor with it is DEEPEST
   (the adjacent correct path sharing the same parent; since the search records every terminal
   child as a leaf when it is stepped, a bad leaf's own sibling success is a candidate too); ties go
-  to the higher reward, then the shorter good path, then the smaller node id (so the choice never
+  to the higher reward, then the shorter good path, then the path's content (so the choice never
   depends on dict order);
 - at most ``max_pairs_per_tree`` pairs are kept: the deepest divergences first (they make the
-  shortest, most informative revisions), then the larger reward gap, then the bad leaf id.
+  shortest, most informative revisions), then the larger reward gap, then the bad path's content.
+
+"Content" is the path's (thought, action) sequence, node id last: node ids derive from the tree id,
+which derives from the random run id, so an id tie-break would make two runs with the same seeds
+keep different pairs from the same tree.
 
 Comparisons use a tolerance of 1e-9 so that 0.7 read back from JSON still counts as >= 0.7.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,14 +48,23 @@ def is_good(reward: float, alpha: float) -> bool:
     return reward >= alpha - EPS
 
 
+def path_content(tree: SearchTree, node_id: str) -> tuple[tuple[str, str], ...]:
+    """The (thought, action) steps from the root to ``node_id``: what a path holds, without ids."""
+    return tuple((node.thought, node.action) for node in tree.path(node_id)[1:])
+
+
+def _by_content(tree: SearchTree, leaves: Iterable[str]) -> list[str]:
+    return sorted(leaves, key=lambda leaf: (path_content(tree, leaf), leaf))
+
+
 def good_leaves(tree: SearchTree, alpha: float) -> list[str]:
-    """Leaves of finished rollouts with reward >= alpha, sorted by id."""
-    return sorted(leaf for leaf, r in tree.leaf_rewards.items() if is_good(r, alpha))
+    """Leaves of finished rollouts with reward >= alpha, sorted by path content (then id)."""
+    return _by_content(tree, (leaf for leaf, r in tree.leaf_rewards.items() if is_good(r, alpha)))
 
 
 def bad_leaves(tree: SearchTree, alpha: float) -> list[str]:
-    """Leaves of finished rollouts with reward < alpha, sorted by id."""
-    return sorted(leaf for leaf, r in tree.leaf_rewards.items() if not is_good(r, alpha))
+    """Leaves of finished rollouts with reward < alpha, sorted by path content (then id)."""
+    return _by_content(tree, (leaf for leaf, r in tree.leaf_rewards.items() if not is_good(r, alpha)))
 
 
 def lowest_common_ancestor(tree: SearchTree, a: str, b: str) -> str:
@@ -67,21 +81,28 @@ def select_pairs(tree: SearchTree, alpha: float, beta: float, max_pairs: int) ->
     pairs: list[PairSpec] = []
     for bad in bad_leaves(tree, alpha):
         bad_reward = tree.leaf_rewards[bad]
-        best: tuple[tuple[int, float, int, str], PairSpec] | None = None
+        best: tuple[tuple[int, float, int, tuple[tuple[str, str], ...], str], PairSpec] | None = None
         for good in goods:
             good_reward = tree.leaf_rewards[good]
             if bad_reward > good_reward - beta + EPS:
                 continue
             lca = lowest_common_ancestor(tree, bad, good)
             depth = tree.node(lca).depth
-            # sort key: deeper LCA, higher reward, shorter good path, smaller id
-            key = (-depth, -good_reward, tree.node(good).depth, good)
+            # sort key: deeper LCA, higher reward, shorter good path, its content, its id
+            key = (-depth, -good_reward, tree.node(good).depth, path_content(tree, good), good)
             if best is None or key < best[0]:
                 spec = PairSpec(bad, good, lca, depth, bad_reward, good_reward)
                 best = (key, spec)
         if best is not None:
             pairs.append(best[1])
-    pairs.sort(key=lambda p: (-p.shared_depth, -(p.good_reward - p.bad_reward), p.bad_leaf_id))
+    pairs.sort(
+        key=lambda p: (
+            -p.shared_depth,
+            -(p.good_reward - p.bad_reward),
+            path_content(tree, p.bad_leaf_id),
+            p.bad_leaf_id,
+        )
+    )
     return pairs[:max_pairs]
 
 

@@ -90,3 +90,28 @@ def test_path_trajectory_follows_root_to_leaf():
     assert traj.reward == 1.0
     assert traj.provenance["node_ids"] == ["root", "a", "b"]
     assert traj.provenance["model"] == "m"
+
+
+def test_choices_follow_path_content_not_node_ids():
+    # the same tree twice, as two runs with the same seeds grow it: the same thoughts and actions,
+    # but node ids derived from another (random) run id, so they sort the other way round
+    def grow(ids: dict[str, str]) -> SearchTree:
+        tree = SearchTree("t", "root", 20)
+        tree.add_nodes([NodeRecord("root", None, 0, "", "", "task")])
+        for name in ("b1", "b2", "b3", "g1", "g2"):
+            tree.add_nodes([NodeRecord(ids[name], "root", 1, f"act {name}", f"think {name}", "obs")])
+        for name, reward in {"b1": 0.0, "b2": 0.0, "b3": 0.0, "g1": 1.0, "g2": 1.0}.items():
+            tree.finish_rollout(ids[name], reward, "done")
+        return tree
+
+    names = ("b1", "b2", "b3", "g1", "g2")
+    first = grow({n: f"id-{n}" for n in names})
+    second = grow({n: f"{9 - i}-{n}" for i, n in enumerate(names)})  # reversed id order
+
+    def chosen(tree: SearchTree) -> list[tuple[str, str]]:
+        pairs = select_pairs(tree, alpha=1.0, beta=0.5, max_pairs=2)
+        return [(tree.node(p.bad_leaf_id).action, tree.node(p.good_leaf_id).action) for p in pairs]
+
+    assert chosen(first) == chosen(second) == [("act b1", "act g1"), ("act b2", "act g1")]
+    assert [first.node(n).action for n in good_leaves(first, 1.0)] == ["act g1", "act g2"]
+    assert [second.node(n).action for n in good_leaves(second, 1.0)] == ["act g1", "act g2"]
