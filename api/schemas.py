@@ -390,6 +390,11 @@ class EvaluationSettings(_Strict):
     seen_max_tasks: int | None = Field(
         None, ge=1, le=1_000_000, description="At most this many searched tasks evaluated as seen (all)."
     )
+    shared_passes: bool | None = Field(
+        None,
+        description="A local model runs each turn's prompts in shared forward passes (true: deterministic "
+        "per seed, faster on CPU); false: batch-invariant passes, each episode as if played alone.",
+    )
 
 
 class RunConfigIn(_Strict):

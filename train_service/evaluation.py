@@ -14,7 +14,18 @@ The protocol (after the Agent-R paper; the choices themselves are pure, in ``cor
 
 Episodes are BATCHED: at every turn all live episodes go to the policy in ONE ``sample`` call, so a
 local model decodes them together and a remote server gets one request per turn, never one
-inference engine per task. An answer without a parseable ``Action:`` is an invalid action (the
+inference engine per task. One model's episode sets are played CONCURRENTLY in that batch: its
+held-out episodes, its seen-task episodes (``seen=...``) and its recovery continuations (when the
+prefixes are known up front; the starting model builds them from its held-out results, so its
+recovery episodes follow in a second batch). With ``shared_passes`` (default) a local ``hf``
+policy runs each turn's prompts in SHARED forward passes (its ``batch_invariant`` switched off for
+the evaluation): on CPU one padded pass over 40 prompts costs a fraction of 40 single passes. The
+episodes stay deterministic per seed (each has its own seed, and a turn's batch - which episodes
+are live, in which order - depends only on earlier results), but an episode's tokens can differ in
+float rounding from the same episode played alone; ``shared_passes = false`` keeps the policy's
+batch-invariant passes (every episode exactly as if played alone, several times slower on CPU).
+
+An answer without a parseable ``Action:`` is an invalid action (the
 environment is not touched; the agent is told so). Metrics come from ``core.domain.metrics``; dead
 loops and invalid actions are counted on the model's own actions only (a replayed prefix does not
 count).
@@ -25,7 +36,8 @@ count).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +86,9 @@ class EvalConfig:
     seen_max_tasks: evaluate at most this many of the searched tasks as seen ones (chosen like
         the held-out ones); None = all of them.
     stratify: cap the held-out split with :func:`stratified_tasks` (False: its first ids).
+    shared_passes: run each turn's prompts in shared forward passes of a local policy (module
+        docstring: deterministic per seed, several times faster on CPU); False = batch-invariant
+        passes, every episode exactly as if played alone.
     """
 
     max_steps: int = PAPER_MAX_ROUNDS
@@ -87,6 +102,7 @@ class EvalConfig:
     seen_tasks: bool = True
     seen_max_tasks: int | None = None
     stratify: bool = True
+    shared_passes: bool = True
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.max_tokens < 1:
@@ -234,6 +250,34 @@ async def play(
     return [e.result() for e in episodes]
 
 
+@contextmanager
+def shared_passes(policy: Policy, enabled: bool) -> Iterator[None]:
+    """While inside, a policy with a ``batch_invariant`` switch (the local ``hf`` backend) runs a
+    call's prompts in shared forward passes when ``enabled`` (restored on exit); other policies
+    (an OpenAI-compatible server, a wrapper without the switch) are left as they are."""
+    if not enabled or not hasattr(policy, "batch_invariant"):
+        yield
+        return
+    before = getattr(policy, "batch_invariant")  # noqa: B009 (a duck-typed switch, not on the port)
+    setattr(policy, "batch_invariant", False)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(policy, "batch_invariant", before)  # noqa: B010
+
+
+def _summary(
+    policy: Policy, task_ids: Sequence[str], results: Sequence[EpisodeResult], cfg: EvalConfig
+) -> dict[str, Any]:
+    metrics = summarize(results, success_threshold=cfg.success_threshold)
+    metrics["model_version"] = policy.model_version
+    metrics["tasks"] = list(task_ids)
+    metrics["episodes_per_task"] = cfg.episodes_per_task
+    metrics["max_steps"] = cfg.max_steps
+    metrics["temperature"] = cfg.temperature
+    return metrics
+
+
 async def evaluate(
     policy: Policy,
     env_opener: Callable[[], Env],
@@ -241,77 +285,83 @@ async def evaluate(
     cfg: EvalConfig,
     *,
     seed: int = 0,
+    seen: Sequence[str] = (),
     recovery: Sequence[RecoveryPrefix] = (),
     build_recovery_set: bool = False,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Metrics of ``policy`` on ``task_ids`` (``cfg.episodes_per_task`` seeded episodes each).
 
+    ``seen``: the run's searched tasks, evaluated the same way in the same batches and summarised
+    under ``seen`` (none: no ``seen`` key).
     ``recovery``: prefixes to continue (the recovery test), summarised under ``recovery``.
     ``build_recovery_set``: this is the STARTING model: the recovery set is built from its own
     failed episodes here (stored under ``recovery_set`` as data) and continued at once.
+    All episodes known up front are played concurrently (module docstring).
     """
     if not task_ids:
         raise ValueError("evaluation needs at least one task")
     if build_recovery_set and recovery:
         raise ValueError("give recovery prefixes or build_recovery_set, not both")
+    overlap = sorted(set(task_ids) & set(seen))
+    if overlap:
+        raise ValueError(f"tasks {overlap[:3]} are both held-out and seen")
     runs = [(task, e) for task in task_ids for e in range(cfg.episodes_per_task)]
-    expected_recovery = len(recovery) if recovery else (cfg.recovery_episodes if build_recovery_set else 0)
-    state = {"total": len(runs) + expected_recovery}
-
-    def main_progress(done: int, _n: int) -> None:
-        if progress:
-            progress(done, state["total"])
-
-    results = await play(
-        policy,
-        env_opener,
-        [task for task, _ in runs],
-        cfg,
-        seeds=[episode_seed(seed, task, e) for task, e in runs],
-        progress=main_progress,
-    )
-    metrics = summarize(results, success_threshold=cfg.success_threshold)
-    metrics["model_version"] = policy.model_version
-    metrics["tasks"] = list(task_ids)
-    metrics["episodes_per_task"] = cfg.episodes_per_task
-    metrics["max_steps"] = cfg.max_steps
-    metrics["temperature"] = cfg.temperature
+    seen_runs = [(task, e) for task in seen for e in range(cfg.episodes_per_task)]
     prefixes = list(recovery)
-    if build_recovery_set:
-        prefixes = recovery_set(
-            [(e, r) for (_, e), r in zip(runs, results, strict=True)],
-            limit=cfg.recovery_episodes,
-            seed=seed,
-            success_threshold=cfg.success_threshold,
+    expected_recovery = len(prefixes) if prefixes else (cfg.recovery_episodes if build_recovery_set else 0)
+    state = {"total": len(runs) + len(seen_runs) + expected_recovery, "before": 0}
+
+    def report(done: int, _n: int) -> None:
+        if progress:
+            progress(state["before"] + done, state["total"])
+
+    # one batch: held-out episodes, seen episodes, then the known recovery continuations
+    episode_tasks = [task for task, _ in runs + seen_runs] + [p.task_id for p in prefixes]
+    seeds = [episode_seed(seed, task, e) for task, e in runs + seen_runs]
+    seeds += [episode_seed(seed, p.task_id, p.episode, "recovery") for p in prefixes]
+    replays: list[Sequence[str]] = [()] * (len(runs) + len(seen_runs)) + [p.actions for p in prefixes]
+    with shared_passes(policy, cfg.shared_passes):
+        results = await play(
+            policy, env_opener, episode_tasks, cfg, seeds=seeds, prefixes=replays, progress=report
         )
-        metrics["recovery_set"] = [p.to_data() for p in prefixes]
-    state["total"] = len(runs) + len(prefixes)
+        held, seen_results = results[: len(runs)], results[len(runs) : len(runs) + len(seen_runs)]
+        recovered = results[len(runs) + len(seen_runs) :]
+        metrics = _summary(policy, task_ids, held, cfg)
+        if build_recovery_set:
+            prefixes = recovery_set(
+                [(e, r) for (_, e), r in zip(runs, held, strict=True)],
+                limit=cfg.recovery_episodes,
+                seed=seed,
+                success_threshold=cfg.success_threshold,
+            )
+            metrics["recovery_set"] = [p.to_data() for p in prefixes]
+            state["before"] = len(runs) + len(seen_runs)
+            state["total"] = state["before"] + len(prefixes)
+            if prefixes:
+                recovered = await play(
+                    policy,
+                    env_opener,
+                    [p.task_id for p in prefixes],
+                    cfg,
+                    seeds=[episode_seed(seed, p.task_id, p.episode, "recovery") for p in prefixes],
+                    prefixes=[p.actions for p in prefixes],
+                    progress=report,
+                )
     if prefixes:
-
-        def recovery_progress(done: int, _n: int) -> None:
-            if progress:
-                progress(len(runs) + done, state["total"])
-
-        recovered = await play(
-            policy,
-            env_opener,
-            [p.task_id for p in prefixes],
-            cfg,
-            seeds=[episode_seed(seed, p.task_id, p.episode, "recovery") for p in prefixes],
-            prefixes=[p.actions for p in prefixes],
-            progress=recovery_progress,
-        )
         metrics["recovery"] = summarize(recovered, success_threshold=cfg.success_threshold)
         metrics["recovery"]["set_id"] = recovery_set_id(prefixes)
     else:
         metrics["recovery"] = summarize([])
+    if seen:
+        metrics["seen"] = _summary(policy, seen, seen_results, cfg)
+        metrics["seen"]["recovery"] = summarize([])
     log.info(
         "evaluated %s on %d tasks x %d episodes: success %.2f, reward %.2f, invalid %.2f, loops %.2f; "
-        "recovery %s/%s",
+        "recovery %s/%s; seen tasks %d",
         policy.model_version, len(task_ids), cfg.episodes_per_task, metrics["success_rate"],
         metrics["avg_reward"], metrics["invalid_action_rate"], metrics["dead_loop_rate"],
-        metrics["recovery"]["success_rate"], metrics["recovery"]["episodes"],
+        metrics["recovery"]["success_rate"], metrics["recovery"]["episodes"], len(seen),
     )  # fmt: skip
     return metrics
 

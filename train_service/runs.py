@@ -386,26 +386,26 @@ class RunEffects:
         start: dict[str, Any] | None = None
         recovery = recorded_recovery_set((first.eval_metrics or {}).get("start") if first else None)
         if effect.iteration == 0 and (cfg.baseline or cfg.recovery_episodes > 0):
+            # held-out and seen episodes in the same batches (train_service.evaluation)
             start = await self._evaluate_model(
                 "starting model",
                 effect.start_model_ref,
                 config,
                 tasks,
                 cfg,
+                seen=seen if cfg.baseline else (),
                 build_recovery_set=cfg.recovery_episodes > 0,
             )
             recovery = recorded_recovery_set(start)
-            if seen and cfg.baseline:
-                start["seen"] = await self._evaluate_model(
-                    "starting model, seen tasks", effect.start_model_ref, config, seen, cfg
-                )
         metrics = await self._evaluate_model(
-            f"iteration {effect.iteration}", effect.model_ref, config, tasks, cfg, recovery=recovery or ()
+            f"iteration {effect.iteration}",
+            effect.model_ref,
+            config,
+            tasks,
+            cfg,
+            seen=seen,
+            recovery=recovery or (),
         )
-        if seen:
-            metrics["seen"] = await self._evaluate_model(
-                f"iteration {effect.iteration}, seen tasks", effect.model_ref, config, seen, cfg
-            )
         lengths = await revision_lengths(self.store, state.run_id)
         metrics["revision_length_mean"] = lengths.get(effect.iteration)
         if start is not None:
