@@ -80,6 +80,15 @@ def run_train_iteration(
     from train_service.sft import SFTConfig, train_sft
 
     settings = LaunchSettings.from_data(launch)
+    job: dict[str, Any] = {  # what every learner's call (and each torchrun rank) gets
+        "run_id": run_id,
+        "iteration": iteration,
+        "dataset_id": dataset_id,
+        "dataset_path": dataset_path,
+        "model_path": model_path,
+        "out_dir": out_dir,
+        "config": config or {},
+    }
     if method != "sft":
         if settings.launcher != "inline":
             raise ValueError(
@@ -87,29 +96,9 @@ def run_train_iteration(
             )
         from train_service.methods import run_method
 
-        return run_method(
-            method,
-            run_id=run_id,
-            iteration=iteration,
-            dataset_id=dataset_id,
-            dataset_path=dataset_path,
-            model_path=model_path,
-            out_dir=out_dir,
-            config=config or {},
-            should_stop=should_stop,
-            on_step=on_step,
-        )
+        return run_method(method, **job, should_stop=should_stop, on_step=on_step)
     cfg = SFTConfig.from_dict(config or {})  # bad fields fail here, before any process starts
     if settings.launcher == "torchrun":
-        job = {
-            "run_id": run_id,
-            "iteration": iteration,
-            "dataset_id": dataset_id,
-            "dataset_path": dataset_path,
-            "model_path": model_path,
-            "out_dir": out_dir,
-            "config": config or {},
-        }
         if dataset_id and (Path(out_dir) / "meta.json").is_file():
             from train_service.checkpoint import existing_checkpoint
 

@@ -16,14 +16,14 @@ training). ``reference = "none"``: reference-free (the reference terms are 0).
 Why not TRL's DPOTrainer: it tokenises (prompt, chosen, rejected) as strings or single-turn
 messages and trains on every completion token, so a multi-turn continuation's observations would be
 scored as the policy's; our own loss on the stock transformers ``Trainer`` keeps the masks exact
-and the same Trainer machinery (accelerate / torchrun, time budget, cancel, checkpoints) as SFT.
+and the same Trainer machinery (accelerate / torchrun, time budget, cancel, checkpoints) as SFT:
+``train_service.hf_trainer``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import shutil
 import tempfile
 import time
@@ -34,9 +34,20 @@ from typing import Any, Literal
 
 from core.domain.datasets import EmptyDatasetError
 from core.domain.preferences import PreferencePair
-from core.llm.chat_template import check_template
-from train_service.checkpoint import CheckpointMeta, existing_checkpoint, write_checkpoint
-from train_service.sft import TrainingCancelled, TrainReport, _callbacks, _use_bf16
+from train_service.checkpoint import CheckpointMeta, existing_checkpoint
+from train_service.hf_trainer import (
+    ListDataset,
+    StepReport,
+    TrainReport,
+    control_callbacks,
+    fit,
+    load_causal_lm,
+    load_tokenizer,
+    run_metrics,
+    save_on_rank_zero,
+    training_arguments,
+    use_bf16,
+)
 from train_service.tokenize import IGNORE_INDEX, TokenizedSample, collate, tokenize_sample
 
 log = logging.getLogger(__name__)
@@ -105,8 +116,8 @@ class DPOConfig:
         return cls(**data)
 
 
-def sequence_logps(logits: Any, labels: Any) -> Any:
-    """Per-row SUM of log p(label_t | tokens < t) over positions whose label is not -100.
+def token_logps(logits: Any, labels: Any) -> Any:
+    """[B, T-1] log p(label_t | tokens < t), 0 where the label is -100 (not trained).
 
     ``logits`` [B, T, V] predict the NEXT token: position t's logits score label t + 1.
     """
@@ -117,7 +128,12 @@ def sequence_logps(logits: Any, labels: Any) -> Any:
     shifted[~mask] = 0
     logps = torch.log_softmax(logits[:, :-1, :].float(), dim=-1)
     picked = torch.gather(logps, 2, shifted.unsqueeze(-1)).squeeze(-1)
-    return (picked * mask).sum(-1)
+    return picked * mask
+
+
+def sequence_logps(logits: Any, labels: Any) -> Any:
+    """Per-row SUM of ``token_logps``: log p of every labelled token of the row."""
+    return token_logps(logits, labels).sum(-1)
 
 
 def dpo_loss(
@@ -209,17 +225,6 @@ def reference_logps(
     return out
 
 
-class _ListDataset:
-    def __init__(self, items: Sequence[Any]) -> None:
-        self.items = list(items)
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, i: int) -> Any:
-        return self.items[i]
-
-
 def _dpo_trainer_class(beta: float, stats: dict[str, list[float]]) -> Any:
     from transformers import Trainer
 
@@ -257,103 +262,53 @@ def train_dpo(
     dataset_id: str = "",
     run_id: str | None = None,
     should_stop: Callable[[], bool] | None = None,
-    on_step: Callable[[int, int, float | None], None] | None = None,
+    on_step: StepReport | None = None,
 ) -> TrainReport:
     """DPO-train the model at ``model_path`` on ``pairs``; the checkpoint goes to ``out_dir``.
 
     Same contract as ``train_service.sft.train_sft`` (cancel, progress, retry reuse, empty data).
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
-    from transformers.trainer_callback import PrinterCallback
-
     cfg = cfg or DPOConfig()
     out = Path(out_dir)
     if dataset_id and (found := existing_checkpoint(out, dataset_id)) is not None:
         return TrainReport(found, {}, reused=True)
     if not pairs:
         raise EmptyDatasetError("nothing to train DPO on: no preference pairs")
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    check_template(tokenizer)
+    tokenizer = load_tokenizer(model_path)
     examples, stats = tokenize_pairs(tokenizer, pairs, cfg.max_length)
-    bf16 = _use_bf16(cfg)  # type: ignore[arg-type]  # same bf16 field
-    model: Any = AutoModelForCausalLM.from_pretrained(
-        model_path, dtype=torch.bfloat16 if bf16 else torch.float32
-    )
-    model.config.use_cache = False
+    bf16 = use_bf16(cfg.bf16)
+    model: Any = load_causal_lm(model_path, bf16)
     reference_started = time.monotonic()
     if cfg.reference == "frozen":
         examples = reference_logps(model, examples, tokenizer.pad_token_id, cfg.batch_size)
     reference_seconds = time.monotonic() - reference_started
 
-    steps_per_epoch = math.ceil(len(examples) / (cfg.batch_size * cfg.grad_accumulation))
-    max_steps = cfg.max_steps
-    if cfg.time_budget_s is not None and max_steps <= 0:
-        max_steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # a torchrun rank
     scratch = Path(tempfile.mkdtemp(prefix="agentr-dpo-"))
     history: dict[str, list[float]] = {"loss": [], "accuracy": [], "margin": []}
     try:
-        args = TrainingArguments(
-            output_dir=str(scratch),
-            num_train_epochs=cfg.epochs,
-            max_steps=max_steps,
-            per_device_train_batch_size=cfg.batch_size,
-            gradient_accumulation_steps=cfg.grad_accumulation,
-            learning_rate=cfg.learning_rate,
-            lr_scheduler_type=cfg.lr_scheduler,
-            warmup_steps=cfg.warmup,
-            max_grad_norm=cfg.max_grad_norm,
-            logging_steps=cfg.logging_steps,
-            save_strategy="no",
-            report_to="none",
-            seed=cfg.seed,
-            data_seed=cfg.seed,
-            bf16=bf16,
-            remove_unused_columns=False,
-            dataloader_num_workers=0,
-            dataloader_pin_memory=torch.cuda.is_available(),
-            disable_tqdm=True,
-            # gloo only inside a torchrun rank on CPU (NCCL needs CUDA); None in a single process
-            ddp_backend="gloo" if distributed and not torch.cuda.is_available() else None,
+        args = training_arguments(
+            cfg, scratch, examples=len(examples), bf16=bf16, lr_scheduler=cfg.lr_scheduler, warmup=cfg.warmup
         )
-        callbacks = _callbacks(cfg, should_stop, on_step)  # type: ignore[arg-type]  # time budget + cancel
+        callbacks = control_callbacks(cfg.time_budget_s, should_stop, on_step)  # time budget + cancel
         trainer = _dpo_trainer_class(cfg.beta, history)(
             model=model,
             args=args,
-            train_dataset=_ListDataset(examples),
+            train_dataset=ListDataset(examples),
             data_collator=PreferenceCollator(tokenizer.pad_token_id),
             callbacks=callbacks,
         )
-        trainer.remove_callback(PrinterCallback)
-        started = time.monotonic()
-        result = trainer.train()
-        seconds = time.monotonic() - started
-        control = callbacks[0]
-        if control.cancelled:
-            raise TrainingCancelled(
-                f"DPO training of dataset {dataset_id or '?'} was cancelled "
-                f"at step {trainer.state.global_step}"
-            )
+        result, seconds = fit(trainer, callbacks[0], f"DPO training of dataset {dataset_id or '?'}")
         model.config.use_cache = True
-        epochs_done = trainer.state.epoch or 0.0
         metrics: dict[str, Any] = {
             **stats,
             "method": "dpo",
             "reference": cfg.reference,
-            "train_loss": float(result.training_loss),
+            **run_metrics(trainer, result, seconds, stats["tokens"], callbacks[0]),
             "first_loss": history["loss"][0] if history["loss"] else None,
             "last_loss": history["loss"][-1] if history["loss"] else None,
             "reward_accuracy": history["accuracy"][-1] if history["accuracy"] else None,
             "reward_margin": history["margin"][-1] if history["margin"] else None,
-            "steps": int(trainer.state.global_step),
-            "epochs": float(epochs_done),
-            "seconds": round(seconds, 3),
             "reference_seconds": round(reference_seconds, 3),  # the frozen reference's one pass
-            "tokens_per_s": round(stats["tokens"] * max(epochs_done, 1e-9) / max(seconds, 1e-9), 1),
-            "stopped_by_time_budget": bool(control.out_of_time),
         }
         meta = CheckpointMeta(
             iteration=iteration,
@@ -363,10 +318,7 @@ def train_dpo(
             run_id=run_id,
             metrics=metrics,
         )
-        path = out
-        if trainer.is_world_process_zero():
-            path = write_checkpoint(model, tokenizer, out, meta)
-        trainer.accelerator.wait_for_everyone()
+        path = save_on_rank_zero(trainer, model, tokenizer, out, meta)
         log.info(
             "DPO: %d steps in %.1fs (loss %.4f): checkpoint %s",
             metrics["steps"],
@@ -379,4 +331,4 @@ def train_dpo(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-__all__ = ["DPOConfig", "PreferenceExample", "dpo_loss", "sequence_logps", "train_dpo"]
+__all__ = ["DPOConfig", "PreferenceExample", "dpo_loss", "sequence_logps", "token_logps", "train_dpo"]

@@ -14,34 +14,46 @@ A time budget (``SFTConfig.time_budget_s``) stops training when the time is up a
 Under torchrun (``train_service.launcher``) every rank runs ``train_sft``: the Trainer does DDP
 (gloo on CPU), stop decisions (time budget, cancel) and the time-based learning rate are the
 maximum over ranks (so all ranks stop at the same step and keep identical weights), and rank 0
-alone writes the checkpoint.
+alone writes the checkpoint. The Trainer plumbing (tokenizer and model loading, arguments, the
+control callback, metrics, rank-0 saving) is ``train_service.hf_trainer``'s, shared with DPO.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from core.domain.datasets import EmptyDatasetError
 from core.domain.trajectory import TrainingSample
-from core.llm.chat_template import check_template
-from train_service.checkpoint import CheckpointMeta, existing_checkpoint, write_checkpoint
+from train_service.checkpoint import CheckpointMeta, existing_checkpoint
+from train_service.hf_trainer import (
+    ListDataset,
+    StepReport,
+    TrainingCancelled,
+    TrainReport,
+    control_callbacks,
+    fit,
+    load_causal_lm,
+    load_tokenizer,
+    max_over_ranks,
+    run_metrics,
+    save_on_rank_zero,
+    training_arguments,
+    use_bf16,
+)
 from train_service.packing_check import check_packing
 from train_service.tokenize import DataCollator, TokenizedSample, pack, tokenize_samples
 
 log = logging.getLogger(__name__)
 
-
-class TrainingCancelled(Exception):
-    """Training was stopped on request before it finished; no checkpoint was written."""
+__all__ = ["LoraSettings", "SFTConfig", "TrainReport", "TrainingCancelled", "prepare_examples", "train_sft"]
 
 
 @dataclass(frozen=True)
@@ -139,26 +151,6 @@ class SFTConfig:
         return cls(**values)
 
 
-@dataclass
-class TrainReport:
-    checkpoint: Path
-    metrics: dict[str, Any] = field(default_factory=dict)
-    reused: bool = False  # a complete checkpoint of this dataset was already there (a retry)
-
-
-class _ListDataset:
-    """A map-style dataset over tokenised samples (what the Trainer's DataLoader indexes)."""
-
-    def __init__(self, items: Sequence[TokenizedSample]) -> None:
-        self.items = list(items)
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, i: int) -> TokenizedSample:
-        return self.items[i]
-
-
 def prepare_examples(
     tokenizer: Any, samples: Iterable[TrainingSample], cfg: SFTConfig
 ) -> tuple[list[TokenizedSample], dict[str, int]]:
@@ -200,89 +192,13 @@ def prepare_examples(
     return kept, stats
 
 
-def _use_bf16(cfg: SFTConfig) -> bool:
-    if cfg.bf16 is not None:
-        return cfg.bf16
-    import torch
-
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-
-
-def _distributed() -> Any:
-    """``torch.distributed`` when this process is one rank of several, else None."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist
-    return None
-
-
-def _max_over_ranks(values: list[float]) -> list[float]:
-    """Element-wise maximum over all ranks (identity in a single process): every rank then takes
-    the same stop / learning-rate decision, so no rank waits forever in a collective."""
-    dist = _distributed()
-    if dist is None:
-        return values
-    import torch
-
-    device = "cpu"
-    if dist.get_backend() == "nccl":
-        device = f"cuda:{torch.cuda.current_device()}"
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return [float(x) for x in tensor.tolist()]
-
-
-def _callbacks(
-    cfg: SFTConfig,
-    should_stop: Callable[[], bool] | None,
-    on_step: Callable[[int, int, float | None], None] | None,
-) -> list[Any]:
-    from transformers import TrainerCallback
-
-    budget = cfg.time_budget_s
-
-    class Control(TrainerCallback):  # type: ignore[misc]
-        """Stops on the time budget or a cancel request; reports progress."""
-
-        def __init__(self) -> None:
-            self.start = time.monotonic()
-            self.cancelled = False
-            self.out_of_time = False
-            self.last_loss: float | None = None
-
-        def on_log(
-            self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kw: Any
-        ) -> None:
-            if logs and "loss" in logs:
-                self.last_loss = float(logs["loss"])
-                log.info("step %d/%d loss %.4f", state.global_step, state.max_steps, self.last_loss)
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if on_step is not None:
-                on_step(state.global_step, state.max_steps, self.last_loss)
-            out_of_time = budget is not None and time.monotonic() - self.start >= budget
-            cancelled = should_stop is not None and should_stop()
-            out_of_time, cancelled = (
-                bool(x) for x in _max_over_ranks([float(out_of_time), float(cancelled)])
-            )
-            if out_of_time:
-                self.out_of_time = True
-                control.should_training_stop = True
-            if cancelled:
-                self.cancelled = True
-                control.should_training_stop = True
-
-    return [Control()]
-
-
 def _time_cosine(optimizer: Any, budget_s: float, warmup_s: float) -> Any:
     import torch
 
     start = time.monotonic()
 
     def factor(_step: int) -> float:
-        (elapsed,) = _max_over_ranks([time.monotonic() - start])  # one schedule for all ranks
+        (elapsed,) = max_over_ranks([time.monotonic() - start])  # one schedule for all ranks
         if warmup_s > 0 and elapsed < warmup_s:
             return max(elapsed / warmup_s, 0.01)
         progress = min(1.0, (elapsed - warmup_s) / max(budget_s - warmup_s, 1e-9))
@@ -301,7 +217,7 @@ def train_sft(
     dataset_id: str = "",
     run_id: str | None = None,
     should_stop: Callable[[], bool] | None = None,
-    on_step: Callable[[int, int, float | None], None] | None = None,
+    on_step: StepReport | None = None,
 ) -> TrainReport:
     """Fine-tune the model at ``model_path`` on ``samples``; the checkpoint goes to ``out_dir``.
 
@@ -310,26 +226,18 @@ def train_sft(
     a complete checkpoint of the same ``dataset_id`` in ``out_dir`` returns it without training.
     Raises ``EmptyDatasetError`` for an empty dataset (before any model is loaded).
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
-    from transformers.trainer_callback import PrinterCallback
+    from transformers import Trainer
 
     cfg = cfg or SFTConfig()
     out = Path(out_dir)
     if dataset_id and (found := existing_checkpoint(out, dataset_id)) is not None:
         log.info("checkpoint of dataset %s already at %s: reusing it", dataset_id, found)
         return TrainReport(found, {}, reused=True)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    check_template(tokenizer)  # before any sample: a stock template must be prefix-stable
+    tokenizer = load_tokenizer(model_path)
     examples, stats = prepare_examples(tokenizer, samples, cfg)
 
-    bf16 = _use_bf16(cfg)
-    model: Any = AutoModelForCausalLM.from_pretrained(
-        model_path, dtype=torch.bfloat16 if bf16 else torch.float32
-    )
-    model.config.use_cache = False  # packed blocks rely on it (see train_service.tokenize)
+    bf16 = use_bf16(cfg.bf16)
+    model: Any = load_causal_lm(model_path, bf16)  # no KV cache: packed blocks rely on it (tokenize)
     if cfg.packing:
         check_packing(model, tokenizer.pad_token_id)  # refuses models whose packed logits differ
     if cfg.lora is not None:
@@ -344,71 +252,38 @@ def train_sft(
         )
         model = get_peft_model(model, lora_cfg)
 
-    steps_per_epoch = math.ceil(len(examples) / (cfg.batch_size * cfg.grad_accumulation))
-    max_steps = cfg.max_steps
-    if cfg.time_budget_s is not None and max_steps <= 0:
-        max_steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # a torchrun rank
+    time_cosine = cfg.lr_scheduler == "time_cosine"
     scratch = Path(tempfile.mkdtemp(prefix="agentr-sft-"))
     try:
-        args = TrainingArguments(
-            output_dir=str(scratch),
-            num_train_epochs=cfg.epochs,
-            max_steps=max_steps,
-            per_device_train_batch_size=cfg.batch_size,
-            gradient_accumulation_steps=cfg.grad_accumulation,
-            learning_rate=cfg.learning_rate,
-            lr_scheduler_type="constant" if cfg.lr_scheduler == "time_cosine" else cfg.lr_scheduler,
-            warmup_steps=0 if cfg.lr_scheduler == "time_cosine" else cfg.warmup,
-            weight_decay=cfg.weight_decay,
-            max_grad_norm=cfg.max_grad_norm,
-            logging_steps=cfg.logging_steps,
-            save_strategy="no",
-            report_to="none",
-            seed=cfg.seed,
-            data_seed=cfg.seed,
+        args = training_arguments(
+            cfg,
+            scratch,
+            examples=len(examples),
             bf16=bf16,
-            remove_unused_columns=False,
-            dataloader_num_workers=0,
-            dataloader_pin_memory=torch.cuda.is_available(),
-            disable_tqdm=True,
-            # under torchrun on CPU: gloo (NCCL needs CUDA)
-            ddp_backend="gloo" if distributed and not torch.cuda.is_available() else None,
+            lr_scheduler="constant" if time_cosine else cfg.lr_scheduler,
+            warmup=0 if time_cosine else cfg.warmup,
+            weight_decay=cfg.weight_decay,
         )
-        callbacks = _callbacks(cfg, should_stop, on_step)
+        callbacks = control_callbacks(cfg.time_budget_s, should_stop, on_step)
         trainer = Trainer(
             model=model,
             args=args,
-            train_dataset=_ListDataset(examples),  # type: ignore[arg-type]
+            train_dataset=ListDataset(examples),  # type: ignore[arg-type]
             data_collator=DataCollator(tokenizer.pad_token_id),
             callbacks=callbacks,
         )
-        trainer.remove_callback(PrinterCallback)  # our callback logs; stdout stays clean
-        if cfg.lr_scheduler == "time_cosine":
+        if time_cosine:
             assert cfg.time_budget_s is not None
             trainer.create_optimizer()
             trainer.lr_scheduler = _time_cosine(
                 trainer.optimizer, cfg.time_budget_s, cfg.warmup * cfg.time_budget_s
             )
-        started = time.monotonic()
-        result = trainer.train()
-        seconds = time.monotonic() - started
-        control = callbacks[0]
-        if control.cancelled:
-            raise TrainingCancelled(
-                f"training of dataset {dataset_id or '?'} was cancelled at step {trainer.state.global_step}"
-            )
+        result, seconds = fit(trainer, callbacks[0], f"training of dataset {dataset_id or '?'}")
         trained_model = model.merge_and_unload() if cfg.lora is not None else model  # type: ignore[operator]
         trained_model.config.use_cache = True
-        epochs_done = trainer.state.epoch or 0.0
         metrics = {
             **stats,
-            "train_loss": float(result.training_loss),
-            "steps": int(trainer.state.global_step),
-            "epochs": float(epochs_done),
-            "seconds": round(seconds, 3),
-            "tokens_per_s": round(stats["tokens"] * max(epochs_done, 1e-9) / max(seconds, 1e-9), 1),
-            "stopped_by_time_budget": bool(control.out_of_time),
+            **run_metrics(trainer, result, seconds, stats["tokens"], callbacks[0]),
             "bf16": bf16,
         }
         meta = CheckpointMeta(
@@ -420,10 +295,7 @@ def train_sft(
             metrics=metrics,
             lora=asdict(cfg.lora) if cfg.lora is not None else None,
         )
-        path = out
-        if trainer.is_world_process_zero():  # one writer under torchrun (every rank holds the same weights)
-            path = write_checkpoint(trained_model, tokenizer, out, meta)
-        trainer.accelerator.wait_for_everyone()
+        path = save_on_rank_zero(trainer, trained_model, tokenizer, out, meta)
         log.info(
             "trained %d steps in %.1fs (loss %.4f): checkpoint %s",
             metrics["steps"],

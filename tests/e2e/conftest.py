@@ -12,21 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.helpers import ApiClient, ServiceGroup, quick_tiny_model
-from tests.e2e.services import deploy
+from tests.e2e.helpers import ApiClient, ServiceGroup
+from tests.e2e.services import deploy, quick_run_config
 
 
 @pytest.fixture(scope="session")
 def run_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    _ref, config = quick_tiny_model(tmp_path_factory.getbasetemp() / "agentr-quick-home")
-    return dict(
-        config,
-        iterations=1,
-        max_eval_tasks=1,
-        evaluation={"max_steps": 4, "max_tokens": 32, "recovery_episodes": 1, "baseline": False},
-        data_only=False,
-        seed=11,
-    )
+    return quick_run_config(tmp_path_factory.getbasetemp() / "agentr-quick-home")
 
 
 @pytest.fixture

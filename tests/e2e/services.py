@@ -5,8 +5,9 @@ PostgreSQL database and Redis prefix of the test, its home folder, the API port,
 timeouts); ``deploy`` starts the compose topology as separate OS processes (``agentr db upgrade``,
 ``agentr serve``, the relay / search / critic / splice / train workers and the Celery trainer),
 bootstraps a project key and stops everything at the end, asserting that every process exited
-cleanly; ``follow`` waits for a run to finish and asserts it completed. ``tests/e2e/conftest.py``
-turns them into the ``deployment`` and ``run_config`` fixtures.
+cleanly; ``follow`` waits for a run to finish and asserts it completed; ``quick_run_config`` is the
+cheap run those tests submit (also the base of tests/ml/test_methods_run.py's embedded runs).
+``tests/e2e/conftest.py`` turns them into the ``deployment`` and ``run_config`` fixtures.
 """
 
 from __future__ import annotations
@@ -18,10 +19,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.helpers import ApiClient, ServiceGroup, free_port, wait_until
+from tests.e2e.helpers import ApiClient, ServiceGroup, free_port, quick_tiny_model, wait_until
 
 ADMIN_KEY = "e2e-admin-" + "k" * 24
 WORKERS = ("relay", "search", "critic", "splice", "train")
+
+
+def quick_run_config(home: Path, **overrides: Any) -> dict[str, Any]:
+    """The ``agentr run --quick`` configuration with its warm-started tiny model (built once under
+    ``home``): 1 iteration with training and a small evaluation; ``overrides`` replace keys."""
+    _ref, config = quick_tiny_model(home)
+    config.update(
+        iterations=1,
+        max_eval_tasks=1,
+        evaluation={"max_steps": 4, "max_tokens": 32, "recovery_episodes": 1, "baseline": False},
+        data_only=False,
+        seed=11,
+    )
+    return {**config, **overrides}
 
 
 def service_env(pg_url: str, redis_url: str, redis_prefix: str, home: Path, port: int) -> dict[str, str]:

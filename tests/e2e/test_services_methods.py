@@ -20,23 +20,9 @@ from typing import Any
 import pytest
 
 from tests.e2e.services import follow
+from tests.ml.learner_data import ARCHER_RUN_TRAIN, DPO_RUN_TRAIN
 
 pytestmark = pytest.mark.slow
-
-DPO = {"method": "dpo", "max_steps": 2, "batch_size": 2, "learning_rate": 1e-4, "warmup": 0, "beta": 0.1}
-ARCHER = {
-    "method": "archer",
-    "iterations": 2,
-    "warmup_iters": 1,
-    "critic_epochs": 1,
-    "actor_epochs": 1,
-    "batch_size": 2,
-    "grad_accumulation": 1,
-    "head_hidden": 16,
-    "max_state_tokens": 128,
-    "max_length": 256,
-    "transitions": {"invalid_action_penalty": 0.1},
-}
 
 
 def test_dpo_and_archer_runs_complete_over_the_services(  # type: ignore[no-untyped-def]
@@ -46,12 +32,12 @@ def test_dpo_and_archer_runs_complete_over_the_services(  # type: ignore[no-unty
     base = dict(run_config, critic={"strategy": "direct"})
     runs = {
         method: client.submit_run(dict(base, train=train))
-        for method, train in (("dpo", DPO), ("archer", ARCHER))
+        for method, train in (("dpo", DPO_RUN_TRAIN), ("archer", ARCHER_RUN_TRAIN))
     }
     done = {method: follow(client, group, run_id, timeout=300) for method, run_id in runs.items()}
     home = tmp_path / "home"
     for method, run in done.items():
-        assert run["config"]["train"] == (DPO if method == "dpo" else ARCHER)
+        assert run["config"]["train"] == (DPO_RUN_TRAIN if method == "dpo" else ARCHER_RUN_TRAIN)
         (iteration,) = run["iterations"]
         assert iteration["status"] == "evaluated", iteration
         checkpoint = Path(iteration["checkpoint"])

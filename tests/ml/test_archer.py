@@ -9,45 +9,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.domain.events import NodeRecord
-from core.domain.mcts import SearchTree
-from core.domain.transitions import Transition, TreeSource, tree_transitions
-from core.llm.tiny import build_tiny_model
-from train_service.archer import ArcherConfig, ArcherLearner, awr_weights, expectile_loss, train_archer
+from core.domain.transitions import Transition
+from tests.ml.learner_data import hand_transitions, tiny_learner_model
+from train_service.archer import ArcherConfig, train_archer
+from train_service.archer_updates import ArcherLearner, awr_weights, expectile_loss
 from train_service.checkpoint import read_meta
 from train_service.value_model import has_critic, load_critic
-
-TEXTS = [
-    "You are a crafting agent.",
-    "Goal: craft stick. craft 4 stick using 2 oak planks",
-    "Thought: I need oak planks.\nAction: get 2 oak planks",
-    "Could not find dirt. Got 2 oak planks. Crafted 4 minecraft:stick",
-] * 20
 
 
 @pytest.fixture(scope="module")
 def base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.set_num_threads(1)
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny") / "m", TEXTS, hidden=32, layers=2, heads=2, vocab_size=400
-    )
+    return tiny_learner_model(tmp_path_factory.mktemp("tiny") / "m")
 
 
 def transitions() -> list[Transition]:
-    tree = SearchTree("t1", "root", 10)
-    tree.add_nodes([NodeRecord("root", None, 0, "", "", "Goal: craft stick.")])
-    tree.add_nodes(
-        [
-            NodeRecord("a", "root", 1, "get 2 oak planks", "I need oak planks.", "Got 2 oak planks"),
-            NodeRecord("d", "root", 1, "get 1 dirt", "dirt", "Could not find dirt", 0.0, False, False),
-        ]
-    )
-    tree.add_nodes(
-        [NodeRecord("b", "a", 2, "craft 4 stick using 2 oak planks", "craft", "Crafted 4 stick", 1.0, True)]
-    )
-    tree.finish_rollout("b", 1.0, "done")
-    tree.record_leaf("d", 0.0, "max_depth")
-    return tree_transitions(TreeSource(tree, "Goal: craft stick.", "You are a crafting agent.", 1))
+    return hand_transitions()
 
 
 def small(**kw: object) -> ArcherConfig:

@@ -14,7 +14,7 @@ import torch
 from core.domain.datasets import EmptyDatasetError
 from core.domain.preferences import PreferencePair, preference_pair
 from core.domain.trajectory import Step, Trajectory
-from core.llm.tiny import build_tiny_model
+from tests.ml.learner_data import tiny_learner_model
 from train_service.checkpoint import read_meta
 from train_service.dpo import (
     DPOConfig,
@@ -27,20 +27,10 @@ from train_service.dpo import (
 )
 from train_service.tokenize import IGNORE_INDEX
 
-TEXTS = [
-    "You are a crafting agent.",
-    "Goal: craft stick. craft 4 stick using 2 oak planks",
-    "Thought: I need oak planks.\nAction: get 2 oak planks",
-    "Could not find dirt. Got 2 oak planks. Crafted 4 minecraft:stick",
-] * 20
-
 
 @pytest.fixture(scope="module")
 def base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.set_num_threads(1)
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny") / "m", TEXTS, hidden=32, layers=2, heads=2, vocab_size=400
-    )
+    return tiny_learner_model(tmp_path_factory.mktemp("tiny") / "m")
 
 
 def pair(i: int = 0) -> PreferencePair:

@@ -14,7 +14,8 @@ import pytest
 
 from core.domain.events import ModelTrained
 from core.domain.ids import run_stream
-from tests.e2e.helpers import quick_tiny_model
+from tests.e2e.services import quick_run_config
+from tests.ml.learner_data import ARCHER_RUN_TRAIN, DPO_RUN_TRAIN
 from train_service.rl_data import read_transitions
 
 pytestmark = pytest.mark.slow
@@ -22,11 +23,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    _ref, config = quick_tiny_model(tmp_path_factory.getbasetemp() / "agentr-quick-home")
-    return dict(
-        config,
-        iterations=1,
-        max_eval_tasks=1,
+    return quick_run_config(
+        tmp_path_factory.getbasetemp() / "agentr-quick-home",
         evaluation={
             "max_steps": 3,
             "max_tokens": 24,
@@ -35,8 +33,6 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "seen_tasks": False,
         },
         critic={"strategy": "direct"},
-        data_only=False,
-        seed=11,
     )
 
 
@@ -74,15 +70,7 @@ async def _rebuilt(home: Path, run_id: str, manifest: dict[str, Any]) -> tuple[A
 
 
 def test_dpo_run_completes(quick: dict[str, Any], tmp_path: Path) -> None:
-    train = {
-        "method": "dpo",
-        "max_steps": 2,
-        "batch_size": 2,
-        "learning_rate": 1e-4,
-        "warmup": 0,
-        "beta": 0.1,
-    }
-    code, events, run_id = _run(tmp_path / "home", dict(quick, train=train))
+    code, events, run_id = _run(tmp_path / "home", dict(quick, train=DPO_RUN_TRAIN))
     trained = [e for e in events if isinstance(e, ModelTrained)]
     assert code == 0, events[-1]
     assert len(trained) == 1 and trained[0].metrics["method"] == "dpo"
@@ -96,20 +84,7 @@ def test_dpo_run_completes(quick: dict[str, Any], tmp_path: Path) -> None:
 
 
 def test_archer_run_completes(quick: dict[str, Any], tmp_path: Path) -> None:
-    train = {
-        "method": "archer",
-        "iterations": 2,
-        "warmup_iters": 1,
-        "critic_epochs": 1,
-        "actor_epochs": 1,
-        "batch_size": 2,
-        "grad_accumulation": 1,
-        "head_hidden": 16,
-        "max_state_tokens": 128,
-        "max_length": 256,
-        "transitions": {"invalid_action_penalty": 0.1},
-    }
-    code, events, run_id = _run(tmp_path / "home", dict(quick, train=train))
+    code, events, run_id = _run(tmp_path / "home", dict(quick, train=ARCHER_RUN_TRAIN))
     trained = [e for e in events if isinstance(e, ModelTrained)]
     assert code == 0, events[-1]
     metrics = trained[0].metrics

@@ -7,45 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
-from core.domain.events import NodeRecord
-from core.domain.mcts import SearchTree
 from core.domain.trajectory import Step, Trajectory
-from core.domain.transitions import TreeSource, tree_transitions
-from core.llm.tiny import build_tiny_model
 from critic_service.critic import CriticConfig, CriticConfigError, critique
 from critic_service.value_critic import StepValue, ValueScorer, value_verdicts
+from tests.ml.learner_data import hand_transitions, tiny_learner_model
 from train_service.archer import ArcherConfig, train_archer
-
-TEXTS = [
-    "You are a crafting agent.",
-    "Goal: craft stick. craft 4 stick using 2 oak planks",
-    "Thought: I need oak planks.\nAction: get 2 oak planks",
-    "Could not find dirt. Got 2 oak planks. Crafted 4 minecraft:stick",
-] * 20
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    torch.set_num_threads(1)
-    base = build_tiny_model(
-        tmp_path_factory.mktemp("tiny") / "m", TEXTS, hidden=32, layers=2, heads=2, vocab_size=400
-    )
-    tree = SearchTree("t1", "root", 10)
-    tree.add_nodes([NodeRecord("root", None, 0, "", "", "Goal: craft stick.")])
-    tree.add_nodes(
-        [
-            NodeRecord("a", "root", 1, "get 2 oak planks", "I need oak planks.", "Got 2 oak planks"),
-            NodeRecord("d", "root", 1, "get 1 dirt", "dirt", "Could not find dirt", 0.0, False, False),
-        ]
-    )
-    tree.add_nodes(
-        [NodeRecord("b", "a", 2, "craft 4 stick using 2 oak planks", "craft", "Crafted 4 stick", 1.0, True)]
-    )
-    tree.finish_rollout("b", 1.0, "done")
-    tree.record_leaf("d", 0.0, "max_depth")
-    transitions = tree_transitions(TreeSource(tree, "Goal: craft stick.", "You are a crafting agent.", 1))
+    base = tiny_learner_model(tmp_path_factory.mktemp("tiny") / "m")
+    transitions = hand_transitions()
     cfg = ArcherConfig(
         iterations=2, warmup_iters=2, critic_epochs=3, batch_size=3, grad_accumulation=1, head_hidden=16,
         max_state_tokens=96, max_action_tokens=24, max_length=160, critic_lr=1e-3, kl_coef=0.0,
