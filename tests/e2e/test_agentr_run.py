@@ -3,11 +3,12 @@
 The whole loop runs: tiny model built and warm-started, MCTS, critic, splicer, SFT, evaluation, for
 two iterations; the first dataset holds revision samples (the search found both successes and
 failures), the report (held-out and seen tasks) exists, and `agentr export` writes the iteration's
-dataset in every format.
+dataset in every format. A second run with the same seeds is the same run, byte for byte.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -101,3 +102,31 @@ def test_agentr_run_quick_completes_with_data_and_report(tmp_path: Path) -> None
         env=_env(home), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "no run no-such-run" in bad.stderr
+
+    # the same seeds again (another run id, the warm start reused from the home): the same run,
+    # to the byte — same samples in the same order in both iterations, the same trained weights
+    again = subprocess.run(
+        [*AGENTR, "run", "--quick"],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=Path.cwd(),
+    )
+    assert again.returncode == 0, again.stderr[-4000:]
+    (second,) = [p for p in (home / "runs").iterdir() if p.is_dir() and p.name != run_dir.name]
+    for iteration in (0, 1):
+        name = f"iter-{iteration}.jsonl"
+        first_rows = [json.loads(line) for line in (run_dir / "datasets" / name).read_text().splitlines()]
+        second_rows = [json.loads(line) for line in (second / "datasets" / name).read_text().splitlines()]
+        assert [r["messages"] for r in first_rows] == [r["messages"] for r in second_rows], iteration
+        weights = [
+            (d / "checkpoints" / f"iter-{iteration}" / "model.safetensors").read_bytes()
+            for d in (run_dir, second)
+        ]
+        assert hashlib.sha256(weights[0]).digest() == hashlib.sha256(weights[1]).digest(), iteration
+    second_report = json.loads((second / "report.json").read_text())
+    keys = ("success_rate", "seen_success_rate", "recovery_success", "invalid_action_rate", "dead_loop_rate")
+    assert [[row[k] for k in keys] for row in second_report["rows"]] == [
+        [row[k] for k in keys] for row in report["rows"]
+    ]
