@@ -79,7 +79,9 @@ async def _first_error(conn: AsyncConnection, items: Sequence[Item]) -> None:
         await _mark_critiqued(conn, pairs, pairs.c.pair_id == event.pair_id, event)
 
 
-def _revision_row(recorded: ev.RecordedEvent, event: ev.RevisionMaterialized | ev.SampleRespliced) -> dict[str, Any]:
+def _revision_row(
+    recorded: ev.RecordedEvent, event: ev.RevisionMaterialized | ev.SampleRespliced
+) -> dict[str, Any]:
     """The ``samples`` row of a spliced revision (a first splice or a reviewer's re-splice)."""
     return {
         "sample_id": event.sample_id,
