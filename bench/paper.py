@@ -73,7 +73,7 @@ from paper_table import LEARNERS, VARIANTS, comparisons, numbers, table  # noqa:
 
 DEFAULT_VARIANTS = tuple(VARIANTS)
 # per-iteration training cap of every variant (s): ArCHer fills it, SFT / DPO stop at their epochs
-QUICK_TRAIN_BUDGET_S = 15.0
+QUICK_TRAIN_BUDGET_S = 10.0
 DEMO_TRAIN_BUDGET_S = 240.0
 HOME = "<home>"  # stands for --home in stored results and their keys
 
@@ -96,11 +96,13 @@ def variant_config(
     train_budget_s: float,
     first: bool,
     archer_checkpoint: str | Path | None = None,
+    archer_warmup: int | None = None,
 ) -> dict[str, Any]:
     """The whole run configuration of ``variant`` from the shared ``base`` (model filled in): the
     same env, goals, seed, search and evaluation for every variant; ``train.time_budget_s`` set to
     ``train_budget_s`` for every learner; the starting model's seen-task evaluation only in the
-    ``first`` variant. ``agent_r_value`` needs ``archer_checkpoint`` (a folder with ``critic/``)."""
+    ``first`` variant. ``agent_r_value`` needs ``archer_checkpoint`` (a folder with ``critic/``).
+    ``archer_warmup``: the ArCHer variants' critic-only warm-up rounds (None: method_variant's)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
     if train_budget_s <= 0:
@@ -113,6 +115,10 @@ def variant_config(
         from learners import method_variant
 
         config = merge(method_variant(shared, *LEARNERS[variant]), VARIANTS[variant][1])
+        if archer_warmup is not None and config["train"].get("method") == "archer":
+            if archer_warmup < 0:
+                raise ValueError(f"archer_warmup must be >= 0, got {archer_warmup}")
+            config["train"]["warmup_iters"] = archer_warmup
     elif variant == "agent_r_value":
         if archer_checkpoint is None:
             raise ValueError("agent_r_value needs the archer_offline run's iteration-0 checkpoint")
@@ -201,6 +207,12 @@ def _args() -> argparse.Namespace:
         help=f"training cap per iteration, every variant (default {QUICK_TRAIN_BUDGET_S:g} quick, "
         f"{DEMO_TRAIN_BUDGET_S:g} otherwise)",
     )
+    parser.add_argument(
+        "--archer-warmup",
+        type=int,
+        default=None,
+        help="critic-only warm-up rounds of the ArCHer variants (default: bench/learners.py's 5)",
+    )
     parser.add_argument("--fresh", action="store_true", help="ignore stored results under --home")
     parser.add_argument("--out", default="", help="also write the table to this file (and FILE.json)")
     args = parser.parse_args()
@@ -216,6 +228,8 @@ def _args() -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < (0 if name == "recovery_episodes" else 1):
             parser.error(f"--{name.replace('_', '-')} must be >= {0 if name == 'recovery_episodes' else 1}")
+    if args.archer_warmup is not None and args.archer_warmup < 0:
+        parser.error("--archer-warmup must be >= 0")
     if args.train_budget_s is not None and args.train_budget_s <= 0:
         parser.error("--train-budget-s must be > 0")
     return args
@@ -260,7 +274,12 @@ def main() -> int:
                 print("# agent_r_value skipped: it needs archer_offline (listed before it)", file=sys.stderr)
                 continue
         config = variant_config(
-            base, variant, train_budget_s=budget, first=index == 0, archer_checkpoint=archer
+            base,
+            variant,
+            train_budget_s=budget,
+            first=index == 0,
+            archer_checkpoint=archer,
+            archer_warmup=args.archer_warmup,
         )
         key = config_key(config, home)
         result = None if args.fresh else stored_result(results_dir, variant, key)
@@ -286,7 +305,8 @@ def main() -> int:
     set_ids = {e["recovery_set_id"] for r in results.values() for e in r["numbers"] if e["recovery_set_id"]}
     header = (
         f"model: {model} (prepared in {warm_s:.0f}s wall, {warm_cpu:.0f}s CPU); iterations: "
-        f"{args.iterations}; quick: {args.quick}; train budget: {budget:g}s per iteration; home: {home}; "
+        f"{args.iterations}; quick: {args.quick}; train budget: {budget:g}s per iteration; archer warm-up: "
+        f"{'default' if args.archer_warmup is None else args.archer_warmup}; home: {home}; "
         f"recovery sets: {len(set_ids)} distinct (1 = every model continued the same prefixes)\n"
     )
     print()

@@ -203,3 +203,18 @@ def test_comparison_ratios_say_how_many_times_better_agent_r_is() -> None:
     assert paper_table.ratio(0.0, 0.0, True) == 1.0
     assert paper_table.ratio(0.5, 0.0, True) is None
     assert paper_table.ratio(None, 0.5, True) is None
+
+
+def test_archer_warmup_changes_only_the_archer_variants(base: dict) -> None:
+    for variant in ("archer_offline", "archer_online"):
+        default = paper.variant_config(base, variant, train_budget_s=10, first=False)
+        short = paper.variant_config(base, variant, train_budget_s=10, first=False, archer_warmup=1)
+        assert short["train"]["warmup_iters"] == 1 != default["train"]["warmup_iters"]
+        assert paper.merge(short, {"train": {"warmup_iters": default["train"]["warmup_iters"]}}) == default
+        RunConfig.from_data(short)
+    for variant in ("dpo", "direct"):
+        assert paper.variant_config(
+            base, variant, train_budget_s=10, first=False, archer_warmup=1
+        ) == paper.variant_config(base, variant, train_budget_s=10, first=False)
+    with pytest.raises(ValueError, match="archer_warmup must be >= 0"):
+        paper.variant_config(base, "archer_online", train_budget_s=10, first=False, archer_warmup=-1)
