@@ -1,32 +1,20 @@
-"""Benchmark: the DPO and ArCHer learners' throughput next to SFT's, on the same data and model.
+"""Benchmark: the learners compared on whole runs (Agent-R SFT vs DPO vs ArCHer vs the value critic).
 
-One set of TextCraft expert episodes, three views of it: SFT samples (every assistant turn
-trained), DPO pairs (diverging after the first action: chosen = the expert's continuation,
-rejected = an invalid action the environment refuses) and ArCHer transitions (one per step,
-terminal reward 1). The same tiny Llama is trained on each, side by side in one process, with the
-same per-step batch size. Prints JSON lines {"metric", "ours", "baseline", "unit", "ratio"}:
-
-* ``dpo_training_tokens_per_s_vs_sft``: DPO tokens/s (both sides of every pair x epochs / training
-  seconds plus the frozen reference's one pass) vs SFT tokens/s (the trainer's own count);
-* ``archer_actor_tokens_per_s_vs_sft``: tokens through the actor's updates per second of actor
-  update time (history + turn; includes the critic's advantage pass and the KL reference pass)
-  vs SFT tokens/s;
-* ``archer_critic_updates_per_s_vs_sft_steps``: critic optimizer steps (each over ``batch``
-  transitions: state, action and next-state encodings, target pass, Polyak update) per second vs SFT
-  optimizer steps per second at the same batch size.
-
-A ratio below 1 is expected: these learners do more work per token than SFT (a reference or a
-critic beside the actor); the lines say how much more.
-
-    python bench/learners.py            # hidden 256 x 4 layers, 96 episodes
-    python bench/learners.py --quick    # hidden 64 x 2 layers, 16 episodes (about a minute)
+``python bench/learners.py [--iterations N] [--out FILE]`` runs Agent-R SFT, DPO, ArCHer offline,
+ArCHer online and Agent-R with the ``value`` critic (from the offline ArCHer run's iteration-0
+checkpoint) on the ``agentr run --quick`` configuration: the same warm-started model, goals, seeds
+and time budget, only the learner / critic differ. It prints held-out success and recovery per
+iteration as JSON lines (ours = the learner, baseline = Agent-R SFT) and a Markdown table
+(``--compare`` is accepted and means the same: it was the flag when this file also measured
+throughput).
 
 ``method_variant`` / ``value_variant`` give ``bench/paper.py`` the run configurations of the DPO,
-ArCHer (offline / online) and Agent-R-with-value-critic arms on the same budget, and
-``python bench/learners.py --compare [--iterations N] [--out FILE]`` runs them all beside Agent-R
-SFT on the ``agentr run --quick`` configuration (the value critic from the offline ArCHer run's
-iteration-0 checkpoint), printing held-out success and recovery per iteration as JSON lines
-(ours = the learner, baseline = Agent-R SFT) and a Markdown table.
+ArCHer (offline / online) and Agent-R-with-value-critic arms on the same budget;
+``value_critic_match`` gives ``bench/critic.py`` the value critic's agreement with the TextCraft
+oracle on a run's pairs.
+
+The learners' training throughput (DPO tokens/s, ArCHer actor tokens/s and critic updates/s next to
+SFT's on the same data) is ``bench/train.py``'s (its ``learners`` section).
 """
 
 from __future__ import annotations
@@ -40,92 +28,6 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def _line(metric: str, ours: float, baseline: float, unit: str) -> dict[str, Any]:
-    return {
-        "metric": metric,
-        "ours": ours,
-        "baseline": baseline,
-        "unit": unit,
-        "ratio": round(ours / baseline, 3) if baseline else None,
-    }
-
-
-def learner_lines(
-    root: Path, model: Path, trajectories: list[Any], batch: int, max_length: int
-) -> list[dict[str, Any]]:
-    """Train SFT, DPO and ArCHer on views of ``trajectories`` (module docstring); the JSON lines."""
-    from core.domain.datasets import trajectory_to_sample
-    from core.domain.preferences import preference_pair
-    from core.domain.trajectory import Step, Trajectory
-    from core.domain.transitions import TrajectorySource, build_transitions
-    from train_service.archer import ArcherConfig, train_archer
-    from train_service.dpo import DPOConfig, train_dpo
-    from train_service.sft import SFTConfig, train_sft
-
-    samples = [trajectory_to_sample(t, f"s{i}") for i, t in enumerate(trajectories)]
-    pairs = []
-    for i, good in enumerate(trajectories):
-        if len(good.steps) < 2:
-            continue
-        wrong = Step("I need dirt.", "get 1 dirt", "Could not find enough items to get 1 dirt.", valid=False)
-        bad = Trajectory(good.task, good.instruction, (good.steps[0], wrong), reward=0.0)
-        pairs.append(preference_pair(f"p{i}", bad, good, 1, i))
-    transitions = build_transitions(
-        run_id=None,
-        iteration=0,
-        trajectories=[TrajectorySource(f"e{i}", t, i) for i, t in enumerate(trajectories)],
-    ).transitions
-
-    sft = train_sft(
-        model,
-        samples,
-        root / "sft",
-        SFTConfig(
-            epochs=2, batch_size=batch, max_length=max_length, logging_steps=1000, lr_scheduler="constant"
-        ),
-    ).metrics
-    dpo = train_dpo(
-        model,
-        pairs,
-        root / "dpo",
-        DPOConfig(
-            epochs=2, batch_size=max(1, batch // 2), max_length=max_length, logging_steps=1000, warmup=0
-        ),
-    ).metrics
-    archer = train_archer(
-        model,
-        transitions,
-        root / "archer",
-        ArcherConfig(
-            iterations=4,
-            warmup_iters=2,
-            critic_epochs=5,
-            actor_epochs=3,
-            batch_size=batch,
-            grad_accumulation=1,
-            max_state_tokens=max_length,
-            max_length=max_length,
-        ),
-    ).metrics
-    sft_steps_per_s = sft["steps"] / max(sft["seconds"], 1e-9)
-    # DPO's frozen-reference pass runs once before training: counted in its time here
-    dpo_tokens_per_s = round(
-        dpo["tokens"] * dpo["epochs"] / max(dpo["seconds"] + dpo["reference_seconds"], 1e-9), 1
-    )
-    return [
-        _line("dpo_training_tokens_per_s_vs_sft", dpo_tokens_per_s, sft["tokens_per_s"], "tokens/s"),
-        _line(
-            "archer_actor_tokens_per_s_vs_sft", archer["actor_tokens_per_s"], sft["tokens_per_s"], "tokens/s"
-        ),
-        _line(
-            "archer_critic_updates_per_s_vs_sft_steps",
-            archer["critic_updates_per_s"],
-            round(sft_steps_per_s, 3),
-            "updates/s",
-        ),
-    ]
 
 
 def method_variant(config: dict[str, Any], method: str, mode: str = "offline") -> dict[str, Any]:
@@ -234,15 +136,6 @@ async def value_critic_match(
     return {**metrics, "transitions": len(transitions), "trees": len(trees), "critic_updates": rounds * 5}
 
 
-def bench_trajectories(episodes: int) -> list[Any]:
-    from core.envs.textcraft import TextCraftEnv
-    from train_service.warm_start import expert_trajectories
-
-    env = TextCraftEnv(distractors=4)
-    ids = env.task_ids("train")
-    return list(expert_trajectories(env, [ids[i % len(ids)] for i in range(episodes)]))
-
-
 COMPARED = ("agent_r_sft", "dpo", "archer_offline", "archer_online", "agent_r_value")
 
 
@@ -346,39 +239,22 @@ def compare(home: Path, iterations: int, seed: int, out: Path | None) -> int:
     return 0 if all(r["status"] == "completed" for r in results.values()) else 1
 
 
-def run_learner_bench(quick: bool) -> list[dict[str, Any]]:
-    """Build the model and episodes (``--quick`` sizes or the full ones) and return the JSON lines."""
-    from core.llm.tiny import build_tiny_model
-
-    episodes, hidden, layers, batch = (16, 64, 2, 4) if quick else (96, 256, 4, 8)
-    trajectories = bench_trajectories(episodes)
-    texts = [t.task for t in trajectories] + [s.observation for t in trajectories for s in t.steps]
-    with tempfile.TemporaryDirectory(prefix="agentr-bench-learners-") as tmp:
-        root = Path(tmp)
-        model = build_tiny_model(root / "base", texts, hidden=hidden, layers=layers, heads=4, vocab_size=1024)
-        return learner_lines(root, model, trajectories, batch, 512)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="small model and data (about a minute)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--compare", action="store_true", help="run the learner comparison (quick runs)")
-    parser.add_argument("--iterations", type=int, default=1, help="--compare: iterations per run")
-    parser.add_argument("--home", default="", help="--compare: data folder (default: a temporary one)")
-    parser.add_argument("--out", default="", help="--compare: also write the table to this file")
+    parser.add_argument(
+        "--compare", action="store_true", help="the comparison (the default; kept for old commands)"
+    )
+    parser.add_argument("--quick", action="store_true", help="the same quick runs, 1 iteration")
+    parser.add_argument("--iterations", type=int, default=1, help="iterations per run (1)")
+    parser.add_argument("--home", default="", help="data folder (default: a temporary one)")
+    parser.add_argument("--out", default="", help="also write the table to this file")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    if args.compare:
-        home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="agentr-learners-"))
-        raise SystemExit(compare(home, args.iterations, 0, Path(args.out) if args.out else None))
-    import torch
-
-    torch.set_num_threads(args.threads)
-    for line in run_learner_bench(args.quick):
-        print(json.dumps(line))
+    iterations = 1 if args.quick else args.iterations
+    home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="agentr-learners-"))
+    raise SystemExit(compare(home, iterations, 0, Path(args.out) if args.out else None))
 
 
 if __name__ == "__main__":

@@ -1,23 +1,41 @@
-"""Benchmark: SFT training throughput (real, non-padding tokens per second) with and without packing.
+"""Benchmark: training throughput of every learner, side by side in one process on the same data.
 
-Both runs train the same tiny Llama on the same mixed-length data (TextCraft expert episodes of
-150-300 tokens plus short general chat turns, two per episode, shuffled: a dataset's mix of long
-agent samples and short general samples) for the same number of epochs through
-``train_service.sft.train_sft``, side by side in one process. "ours" = packing (fixed-length
-blocks, per-sample attention), "baseline" = padded batches. Prints one JSON line:
-{"metric", "ours", "baseline", "unit", "ratio"} with ratio = ours / baseline (higher is better).
+One tiny Llama and one set of TextCraft expert episodes (plus short general chat turns, two per
+episode) serve every line; all JSON lines are {"metric", "ours", "baseline", "unit", "ratio"} with
+ratio = ours / baseline (higher is better).
 
-Second line, ``ddp_2proc_vs_inline``: the same data and config (packing on, same per-device batch,
-same epochs) trained by ``train.launcher: torchrun`` with 2 gloo processes (``ours``) and inline in
-one process (``baseline``), both through ``run_train_iteration`` from the same dataset file; tokens/s
-is the trainer's own (dataset tokens x epochs / training seconds, so process start-up and model
-loading are not in it). Each process uses ``--threads`` torch threads: 2 processes use 2 cores.
+* ``sft_training_tokens_per_s_packing_vs_padding`` (section ``packing``): SFT through
+  ``train_service.sft.train_sft`` on the mixed-length data (episodes of 150-300 tokens and the chat
+  turns, shuffled), packed blocks with per-sample attention (ours) vs padded batches (baseline),
+  same epochs; real, non-padding tokens per second.
+* ``ddp_2proc_vs_inline`` (section ``ddp``): the same data and config (packing on, same per-device
+  batch, same epochs) trained by ``train.launcher: torchrun`` with 2 gloo processes (ours) and
+  inline in one process (baseline), both through ``run_train_iteration`` from the same dataset
+  file; tokens/s is the trainer's own (dataset tokens x epochs / training seconds: process start-up
+  and model loading are not in it). Each process uses ``--threads`` torch threads.
+* the learners (section ``learners``): the first ``learner episodes`` of the same episodes in three
+  views, SFT samples (every assistant turn trained), DPO pairs (diverging after the first action:
+  chosen = the expert's continuation, rejected = an invalid action the environment refuses) and
+  ArCHer transitions (one per step, terminal reward 1), each trained on the same model with the
+  same per-step batch:
 
-Then the learners' lines of ``bench/learners.py`` (DPO tokens/s, ArCHer actor tokens/s and critic
-updates/s next to SFT's, same episodes and model, trained side by side).
+  - ``dpo_training_tokens_per_s_vs_sft``: DPO tokens/s (both sides of every pair x epochs / training
+    seconds plus the frozen reference's one pass) vs SFT tokens/s (the trainer's own count);
+  - ``archer_actor_tokens_per_s_vs_sft``: tokens through the actor's updates per second of actor
+    update time (history + turn; includes the critic's advantage pass and the KL reference pass)
+    vs SFT tokens/s;
+  - ``archer_critic_updates_per_s_vs_sft_steps``: critic optimizer steps (each over ``batch``
+    transitions: state, action and next-state encodings, target pass, Polyak update) per second vs
+    SFT optimizer steps per second at the same batch size.
 
-    python bench/train.py            # 3.4M-parameter model (hidden 256, 4 layers), 192 episodes
-    python bench/train.py --quick    # smaller model and data, under a minute
+  A ratio below 1 is expected there: these learners do more work per token than SFT (a reference
+  or a critic beside the actor); the lines say how much more.
+
+    python bench/train.py            # hidden 256 x 4 layers, 192 episodes (learners: 96)
+    python bench/train.py --quick    # hidden 64 x 2 layers, 32 episodes (learners: 16)
+    python bench/train.py --only learners   # one section (packing, ddp, learners; comma-separated)
+
+The learner comparison on whole runs (held-out success, recovery) is ``bench/learners.py``.
 """
 
 from __future__ import annotations
@@ -29,35 +47,55 @@ import random
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SECTIONS = ("packing", "ddp", "learners")
+
+
+def _line(metric: str, ours: float, baseline: float, unit: str) -> dict[str, Any]:
+    return {
+        "metric": metric,
+        "ours": ours,
+        "baseline": baseline,
+        "unit": unit,
+        "ratio": round(ours / baseline, 3) if baseline else None,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="small model and data (< 1 minute)")
+    parser.add_argument("--quick", action="store_true", help="small model and data (about a minute)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS), help=f"sections to run, comma-separated ({', '.join(SECTIONS)})"
+    )
     args = parser.parse_args()
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    if not sections or set(sections) - set(SECTIONS):
+        parser.error(f"--only takes {', '.join(SECTIONS)}, got {args.only!r}")
     logging.basicConfig(level=logging.WARNING)
 
     import torch
 
     torch.set_num_threads(args.threads)
+    from core.domain.datasets import trajectory_to_sample
     from core.domain.trajectory import Message, TrainingSample
     from core.envs.textcraft import TextCraftEnv
     from core.llm.tiny import build_tiny_model
-    from train_service.sft import SFTConfig, train_sft
-    from train_service.warm_start import expert_samples
+    from train_service.warm_start import expert_trajectories
 
     if args.quick:
-        episodes, hidden, layers, batch = 32, 64, 2, 4
+        episodes, learner_episodes, hidden, layers, batch = 32, 16, 64, 2, 4
     else:
-        episodes, hidden, layers, batch = 192, 256, 4, 8
+        episodes, learner_episodes, hidden, layers, batch = 192, 96, 256, 4, 8
     max_length, pack_length = 512, 320
     env = TextCraftEnv(distractors=4)
-    samples = expert_samples(env, episodes, "train")
+    ids = env.task_ids("train")
+    trajectories = list(expert_trajectories(env, [ids[i % len(ids)] for i in range(episodes)]))
     chat = [
         TrainingSample(
             f"chat{i}",
@@ -66,48 +104,45 @@ def main() -> None:
         )
         for i in range(2 * episodes)
     ]
-    samples = samples + chat
+    samples = [trajectory_to_sample(t, f"e{i}") for i, t in enumerate(trajectories)] + chat
     random.Random(0).shuffle(samples)
     texts = [m.content for s in samples for m in s.messages]
     with tempfile.TemporaryDirectory(prefix="agentr-bench-train-") as tmp:
         root = Path(tmp)
         model = build_tiny_model(root / "base", texts, hidden=hidden, layers=layers, heads=4, vocab_size=1024)
-        results = {}
-        for packing in (False, True):
-            cfg = SFTConfig(
-                epochs=2,
-                batch_size=batch,
-                max_length=max_length,
-                packing=packing,
-                pack_length=pack_length,
-                logging_steps=1000,
-            )
-            report = train_sft(model, samples, root / f"ckpt-{packing}", cfg)
-            results[packing] = report.metrics
-        ddp = launcher_comparison(root, model, samples, batch, max_length, pack_length, args.threads)
-    ours, base = results[True]["tokens_per_s"], results[False]["tokens_per_s"]
-    print(
-        json.dumps(
-            {
-                "metric": "sft_training_tokens_per_s_packing_vs_padding",
-                "ours": ours,
-                "baseline": base,
-                "unit": "tokens/s",
-                "ratio": round(ours / base, 3) if base else None,
-            }
-        )
-    )
-    print(json.dumps(ddp))
-    # DPO and ArCHer next to SFT on the same expert episodes (bench/learners.py; its own model)
-    from learners import run_learner_bench
+        if "packing" in sections:
+            print(json.dumps(packing_comparison(root, model, samples, batch, max_length, pack_length)))
+        if "ddp" in sections:
+            ddp = launcher_comparison(root, model, samples, batch, max_length, pack_length, args.threads)
+            print(json.dumps(ddp))
+        if "learners" in sections:
+            for line in learner_lines(root, model, trajectories[:learner_episodes], batch, max_length):
+                print(json.dumps(line))
 
-    for line in run_learner_bench(args.quick):
-        print(json.dumps(line))
+
+def packing_comparison(
+    root: Path, model: Path, samples: list[Any], batch: int, max_length: int, pack_length: int
+) -> dict[str, Any]:
+    """SFT tokens/s with packing (ours) vs padded batches (baseline), same data and epochs."""
+    from train_service.sft import SFTConfig, train_sft
+
+    speeds = {}
+    for packing in (False, True):
+        cfg = SFTConfig(
+            epochs=2,
+            batch_size=batch,
+            max_length=max_length,
+            packing=packing,
+            pack_length=pack_length,
+            logging_steps=1000,
+        )
+        speeds[packing] = train_sft(model, samples, root / f"ckpt-{packing}", cfg).metrics["tokens_per_s"]
+    return _line("sft_training_tokens_per_s_packing_vs_padding", speeds[True], speeds[False], "tokens/s")
 
 
 def launcher_comparison(
-    root: Path, model: Path, samples: list, batch: int, max_length: int, pack_length: int, threads: int
-) -> dict[str, object]:
+    root: Path, model: Path, samples: list[Any], batch: int, max_length: int, pack_length: int, threads: int
+) -> dict[str, Any]:
     """tokens/s of 2 gloo torchrun processes vs 1 inline process on the same dataset file."""
     import os
 
@@ -138,14 +173,83 @@ def launcher_comparison(
             launch=launch,
         )
         speeds[name] = float(result["metrics"]["tokens_per_s"])
-    ours, base = speeds["torchrun"], speeds["inline"]
-    return {
-        "metric": "ddp_2proc_vs_inline",
-        "ours": ours,
-        "baseline": base,
-        "unit": "tokens/s",
-        "ratio": round(ours / base, 3) if base else None,
-    }
+    return _line("ddp_2proc_vs_inline", speeds["torchrun"], speeds["inline"], "tokens/s")
+
+
+def learner_lines(
+    root: Path, model: Path, trajectories: list[Any], batch: int, max_length: int
+) -> list[dict[str, Any]]:
+    """Train SFT, DPO and ArCHer on views of ``trajectories`` (module docstring); the JSON lines."""
+    from core.domain.datasets import trajectory_to_sample
+    from core.domain.preferences import preference_pair
+    from core.domain.trajectory import Step, Trajectory
+    from core.domain.transitions import TrajectorySource, build_transitions
+    from train_service.archer import ArcherConfig, train_archer
+    from train_service.dpo import DPOConfig, train_dpo
+    from train_service.sft import SFTConfig, train_sft
+
+    samples = [trajectory_to_sample(t, f"s{i}") for i, t in enumerate(trajectories)]
+    pairs = []
+    for i, good in enumerate(trajectories):
+        if len(good.steps) < 2:
+            continue
+        wrong = Step("I need dirt.", "get 1 dirt", "Could not find enough items to get 1 dirt.", valid=False)
+        bad = Trajectory(good.task, good.instruction, (good.steps[0], wrong), reward=0.0)
+        pairs.append(preference_pair(f"p{i}", bad, good, 1, i))
+    transitions = build_transitions(
+        run_id=None,
+        iteration=0,
+        trajectories=[TrajectorySource(f"e{i}", t, i) for i, t in enumerate(trajectories)],
+    ).transitions
+
+    sft = train_sft(
+        model,
+        samples,
+        root / "learner-sft",
+        SFTConfig(
+            epochs=2, batch_size=batch, max_length=max_length, logging_steps=1000, lr_scheduler="constant"
+        ),
+    ).metrics
+    dpo = train_dpo(
+        model,
+        pairs,
+        root / "learner-dpo",
+        DPOConfig(
+            epochs=2, batch_size=max(1, batch // 2), max_length=max_length, logging_steps=1000, warmup=0
+        ),
+    ).metrics
+    archer = train_archer(
+        model,
+        transitions,
+        root / "learner-archer",
+        ArcherConfig(
+            iterations=4,
+            warmup_iters=2,
+            critic_epochs=5,
+            actor_epochs=3,
+            batch_size=batch,
+            grad_accumulation=1,
+            max_state_tokens=max_length,
+            max_length=max_length,
+        ),
+    ).metrics
+    sft_steps_per_s = sft["steps"] / max(sft["seconds"], 1e-9)
+    # DPO's frozen-reference pass runs once before training: counted in its time here
+    dpo_tokens_per_s = round(
+        dpo["tokens"] * dpo["epochs"] / max(dpo["seconds"] + dpo["reference_seconds"], 1e-9), 1
+    )
+    return [
+        _line("dpo_training_tokens_per_s_vs_sft", dpo_tokens_per_s, sft["tokens_per_s"], "tokens/s"),
+        _line(
+            "archer_actor_tokens_per_s_vs_sft", archer["actor_tokens_per_s"], sft["tokens_per_s"], "tokens/s"
+        ),
+        _line(
+            "archer_critic_updates_per_s_vs_sft_steps",
+            archer["critic_updates_per_s"],
+            round(sft_steps_per_s, 3),
+            "updates/s",
+        ),
+    ]
 
 
 if __name__ == "__main__":
