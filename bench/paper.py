@@ -152,6 +152,15 @@ def store_result(results_dir: Path, variant: str, key: str, result: dict[str, An
     return path
 
 
+def latest_stored(results_dir: Path, variant: str) -> dict[str, Any] | None:
+    """The newest stored result of ``variant`` whatever its configuration (``--print-stored``)."""
+    paths = sorted(results_dir.glob(f"{variant}-*.json"), key=lambda p: p.stat().st_mtime)
+    if not paths:
+        return None
+    data: dict[str, Any] = json.loads(paths[-1].read_text())
+    return data
+
+
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -213,6 +222,11 @@ def _args() -> argparse.Namespace:
         default=None,
         help="critic-only warm-up rounds of the ArCHer variants (default: bench/learners.py's 5)",
     )
+    parser.add_argument(
+        "--print-stored",
+        action="store_true",
+        help="run nothing: print the newest stored result of each listed variant under --home",
+    )
     parser.add_argument("--fresh", action="store_true", help="ignore stored results under --home")
     parser.add_argument("--out", default="", help="also write the table to this file (and FILE.json)")
     args = parser.parse_args()
@@ -235,8 +249,56 @@ def _args() -> argparse.Namespace:
     return args
 
 
+def print_stored(args: argparse.Namespace) -> int:
+    """``--print-stored``: the table and JSON lines of stored results, no run."""
+    if not args.home:
+        raise SystemExit("--print-stored needs --home")
+    home = Path(args.home).resolve()
+    results: dict[str, dict[str, Any]] = {}
+    for variant in args.variant_list:
+        result = latest_stored(home / "paper-results", variant)
+        if result is None:
+            print(f"# {variant}: no stored result under {home / 'paper-results'}", file=sys.stderr)
+            continue
+        results[variant] = {**result, "numbers": numbers(result.get("report") or {}, variant)}
+    models = {str((r.get("report") or {}).get("config", {}).get("model")) for r in results.values()}
+    return report(args, results, f"model: {', '.join(sorted(models))} (stored results); ")
+
+
+def report(args: argparse.Namespace, results: dict[str, dict[str, Any]], prefix: str) -> int:
+    """Print the JSON lines and the table of ``results`` (and write ``--out``)."""
+    for line in comparisons(results):
+        print(json.dumps(line))
+    for variant, result in results.items():
+        for metric, unit in (("seconds", "s"), ("cpu_seconds", "s")):
+            line = {"metric": f"{metric}_{variant}", "ours": result[metric], "baseline": None, "unit": unit}
+            print(json.dumps({**line, "ratio": None}))
+    rendered = table(results, args.iterations)
+    set_ids = {e["recovery_set_id"] for r in results.values() for e in r["numbers"] if e["recovery_set_id"]}
+    runs = "; ".join(
+        f"{v}: {r['seconds']:.0f}s wall, {r['cpu_seconds']:.0f}s CPU, load {r['load'][0]}-{r['load'][1]}, "
+        f"done {r.get('finished_at', '?')}"
+        for v, r in results.items()
+    )
+    header = (
+        f"{prefix}iterations: {args.iterations}; recovery sets: {len(set_ids)} distinct (1 = every model "
+        f"continued the same prefixes)\nruns: {runs}\n"
+    )
+    print()
+    print(header)
+    print(rendered)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(header + "\n" + rendered)
+        out.with_suffix(out.suffix + ".json").write_text(json.dumps(results, indent=1, sort_keys=True))
+    return 0 if all(r["status"] == "completed" for r in results.values()) else 1
+
+
 def main() -> int:
     args = _args()
+    if args.print_stored:
+        return print_stored(args)
     from core.cli.demo import RunOptions, plan_run
     from core.cli.embedded_run import embedded_settings
     from core.cli.warm_start import prepare_model
@@ -295,29 +357,12 @@ def main() -> int:
             file=sys.stderr,
             flush=True,
         )
-    for line in comparisons(results):
-        print(json.dumps(line))
-    for variant, result in results.items():
-        for metric, unit in (("seconds", "s"), ("cpu_seconds", "s")):
-            line = {"metric": f"{metric}_{variant}", "ours": result[metric], "baseline": None, "unit": unit}
-            print(json.dumps({**line, "ratio": None}))
-    rendered = table(results, args.iterations)
-    set_ids = {e["recovery_set_id"] for r in results.values() for e in r["numbers"] if e["recovery_set_id"]}
-    header = (
-        f"model: {model} (prepared in {warm_s:.0f}s wall, {warm_cpu:.0f}s CPU); iterations: "
-        f"{args.iterations}; quick: {args.quick}; train budget: {budget:g}s per iteration; archer warm-up: "
+    prefix = (
+        f"model: {model} (prepared in {warm_s:.0f}s wall, {warm_cpu:.0f}s CPU); quick: {args.quick}; "
+        f"train budget: {budget:g}s per iteration; archer warm-up: "
         f"{'default' if args.archer_warmup is None else args.archer_warmup}; home: {home}; "
-        f"recovery sets: {len(set_ids)} distinct (1 = every model continued the same prefixes)\n"
     )
-    print()
-    print(header)
-    print(rendered)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(header + "\n" + rendered)
-        out.with_suffix(out.suffix + ".json").write_text(json.dumps(results, indent=1, sort_keys=True))
-    return 0 if all(r["status"] == "completed" for r in results.values()) else 1
+    return report(args, results, prefix)
 
 
 if __name__ == "__main__":

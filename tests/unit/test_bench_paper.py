@@ -218,3 +218,15 @@ def test_archer_warmup_changes_only_the_archer_variants(base: dict) -> None:
         ) == paper.variant_config(base, variant, train_budget_s=10, first=False)
     with pytest.raises(ValueError, match="archer_warmup must be >= 0"):
         paper.variant_config(base, "archer_online", train_budget_s=10, first=False, archer_warmup=-1)
+
+
+def test_latest_stored_takes_the_newest_result_of_a_variant(tmp_path: Path) -> None:
+    import os
+
+    paper.store_result(tmp_path, "archer_offline", "k1", {"run_id": "old"})
+    paper.store_result(tmp_path, "archer_online", "k3", {"run_id": "other variant"})
+    newer = paper.store_result(tmp_path, "archer_offline", "k2", {"run_id": "new"})
+    os.utime(newer, (newer.stat().st_mtime + 10, newer.stat().st_mtime + 10))
+    assert paper.latest_stored(tmp_path, "archer_offline") == {"run_id": "new"}
+    assert paper.latest_stored(tmp_path, "archer_online") == {"run_id": "other variant"}
+    assert paper.latest_stored(tmp_path, "dpo") is None
