@@ -1,14 +1,21 @@
-"""Owns the warm start: expert episodes from TextCraft's solver and a time-budgeted SFT on them.
+"""Owns the warm start: expert episodes (TextCraft's solver, or any environment's ``gold_actions``)
+and a time-budgeted SFT on them.
 
 The paper's baselines start from an instruction-tuned model; a random-init tiny model starts with
 nothing, so MCTS would find no success at all. ``warm_start`` plays the expert solver through the
 real environment (so observations are the environment's own), turns each episode into a ``good``
 training sample (every assistant turn trained on) and fine-tunes with packing and a learning-rate
 schedule fitted to the time budget (DESIGN §5: short prompts, budgeted schedule, packing).
+
+The expert: TextCraft's own solver; for any other environment (a plugin, an AgentGym server, ...)
+its ``gold_actions(task_id)`` — the same method ``agentr env check`` probes with — played through the
+environment's async port, so ``agentr run --env NAME`` can warm-start the tiny model on a
+bring-your-own environment. An environment with neither gets a clear error naming both ways out.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Iterator, Sequence
@@ -35,11 +42,19 @@ def expert_thought(action: str) -> str:
     return "Let me check my inventory."
 
 
-def expert_trajectories(env: Any, task_ids: Sequence[str]) -> Iterator[Trajectory]:
-    """Play TextCraft's expert solver on each task through ``env`` (a ``TextCraftEnv``).
+class NoExpertError(ValueError):
+    """The environment offers no expert to warm-start from (the message says what would)."""
 
-    Episodes whose final reward is not 1 are skipped with a warning (the solver should not fail).
+
+def expert_trajectories(env: Any, task_ids: Sequence[str]) -> Iterator[Trajectory]:
+    """Play the expert on each task through ``env``: TextCraft's solver on a ``TextCraftEnv``,
+    otherwise the environment's ``gold_actions(task_id)`` (``NoExpertError`` when it has none).
+
+    Episodes whose final reward is not 1 are skipped with a warning (the expert should not fail).
     """
+    if not (hasattr(env, "reset_sync") and hasattr(env, "goal_of") and hasattr(env, "book")):
+        yield from gold_trajectories(env, task_ids)
+        return
     from core.envs.textcraft import solve
 
     for task_id in task_ids:
@@ -70,6 +85,38 @@ def expert_trajectories(env: Any, task_ids: Sequence[str]) -> Iterator[Trajector
             reward=1.0,
             provenance={"source": "expert", "env": "textcraft", "task_id": str(task_id)},
         )
+
+
+def gold_trajectories(env: Any, task_ids: Sequence[str]) -> list[Trajectory]:
+    """Episodes of ``env.gold_actions(task_id)`` played through the environment's async port."""
+    gold = getattr(env, "gold_actions", None)
+    name = getattr(env, "name", type(env).__name__)
+    if not callable(gold):
+        raise NoExpertError(
+            f"environment {name!r} has no expert to warm-start the tiny model from: give it a "
+            "gold_actions(task_id) method (docs/envs.md), or pass --warm-start-steps 0 or --model"
+        )
+    return asyncio.run(_play_gold(env, gold, task_ids, str(name)))
+
+
+async def _play_gold(env: Any, gold: Any, task_ids: Sequence[str], name: str) -> list[Trajectory]:
+    out: list[Trajectory] = []
+    for task_id in task_ids:
+        task = await env.reset(task_id)
+        steps: list[Step] = []
+        result = None
+        for action in gold(task_id):
+            result = await env.step(action)
+            thought = f"The next step is {action}."
+            steps.append(Step(thought, action, result.observation, result.reward, result.done, result.valid))
+            if result.done:
+                break
+        if result is None or result.reward < 1.0:
+            log.warning("the gold actions of %s task %s did not finish it; skipped", name, task_id)
+            continue
+        provenance = {"source": "expert", "env": name, "task_id": str(task_id)}
+        out.append(Trajectory(task, env.instruction, tuple(steps), 1.0, provenance))
+    return out
 
 
 def expert_samples(env: Any, n_episodes: int, split: str = "train") -> list[TrainingSample]:

@@ -1,11 +1,13 @@
 """The example environment package (examples/agentr-example-lock), installed as CI installs it
 (``pip install --no-deps -e examples/agentr-example-lock``): opened through its ``agentr.envs``
 entry point, checked with ``agentr env check``, served with ``agentr env serve`` and played by our
-AgentGym client, and searched + spliced end to end in a data-only run (the run driver ``agentr run``
-uses, in embedded mode on SQLite, with a seeded uniformly random actor over the game's actions)."""
+AgentGym client, and searched + spliced end to end in a data-only run: by the run driver (embedded
+mode on SQLite, a seeded uniformly random actor over the game's actions) and by the ``agentr run``
+command itself (the tiny model warm-started on the lock's ``gold_actions``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -158,3 +160,71 @@ async def test_example_env_searched_and_spliced_in_a_data_only_run(tmp_path: Pat
     revision = next(r.event for r in events if r.event_type == "RevisionMaterialized")
     text = repr(revision)
     assert "is refused" in text and "The lock opens!" in text  # the example env's own observations
+
+
+@pytest.mark.slow
+def test_agentr_run_warm_starts_searches_and_splices_the_example_env(tmp_path: Path) -> None:
+    """The command itself on a bring-your-own environment: ``agentr run --env lock --data-only``
+    builds the tiny model, warm-starts it on the lock's ``gold_actions``, searches and splices."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTR_")}
+    env.update(AGENTR_HOME=str(home), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    agentr = str(Path(sys.executable).parent / "agentr")
+    argv = [
+        agentr,
+        "run",
+        "--quick",
+        "--env",
+        "lock",
+        "--tasks",
+        "c9,c27",
+        "--iterations",
+        "1",
+        "--data-only",
+    ]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "warm start: 2 expert episodes" in proc.stderr, proc.stderr[-2000:]
+    (run_dir,) = [p for p in (home / "runs").iterdir() if p.is_dir()]
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "completed" and report["config"]["env"] == "lock"
+    counts = report["datasets"]["0"]
+    assert counts["trees"] == 2 and counts["pairs"] > 0 and counts["revision"] > 0
+    out = tmp_path / "lock.jsonl"
+    exported = subprocess.run(
+        [agentr, "export", run_dir.name, "0", "-o", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert exported.returncode == 0, exported.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    from core.domain.reflections import DEFAULT_TEMPLATES
+
+    openings = [text.split("{")[0] for text in DEFAULT_TEMPLATES.values()]
+
+    def is_revision(row: dict) -> bool:  # a trained turn that opens with a reflection
+        trained = [m["content"] for m in row["messages"] if m["role"] == "assistant" and m.get("weight") == 1]
+        return any(opening in text for text in trained for opening in openings)
+
+    assert any("is refused" in json.dumps(r) for r in rows if is_revision(r))  # the lock's own words
+    assert sum(is_revision(r) for r in rows) == counts["revision"], rows[:2]
+
+
+def test_an_env_without_an_expert_is_refused_for_the_warm_start_with_the_ways_out() -> None:
+    from train_service.warm_start import NoExpertError, expert_trajectories
+
+    class NoExpert:
+        name = "blind"
+
+    with pytest.raises(NoExpertError, match=r"'blind' has no expert.*gold_actions.*--warm-start-steps 0"):
+        list(expert_trajectories(NoExpert(), ["t1"]))
+
+
+def test_gold_actions_of_the_example_env_make_expert_episodes() -> None:
+    from train_service.warm_start import expert_trajectories
+
+    (episode,) = list(expert_trajectories(open_env("lock"), ["c27"]))  # c27 -> 1, 2, 3 in base 4
+    assert [s.action for s in episode.steps] == ["press 1", "press 2", "press 3"]
+    assert episode.reward == 1.0 and episode.steps[-1].done and episode.provenance["env"] == "lock"
