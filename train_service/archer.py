@@ -49,7 +49,7 @@ from core.domain.datasets import EmptyDatasetError
 from core.domain.transitions import Transition
 from train_service.archer_updates import ArcherLearner
 from train_service.checkpoint import CheckpointMeta, existing_checkpoint, write_checkpoint
-from train_service.hf_trainer import StepReport, TrainingCancelled, TrainReport
+from train_service.hf_trainer import StepReport, TrainingCancelled, TrainReport, check_fields
 from train_service.value_model import UtteranceCritic, save_critic
 
 log = logging.getLogger(__name__)
@@ -144,9 +144,7 @@ class ArcherConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ArcherConfig:
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"ArcherConfig: unknown field(s) {sorted(unknown)}")
+        check_fields(cls, data)
         return cls(**data)
 
 

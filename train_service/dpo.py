@@ -39,8 +39,10 @@ from train_service.hf_trainer import (
     ListDataset,
     StepReport,
     TrainReport,
+    check_fields,
     control_callbacks,
     fit,
+    knob_problems,
     load_causal_lm,
     load_tokenizer,
     run_metrics,
@@ -92,16 +94,7 @@ class DPOConfig:
             problems.append(f"beta must be > 0, got {self.beta!r}")
         if self.reference not in ("frozen", "none"):
             problems.append(f"reference must be 'frozen' or 'none', got {self.reference!r}")
-        if self.epochs <= 0 and self.max_steps <= 0:
-            problems.append("epochs must be > 0 (or max_steps > 0)")
-        if self.learning_rate <= 0:
-            problems.append("learning_rate must be > 0")
-        if self.batch_size < 1 or self.grad_accumulation < 1:
-            problems.append("batch_size and grad_accumulation must be >= 1")
-        if self.max_length < 8:
-            problems.append("max_length must be >= 8")
-        if self.time_budget_s is not None and self.time_budget_s <= 0:
-            problems.append("time_budget_s must be > 0")
+        problems += knob_problems(self)
         if problems:
             raise ValueError("invalid DPOConfig: " + "; ".join(problems))
 
@@ -110,9 +103,7 @@ class DPOConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DPOConfig:
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"DPOConfig: unknown field(s) {sorted(unknown)}")
+        check_fields(cls, data)
         return cls(**data)
 
 

@@ -38,8 +38,10 @@ from train_service.hf_trainer import (
     StepReport,
     TrainingCancelled,
     TrainReport,
+    check_fields,
     control_callbacks,
     fit,
+    knob_problems,
     load_causal_lm,
     load_tokenizer,
     max_over_ranks,
@@ -115,21 +117,11 @@ class SFTConfig:
     lora: LoraSettings | None = None
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.epochs <= 0 and self.max_steps <= 0:
-            problems.append("epochs must be > 0 (or max_steps > 0)")
-        if self.learning_rate <= 0:
-            problems.append("learning_rate must be > 0")
-        if self.batch_size < 1 or self.grad_accumulation < 1:
-            problems.append("batch_size and grad_accumulation must be >= 1")
-        if self.max_length < 8:
-            problems.append("max_length must be >= 8")
+        problems = knob_problems(self)
         if self.pack_length is not None and self.pack_length < 8:
             problems.append("pack_length must be >= 8")
         if self.lr_scheduler == "time_cosine" and not self.time_budget_s:
             problems.append("lr_scheduler 'time_cosine' needs time_budget_s")
-        if self.time_budget_s is not None and self.time_budget_s <= 0:
-            problems.append("time_budget_s must be > 0")
         if problems:
             raise ValueError("invalid SFTConfig: " + "; ".join(problems))
 
@@ -138,10 +130,7 @@ class SFTConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SFTConfig:
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"SFTConfig: unknown field(s) {sorted(unknown)}")
+        check_fields(cls, data)
         values = dict(data)
         if isinstance(values.get("lora"), dict):
             lora = dict(values["lora"])
