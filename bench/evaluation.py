@@ -6,12 +6,13 @@ episodes, the recovery continuations), played three ways side by side in one run
 - sequential (baseline, the protocol before concurrency): the held-out episodes, then the recovery
   continuations, then the seen episodes, each set in its own batches, batch-invariant forward
   passes (the CPU default of the hf policy: one pass per prompt);
-- batched-invariant: every set in ONE batch per turn, still batch-invariant passes (the same
-  episodes token for token as sequential: batching alone changes nothing on CPU);
+- batched-invariant (``--batched-invariant``): every set in ONE batch per turn, still
+  batch-invariant passes (the same episodes token for token as sequential);
 - concurrent (ours, the default): every set in one batch per turn AND shared forward passes.
 
-The sequential and batched-invariant evaluations continue known recovery prefixes (an iteration's
-model; the starting model builds its set from its held-out episodes first).
+The sequential pass builds the recovery set from its held-out episodes (as the starting model
+does); the concurrent one continues those prefixes in the same batch as its other episodes (as
+an iteration's model does).
 
 Prints JSON lines: ``eval_cpu_s`` (CPU seconds of the whole evaluation, ``time.process_time``;
 ratio = sequential / concurrent, the figure that holds on a loaded machine, since torch runs
@@ -83,10 +84,10 @@ async def _timed(work: Any) -> tuple[Any, float, float]:
     return out, time.process_time() - cpu, time.perf_counter() - wall
 
 
-async def main(quick: bool, home: Path) -> None:
+async def main(quick: bool, home: Path, batched_invariant: bool) -> None:
     import torch
 
-    from core.domain.eval_protocol import RecoveryPrefix, episode_seed
+    from core.domain.eval_protocol import RecoveryPrefix, episode_seed, recovery_set
     from core.envs.registry import open_env
     from core.llm.hf import HFPolicy
     from train_service.evaluation import evaluate, play
@@ -100,36 +101,40 @@ async def main(quick: bool, home: Path) -> None:
         return open_env(env_uri)
 
     invariant = replace(cfg, shared_passes=False)
-    # the recovery set, as the run builds it: the starting model's failed held-out episodes
-    start = await evaluate(policy, opener, held, invariant, seed=seed, build_recovery_set=True)
-    prefixes = [RecoveryPrefix.from_data(p) for p in start["recovery_set"]]
 
     def runs(tasks: list[str]) -> tuple[list[str], list[int]]:
         pairs = [(t, e) for t in tasks for e in range(cfg.episodes_per_task)]
         return [t for t, _ in pairs], [episode_seed(seed, t, e) for t, e in pairs]
 
+    prefixes: list[RecoveryPrefix] = []
+
     async def sequential() -> list[Any]:  # the protocol before concurrency: one set after another
-        out = []
-        for tasks in (held, seen):
-            ids, seeds = runs(tasks)
-            out.append(await play(policy, opener, ids, invariant, seeds=seeds))
-            if tasks is held and prefixes:
-                out.append(
-                    await play(
-                        policy,
-                        opener,
-                        [p.task_id for p in prefixes],
-                        invariant,
-                        seeds=[episode_seed(seed, p.task_id, p.episode, "recovery") for p in prefixes],
-                        prefixes=[p.actions for p in prefixes],
-                    )
-                )
-        return out
+        ids, seeds = runs(held)
+        held_results = await play(policy, opener, ids, invariant, seeds=seeds)
+        # the recovery set as the run builds it: the starting model's failed held-out episodes
+        episodes = [e for _ in held for e in range(cfg.episodes_per_task)]
+        prefixes.extend(
+            recovery_set(
+                list(zip(episodes, held_results, strict=True)), limit=cfg.recovery_episodes, seed=seed
+            )
+        )
+        recovered = await play(
+            policy,
+            opener,
+            [p.task_id for p in prefixes],
+            invariant,
+            seeds=[episode_seed(seed, p.task_id, p.episode, "recovery") for p in prefixes],
+            prefixes=[p.actions for p in prefixes],
+        )
+        ids, seeds = runs(seen)
+        return [held_results, recovered, await play(policy, opener, ids, invariant, seeds=seeds)]
 
     old, old_cpu, old_wall = await _timed(sequential())
-    _, inv_cpu, _ = await _timed(
-        evaluate(policy, opener, held, invariant, seed=seed, seen=seen, recovery=prefixes)
-    )
+    inv_cpu = 0.0
+    if batched_invariant:
+        _, inv_cpu, _ = await _timed(
+            evaluate(policy, opener, held, invariant, seed=seed, seen=seen, recovery=prefixes)
+        )
     new, new_cpu, new_wall = await _timed(
         evaluate(policy, opener, held, cfg, seed=seed, seen=seen, recovery=prefixes)
     )
@@ -140,7 +145,8 @@ async def main(quick: bool, home: Path) -> None:
                       "episodes": episodes, "max_steps": cfg.max_steps}), flush=True)  # fmt: skip
     _line("eval_cpu_s", new_cpu, old_cpu, "s", old_cpu / new_cpu)
     _line("eval_wall_s", new_wall, old_wall, "s", old_wall / new_wall)
-    _line("eval_cpu_s_batched_invariant", inv_cpu, old_cpu, "s", old_cpu / inv_cpu)
+    if batched_invariant:
+        _line("eval_cpu_s_batched_invariant", inv_cpu, old_cpu, "s", old_cpu / inv_cpu)
     # the concurrent evaluation's episodes against the sequential ones, same seeds: replay them
     held_ids, held_seeds = runs(held)
     seen_ids, seen_seeds = runs(seen)
@@ -153,10 +159,10 @@ async def main(quick: bool, home: Path) -> None:
     with shared_passes(policy, True):
         concurrent = await play(policy, opener, ids, cfg, seeds=seeds, prefixes=replays)
     await policy.close()
-    flat_old = old[0] + old[-1] + (old[1] if prefixes else [])  # held-out, seen, recovery order
+    flat_old = old[0] + old[2] + old[1]  # held-out, seen, recovery order
     same = sum(a.actions == b.actions for a, b in zip(concurrent, flat_old, strict=True)) / len(flat_old)
     _line("episodes_identical_share", same, 1.0, "share", same)
-    old_seen = old[-1]
+    old_seen = old[2]
     for metric, ours, baseline in (
         ("held_out_success", new["success_rate"], _success(old[0])),
         ("seen_success", new["seen"]["success_rate"], _success(old_seen)),
@@ -174,9 +180,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the --quick run's model, 5 goals (< 1 minute)")
     parser.add_argument("--home", default="", help="AGENTR_HOME whose cached warm start to reuse")
+    parser.add_argument(
+        "--batched-invariant",
+        action="store_true",
+        help="also time one batch per turn with batch-invariant passes",
+    )
     args = parser.parse_args()
     if args.home:
-        asyncio.run(main(args.quick, Path(args.home)))
+        asyncio.run(main(args.quick, Path(args.home), args.batched_invariant))
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            asyncio.run(main(args.quick, Path(tmp)))
+            asyncio.run(main(args.quick, Path(tmp), args.batched_invariant))
