@@ -33,7 +33,9 @@ only (``evaluation.baseline``; the held-out one runs in each, as it builds the r
 Each finished variant is stored at once under ``<home>/paper-results/`` (keyed by its whole run
 configuration), so a rerun with the same ``--home`` and settings reuses it instead of running it
 again: a long comparison can be stopped, resumed, or run variant by variant (``--variants``) and
-then printed whole (``--fresh`` ignores stored results).
+then printed whole (``--fresh`` ignores stored results; ``--print-stored`` runs nothing and prints the
+newest stored result of each listed variant, e.g. of variants run in separate processes whose
+``paper-results`` files were copied into one home).
 
 Output: one JSON line per comparison, ``{"metric", "ours", "baseline", "unit", "ratio"}`` with
 "ours" = ``agent_r_model`` and "baseline" = another variant, per iteration (``ratio`` > 1 means

@@ -183,7 +183,12 @@ def table(results: dict[str, dict[str, Any]], iterations: int) -> str:
                 name = "(all: starting model)"
             else:
                 name = label
-            cells = " | ".join(_fmt(entry.get(key)) for key, _ in COLUMNS)
+            cells = " | ".join(
+                f"{entry[key]:.1f}"
+                if key == "train_seconds" and entry.get(key) is not None
+                else _fmt(entry.get(key))
+                for key, _ in COLUMNS
+            )
             lines.append(f"| {name} | {entry['model']} | {cells} |")
         why = ended_early(result, iterations)
         if why:

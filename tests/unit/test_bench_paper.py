@@ -167,6 +167,7 @@ def test_a_run_that_ended_early_is_shown_with_its_reason() -> None:
     assert sum("(all: starting model)" in line for line in lines) == 1  # the start is shown once
     assert f"| Direct-Revision | (1 of 2 iterations evaluated; run completed: {reason}) |" in text
     assert "run failed: boom" in text
+    assert "| 12.3 | 6 |" in text  # training seconds (one decimal) and optimizer updates
     assert len([line for line in lines if line.startswith("| Direct-Revision | iter")]) == 1
     # every row has the header's number of cells
     assert {line.count("|") for line in lines} == {len(paper_table.COLUMNS) + 3}
