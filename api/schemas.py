@@ -393,7 +393,8 @@ class EvaluationSettings(_Strict):
     shared_passes: bool | None = Field(
         None,
         description="A local model runs each turn's prompts in shared forward passes (true: deterministic "
-        "per seed, faster on CPU); false: batch-invariant passes, each episode as if played alone.",
+        "per seed, cheaper only for short prompts); false (default): batch-invariant passes, each "
+        "episode as if played alone.",
     )
 
 

@@ -8,7 +8,9 @@ episodes, the recovery continuations), played three ways side by side in one run
   passes (the CPU default of the hf policy: one pass per prompt);
 - batched-invariant (``--batched-invariant``): every set in ONE batch per turn, still
   batch-invariant passes (the same episodes token for token as sequential);
-- concurrent (ours, the default): every set in one batch per turn AND shared forward passes.
+- concurrent (ours, ``shared_passes = true``): every set in one batch per turn AND shared forward
+  passes (the default evaluation is the batched-invariant one: shared passes cost more CPU at
+  demo scale, see train_service/evaluation.py).
 
 The sequential pass builds the recovery set from its held-out episodes (as the starting model
 does); the concurrent one continues those prefixes in the same batch as its other episodes (as

@@ -17,13 +17,15 @@ local model decodes them together and a remote server gets one request per turn,
 inference engine per task. One model's episode sets are played CONCURRENTLY in that batch: its
 held-out episodes, its seen-task episodes (``seen=...``) and its recovery continuations (when the
 prefixes are known up front; the starting model builds them from its held-out results, so its
-recovery episodes follow in a second batch). With ``shared_passes`` (default) a local ``hf``
-policy runs each turn's prompts in SHARED forward passes (its ``batch_invariant`` switched off for
-the evaluation): on CPU one padded pass over 40 prompts costs a fraction of 40 single passes. The
-episodes stay deterministic per seed (each has its own seed, and a turn's batch - which episodes
-are live, in which order - depends only on earlier results), but an episode's tokens can differ in
-float rounding from the same episode played alone; ``shared_passes = false`` keeps the policy's
-batch-invariant passes (every episode exactly as if played alone, several times slower on CPU).
+recovery episodes follow in a second batch). The policy keeps its batch-invariant passes by
+default (on CPU each prompt runs alone), so every episode is exactly what it is played alone.
+``shared_passes = true`` runs each turn's prompts in SHARED, left-padded forward passes instead
+(the hf policy's ``batch_invariant`` switched off for the evaluation; still deterministic per
+seed, since a turn's batch depends only on earlier results, but tokens can differ in float
+rounding). Measured (bench/evaluation.py, same episodes and seeds side by side): 1.8x less CPU on the
+``--quick`` model's short episodes, but 0.6x at demo scale, where re-encoding whole histories of
+up to 12 turns dominates and padding every prompt to the turn's longest one costs more than
+the per-prompt passes save; hence the default.
 
 An answer without a parseable ``Action:`` is an invalid action (the
 environment is not touched; the agent is told so). Metrics come from ``core.domain.metrics``; dead
@@ -87,8 +89,8 @@ class EvalConfig:
         the held-out ones); None = all of them.
     stratify: cap the held-out split with :func:`stratified_tasks` (False: its first ids).
     shared_passes: run each turn's prompts in shared forward passes of a local policy (module
-        docstring: deterministic per seed, several times faster on CPU); False = batch-invariant
-        passes, every episode exactly as if played alone.
+        docstring: deterministic per seed; cheaper only for short prompts); False (default) =
+        batch-invariant passes, every episode exactly as if played alone.
     """
 
     max_steps: int = PAPER_MAX_ROUNDS
@@ -102,7 +104,7 @@ class EvalConfig:
     seen_tasks: bool = True
     seen_max_tasks: int | None = None
     stratify: bool = True
-    shared_passes: bool = True
+    shared_passes: bool = False
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.max_tokens < 1:
