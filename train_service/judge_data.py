@@ -299,11 +299,12 @@ def warm_start_judge_samples(
     return judge_samples(env, run_exclusions(env, config, searched), n_tasks, seed=seed)
 
 
-def warm_start_judge_key(env: object) -> str:
+def warm_start_judge_key(env: object, phase_steps: int | None = None) -> str:
     """What the judge data adds to the warm-start cache key ("" without judge data)."""
     if not isinstance(env, TextCraftEnv):
         return ""
-    return f"{JUDGE_DATA_VERSION}:{JUDGE_TASKS}:{JUDGE_SHARE}:{JUDGE_PHASE_STEPS}:{JUDGE_PHASE_LR}"
+    steps = JUDGE_PHASE_STEPS if phase_steps is None else phase_steps
+    return f"{JUDGE_DATA_VERSION}:{JUDGE_TASKS}:{JUDGE_SHARE}:{steps}:{JUDGE_PHASE_LR}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,8 +334,11 @@ def judge_phase(
     expert: Sequence[TrainingSample] = (),
     seed: int = 0,
     cap_s: float | None = None,
+    steps: int | None = None,
 ) -> Any:
-    """Fine-tune ``model_dir`` on the judge samples alone into ``out`` (a ``TrainReport``).
+    """Fine-tune ``model_dir`` on the judge samples alone into ``out`` (a ``TrainReport``), for
+    ``steps`` optimizer steps (default ``JUDGE_PHASE_STEPS``; the default demo takes
+    ``core.cli.demo.DEMO_JUDGE_PHASE_STEPS``).
 
     Why a phase of its own: a judge example trains ONE answer token after ~250 tokens of context,
     while an expert episode trains every action; mixed in (``warm_start_mix``) the answers get about
@@ -346,7 +350,7 @@ def judge_phase(
     from train_service.sft import SFTConfig, train_sft
 
     cfg = SFTConfig(
-        max_steps=JUDGE_PHASE_STEPS,
+        max_steps=JUDGE_PHASE_STEPS if steps is None else steps,
         learning_rate=JUDGE_PHASE_LR,
         lr_scheduler="cosine",
         warmup=0.1,

@@ -70,6 +70,13 @@ def register(app: typer.Typer) -> None:
         resume: str = typer.Option(
             "", "--resume", help="Resume the unfinished run with this id instead of starting one."
         ),
+        judge_mix: bool = typer.Option(
+            False,
+            "--judge-mix",
+            help="Default demo: keep the warm start's judge examples (Good/Bad on other train goals) "
+            "mixed into every iteration's SFT as general data (eta rule), so the model critic keeps "
+            "judging; measured 9.5x slower iteration SFT (docs/critic.md).",
+        ),
     ) -> None:
         """Run the whole Agent-R loop in this process: MCTS search -> first-error critic -> revision
         splicing -> SFT -> evaluation, for N iterations, on the embedded SQLite store, with progress
@@ -92,6 +99,7 @@ def register(app: typer.Typer) -> None:
             train_from=train_from,
             home=home,
             resume=resume,
+            judge_mix=judge_mix,
         )
         raise typer.Exit(run_command(options))
 

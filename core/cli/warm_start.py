@@ -60,7 +60,9 @@ def prepare_model(plan: Plan, home: Path, seed: int) -> str:
     tasks = list(plan.warm_start_tasks) or env.task_ids(config.split)[: config.max_tasks]
     from train_service.judge_data import warm_start_judge_key
 
-    judge_key = warm_start_judge_key(env)  # judge examples (train_service/judge_data.py) change the model
+    judge_key = warm_start_judge_key(
+        env, plan.judge_phase_steps
+    )  # judge examples (train_service/judge_data.py) change the model
     lr = plan.warm_start_lr
     parts: tuple[Any, ...] = (base.name, config.env, tasks, plan.warm_start_steps, WARM_START_LR, seed)
     if spec is None or lr != WARM_START_LR:  # a given folder: its path and rate name the warm start
@@ -139,10 +141,17 @@ def _warm_start(
     if judge:  # the judge question alone, on top (train_service/judge_data.py: judge_phase)
         from train_service.judge_data import JUDGE_PHASE_STEPS, judge_phase
 
-        with console.status(
-            f"warm start: judge phase, {JUDGE_PHASE_STEPS} steps on {len(judge)} examples..."
-        ):
-            judge_phase(report.checkpoint, judge, out, expert=expert, seed=seed, cap_s=plan.warm_start_cap_s)
+        phase_steps = plan.judge_phase_steps or JUDGE_PHASE_STEPS
+        with console.status(f"warm start: judge phase, {phase_steps} steps on {len(judge)} examples..."):
+            judge_phase(
+                report.checkpoint,
+                judge,
+                out,
+                expert=expert,
+                seed=seed,
+                cap_s=plan.warm_start_cap_s,
+                steps=phase_steps,
+            )
     done = int(report.metrics.get("steps") or 0)
     if done < steps:  # the safety cap fired: this model is not the one the command documents
         console.print(

@@ -1,5 +1,5 @@
-"""The warm start leaves its judge set next to the model, and `agentr run`'s default demo (only it)
-mixes that set into every iteration's SFT as general data: a real tiny model warm-started by
+"""The warm start leaves its judge set next to the model, and `agentr run`'s default demo (only it,
+with --judge-mix) mixes that set into every iteration's SFT as general data: a real tiny model warm-started by
 ``core.cli.warm_start.prepare_model`` (a few steps), the file read back by the run's reader."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from core.cli.demo import RunOptions, plan_run
+from core.cli.demo import DEMO_JUDGE_PHASE_STEPS, RunOptions, plan_run
 from core.cli.warm_start import prepare_model
 from core.domain.config import RunConfig
 from core.envs.registry import open_env
@@ -15,8 +15,11 @@ from core.formats.export import read_general_chat
 from train_service.judge_data import JUDGE_GENERAL_FILE, warm_start_judge_samples, with_judge_general
 
 
-def test_the_demo_alone_keeps_the_judge_set_mixed_in() -> None:
-    assert plan_run(RunOptions()).judge_general
+def test_only_the_demo_with_judge_mix_keeps_the_judge_set_mixed_in() -> None:
+    assert plan_run(RunOptions(judge_mix=True)).judge_general
+    assert not plan_run(RunOptions()).judge_general  # opt-in (--judge-mix): it slows every SFT
+    assert plan_run(RunOptions()).judge_phase_steps == DEMO_JUDGE_PHASE_STEPS
+    assert plan_run(RunOptions(quick=True)).judge_phase_steps is None
     assert not plan_run(RunOptions(quick=True)).judge_general
     assert not plan_run(RunOptions(model="/some/model")).judge_general
     assert not plan_run(RunOptions(env="textcraft")).judge_general
