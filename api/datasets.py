@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core.domain.datasets import trajectory_to_sample
+from core.domain.good_samples import trajectory_to_sample
 from core.domain.serde import from_dict
 from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
 from core.formats.export import aiter_lines, parquet_batch, parquet_schema

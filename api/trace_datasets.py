@@ -26,7 +26,6 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.datasets import DEFAULT_PAGE_SIZE
-from core.domain.datasets import trajectory_to_sample
 from core.domain.events import (
     DatasetCreated,
     GoodTraceSampled,
@@ -34,6 +33,7 @@ from core.domain.events import (
     RevisionMaterialized,
     SampleRespliced,
 )
+from core.domain.good_samples import trajectory_to_sample
 from core.domain.ids import dataset_stream
 from core.domain.trace_datasets import (
     DatasetManifest,

@@ -82,7 +82,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from core.domain.datasets import trajectory_to_sample
+    from core.domain.good_samples import trajectory_to_sample
     from core.domain.trajectory import Message, TrainingSample
     from core.envs.textcraft import TextCraftEnv
     from core.llm.tiny import build_tiny_model
@@ -180,7 +180,7 @@ def learner_lines(
     root: Path, model: Path, trajectories: list[Any], batch: int, max_length: int
 ) -> list[dict[str, Any]]:
     """Train SFT, DPO and ArCHer on views of ``trajectories`` (module docstring); the JSON lines."""
-    from core.domain.datasets import trajectory_to_sample
+    from core.domain.good_samples import trajectory_to_sample
     from core.domain.preferences import preference_pair
     from core.domain.trajectory import Step, Trajectory
     from core.domain.transitions import TrajectorySource, build_transitions

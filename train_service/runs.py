@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from core.domain.config import RunConfig
-from core.domain.datasets import Candidate, DatasetConfig, DatasetError, build_dataset, trajectory_to_sample
+from core.domain.datasets import Candidate, DatasetConfig, DatasetError, build_dataset
 from core.domain.events import IterationEvaluated, ModelTrained, TrainingFailed
+from core.domain.good_samples import trajectory_to_sample
 from core.domain.ids import derived_id
 from core.domain.runs import EvaluateModel, RunState, TrainModel
 from core.domain.serde import from_dict

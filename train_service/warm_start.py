@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from core.domain.datasets import trajectory_to_sample
+from core.domain.good_samples import trajectory_to_sample
 from core.domain.ids import derived_id
 from core.domain.trajectory import Step, TrainingSample, Trajectory
 from train_service.sft import SFTConfig, TrainReport, train_sft

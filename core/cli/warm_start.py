@@ -85,7 +85,7 @@ def _warm_start(
 ) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from core.domain.datasets import trajectory_to_sample
+    from core.domain.good_samples import trajectory_to_sample
     from core.domain.ids import derived_id
     from train_service.sft import SFTConfig, train_sft
     from train_service.warm_start import expert_trajectories

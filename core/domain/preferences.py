@@ -9,7 +9,7 @@ Pure (stdlib only). A pair (``PairFound``: a bad and a good trajectory that shar
   In both, assistant turns have weight 1 and observations / tool results weight 0 (context: the
   policy is scored on its own turns only, never on what the environment said); the observation
   after the final turn is dropped (nothing of the policy follows it); a final tool call keeps its
-  tool results (weight 0), as good samples do (``core.domain.datasets.trajectory_to_sample``).
+  tool results (weight 0), as good samples do (``core.domain.good_samples.trajectory_to_sample``).
 
 Each side is also offered as a ``TrainingSample`` (prompt + continuation) so the tokeniser's
 chat-template masking (``train_service.tokenize``) gives exact token labels for it. Pairs whose

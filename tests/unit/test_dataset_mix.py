@@ -17,8 +17,8 @@ from core.domain.datasets import (
     build_dataset,
     general_count,
     rebuild,
-    trajectory_to_sample,
 )
+from core.domain.good_samples import trajectory_to_sample
 from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
 
 

@@ -1,0 +1,89 @@
+"""Owns turning a trajectory into a ``good`` training sample, with the loss-masking rule.
+
+Pure logic (stdlib only, no I/O). Good trajectories carry no false lessons: in a good trajectory the
+assistant turns whose step the environment rejected (``Step.valid`` False or an invalid-action
+observation, as ``core.domain.critic.invalid_signal`` reads it) and the repeats of a loop (the same
+action and observation window occurring again back to back, as ``core.domain.critic.loop_starts``
+defines a loop; the first occurrence stays trained) get loss weight 0 by default
+(``mask_invalid_steps`` / ``mask_loop_steps``, from ``RunConfig``). Those messages stay in the
+conversation as context, so the model still sees the mistake and what followed, but is never taught
+the invalid action as correct. ``trajectory_to_sample`` applies the rule and records it in the
+sample's provenance (``loss_masked``); ``core.domain.datasets`` counts the masked turns per reason
+in the manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.domain.critic import invalid_signal
+from core.domain.datasets import DatasetError
+from core.domain.splice import conversation
+from core.domain.trajectory import Step, TrainingSample, Trajectory
+
+
+def loop_repeats(steps: Sequence[Step], max_period: int = 3, min_span: int = 3) -> set[int]:
+    """Indexes of the steps that REPEAT a loop: the (action, observation) window of ``p`` steps
+    (p <= max_period) occurring again right after itself, with at least ``min_span`` steps taking
+    part (the rule of ``core.domain.critic.loop_starts``: one legitimate double "get" is not a loop,
+    three identical steps are). The first occurrence of the window is not a repeat."""
+    keys = [(" ".join(s.action.lower().split()), s.observation.strip()) for s in steps]
+    out: set[int] = set()
+    for end in range(len(keys)):
+        for period in range(1, max_period + 1):
+            span = max(2 * period, min_span)
+            start = end - span + 1
+            if start < 0:
+                continue
+            if all(keys[i] == keys[i - period] for i in range(start + period, end + 1)):
+                out.update(range(start + period, end + 1))
+                break
+    return out
+
+
+def trajectory_to_sample(
+    trajectory: Trajectory,
+    sample_id: str,
+    *,
+    mask_invalid_steps: bool = True,
+    mask_loop_steps: bool = True,
+) -> TrainingSample:
+    """A good trajectory as a training sample: each assistant turn trained on (weight 1), except
+    (by default) the turns whose step the environment rejected and the repeats of a loop, which stay
+    in the conversation at weight 0 (see the module docstring). The rule and its counts are recorded
+    in ``provenance["loss_masked"]``.
+
+    The observation after the final action is dropped (nothing follows it to train on). Tool
+    steps stay native (core.domain.splice.conversation: assistant ``tool_calls`` + ``tool``
+    messages, which are kept after a final tool call); the tool definitions travel along.
+    """
+    if not trajectory.steps:
+        raise DatasetError(f"trajectory for sample {sample_id} has no steps")
+    loops = loop_repeats(trajectory.steps) if mask_loop_steps else set()
+    planned: list[tuple[Step, int, str]] = []
+    invalid_count = loop_count = 0
+    for i, step in enumerate(trajectory.steps):
+        weight = 1
+        if mask_invalid_steps and invalid_signal(step) is not None:
+            weight, invalid_count = 0, invalid_count + 1
+        elif i in loops:
+            weight, loop_count = 0, loop_count + 1
+        planned.append((step, weight, ""))
+    msgs = conversation(trajectory.instruction, trajectory.task, planned)
+    if trajectory.steps[-1].kind != "tool" and msgs[-1].role == "user":
+        msgs = msgs[:-1]
+    provenance = dict(trajectory.provenance)
+    provenance["loss_masked"] = {
+        "invalid_steps": mask_invalid_steps,
+        "loop_steps": mask_loop_steps,
+        "invalid": invalid_count,
+        "loop": loop_count,
+    }
+    return TrainingSample(
+        sample_id=sample_id,
+        kind="good",
+        messages=msgs,
+        reward=trajectory.reward,
+        provenance=provenance,
+        tools=trajectory.tools,
+    )
