@@ -76,33 +76,28 @@ def lowest_common_ancestor(tree: SearchTree, a: str, b: str) -> str:
 
 
 def select_pairs(tree: SearchTree, alpha: float, beta: float, max_pairs: int) -> list[PairSpec]:
-    """Pairs by the module's rules, deepest divergence first, at most ``max_pairs``."""
+    """Pairs by the module's rules, deepest divergence first, at most ``max_pairs``.
+
+    Both leaf lists come sorted by path content (then id), and ties keep the earlier one (a strict
+    ``<`` below, a stable sort at the end), so content breaks every tie without being compared."""
     goods = good_leaves(tree, alpha)
     pairs: list[PairSpec] = []
     for bad in bad_leaves(tree, alpha):
         bad_reward = tree.leaf_rewards[bad]
-        best: tuple[tuple[int, float, int, tuple[tuple[str, str], ...], str], PairSpec] | None = None
+        best: tuple[tuple[int, float, int], PairSpec] | None = None
         for good in goods:
             good_reward = tree.leaf_rewards[good]
             if bad_reward > good_reward - beta + EPS:
                 continue
             lca = lowest_common_ancestor(tree, bad, good)
             depth = tree.node(lca).depth
-            # sort key: deeper LCA, higher reward, shorter good path, its content, its id
-            key = (-depth, -good_reward, tree.node(good).depth, path_content(tree, good), good)
+            # sort key: deeper LCA, higher reward, shorter good path (then content: list order)
+            key = (-depth, -good_reward, tree.node(good).depth)
             if best is None or key < best[0]:
-                spec = PairSpec(bad, good, lca, depth, bad_reward, good_reward)
-                best = (key, spec)
+                best = (key, PairSpec(bad, good, lca, depth, bad_reward, good_reward))
         if best is not None:
             pairs.append(best[1])
-    pairs.sort(
-        key=lambda p: (
-            -p.shared_depth,
-            -(p.good_reward - p.bad_reward),
-            path_content(tree, p.bad_leaf_id),
-            p.bad_leaf_id,
-        )
-    )
+    pairs.sort(key=lambda p: (-p.shared_depth, -(p.good_reward - p.bad_reward)))  # stable: content order
     return pairs[:max_pairs]
 
 
