@@ -9,7 +9,8 @@ iteration as JSON lines (ours = the learner, baseline = Agent-R SFT) and a Markd
 throughput).
 
 ``method_variant`` / ``value_variant`` give ``bench/paper.py`` the run configurations of the DPO,
-ArCHer (offline / online) and Agent-R-with-value-critic arms on the same budget;
+ArCHer (offline / online) and Agent-R-with-value-critic arms on the same budget (the trainer
+settings from ``core.cli.methods.learner_train``, shared with ``agentr run --method``);
 ``value_critic_match`` gives ``bench/critic.py`` the value critic's agreement with the TextCraft
 oracle on a run's pairs.
 
@@ -32,47 +33,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def method_variant(config: dict[str, Any], method: str, mode: str = "offline") -> dict[str, Any]:
     """A whole run configuration for ``bench/paper.py``: ``config`` (the Agent-R SFT variant's) with
-    its ``train`` replaced by ``method``'s trainer on the SAME budget (``time_budget_s``,
-    ``batch_size``, ``max_length``, ``learning_rate`` carried over) and the cheapest critic
+    its ``train`` replaced by ``method``'s trainer on the SAME budget (``core.cli.methods.learner_train``,
+    the rule ``agentr run --method`` uses too: ``time_budget_s``, ``batch_size``, ``max_length``,
+    ``learning_rate`` carried over; ArCHer runs until the time budget ends it) and the cheapest critic
     (``direct``: neither DPO nor ArCHer trains on revisions; the search, pairs and trees are the
     same). ``method``: ``dpo`` or ``archer`` (``mode`` offline | online)."""
     import copy
 
-    base = dict(config.get("train") or {})
-    budget = {k: base[k] for k in ("time_budget_s",) if k in base}
-    batch = int(base.get("batch_size", 8))
-    lr = float(base.get("learning_rate", 3e-4))
-    length = int(base.get("max_length", 768))
-    if method == "dpo":
-        train: dict[str, Any] = {
-            "method": "dpo",
-            "epochs": float(base.get("epochs", 1.0)),
-            "batch_size": max(1, batch // 2),  # a pair is two sequences
-            "max_length": length,
-            "learning_rate": lr,
-            "warmup": 0.0,
-            "logging_steps": 5,
-            **budget,
-        }
-    elif method == "archer":
-        train = {
-            "method": "archer",
-            "mode": mode,
-            "iterations": 100_000 if budget else 40,  # the time budget ends it
-            "warmup_iters": 5,
-            "batch_size": batch,
-            "grad_accumulation": 1,
-            "critic_lr": lr,
-            "actor_lr": lr / 10,
-            "max_state_tokens": min(length, 512),
-            "max_length": length,
-            **budget,
-        }
-    else:
+    from core.cli.methods import learner_train, schedule_critic
+
+    if method not in ("dpo", "archer"):
         raise ValueError(f"method_variant: method must be dpo or archer, got {method!r}")
     out = copy.deepcopy(config)
-    out["train"] = train
-    out["critic"] = {"strategy": "direct"}
+    out["train"] = learner_train(dict(config.get("train") or {}), method, mode)
+    out["critic"] = schedule_critic((method,), dict(config.get("critic") or {}))
     return out
 
 

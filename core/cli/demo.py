@@ -1,6 +1,8 @@
 """Owns the demo's plan for ``agentr run``: the command's options (``RunOptions``), the default and
 ``--quick`` configurations (environment URIs, search / train / evaluation settings, the tiny model's
-shape and warm-start budget) and ``plan_run``, which turns options into a ``Plan``.
+shape and warm-start budget) and ``plan_run``, which turns options into a ``Plan``. Under
+``--method dpo|archer|SCHEDULE`` the plan's SFT settings become each learner's
+(``core.cli.methods``: the rule ``bench/learners.py`` uses too), with ArCHer's rounds fixed here.
 
 How the demo was tuned (2 shared CPU cores, trees inspected in the run's SQLite store): a warm start
 of 300 s (261 steps) on the 8 searched goals made the model perfect and peaked, so every expansion's
@@ -81,6 +83,7 @@ class RunOptions:
     resume: str = ""
     train_from: str = ""  # local weights of a served --model URL (RunConfig.train["model_path"])
     judge_mix: bool = False  # --judge-mix: keep the warm start's judge examples in every iteration
+    method: tuple[str, ...] = ("sft",)  # --method: the learner schedule (core.cli.methods.parse_methods)
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class Plan:
     judge_general: bool = False
     # optimizer steps of the warm start's judge phase (None = train_service.judge_data's default)
     judge_phase_steps: int | None = None
+    notes: tuple[str, ...] = ()  # what the plan decided that the user should hear (printed)
 
 
 # The default demo's judge phase: 100 steps instead of 40. Measured (docs/critic.md, bench/critic.py
@@ -116,6 +120,15 @@ DEMO_JUDGE_PHASE_STEPS = 100
 REAL_MODEL_WARM_START_LR = 1e-4
 REAL_MODEL_TRAIN = {"learning_rate": 5e-5, "epochs": 2.0}
 
+# ArCHer's rounds per iteration under --method archer (each round: 5 critic updates, then 3 actor
+# updates once the 5 critic-only warm-up rounds are done; core.cli.methods.learner_train). A fixed
+# amount, like SFT's epochs: the time budget stays a safety cap. --quick: 10 rounds = 50 critic +
+# 15 actor updates, 15 s at load 4-5 (docs/learners.md); the demo: 12 rounds = 60 critic + 21
+# actor updates (estimated from bench/train.py's demo-size rates, 0.28 critic updates/s at load
+# 7-9: about 4-5 min).
+QUICK_ARCHER_ROUNDS = 10
+DEMO_ARCHER_ROUNDS = 12
+
 
 def plan_run(opts: RunOptions) -> Plan:
     """The run configuration for ``opts`` (demo defaults, or the reduced ``--quick`` one).
@@ -126,6 +139,7 @@ def plan_run(opts: RunOptions) -> Plan:
     makes the expansions branch into wrong recipes / counts, so every iteration's trees hold both
     successes and failures, hence pairs and revision samples.
     """
+    from core.cli.methods import schedule_critic, schedule_train
     from core.domain.config import RunConfig
 
     env = opts.env or (QUICK_ENV if opts.quick else DEMO_ENV)
@@ -200,10 +214,27 @@ def plan_run(opts: RunOptions) -> Plan:
         train = {**train, **REAL_MODEL_TRAIN}
     if opts.warm_start_steps is not None:
         warm_steps = opts.warm_start_steps
-    train_config: dict[str, Any] = dict(train)
+    schedule, notes = _schedule(opts)
+    train_config, merge_notes = schedule_train(
+        train,
+        schedule,
+        archer_iterations=QUICK_ARCHER_ROUNDS if opts.quick else DEMO_ARCHER_ROUNDS,
+    )
+    notes += merge_notes
+    critic = schedule_critic(schedule, {"strategy": "model"})
+    if critic["strategy"] != "model":
+        notes.append(
+            f"critic: {critic['strategy']} (--method {','.join(schedule)} trains no SFT iteration, so "
+            "no learner reads the revision samples the model critic would shape)"
+        )
     if opts.train_from:
         train_config["model_path"] = opts.train_from
     demo = not opts.quick and not opts.env  # the demo's own goals (module constants)
+    if opts.judge_mix and "sft" not in schedule:
+        raise ValueError(
+            f"--judge-mix mixes the judge examples into SFT's data; --method {','.join(schedule)} "
+            "trains no SFT iteration"
+        )
     tasks = opts.tasks or (DEMO_GOALS if demo else ())
     config = RunConfig(
         env=env,
@@ -216,7 +247,7 @@ def plan_run(opts: RunOptions) -> Plan:
         max_eval_tasks=max_eval,
         iterations=opts.iterations,
         search=search,
-        critic={"strategy": "model"},
+        critic=critic,
         splice={"verify": True, "keep_unverified": False},
         train=train_config,
         evaluation=evaluation,
@@ -232,4 +263,17 @@ def plan_run(opts: RunOptions) -> Plan:
         warm_start_lr=warm_lr,
         judge_general=demo and not opts.model and opts.judge_mix,
         judge_phase_steps=DEMO_JUDGE_PHASE_STEPS if demo and not opts.model else None,
+        notes=tuple(notes),
     )
+
+
+def _schedule(opts: RunOptions) -> tuple[tuple[str, ...], list[str]]:
+    """``--method``'s schedule, cut to the run's iterations (a note names what never trains)."""
+    schedule = tuple(opts.method) or ("sft",)
+    if len(schedule) <= opts.iterations:
+        return schedule, []
+    kept = schedule[: opts.iterations]
+    return kept, [
+        f"--method lists {len(schedule)} methods but the run has {opts.iterations} iteration(s): "
+        f"{','.join(schedule[opts.iterations :])} never trains; schedule {','.join(kept)}"
+    ]

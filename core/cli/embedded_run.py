@@ -1,6 +1,7 @@
 """Owns the embedded loop behind ``agentr run``: settings and torch threads, the run's start (or
 resume) in the embedded store, the search / critic / splice / train services driven in one process
-with progress bars that follow the store's read models, and the final console summary.
+with progress bars that follow the store's read models, and the final console summary (the report,
+then which learner trained each iteration: ``ModelTrained.metrics["method"]``, ``core.cli.methods``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from core.cli.demo import RunOptions, plan_run
+from core.cli.methods import training_summary
 from core.cli.run_report import write_run_report
 from core.cli.warm_start import prepare_model
 
@@ -64,7 +66,11 @@ def embedded_settings(home: str | Path = "") -> tuple[Any, Path]:
 def run_command(opts: RunOptions) -> int:
     settings, home = embedded_settings(opts.home)
     started = time.monotonic()
-    plan = plan_run(opts)
+    try:
+        plan = plan_run(opts)
+    except ValueError as exc:  # options that contradict each other (--judge-mix with --method dpo)
+        console.print(f"[red]cannot start the run:[/red] {exc}")
+        return 2
     config = dict(plan.config)
     if not opts.resume:
         from core.domain.config import RunConfig
@@ -73,6 +79,8 @@ def run_command(opts: RunOptions) -> int:
         if problem is not None:
             console.print(f"[red]cannot start the run:[/red] {problem}")
             return 2
+        for note in plan.notes:  # what the plan decided (learner settings, critic)
+            console.print(f"[yellow]note:[/yellow] {note}")
     if not opts.resume:
         try:
             config["model"] = prepare_model(plan, home, opts.seed)
@@ -144,6 +152,13 @@ async def _run_async(
         report_paths = await write_run_report(store, home, run_id)
         elapsed = time.monotonic() - started
         final = fold(run_id, [r.event for r in await store.read_stream(run_stream(run_id))])
+        learners = ", ".join(
+            f"iteration {it.iteration}: {it.train_metrics.get('method', 'sft')}"
+            for it in final.iterations
+            if it.train_metrics
+        )
+        if learners:  # ModelTrained.metrics["method"] of every trained iteration
+            console.print(f"trained with {learners}")
         if final.status == "completed":
             console.print(
                 f"[green]run {run_id} completed[/green] in {elapsed:.0f}s; report: {report_paths['markdown']}"
@@ -152,6 +167,7 @@ async def _run_async(
                 console.print(f"[yellow]{final.reason}[/yellow]")
             if show_report:
                 console.print(await asyncio.to_thread(Path(report_paths["markdown"]).read_text))
+                console.print(training_summary(final.iterations))
             return 0, run_id
         console.print(f"[red]run {run_id} {status}[/red]: {final.reason}")
         return 1, run_id

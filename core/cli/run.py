@@ -7,8 +7,8 @@ warm-starts it on expert TextCraft episodes, both cached under ``<home>/models``
 settings (the same command reproduces them). Progress bars follow the store's read models; at the
 end the report (JSON, Markdown, PNG) is written to ``<home>/runs/<run id>/``. The work itself lives in
 ``core.cli.demo`` (plan), ``core.cli.warm_start`` (model), ``core.cli.embedded_run`` (loop),
-``core.cli.run_report`` (report) and ``core.cli.eval_export`` (imported inside the commands, so
-``agentr --help`` stays fast).
+``core.cli.run_report`` (report), ``core.cli.methods`` (``--method``: the learner of each iteration)
+and ``core.cli.eval_export`` (imported inside the commands, so ``agentr --help`` stays fast).
 """
 
 from __future__ import annotations
@@ -16,6 +16,16 @@ from __future__ import annotations
 import typer
 
 from core.cli.demo import DEMO_ENV, QUICK_ENV
+from core.cli.methods import METHOD_HELP, parse_methods
+
+
+def _check_method(value: str) -> str:
+    """``--method``'s check at parse time: a usage error (exit 2) naming the bad entry."""
+    try:
+        parse_methods(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
 
 
 def register(app: typer.Typer) -> None:
@@ -70,6 +80,13 @@ def register(app: typer.Typer) -> None:
         resume: str = typer.Option(
             "", "--resume", help="Resume the unfinished run with this id instead of starting one."
         ),
+        method: str = typer.Option(
+            "sft",
+            "--method",
+            metavar="sft|dpo|archer[,...]",
+            callback=_check_method,
+            help=METHOD_HELP,
+        ),
         judge_mix: bool = typer.Option(
             False,
             "--judge-mix",
@@ -79,8 +96,9 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Run the whole Agent-R loop in this process: MCTS search -> first-error critic -> revision
-        splicing -> SFT -> evaluation, for N iterations, on the embedded SQLite store, with progress
-        bars and a final report (JSON + Markdown + PNG under <home>/runs/RUN_ID/)."""
+        splicing -> training (SFT, or --method dpo / archer) -> evaluation, for N iterations, on the
+        embedded SQLite store, with progress bars and a final report (JSON + Markdown + PNG under
+        <home>/runs/RUN_ID/); the summary names each iteration's learner."""
         from core.cli.demo import RunOptions
         from core.cli.embedded_run import run_command
 
@@ -100,6 +118,7 @@ def register(app: typer.Typer) -> None:
             home=home,
             resume=resume,
             judge_mix=judge_mix,
+            method=parse_methods(method),
         )
         raise typer.Exit(run_command(options))
 

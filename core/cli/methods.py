@@ -1,0 +1,204 @@
+"""Owns the learner choice of ``agentr run --method``: parsing the option (``sft``, ``dpo``,
+``archer`` or a comma-separated schedule, one per iteration with the last repeating), the trainer
+settings each learner gets from a plan's SFT settings (``learner_train``: also
+``bench/learners.method_variant``'s, so the bench's arms and the command's runs train alike), a
+schedule's merged ``train`` section, the critic a schedule needs, and the per-iteration training
+summary ``agentr run`` prints (``ModelTrained.metrics["method"]``).
+
+The rule of ``learner_train`` (docs/learners.md): DPO and ArCHer train on the SAME budget as the
+plan's SFT (``time_budget_s``, ``batch_size``, ``max_length``, ``learning_rate`` carried over). DPO
+keeps SFT's epochs and learning rate, halves the batch (a pair is two sequences) and has no warm-up;
+ArCHer keeps the batch (one accumulation step), critic learning rate = SFT's, actor's a tenth of it,
+5 critic-only warm-up rounds, states cut to 512 tokens, and either a fixed number of rounds
+(``archer_iterations``: ``agentr run``, whose time budget is a safety cap) or as many as its time
+budget allows (``bench/``). A run whose schedule has no ``sft`` iteration uses the ``direct`` critic:
+neither DPO nor ArCHer trains on revision samples, so the model critic's calls would be spent on
+data no learner reads (the pairs, trees and transitions are the same under any critic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from core.domain.config import LAUNCH_KEYS, TRAIN_METHODS, TRAIN_MODEL_PATH, TRAINER_FIELDS
+
+METHOD_HELP = (
+    "Learner of each iteration (docs/learners.md): sft = Agent-R SFT on revision samples + good "
+    "trajectories (the default); dpo = DPO at the divergence node, each pair's good continuation "
+    "preferred to its bad one (frozen reference); archer = ArCHer offline actor-critic on the trees' "
+    "transitions (utterance-level critic, advantage-weighted token policy). A comma-separated list is a "
+    "schedule, one method per iteration with the last repeating (sft,dpo: SFT in iteration 0, DPO "
+    "after). dpo and archer train in one process (no torchrun)."
+)
+
+
+def parse_methods(text: str) -> tuple[str, ...]:
+    """``--method``'s value as a schedule: ``"dpo"`` -> ``("dpo",)``, ``"sft, dpo"`` ->
+    ``("sft", "dpo")``. ValueError naming the bad entry (unknown, empty, or no method at all)."""
+    names = [part.strip().lower() for part in text.split(",")]
+    if not any(names):
+        raise ValueError(f"no method given; choose one of {', '.join(TRAIN_METHODS)}")
+    for index, name in enumerate(names):
+        if not name:
+            raise ValueError(
+                f"{text!r} has an empty entry (position {index + 1}); write a comma-separated list of "
+                f"{', '.join(TRAIN_METHODS)} such as sft,dpo"
+            )
+        if name not in TRAIN_METHODS:
+            where = f" (entry {index + 1} of {text!r})" if len(names) > 1 else ""
+            raise ValueError(
+                f"{name!r}{where} is not a learner; choose {', '.join(TRAIN_METHODS)}, or a "
+                "comma-separated schedule of them such as sft,dpo"
+            )
+    return tuple(names)
+
+
+def learner_train(
+    train: dict[str, Any],
+    method: str,
+    mode: str = "offline",
+    *,
+    archer_iterations: int | None = None,
+) -> dict[str, Any]:
+    """The ``train`` section of ``method`` (sft | dpo | archer) on the budget of ``train`` (a plan's
+    SFT settings): the rule in the module docstring. ``mode``: ArCHer's (offline | online).
+    ``archer_iterations``: ArCHer's rounds; None = 40, or unbounded when ``train`` has a
+    ``time_budget_s`` (the budget ends it). ``model_path`` and the launch keys are carried over
+    (run-level, no trainer's; RunConfig checks them)."""
+    if method == "sft":
+        return {k: v for k, v in train.items() if k != "method"}
+    base = dict(train)
+    run_level = {k: base[k] for k in (TRAIN_MODEL_PATH, *LAUNCH_KEYS) if k in base}
+    budget = {k: base[k] for k in ("time_budget_s",) if k in base}
+    batch = int(base.get("batch_size", 8))
+    lr = float(base.get("learning_rate", 3e-4))
+    length = int(base.get("max_length", 768))
+    if method == "dpo":
+        return {
+            "method": "dpo",
+            "epochs": float(base.get("epochs", 1.0)),
+            "batch_size": max(1, batch // 2),  # a pair is two sequences
+            "max_length": length,
+            "learning_rate": lr,
+            "warmup": 0.0,
+            "logging_steps": 5,
+            **budget,
+            **run_level,
+        }
+    if method == "archer":
+        if archer_iterations is None:
+            archer_iterations = 100_000 if budget else 40  # the time budget ends it
+        return {
+            "method": "archer",
+            "mode": mode,
+            "iterations": archer_iterations,
+            "warmup_iters": min(5, max(archer_iterations - 1, 0)),
+            "batch_size": batch,
+            "grad_accumulation": 1,
+            "critic_lr": lr,
+            "actor_lr": lr / 10,
+            "max_state_tokens": min(length, 512),
+            "max_length": length,
+            **budget,
+            **run_level,
+        }
+    raise ValueError(f"method must be one of {', '.join(TRAIN_METHODS)}, got {method!r}")
+
+
+def schedule_train(
+    train: dict[str, Any], schedule: Sequence[str], *, archer_iterations: int | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """One ``train`` section for a schedule (RunConfig has one for every iteration; each trainer
+    reads the fields it takes), and notes on what the merge decided.
+
+    Each scheduled method's section is ``learner_train``'s. A field several scheduled trainers take
+    gets ONE value: the one the first-scheduled of them would use (its section's, else its trainer's
+    default); every other trainer that would have used another value is named in a note. A single
+    method's section is ``learner_train``'s as is (``method`` a string, none for ``sft``); a
+    schedule's ``method`` is the list."""
+    methods = list(dict.fromkeys(schedule))
+    if len(methods) == 1:
+        return learner_train(train, methods[0], archer_iterations=archer_iterations), []
+    sections = {m: learner_train(train, m, archer_iterations=archer_iterations) for m in methods}
+    merged: dict[str, Any] = {}
+    notes: list[str] = []
+    keys = dict.fromkeys(k for m in methods for k in sections[m] if k != "method")
+    for key in keys:
+        takers = [m for m in methods if key in TRAINER_FIELDS[m]]
+        if not takers:  # run-level (model_path, launch keys): the same in every section
+            merged[key] = next(sections[m][key] for m in methods if key in sections[m])
+            continue
+
+        def used(method: str, key: str = key) -> Any:
+            return sections[method].get(key, _trainer_defaults(method).get(key))
+
+        owner = takers[0]
+        merged[key] = used(owner)
+        for other in takers[1:]:
+            if used(other) != merged[key]:
+                notes.append(
+                    f"train.{key}: {other} runs with {owner}'s {merged[key]!r} instead of "
+                    f"{used(other)!r} (one train section serves every iteration)"
+                )
+    merged["method"] = list(schedule)
+    return merged, notes
+
+
+def _trainer_defaults(method: str) -> dict[str, Any]:
+    """The defaults of ``method``'s trainer config (imports torch: only when a schedule merges)."""
+    from dataclasses import MISSING, fields
+
+    from train_service.archer import ArcherConfig
+    from train_service.dpo import DPOConfig
+    from train_service.sft import SFTConfig
+
+    config = {"sft": SFTConfig, "dpo": DPOConfig, "archer": ArcherConfig}[method]
+    return {f.name: f.default for f in fields(config) if f.default is not MISSING}
+
+
+def schedule_critic(schedule: Sequence[str], critic: dict[str, Any]) -> dict[str, Any]:
+    """The run's critic: ``critic`` when an iteration trains with ``sft`` (it reads the revision
+    samples the critic's t' shapes), else ``direct`` (the module docstring)."""
+    return dict(critic) if "sft" in schedule else {"strategy": "direct"}
+
+
+def training_summary(iterations: Sequence[Any]) -> str:
+    """A Markdown table, one row per trained iteration: its learner
+    (``ModelTrained.metrics["method"]``) and what it did (steps or critic / actor updates, loss
+    first -> last, seconds, whether the time budget stopped it). ``iterations``: the run state's
+    (``core.domain.runs.IterationState``, ``train_metrics`` None until trained)."""
+    lines = [
+        "## Training",
+        "",
+        "| iteration | method | updates | loss | seconds | stopped by time budget |",
+        "|---:|---|---|---|---:|---|",
+    ]
+    trained = [it for it in iterations if it.train_metrics]
+    if not trained:
+        return ""
+    for it in trained:
+        m = it.train_metrics
+        method = str(m.get("method", "sft"))
+        if method == "archer":
+            updates = f"{m.get('critic_updates', 0)} critic, {m.get('actor_updates', 0)} actor"
+            loss = _span(m.get("td_loss_first"), m.get("td_loss_last"), "TD ")
+        elif method == "dpo":
+            updates = f"{m.get('steps', '-')} steps"
+            loss = _span(m.get("first_loss"), m.get("last_loss"), "")
+        else:
+            updates = f"{m.get('steps', '-')} steps"
+            loss = "-" if m.get("train_loss") is None else f"mean {float(m['train_loss']):.3f}"
+        if m.get("reused"):
+            updates += " (reused checkpoint)"
+        seconds = m.get("seconds")
+        secs = "-" if seconds is None else f"{float(seconds):.1f}"
+        stopped = "yes" if m.get("stopped_by_time_budget") else "no"
+        lines.append(f"| {it.iteration} | {method} | {updates} | {loss} | {secs} | {stopped} |")
+    return "\n".join(lines) + "\n"
+
+
+def _span(first: Any, last: Any, prefix: str) -> str:
+    if first is None or last is None:
+        return "-"
+    return f"{prefix}{float(first):.3f} -> {float(last):.3f}"
