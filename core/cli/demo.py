@@ -122,10 +122,10 @@ REAL_MODEL_TRAIN = {"learning_rate": 5e-5, "epochs": 2.0}
 
 # ArCHer's rounds per iteration under --method archer (each round: 5 critic updates, then 3 actor
 # updates once the 5 critic-only warm-up rounds are done; core.cli.methods.learner_train). A fixed
-# amount, like SFT's epochs: the time budget stays a safety cap. --quick: 10 rounds = 50 critic +
-# 15 actor updates, 15 s at load 4-5 (docs/learners.md); the demo: 12 rounds = 60 critic + 21
-# actor updates (estimated from bench/train.py's demo-size rates, 0.28 critic updates/s at load
-# 7-9: about 4-5 min).
+# amount, like SFT's epochs: the time budget stays a safety cap. Measured at load 4-5
+# (docs/learners.md): --quick 10 rounds = 50 critic + 15 actor updates in 18 s; the demo model,
+# 12 rounds = 60 critic + 21 actor updates in 74 s on 2 goals' trees (more transitions take
+# longer per update only through their lengths; the rounds are fixed).
 QUICK_ARCHER_ROUNDS = 10
 DEMO_ARCHER_ROUNDS = 12
 

@@ -8,8 +8,9 @@ summary ``agentr run`` prints (``ModelTrained.metrics["method"]``).
 The rule of ``learner_train`` (docs/learners.md): DPO and ArCHer train on the SAME budget as the
 plan's SFT (``time_budget_s``, ``batch_size``, ``max_length``, ``learning_rate`` carried over). DPO
 keeps SFT's epochs and learning rate, halves the batch (a pair is two sequences) and has no warm-up;
-ArCHer keeps the batch (one accumulation step), critic learning rate = SFT's, actor's a tenth of it,
-5 critic-only warm-up rounds, states cut to 512 tokens, and either a fixed number of rounds
+ArCHer keeps the batch (one accumulation step), critic learning rate = SFT's, actor's SFT's divided by
+``actor_lr_ratio`` (the bench: 10; ``agentr run``: 100, ``RUN_ACTOR_LR_RATIO``), 5 critic-only warm-up
+rounds, states cut to 512 tokens, and either a fixed number of rounds
 (``archer_iterations``: ``agentr run``, whose time budget is a safety cap) or as many as its time
 budget allows (``bench/``). A run whose schedule has no ``sft`` iteration uses the ``direct`` critic:
 neither DPO nor ArCHer trains on revision samples, so the model critic's calls would be spent on
@@ -31,6 +32,13 @@ METHOD_HELP = (
     "schedule, one method per iteration with the last repeating (sft,dpo: SFT in iteration 0, DPO "
     "after). dpo and archer train in one process (no torchrun)."
 )
+
+
+# agentr run's ArCHer actor learning rate: SFT's / 100 (the demo: 3e-6; a pretrained --model: 5e-7,
+# near ArCHer's own 1e-6). Measured (docs/learners.md) on the demo model, 2 searched goals (8
+# transitions), 12 rounds: SFT's / 10 collapsed the actor (seen success 1.000 -> 0.000, every action
+# invalid, KL 0.43 per token), / 100 kept it (1.000 -> 1.000, KL 0.021).
+RUN_ACTOR_LR_RATIO = 100.0
 
 
 def parse_methods(text: str) -> tuple[str, ...]:
@@ -60,12 +68,14 @@ def learner_train(
     mode: str = "offline",
     *,
     archer_iterations: int | None = None,
+    actor_lr_ratio: float = 10.0,
 ) -> dict[str, Any]:
     """The ``train`` section of ``method`` (sft | dpo | archer) on the budget of ``train`` (a plan's
     SFT settings): the rule in the module docstring. ``mode``: ArCHer's (offline | online).
     ``archer_iterations``: ArCHer's rounds; None = 40, or unbounded when ``train`` has a
-    ``time_budget_s`` (the budget ends it). ``model_path`` and the launch keys are carried over
-    (run-level, no trainer's; RunConfig checks them)."""
+    ``time_budget_s`` (the budget ends it). ``actor_lr_ratio``: ArCHer's actor learning rate is
+    SFT's divided by it (``bench/``: 10; ``agentr run``: ``RUN_ACTOR_LR_RATIO``). ``model_path`` and
+    the launch keys are carried over (run-level, no trainer's; RunConfig checks them)."""
     if method == "sft":
         return {k: v for k, v in train.items() if k != "method"}
     base = dict(train)
@@ -97,7 +107,7 @@ def learner_train(
             "batch_size": batch,
             "grad_accumulation": 1,
             "critic_lr": lr,
-            "actor_lr": lr / 10,
+            "actor_lr": lr / actor_lr_ratio,
             "max_state_tokens": min(length, 512),
             "max_length": length,
             **budget,
@@ -107,7 +117,11 @@ def learner_train(
 
 
 def schedule_train(
-    train: dict[str, Any], schedule: Sequence[str], *, archer_iterations: int | None = None
+    train: dict[str, Any],
+    schedule: Sequence[str],
+    *,
+    archer_iterations: int | None = None,
+    actor_lr_ratio: float = RUN_ACTOR_LR_RATIO,
 ) -> tuple[dict[str, Any], list[str]]:
     """One ``train`` section for a schedule (RunConfig has one for every iteration; each trainer
     reads the fields it takes), and notes on what the merge decided.
@@ -118,9 +132,10 @@ def schedule_train(
     method's section is ``learner_train``'s as is (``method`` a string, none for ``sft``); a
     schedule's ``method`` is the list."""
     methods = list(dict.fromkeys(schedule))
+    knobs: dict[str, Any] = {"archer_iterations": archer_iterations, "actor_lr_ratio": actor_lr_ratio}
     if len(methods) == 1:
-        return learner_train(train, methods[0], archer_iterations=archer_iterations), []
-    sections = {m: learner_train(train, m, archer_iterations=archer_iterations) for m in methods}
+        return learner_train(train, methods[0], **knobs), []
+    sections = {m: learner_train(train, m, **knobs) for m in methods}
     merged: dict[str, Any] = {}
     notes: list[str] = []
     keys = dict.fromkeys(k for m in methods for k in sections[m] if k != "method")
