@@ -2,9 +2,13 @@
 
 Each test (or module) that asks for ``pg_url`` gets a fresh, empty database on the PostgreSQL at
 ``AGENTR_TEST_PG`` (default 127.0.0.1:5432, trust auth) that is dropped afterwards; ``redis_url``
-plus ``redis_prefix`` give an isolated key namespace on the real Redis, deleted afterwards.
+plus ``redis_prefix`` give an isolated key namespace on the real Redis, deleted afterwards
+(``pg_database`` and ``redis_namespace`` are the same for fixtures of a wider scope).
 ``store_url`` runs a test on both adapters (a SQLite file, then a fresh PostgreSQL database) and
 ``store`` opens the event store there with its tables created.
+``quick_run`` and ``resumed_quick_run`` are the session's two ``agentr run --quick`` processes
+(``tests/e2e/quick_runs.py``: one undisturbed, one SIGKILLed after its first training and resumed),
+shared by the tests that read them instead of each starting its own.
 Several test runs (and developers) can share the servers without seeing each other's data.
 
 On a machine where the servers are not running (issue 18, point 9), the first test that needs one
@@ -29,6 +33,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -37,6 +42,7 @@ import pytest
 
 if TYPE_CHECKING:
     from core.store.sql import SqlEventStore
+    from tests.e2e.quick_runs import QuickRun, ResumedRun
 
 PG_ADMIN_DSN = os.environ.get("AGENTR_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("AGENTR_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -240,13 +246,38 @@ def drop_pg_database(name: str) -> None:
     _admin_sync(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
+@contextmanager
+def pg_database() -> Iterator[str]:
+    """A fresh, empty database (its SQLAlchemy asyncpg URL), dropped at the end."""
     name, url = make_pg_database()
     try:
         yield url
     finally:
         drop_pg_database(name)
+
+
+@contextmanager
+def redis_namespace() -> Iterator[str]:
+    """A fresh Redis key prefix; every key under it is deleted at the end."""
+    import redis
+
+    prefix = "agentr-test-" + uuid.uuid4().hex[:10]
+    try:
+        yield prefix
+    finally:
+        client = redis.Redis.from_url(redis_test_url())
+        try:
+            keys = list(client.scan_iter(match=f"{prefix}*", count=500))
+            if keys:
+                client.delete(*keys)
+        finally:
+            client.close()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with pg_database() as url:
+        yield url
 
 
 @pytest.fixture
@@ -260,18 +291,9 @@ def redis_url() -> str:
 
 
 @pytest.fixture
-async def redis_prefix() -> AsyncIterator[str]:
-    import redis.asyncio as aioredis
-
-    prefix = "agentr-test-" + uuid.uuid4().hex[:10]
-    yield prefix
-    client = aioredis.from_url(redis_test_url())
-    try:
-        keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=500)]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
+def redis_prefix() -> Iterator[str]:
+    with redis_namespace() as prefix:
+        yield prefix
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -289,3 +311,23 @@ async def store(store_url: str) -> AsyncIterator[SqlEventStore]:
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture(scope="session")
+def quick_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The models folder both quick runs' homes link to (the warm start is built once)."""
+    return tmp_path_factory.mktemp("quick-models")
+
+
+@pytest.fixture(scope="session")
+def quick_run(tmp_path_factory: pytest.TempPathFactory, quick_models: Path) -> QuickRun:
+    from tests.e2e.quick_runs import run_quick
+
+    return run_quick(tmp_path_factory.mktemp("quick-run"), quick_models)
+
+
+@pytest.fixture(scope="session")
+def resumed_quick_run(tmp_path_factory: pytest.TempPathFactory, quick_models: Path) -> ResumedRun:
+    from tests.e2e.quick_runs import run_quick_killed_and_resumed
+
+    return run_quick_killed_and_resumed(tmp_path_factory.mktemp("resumed-quick-run"), quick_models)

@@ -2,8 +2,9 @@
 
 ``ServiceGroup`` starts ``agentr ...`` commands (each in its own session, output to a log file
 under the test's tmp folder), kills or restarts one by name, and stops all of them (SIGTERM, then
-SIGKILL after a grace period). ``ApiClient`` bootstraps a project key with the admin key and wraps
-the run / dataset routes. Failures include the tail of every log, so a broken service says why.
+SIGKILL after a grace period). ``ApiClient`` makes projects and their keys with the admin key
+(``bootstrap``: a project and a key this client then uses) and wraps the run / dataset routes.
+Failures include the tail of every log, so a broken service says why.
 ``quick_tiny_model`` builds and warm-starts the tiny model exactly as ``agentr run --quick`` does
 (its own functions, cached in the given home folder) for tests that need a model that can succeed.
 """
@@ -16,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,16 +171,29 @@ class ApiClient:
     def ready(self) -> bool:
         return self.http.get("/readyz").status_code == 200
 
-    def bootstrap(self, project_name: str = "e2e") -> None:
-        admin = {"Authorization": f"Bearer {self.admin_key}"}
-        project = self.http.post("/v1/projects", json={"name": project_name}, headers=admin)
-        assert project.status_code == 201, project.text
-        project_id = project.json()["project_id"]
+    def create_project(self, name: str) -> str:
+        """A new project (with the admin key); its id."""
+        made = self.http.post("/v1/projects", json={"name": name}, headers=self.admin_headers)
+        assert made.status_code == 201, made.text
+        return str(made.json()["project_id"])
+
+    def issue_key(self, project_id: str, scopes: Sequence[str], label: str) -> str:
+        """A new key of ``project_id`` with ``scopes`` (with the admin key)."""
         issued = self.http.post(
-            f"/v1/projects/{project_id}/keys", json={"scopes": ["run", "read"], "label": "e2e"}, headers=admin
+            f"/v1/projects/{project_id}/keys",
+            json={"scopes": list(scopes), "label": label},
+            headers=self.admin_headers,
         )
         assert issued.status_code == 201, issued.text
-        self.key = issued.json()["key"]
+        return str(issued.json()["key"])
+
+    def bootstrap(self, project_name: str = "e2e") -> None:
+        """A project of its own and a run + read key of it, which this client then uses."""
+        self.key = self.issue_key(self.create_project(project_name), ("run", "read"), "e2e")
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_key}"}
 
     @property
     def headers(self) -> dict[str, str]:

@@ -1,13 +1,15 @@
 """Owns the services e2e tests' shared setup: the environment, the deployment and run follow-up.
 
 ``service_env`` is the environment every agentr process of one deployment shares (the real
-PostgreSQL database and Redis prefix of the test, its home folder, the API port, quick reclaim
-timeouts); ``deploy`` starts the compose topology as separate OS processes (``agentr db upgrade``,
-``agentr serve``, the relay / search / critic / splice / train workers and the Celery trainer),
-bootstraps a project key and stops everything at the end, asserting that every process exited
-cleanly; ``follow`` waits for a run to finish and asserts it completed; ``quick_run_config`` is the
-cheap run those tests submit (also the base of tests/ml/test_methods_run.py's embedded runs).
-``tests/e2e/conftest.py`` turns them into the ``deployment`` and ``run_config`` fixtures.
+PostgreSQL database and Redis prefix, its home folder, the API port, quick reclaim timeouts);
+``deploy`` starts the compose topology as separate OS processes (``agentr db upgrade``,
+``agentr serve``, the relay / search / critic / splice / train workers and the Celery trainer), bootstraps a
+project key and stops everything at the end, asserting that every process exited cleanly; a
+``Deployment`` gives each test a client of a project of its own (``new_client``). ``follow`` waits for
+a run to finish and asserts it completed; ``quick_run_config`` is the cheap run those tests submit
+(also the base of tests/ml/test_methods_run.py's embedded runs). ``tests/e2e/conftest.py`` turns
+them into the ``deployment`` (one deployment for every e2e test that asks for it) and ``run_config``
+fixtures.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +74,30 @@ def follow(client: ApiClient, group: ServiceGroup, run_id: str, timeout: float =
     return run
 
 
+@dataclass(frozen=True)
+class Deployment:
+    """A running deployment: its processes, a client with a project key, the services' home folder
+    (``AGENTR_HOME``: runs' datasets and checkpoints) and database URL."""
+
+    group: ServiceGroup
+    client: ApiClient
+    home: Path
+    database_url: str
+
+    def new_client(self, project_name: str) -> ApiClient:
+        """A client of the same API with a new project and a run + read key of it."""
+        client = ApiClient(str(self.client.http.base_url), self.client.admin_key)
+        client.bootstrap(project_name)
+        return client
+
+
 @contextmanager
-def deploy(
-    pg_url: str, redis_url: str, redis_prefix: str, tmp_path: Path
-) -> Iterator[tuple[ServiceGroup, ApiClient]]:
-    """Every service as its own process on a fresh database; (group, client with a project key)."""
+def deploy(pg_url: str, redis_url: str, redis_prefix: str, folder: Path) -> Iterator[Deployment]:
+    """Every service as its own process on the database ``pg_url``, logs and home under ``folder``."""
     port = free_port()
-    env = service_env(pg_url, redis_url, redis_prefix, tmp_path / "home", port)
-    group = ServiceGroup(env, tmp_path)
+    home = folder / "home"
+    env = service_env(pg_url, redis_url, redis_prefix, home, port)
+    group = ServiceGroup(env, folder)
     client = ApiClient(f"http://127.0.0.1:{port}", ADMIN_KEY)
     try:
         group.run_once("migrate", "db", "upgrade")
@@ -88,7 +107,7 @@ def deploy(
         group.start("trainer", "celery-worker")
         wait_until(client.ready, timeout=60, what="the API's /readyz", check=group.check_alive)
         client.bootstrap()
-        yield group, client
+        yield Deployment(group, client, home, pg_url)
     finally:
         client.close()
         codes = group.stop_all()

@@ -3,43 +3,29 @@
 The whole loop runs: tiny model built and warm-started, MCTS, critic, splicer, SFT, evaluation, for
 two iterations; the first dataset holds revision samples (the search found both successes and
 failures), the report (held-out and seen tasks) exists, and `agentr export` writes the iteration's
-dataset in every format. A second run with the same seeds is the same run, byte for byte.
+dataset in every format. A second run with the same seeds is the same run, byte for byte - and that
+second run is the session's killed-and-resumed one (``resumed_quick_run``, also read by
+tests/integration/test_runs_resume.py): SIGKILLed after its first training, then ``--resume``d, it
+still equals the undisturbed run. The runs are session fixtures (tests/e2e/quick_runs.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.quick_runs import AGENTR, QuickRun, ResumedRun, agentr_env
+
 pytestmark = pytest.mark.slow
 
-AGENTR = [str(Path(sys.executable).parent / "agentr")]
 
-
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTR_")}
-    env.update(AGENTR_HOME=str(home), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    return env
-
-
-def test_agentr_run_quick_completes_with_data_and_report(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    proc = subprocess.run(
-        [*AGENTR, "run", "--quick"],
-        env=_env(home),
-        capture_output=True,
-        text=True,
-        timeout=1800,  # a loaded 2-core machine: the quick run took up to ~15 min there
-        cwd=Path.cwd(),
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+def test_agentr_run_quick_completes_with_data_and_report(quick_run: QuickRun, tmp_path: Path) -> None:
+    home = quick_run.home
     runs = [p for p in (home / "runs").iterdir() if p.is_dir()]
     assert len(runs) == 1
     run_dir = runs[0]
@@ -90,31 +76,29 @@ def test_agentr_run_quick_completes_with_data_and_report(tmp_path: Path) -> None
     for fmt, name in (("openai", "d.jsonl"), ("sharegpt", "s.jsonl"), ("parquet", "d.parquet")):
         out = tmp_path / name
         exported = subprocess.run(
-            [*AGENTR, "export", run_dir.name, "0", "--format", fmt, "-o", str(out)],
-            env=_env(home), capture_output=True, text=True, timeout=120,
+            [AGENTR, "export", run_dir.name, "0", "--format", fmt, "-o", str(out)],
+            env=agentr_env(home), capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert exported.returncode == 0, exported.stderr
         assert out.stat().st_size > 0
     exported_first = json.loads((tmp_path / "d.jsonl").read_text().splitlines()[0])
     assert any(m["role"] == "assistant" and m.get("weight") == 1 for m in exported_first["messages"])
     bad = subprocess.run(
-        [*AGENTR, "export", "no-such-run", "0", "-o", str(tmp_path / "x.jsonl")],
-        env=_env(home), capture_output=True, text=True, timeout=120,
+        [AGENTR, "export", "no-such-run", "0", "-o", str(tmp_path / "x.jsonl")],
+        env=agentr_env(home), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "no run no-such-run" in bad.stderr
 
-    # the same seeds again (another run id, the warm start reused from the home): the same run,
-    # to the byte — same samples in the same order in both iterations, the same trained weights
-    again = subprocess.run(
-        [*AGENTR, "run", "--quick"],
-        env=_env(home),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        cwd=Path.cwd(),
-    )
-    assert again.returncode == 0, again.stderr[-4000:]
-    (second,) = [p for p in (home / "runs").iterdir() if p.is_dir() and p.name != run_dir.name]
+
+def test_same_seeds_same_run_even_killed_and_resumed(
+    quick_run: QuickRun, resumed_quick_run: ResumedRun
+) -> None:
+    # the same seeds again (another run id, the warm start reused from the models folder), killed
+    # after its first training and resumed: the same run, to the byte — same samples in the same
+    # order in both iterations, the same trained weights
+    run_dir, second = quick_run.run_dir, resumed_quick_run.run_dir
+    assert second.name != run_dir.name
+    report = json.loads((run_dir / "report.json").read_text())
     for iteration in (0, 1):
         name = f"iter-{iteration}.jsonl"
         first_rows = [json.loads(line) for line in (run_dir / "datasets" / name).read_text().splitlines()]

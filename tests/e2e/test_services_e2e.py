@@ -2,7 +2,8 @@
 
 api (``agentr serve``), relay, search, critic, splice, train and the Celery trainer run as their
 own processes (the commands docker-compose.yml runs), sharing a fresh database and an isolated Redis
-prefix. A user bootstraps a project key over HTTP, submits a small TextCraft run with the tiny model,
+prefix (one deployment for the e2e package, tests/e2e/conftest.py; this test has a project of its
+own). A user bootstraps a project key over HTTP, submits a small TextCraft run with the tiny model,
 follows it to completion and downloads its dataset. The same run (same seeds) is then submitted again
 and the search worker is SIGKILLed in the middle of it and restarted: the run still completes, and its
 dataset has the same samples as the undisturbed one - no duplicates, no losses.
@@ -30,7 +31,7 @@ from typing import Any
 
 from core.domain.reflections import DEFAULT_TEMPLATES
 from tests.e2e.helpers import AGENTR, ApiClient, free_port, wait_until
-from tests.e2e.services import ADMIN_KEY, follow, service_env
+from tests.e2e.services import ADMIN_KEY, Deployment, follow, service_env
 
 
 def dataset_records(client: ApiClient, run_id: str) -> list[dict[str, Any]]:
@@ -64,8 +65,10 @@ def check_dataset(records: list[dict[str, Any]]) -> None:
         assert any(t["from"] == "gpt" and "Action:" in t["value"] for t in turns)
 
 
-def test_run_over_http_and_survives_a_killed_worker(deployment, run_config: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
-    group, client = deployment
+def test_run_over_http_and_survives_a_killed_worker(
+    deployment: Deployment, run_config: dict[str, Any]
+) -> None:
+    group, client = deployment.group, deployment.client
 
     # 1. The undisturbed run: search, model critic, splice, dataset, SFT on the Celery trainer, eval.
     first = client.submit_run(run_config)

@@ -1,15 +1,17 @@
 """The web UI in a real browser (Playwright driving Debian's chromium) over a real deployment.
 
-``agentr serve`` and the relay, search, critic and splice workers run as OS processes on the real
-PostgreSQL and Redis (as in test_services_e2e.py); a data-only TextCraft run with the warm-started
-tiny model is submitted over HTTP and followed to completion. Then the browser opens ``/ui`` with a
-project key and checks each page against the API: the run and its iterations, the tree canvas (one
-SVG node per API node, the pair's divergence ring), the pair diff (first differing step = the
-pair's shared steps, the bad action there), the sample inspector (the token mask equals the labels
-``train_service.tokenize.tokenize_sample`` gives with the same model), a correction through the form
-(the sample is re-spliced: new content, provenance human-corrected), the traces page with filters,
-and that a key of another project (and no key at all) sees nothing. Every page is screenshotted
-into the test's tmp folder (``screens/``); with ``AGENTR_UI_SCREENSHOTS=DIR`` they are copied there.
+The e2e package's deployment (``tests/e2e/services.py``, the one test_services_e2e.py uses:
+``agentr serve``, the relay, search, critic, splice and train workers and the Celery trainer as OS processes
+on the real PostgreSQL and Redis); a data-only TextCraft run with the warm-started tiny model is
+submitted over HTTP in a project of this test's own and followed to completion. Then the browser
+opens ``/ui`` with a project key and checks each page against the API: the run and its iterations,
+the tree canvas (one SVG node per API node, the pair's divergence ring), the pair diff (first
+differing step = the pair's shared steps, the bad action there), the sample inspector (the token
+mask equals the labels ``train_service.tokenize.tokenize_sample`` gives with the same model), a
+correction through the form (the sample is re-spliced: new content, provenance human-corrected), the
+traces page with filters, and that a key of another project (and no key at all) sees nothing. Every
+page is screenshotted into the test's tmp folder (``screens/``); with ``AGENTR_UI_SCREENSHOTS=DIR``
+they are copied there.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from tests.e2e.helpers import ApiClient, ServiceGroup, free_port, quick_tiny_model, wait_until
-from tests.e2e.test_services_e2e import ADMIN_KEY, follow, service_env
+from tests.e2e.helpers import quick_tiny_model
+from tests.e2e.services import Deployment, follow
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -37,41 +39,6 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
 ]
-WORKERS = ("relay", "search", "critic", "splice", "train")  # train orchestrates the run (data-only: no SFT)
-
-
-def key(http: httpx.Client, project_id: str, *scopes: str, label: str = "ui") -> str:
-    issued = http.post(
-        f"/v1/projects/{project_id}/keys",
-        json={"scopes": list(scopes), "label": label},
-        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-    )
-    assert issued.status_code == 201, issued.text
-    return str(issued.json()["key"])
-
-
-def project(http: httpx.Client, name: str) -> str:
-    made = http.post("/v1/projects", json={"name": name}, headers={"Authorization": f"Bearer {ADMIN_KEY}"})
-    assert made.status_code == 201, made.text
-    return str(made.json()["project_id"])
-
-
-@pytest.fixture
-def deployment(pg_url: str, redis_url: str, redis_prefix: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    port = free_port()
-    env = service_env(pg_url, redis_url, redis_prefix, tmp_path / "home", port)
-    group = ServiceGroup(env, tmp_path)
-    client = ApiClient(f"http://127.0.0.1:{port}", ADMIN_KEY)
-    try:
-        group.run_once("migrate", "db", "upgrade")
-        group.start("api", "serve")
-        for name in WORKERS:
-            group.start(name, "worker", name)
-        wait_until(client.ready, timeout=60, what="the API's /readyz", check=group.check_alive)
-        yield group, client
-    finally:
-        client.close()
-        group.stop_all()
 
 
 def login(page: Page, base: str, api_key: str, route: str) -> None:
@@ -87,15 +54,15 @@ def shot(page: Page, folder: Path, name: str) -> None:
     page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
 
 
-def test_ui_pages_over_a_real_run(  # type: ignore[no-untyped-def]
-    deployment, pg_url: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+def test_ui_pages_over_a_real_run(
+    deployment: Deployment, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
-    group, client = deployment
+    group, client, pg_url = deployment.group, deployment.client, deployment.database_url
     http = client.http
     model_ref, config = quick_tiny_model(tmp_path_factory.getbasetemp() / "agentr-quick-home")
-    project_a, project_b = project(http, "ui-a"), project(http, "ui-b")
-    key_a = key(http, project_a, "read", "run", "ingest", "review", label="reviewer")
-    key_b = key(http, project_b, "read", "run", "review")
+    project_a, project_b = client.create_project("ui-a"), client.create_project("ui-b")
+    key_a = client.issue_key(project_a, ("read", "run", "ingest", "review"), label="reviewer")
+    key_b = client.issue_key(project_b, ("read", "run", "review"), label="ui")
     client.key = key_a
     run_id = client.submit_run(dict(config, iterations=1, data_only=True, seed=11))
     screens = tmp_path / "screens"
