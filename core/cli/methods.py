@@ -7,7 +7,8 @@ summary ``agentr run`` prints (``ModelTrained.metrics["method"]``).
 
 The rule of ``learner_train`` (docs/learners.md): DPO and ArCHer train on the SAME budget as the
 plan's SFT (``time_budget_s``, ``batch_size``, ``max_length``, ``learning_rate`` carried over). DPO
-keeps SFT's epochs and learning rate, halves the batch (a pair is two sequences) and has no warm-up;
+keeps SFT's epochs, takes its learning rate divided by ``dpo_lr_ratio`` (the bench: 1; ``agentr
+run``: 10, ``RUN_DPO_LR_RATIO``), halves the batch (a pair is two sequences) and has no warm-up;
 ArCHer keeps the batch (one accumulation step), critic learning rate = SFT's, actor's SFT's divided by
 ``actor_lr_ratio`` (the bench: 10; ``agentr run``: 100, ``RUN_ACTOR_LR_RATIO``), 5 critic-only warm-up
 rounds, states cut to 512 tokens, and either a fixed number of rounds
@@ -39,6 +40,12 @@ METHOD_HELP = (
 # transitions), 12 rounds: SFT's / 10 collapsed the actor (seen success 1.000 -> 0.000, every action
 # invalid, KL 0.43 per token), / 100 kept it (1.000 -> 1.000, KL 0.021).
 RUN_ACTOR_LR_RATIO = 100.0
+# agentr run's DPO learning rate: SFT's / 10 (the demo: 3e-5; a pretrained --model: 5e-6). Measured
+# the same way (4 pairs, 8 epochs = 8 steps): SFT's own 3e-4 collapsed the model (seen success
+# 1.000 -> 0.250, invalid 0.87, dead loops 0.75; DPO loss 0.693 -> 0.015), / 10 learnt the
+# preference and kept it (loss -> 0.388, reward margin 0.75, seen success 1.000), / 100 barely
+# moved (loss -> 0.655).
+RUN_DPO_LR_RATIO = 10.0
 
 
 def parse_methods(text: str) -> tuple[str, ...]:
@@ -69,12 +76,14 @@ def learner_train(
     *,
     archer_iterations: int | None = None,
     actor_lr_ratio: float = 10.0,
+    dpo_lr_ratio: float = 1.0,
 ) -> dict[str, Any]:
     """The ``train`` section of ``method`` (sft | dpo | archer) on the budget of ``train`` (a plan's
     SFT settings): the rule in the module docstring. ``mode``: ArCHer's (offline | online).
     ``archer_iterations``: ArCHer's rounds; None = 40, or unbounded when ``train`` has a
     ``time_budget_s`` (the budget ends it). ``actor_lr_ratio``: ArCHer's actor learning rate is
-    SFT's divided by it (``bench/``: 10; ``agentr run``: ``RUN_ACTOR_LR_RATIO``). ``model_path`` and
+    SFT's divided by it (``bench/``: 10; ``agentr run``: ``RUN_ACTOR_LR_RATIO``); ``dpo_lr_ratio``
+    likewise DPO's (``bench/``: 1; ``agentr run``: ``RUN_DPO_LR_RATIO``). ``model_path`` and
     the launch keys are carried over (run-level, no trainer's; RunConfig checks them)."""
     if method == "sft":
         return {k: v for k, v in train.items() if k != "method"}
@@ -90,7 +99,7 @@ def learner_train(
             "epochs": float(base.get("epochs", 1.0)),
             "batch_size": max(1, batch // 2),  # a pair is two sequences
             "max_length": length,
-            "learning_rate": lr,
+            "learning_rate": lr / dpo_lr_ratio,
             "warmup": 0.0,
             "logging_steps": 5,
             **budget,
@@ -122,6 +131,7 @@ def schedule_train(
     *,
     archer_iterations: int | None = None,
     actor_lr_ratio: float = RUN_ACTOR_LR_RATIO,
+    dpo_lr_ratio: float = RUN_DPO_LR_RATIO,
 ) -> tuple[dict[str, Any], list[str]]:
     """One ``train`` section for a schedule (RunConfig has one for every iteration; each trainer
     reads the fields it takes), and notes on what the merge decided.
@@ -132,7 +142,11 @@ def schedule_train(
     method's section is ``learner_train``'s as is (``method`` a string, none for ``sft``); a
     schedule's ``method`` is the list."""
     methods = list(dict.fromkeys(schedule))
-    knobs: dict[str, Any] = {"archer_iterations": archer_iterations, "actor_lr_ratio": actor_lr_ratio}
+    knobs: dict[str, Any] = {
+        "archer_iterations": archer_iterations,
+        "actor_lr_ratio": actor_lr_ratio,
+        "dpo_lr_ratio": dpo_lr_ratio,
+    }
     if len(methods) == 1:
         return learner_train(train, methods[0], **knobs), []
     sections = {m: learner_train(train, m, **knobs) for m in methods}
@@ -153,11 +167,15 @@ def schedule_train(
         for other in takers[1:]:
             if used(other) != merged[key]:
                 notes.append(
-                    f"train.{key}: {other} runs with {owner}'s {merged[key]!r} instead of "
-                    f"{used(other)!r} (one train section serves every iteration)"
+                    f"train.{key}: {other} runs with {owner}'s {_show(merged[key])} instead of "
+                    f"{_show(used(other))} (one train section serves every iteration)"
                 )
     merged["method"] = list(schedule)
     return merged, notes
+
+
+def _show(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else repr(value)
 
 
 def _trainer_defaults(method: str) -> dict[str, Any]:
