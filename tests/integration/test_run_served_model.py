@@ -33,7 +33,9 @@ def _env(home: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, str]]:
     models_home = tmp_path_factory.mktemp("models-home")
-    folder, _config = quick_tiny_model(models_home)
+    # the session's warm-started tiny model (the e2e tests' run_config builds the same one, in the
+    # same folder): built once per session, only read here (served, and --train-from's base)
+    folder, _config = quick_tiny_model(tmp_path_factory.getbasetemp() / "agentr-quick-home")
     port = free_port()
     log_path = models_home / "serve.log"
     base = f"http://127.0.0.1:{port}/v1"
