@@ -26,6 +26,14 @@ label's first token); the KV cache is then repeated once per label and all label
 go through one more small pass. A label's score is the sum of the log-probabilities of its tokens
 (no end-of-turn token), i.e. log P(the answer starts with the label).
 
+Prefix cache: prompts prefilled one at a time (every prompt when ``batch_invariant``) go through
+a cache of KV blocks kept across calls (``core.llm.kv_prefix``): an episode's next turn, a search
+node's child or the critic's next judged step prefills only its new tokens. It is exact - a prompt
+is always prefilled at the same block boundaries, cached or not - so it changes no sample and no
+score. ``prefix_cache_mb`` sets its budget (default ``$AGENTR_HF_PREFIX_CACHE_MB`` or 512; 0 turns
+it off), ``prefix_block_tokens`` the block size (default 64). Shared padded passes (the CUDA
+default) do not use it; a served model (vLLM, SGLang) has its own prefix caching.
+
 All torch work runs in a worker thread (``asyncio.to_thread``) under a lock, so the event loop stays
 responsive and the model is used by one call at a time.
 
@@ -40,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import random
 import threading
 from collections.abc import Sequence
@@ -50,10 +59,26 @@ from core.llm.chat_template import hf_messages
 from core.llm.hf_decoding import Sample
 from core.llm.hf_folder import check_folder, resolve_dtype, weights_fingerprint
 from core.llm.hf_scoring import HFScoring, PromptLogprobs
+from core.llm.kv_prefix import PrefixCache
 from core.llm.ports import Completion, Conversation, PolicyError, Seeds, conversation_seeds
 
 __all__ = ["HFPolicy", "PromptLogprobs", "Sample"]
 log = logging.getLogger(__name__)
+
+DEFAULT_PREFIX_CACHE_MB = 512
+DEFAULT_PREFIX_BLOCK_TOKENS = 64
+PREFIX_CACHE_ENV = "AGENTR_HF_PREFIX_CACHE_MB"
+
+
+def default_prefix_cache_mb() -> int:
+    """The prefix cache budget when none is given: ``$AGENTR_HF_PREFIX_CACHE_MB`` or 512."""
+    raw = os.environ.get(PREFIX_CACHE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PREFIX_CACHE_MB
+    try:
+        return int(raw)
+    except ValueError:
+        raise PolicyError(f"{PREFIX_CACHE_ENV} must be a whole number of MiB, got {raw!r}") from None
 
 
 class HFPolicy(HFScoring):
@@ -67,6 +92,8 @@ class HFPolicy(HFScoring):
         *,
         max_batch_rows: int = 64,
         batch_invariant: bool | None = None,
+        prefix_cache_mb: int | None = None,
+        prefix_block_tokens: int = DEFAULT_PREFIX_BLOCK_TOKENS,
     ) -> None:
         import torch
 
@@ -79,8 +106,13 @@ class HFPolicy(HFScoring):
         # module docstring: each prompt in its own forward passes (exact), default on CPU
         self.batch_invariant = self.device.type == "cpu" if batch_invariant is None else batch_invariant
         self._lock = threading.Lock()
+        budget_mb = default_prefix_cache_mb() if prefix_cache_mb is None else prefix_cache_mb
+        if budget_mb < 0:
+            raise ValueError(f"prefix_cache_mb must be >= 0, got {budget_mb}")
+        self.prefix_cache = PrefixCache(prefix_block_tokens, budget_mb << 20) if budget_mb else None
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.vocab_rows = int(model.get_input_embeddings().num_embeddings)
         configured = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         self.max_positions = configured or 1 << 30
         # ContextWindow (core.llm.ports): None when the config does not say
@@ -104,6 +136,8 @@ class HFPolicy(HFScoring):
         dtype: Any = None,
         *,
         batch_invariant: bool | None = None,
+        prefix_cache_mb: int | None = None,
+        prefix_block_tokens: int = DEFAULT_PREFIX_BLOCK_TOKENS,
     ) -> HFPolicy:
         """Load tokenizer and model from ``path`` (``save_pretrained`` layout).
 
@@ -111,7 +145,7 @@ class HFPolicy(HFScoring):
         "float32" / "bfloat16" / "float16"; default bfloat16 on CUDA, float32 on CPU.
         ``batch_invariant``: see the module docstring (default: on for CPU, off for CUDA). A folder missing
         its config, weights or tokenizer raises PolicyError naming what is missing.
-        """
+        ``prefix_cache_mb`` / ``prefix_block_tokens``: the prefix cache (module docstring)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -130,7 +164,14 @@ class HFPolicy(HFScoring):
         model.eval()
         version = f"{folder.resolve()}@{weights_fingerprint(folder)}"
         log.info("loaded %s on %s as %s", folder, device, torch_dtype)
-        return cls(model, tokenizer, version, batch_invariant=batch_invariant)
+        return cls(
+            model,
+            tokenizer,
+            version,
+            batch_invariant=batch_invariant,
+            prefix_cache_mb=prefix_cache_mb,
+            prefix_block_tokens=prefix_block_tokens,
+        )
 
     # ----------------------------------------------------------------------------- rendering
     def render(self, conversation: Conversation) -> str:
@@ -205,6 +246,11 @@ class HFPolicy(HFScoring):
         assert seeds is not None
         encoded = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         for index, ids in enumerate(encoded):
+            bad = next((t for t in ids if not 0 <= t < self.vocab_rows), None)
+            if bad is not None:
+                raise PolicyError(
+                    f"prompt {index} has token id {bad}, outside the vocabulary (0..{self.vocab_rows - 1})"
+                )
             if len(ids) + max_tokens > self.max_positions:
                 raise PolicyError(
                     f"prompt {index} has {len(ids)} tokens; with max_tokens={max_tokens} it exceeds the "

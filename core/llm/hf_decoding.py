@@ -1,15 +1,20 @@
-"""Owns the hf backend's decoding loop: left padding, the cached forward pass, and sampling over the
-KV cache with prefix reuse and per-prompt generators (see core/llm/hf.py's docstring for the
-determinism and batch-invariance rules). ``HFPolicy`` inherits it; nothing else should."""
+"""Owns the hf backend's decoding loop: left padding, the cached forward pass, the prefill of one
+prompt through the cross-call prefix cache (``core.llm.kv_prefix``), and sampling over the KV cache
+with prefix reuse and per-prompt generators (see core/llm/hf.py's docstring for the determinism and
+batch-invariance rules). ``HFPolicy`` inherits it; nothing else should."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.llm.kv_prefix import ROOT, PrefixCache
 from core.llm.ports import Completion
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class HFDecoding:
     max_batch_rows: int
     _lock: threading.Lock
     _cache_kw: str
+    prefix_cache: PrefixCache | None
 
     def _left_pad(self, sequences: Sequence[Sequence[int]]) -> tuple[Any, Any, Any]:
         torch = self._torch
@@ -63,6 +69,89 @@ class HFDecoding:
         if new_cache is None:
             new_cache = getattr(out, "past_key_values", None)
         return out.logits, new_cache
+
+    def _prefill(self, prompts: list[list[int]]) -> tuple[Any, Any, Any, Any]:
+        """Prefill ``prompts``: (last-position logits, cache, mask, positions), left-padded.
+
+        With the prefix cache on, every prompt is prefilled alone through it (exact: see
+        core.llm.kv_prefix) and several prompts' caches are then left-padded into one batch for the
+        shared decoding steps; without it, all prompts share one left-padded pass."""
+        store = self.prefix_cache
+        if store is not None:
+            parts = []
+            for prompt in prompts:
+                parts.append(self._prefill_cached(prompt, store))
+                if self.prefix_cache is None:  # the model's cache cannot be cut into blocks
+                    break
+            else:
+                return parts[0] if len(parts) == 1 else self._merge_prefills(parts)
+        from transformers import DynamicCache
+
+        ids, mask, positions = self._left_pad(prompts)
+        logits, cache = self._forward(ids, mask, positions, DynamicCache(), keep=1)
+        return logits, cache, mask, positions
+
+    def _merge_prefills(self, parts: list[tuple[Any, Any, Any, Any]]) -> tuple[Any, Any, Any, Any]:
+        """One left-padded batch from single-prompt prefills: keys and values padded with zeros
+        on the left (masked out, as ``_left_pad``'s pad tokens are), positions continuing per row."""
+        torch = self._torch
+        from transformers import DynamicCache
+
+        from core.llm.kv_prefix import layer_tensors
+
+        lengths = [int(mask.shape[-1]) for _, _, mask, _ in parts]
+        width = max(lengths)
+        tensors = [layer_tensors(cache) or [] for _, cache, _, _ in parts]
+        merged = DynamicCache()
+        for layer in range(len(tensors[0])):
+            keys, values = [], []
+            for layers, length in zip(tensors, lengths, strict=True):
+                k, v = layers[layer]
+                pad = (0, 0, width - length, 0)  # (dim: none, sequence: on the left)
+                keys.append(torch.nn.functional.pad(k, pad))
+                values.append(torch.nn.functional.pad(v, pad))
+            merged.update(torch.cat(keys), torch.cat(values), layer)
+        mask = torch.zeros((len(parts), width), dtype=torch.long, device=self.device)
+        for row, length in enumerate(lengths):
+            mask[row, width - length :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = torch.cat([logits for logits, _, _, _ in parts])
+        return logits, merged, mask, positions
+
+    def _prefill_cached(self, prompt: list[int], store: PrefixCache) -> tuple[Any, Any, Any, Any]:
+        torch = self._torch
+        from transformers import DynamicCache
+
+        size = store.block_tokens
+        full = store.full_blocks(len(prompt))
+        chain = store.lookup(prompt)
+        cache = DynamicCache()
+        if chain:
+            for layer in range(len(chain[0].layers)):
+                keys = torch.cat([block.layers[layer][0] for block in chain], dim=-2)
+                values = torch.cat([block.layers[layer][1] for block in chain], dim=-2)
+                cache.update(keys, values, layer)
+        parent = chain[-1].id if chain else ROOT
+        logits: Any = None
+        start = len(chain) * size
+        for index in range(len(chain), full + 1):  # the missing full blocks, then the tail
+            end = len(prompt) if index == full else start + size
+            piece = prompt[start:end]
+            ids = torch.tensor([piece], dtype=torch.long, device=self.device)
+            mask = torch.ones((1, end), dtype=torch.long, device=self.device)
+            positions = torch.arange(start, end, device=self.device)[None, :]
+            logits, cache = self._forward(ids, mask, positions, cache, keep=1)
+            if len(piece) == size:
+                if not PrefixCache.supports(cache, end):
+                    log.info("this model's KV cache cannot be cut into blocks: prefix cache off")
+                    self.prefix_cache = None
+                    return self._prefill([prompt])
+                parent = store.store(parent, piece, cache, start)
+            store.stats.computed_tokens += len(piece)
+            start = end
+        mask = torch.ones((1, len(prompt)), dtype=torch.long, device=self.device)
+        positions = torch.arange(len(prompt), device=self.device)[None, :]
+        return logits, cache, mask, positions
 
     def _sample_blocking(
         self,
@@ -106,16 +195,12 @@ class HFDecoding:
         top_logprobs: int,
     ) -> list[list[Sample]]:
         torch = self._torch
-        from transformers import DynamicCache
-
         generators = []
         for s in seeds:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(s)
             generators.append(gen)
-        ids, mask, positions = self._left_pad(prompts)
-        cache = DynamicCache()
-        logits, cache = self._forward(ids, mask, positions, cache, keep=1)
+        logits, cache, mask, positions = self._prefill(prompts)
         rows = len(prompts) * n
         if n > 1:  # prefix reuse: one prefill per prompt, its cache repeated for the n samples
             cache.batch_repeat_interleave(n)

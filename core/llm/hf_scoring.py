@@ -31,14 +31,12 @@ class HFScoring(HFDecoding):
 
     def _score_blocking(self, prompts: list[list[int]], label_ids: list[list[int]]) -> list[list[float]]:
         torch = self._torch
-        from transformers import DynamicCache
-
         n_labels = len(label_ids)
         longest = max(len(label) for label in label_ids)
         with self._lock, torch.inference_mode():
-            # 1. prefill every conversation once; its last position predicts each label's first token
-            ids, mask, positions = self._left_pad(prompts)
-            last_logits, cache = self._forward(ids, mask, positions, DynamicCache(), keep=1)
+            # 1. prefill every conversation once (one alone: through the prefix cache); its last
+            # position predicts each label's first token
+            last_logits, cache, mask, positions = self._prefill(prompts)
             first = torch.log_softmax(last_logits[:, -1, :].float(), dim=-1).repeat_interleave(
                 n_labels, dim=0
             )

@@ -1,0 +1,136 @@
+"""Benchmark: the hf backend's cross-call prefix cache (core.llm.kv_prefix) against no cache, on the
+default demo's two model-heavy phases, side by side in one run, same model, seeds and episodes.
+
+- evaluation: one model's concurrent evaluation as ``agentr run`` plays it (held-out and seen goals x
+  episodes, 12 actions at most): every turn's prompt is the episode so far, so without the cache
+  each turn prefills the whole history again;
+- search: MCTS trees on the first ``--trees`` searched goals with the demo's search settings (every
+  expansion's prompt is its node's path; siblings and children share it).
+
+Each is run with the cache (ours, the default) and with ``prefix_cache_mb = 0`` (baseline); the
+order alternates per phase so neither always runs on a warmer machine. Prints JSON lines:
+``<phase>_cpu_s`` (``time.process_time``; ratio = no cache / cache, the figure that holds on a loaded
+machine: torch runs single-threaded), ``<phase>_prefill_share`` (prompt tokens actually computed
+/ prompt tokens in the calls; baseline 1.0), and ``<phase>_same_share`` (share of episodes or trees
+whose actions are identical with and without the cache: the cached prefill is exact between its
+own cold and warm calls, but not bit-identical to ONE unchunked pass, so a near-tied sample can
+flip; informational).
+
+Default: the default demo's warm-started tiny model (built and cached under ``--home``, as
+``agentr run`` does). ``--quick``: the ``--quick`` run's model and 2 trees (about a minute).
+Usage: OMP_NUM_THREADS=1 python bench/prefix_cache.py [--quick] [--home DIR] [--trees N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from evaluation import _setup  # noqa: E402  (bench/evaluation.py: the demo's model, goals, EvalConfig)
+
+
+def _line(metric: str, ours: float, baseline: float, unit: str, ratio: float) -> None:
+    print(json.dumps({"metric": metric, "ours": round(ours, 4), "baseline": round(baseline, 4),
+                      "unit": unit, "ratio": round(ratio, 3)}), flush=True)  # fmt: skip
+
+
+class PromptTokens:
+    """Counts the prompt tokens a policy is asked to prefill (wraps ``HFPolicy.generate``)."""
+
+    def __init__(self, policy: Any) -> None:
+        self.total = 0
+        inner = policy.generate
+
+        async def generate(prompts: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+            self.total += sum(len(policy.encode(p)) if isinstance(p, str) else len(p) for p in prompts)
+            return await inner(prompts, *args, **kwargs)
+
+        policy.generate = generate
+
+
+async def _measured(
+    model: str, cache_mb: int, work: Callable[[Any], Awaitable[list[Any]]]
+) -> tuple[list[Any], float, float]:
+    """(work's action lists, CPU seconds, share of prompt tokens computed) on a fresh policy."""
+    from core.llm.hf import HFPolicy
+
+    policy = HFPolicy.from_folder(model, device="cpu", prefix_cache_mb=cache_mb)
+    counter = PromptTokens(policy)
+    cpu = time.process_time()
+    actions = await work(policy)
+    spent = time.process_time() - cpu
+    store = policy.prefix_cache
+    share = store.stats.computed_tokens / counter.total if store is not None and counter.total else 1.0
+    await policy.close()
+    return actions, spent, share
+
+
+async def main(quick: bool, home: Path, trees: int) -> None:
+    import torch
+
+    from core.cli.demo import RunOptions, plan_run
+    from core.domain.config import RunConfig
+    from core.domain.eval_protocol import episode_seed
+    from core.domain.mcts import SearchConfig
+    from core.envs.registry import open_env
+    from search_service.engine import TreeRequest, TreeSearch
+    from train_service.evaluation import play
+
+    torch.set_num_threads(1)
+    model, env_uri, held, seen, cfg = _setup(quick, home)
+    config = RunConfig.from_data(plan_run(RunOptions(quick=quick)).config)
+    ids = [t for t in held + seen for _ in range(cfg.episodes_per_task)]
+    seeds = [episode_seed(0, t, e) for t in held + seen for e in range(cfg.episodes_per_task)]
+
+    async def evaluation(policy: Any) -> list[Any]:
+        results = await play(policy, lambda: open_env(env_uri), ids, cfg, seeds=seeds)
+        return [r.actions for r in results]
+
+    goals = (list(config.tasks) or seen)[:trees]  # the searched goals (seen ones: a subset of them)
+    search_config = SearchConfig.from_dict({**dict(config.search), "seed": config.seed})
+
+    async def search(policy: Any) -> list[Any]:
+        async def discard(_events: Sequence[Any]) -> None:
+            return None
+
+        async def one(task_id: str) -> Any:
+            request = TreeRequest(f"bench-{task_id}", env_uri, task_id, model, search_config)
+            tree = await TreeSearch(request, open_env(env_uri), policy, discard).run()
+            return sorted((n.depth, n.action or "") for n in tree.nodes.values())
+
+        return list(await asyncio.gather(*(one(t) for t in goals)))
+
+    print(json.dumps({"model": model, "episodes": len(ids), "max_steps": cfg.max_steps,
+                      "trees": len(goals), "search": config.search}), flush=True)  # fmt: skip
+    for index, (phase, work) in enumerate((("evaluation", evaluation), ("search", search))):
+        order = (512, 0) if index % 2 == 0 else (0, 512)
+        measured = {mb: await _measured(model, mb, work) for mb in order}
+        (on_actions, on_cpu, on_share), (off_actions, off_cpu, _) = measured[512], measured[0]
+        _line(f"{phase}_cpu_s", on_cpu, off_cpu, "s", off_cpu / on_cpu)
+        _line(f"{phase}_prefill_share", on_share, 1.0, "share", 1.0 / on_share if on_share else 0.0)
+        same = sum(a == b for a, b in zip(on_actions, off_actions, strict=True)) / len(on_actions)
+        _line(f"{phase}_same_share", same, 1.0, "share", same)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the --quick run's model (about a minute)")
+    parser.add_argument("--home", default="", help="AGENTR_HOME whose cached warm start to reuse")
+    parser.add_argument("--trees", type=int, default=0, help="searched goals (default 6; --quick 2)")
+    args = parser.parse_args()
+    n_trees = args.trees or (2 if args.quick else 6)
+    if args.home:
+        asyncio.run(main(args.quick, Path(args.home), n_trees))
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            asyncio.run(main(args.quick, Path(tmp), n_trees))
