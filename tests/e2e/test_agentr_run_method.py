@@ -1,5 +1,6 @@
 """`agentr run --quick --method dpo --iterations 1` end to end: one real process (subprocess), a tmp
-AGENTR_HOME, the real tiny model warm-started by the command itself. Iteration 0 trains with DPO on
+AGENTR_HOME, the real tiny model warm-started by the command itself (or by the session's other quick
+runs: the home's models folder is theirs, tests/conftest.py ``quick_models``). Iteration 0 trains with DPO on
 the pairs its search found: the event log's ModelTrained, the checkpoint's meta.json, report.json
 and the printed summary all say dpo, the DPO dataset holds one preference example per pair, and
 the plan's DPO settings (core.cli.methods) are what the trainer ran with."""
@@ -21,8 +22,12 @@ pytestmark = pytest.mark.slow
 AGENTR = [str(Path(sys.executable).parent / "agentr")]
 
 
-def test_agentr_run_quick_trains_iteration_zero_with_dpo(tmp_path: Path) -> None:
+def test_agentr_run_quick_trains_iteration_zero_with_dpo(tmp_path: Path, quick_models: Path) -> None:
     home = tmp_path / "home"
+    home.mkdir()
+    # the session's quick runs' models folder (tests/conftest.py): the same --quick warm start,
+    # built once per session by whichever quick run comes first
+    (home / "models").symlink_to(quick_models, target_is_directory=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTR_")}
     env.update(AGENTR_HOME=str(home), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", COLUMNS="200")
     proc = subprocess.run(
