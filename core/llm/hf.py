@@ -246,7 +246,9 @@ class HFPolicy(HFScoring):
         assert seeds is not None
         encoded = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         for index, ids in enumerate(encoded):
-            bad = next((t for t in ids if not 0 <= t < self.vocab_rows), None)
+            bad = next(
+                (t for t in (min(ids, default=0), max(ids, default=0)) if not 0 <= t < self.vocab_rows), None
+            )
             if bad is not None:
                 raise PolicyError(
                     f"prompt {index} has token id {bad}, outside the vocabulary (0..{self.vocab_rows - 1})"

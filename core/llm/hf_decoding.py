@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.llm.kv_prefix import ROOT, PrefixCache
+from core.llm.kv_prefix import ROOT, PrefixCache, layer_tensors
 from core.llm.ports import Completion
 
 log = logging.getLogger(__name__)
@@ -96,8 +96,6 @@ class HFDecoding:
         on the left (masked out, as ``_left_pad``'s pad tokens are), positions continuing per row."""
         torch = self._torch
         from transformers import DynamicCache
-
-        from core.llm.kv_prefix import layer_tensors
 
         lengths = [int(mask.shape[-1]) for _, _, mask, _ in parts]
         width = max(lengths)
