@@ -79,6 +79,15 @@ def _stops(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop)
 
 
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """OpenAI's ``usage`` object: prompt tokens counted once per prompt, completions over all choices."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
 def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
     """The FastAPI app serving ``policy`` under the model id ``model_name``."""
     app = FastAPI(title="agentr model server", description=f"OpenAI-compatible API over {model_name}")
@@ -138,9 +147,10 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
         conversation = [Message(m.role, m.content) for m in body.messages]
         max_tokens = body.max_completion_tokens or body.max_tokens or 64
         top = body.top_logprobs or 0
+        prompt_ids = policy.encode(policy.render(conversation))
         try:
             samples = await policy.generate(
-                [policy.render(conversation)],
+                [prompt_ids],
                 n=body.n,
                 temperature=body.temperature,
                 max_tokens=max_tokens,
@@ -169,7 +179,7 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
             "created": int(time.time()),
             "model": model_name,
             "choices": choices,
-            "usage": {"prompt_tokens": 0, "completion_tokens": generated, "total_tokens": generated},
+            "usage": _usage(len(prompt_ids), generated),
         }
 
     vocab = len(tokenizer)
@@ -275,7 +285,9 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
             "created": int(time.time()),
             "model": model_name,
             "choices": choices,
-            "usage": {"prompt_tokens": 0, "completion_tokens": total, "total_tokens": total},
+            "usage": _usage(
+                sum(len(policy.encode(p)) if isinstance(p, str) else len(p) for p in prompts), total
+            ),
         }
 
     return app

@@ -131,6 +131,38 @@ async def test_server_rejects_bad_parameters_with_openai_errors(server: str) -> 
         assert "messages" in message and "n" in message
 
 
+async def test_usage_counts_prompt_and_completion_tokens(server: str, local: HFPolicy) -> None:
+    """OpenAI's usage object: prompt tokens as the server tokenizes them (once per prompt),
+    completion tokens over all choices, total = their sum."""
+    messages = [
+        {"role": "system", "content": "You craft items."},
+        {"role": "user", "content": "Goal: craft stick."},
+    ]
+    async with httpx.AsyncClient(base_url=server, timeout=120) as client:
+        chat = (
+            await client.post(
+                "/chat/completions",
+                json={"model": "tiny-llama", "messages": messages, "n": 2, "max_tokens": 6, "seed": 1},
+            )
+        ).json()
+        root = server.removesuffix("/v1")  # vLLM's /tokenize sits beside /v1
+        counted = (
+            await client.post(f"{root}/tokenize", json={"model": "tiny-llama", "messages": messages})
+        ).json()["count"]
+        texts = ["Goal: craft", "Got 1 oak logs"]
+        plain = (
+            await client.post(
+                "/completions", json={"model": "tiny-llama", "prompt": texts, "max_tokens": 4, "seed": 1}
+            )
+        ).json()
+    usage = chat["usage"]
+    assert usage["prompt_tokens"] == counted > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    expected = sum(len(local.encode(t)) for t in texts)
+    assert plain["usage"]["prompt_tokens"] == expected
+    assert plain["usage"]["total_tokens"] == expected + plain["usage"]["completion_tokens"]
+
+
 async def test_unreachable_server_is_named() -> None:
     base = f"http://127.0.0.1:{free_port()}/v1"
     policy = OpenAIPolicy(base, "m", retries=1, backoff=0.01)
