@@ -34,6 +34,7 @@ from celery.exceptions import Ignore
 from celery.result import AsyncResult
 
 from core.runtime.settings import Settings, load_settings
+from core.runtime.torch_threads import in_training_phase
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ def _load_samples(dataset_path: Path) -> Any:
     return read_samples_jsonl(dataset_path)
 
 
+@in_training_phase  # the embedded loop's training thread count (core.runtime.torch_threads)
 def run_train_iteration(
     *,
     run_id: str | None,

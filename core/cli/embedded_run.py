@@ -23,12 +23,13 @@ console = Console(stderr=True)
 
 
 def _torch_threads() -> int:
-    """Intra-op threads for the tiny model: the idle cores, 1 to 2. A tiny model's kernels are short,
-    so a thread waiting for a busy core stalls every op (measured on a loaded 2-core machine: 2
-    threads ran the quick warm start 15x slower than 1).
+    """Intra-op threads for training the tiny model: the idle cores, 1 to 2. A tiny model's kernels
+    are short, so a thread waiting for a busy core stalls every op (measured on a loaded 2-core
+    machine: 2 threads ran the quick warm start 15x slower than 1). Inference always takes one
+    (``core.runtime.torch_threads``) and decodes prompts in threads of its own instead.
 
-    An explicit ``OMP_NUM_THREADS`` wins: the thread count changes float reductions and so the
-    sampled actions, and a run that must be reproducible (the tests) cannot depend on the load."""
+    An explicit ``OMP_NUM_THREADS`` wins for both: the thread count changes float reductions and so
+    the trained weights, and a run that must be reproducible (the tests) cannot depend on the load."""
     explicit = os.environ.get("OMP_NUM_THREADS", "").strip()
     if explicit.isdigit() and int(explicit) > 0:
         return int(explicit)
@@ -42,7 +43,7 @@ def _torch_threads() -> int:
 
 def embedded_settings(home: str | Path = "") -> tuple[Any, Path]:
     """Settings of an embedded run (SQLite under ``home``, in-process bus), the resolved home, and
-    the process set up for it: logging, quiet transformers progress, torch threads."""
+    the process set up for it: logging, quiet transformers progress, torch threads per phase."""
     from core.runtime.logging import configure_logging
     from core.runtime.settings import load_settings
 
@@ -53,13 +54,14 @@ def embedded_settings(home: str | Path = "") -> tuple[Any, Path]:
     resolved = Path(settings.home).resolve()
     resolved.mkdir(parents=True, exist_ok=True)
     configure_logging(os.environ.get("AGENTR_LOG_LEVEL", "WARNING"), False)
-    import torch
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own rich bars say what is happening
 
     if not os.environ.get("OMP_NUM_THREADS"):  # an explicit OMP_NUM_THREADS is respected by torch
-        torch.set_num_threads(_torch_threads())
+        from core.runtime import torch_threads
+
+        torch_threads.configure(inference=1, training=_torch_threads())
     return settings, resolved
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from core.cli.demo import Plan
+from core.runtime.torch_threads import in_training_phase
 
 console = Console(stderr=True)
 
@@ -80,6 +81,7 @@ def prepare_model(plan: Plan, home: Path, seed: int) -> str:
     return str(warm)
 
 
+@in_training_phase  # the embedded loop's training thread count (core.runtime.torch_threads)
 def _warm_start(
     base: Path, env: Any, tasks: list[str], plan: Plan, out: Path, seed: int, config: Any = None
 ) -> None:

@@ -37,6 +37,14 @@ default) do not use it; a served model (vLLM, SGLang) has its own prefix caching
 All torch work runs in a worker thread (``asyncio.to_thread``) under a lock, so the event loop stays
 responsive and the model is used by one call at a time.
 
+Decode threads: on CPU (``batch_invariant``) a call's prompts are decoded independently, so several
+of them are decoded at once in ``decode_threads`` Python threads (torch releases the GIL inside its
+kernels). Each prompt still runs its own forward passes with its own generator, and the prefix cache
+is exact, so the samples are the same as one at a time. Default: ``$AGENTR_HF_DECODE_THREADS``, else
+the usable cores divided by torch's intra-op threads, at most 4 (measured on 2 cores with the demo's
+model: two threads decode two 4-row prompts 1.6x faster than one after the other, while two
+intra-op threads made the same decoding 1.6-1.9x SLOWER). 1 = one prompt at a time.
+
 This module owns the policy itself (loading, rendering, the Policy port's argument checks); the
 torch work lives in ``core.llm.hf_decoding`` (decoding loop) and ``core.llm.hf_scoring`` (label and
 prompt log-probabilities), which ``HFPolicy`` inherits; ``Sample`` and ``PromptLogprobs`` are
@@ -68,6 +76,8 @@ log = logging.getLogger(__name__)
 DEFAULT_PREFIX_CACHE_MB = 512
 DEFAULT_PREFIX_BLOCK_TOKENS = 64
 PREFIX_CACHE_ENV = "AGENTR_HF_PREFIX_CACHE_MB"
+DECODE_THREADS_ENV = "AGENTR_HF_DECODE_THREADS"
+MAX_AUTO_DECODE_THREADS = 4  # past a few threads the GIL (HF's per-op Python) is the limit
 
 
 def default_prefix_cache_mb() -> int:
@@ -79,6 +89,22 @@ def default_prefix_cache_mb() -> int:
         return int(raw)
     except ValueError:
         raise PolicyError(f"{PREFIX_CACHE_ENV} must be a whole number of MiB, got {raw!r}") from None
+
+
+def default_decode_threads() -> int | None:
+    """``$AGENTR_HF_DECODE_THREADS`` as a number, or None (unset: decided per call, module docstring)."""
+    raw = os.environ.get(DECODE_THREADS_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise PolicyError(f"{DECODE_THREADS_ENV} must be a whole number >= 1, got {raw!r}")
+    return int(raw)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform tells it)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 class HFPolicy(HFScoring):
@@ -94,6 +120,7 @@ class HFPolicy(HFScoring):
         batch_invariant: bool | None = None,
         prefix_cache_mb: int | None = None,
         prefix_block_tokens: int = DEFAULT_PREFIX_BLOCK_TOKENS,
+        decode_threads: int | None = None,
     ) -> None:
         import torch
 
@@ -110,6 +137,10 @@ class HFPolicy(HFScoring):
         if budget_mb < 0:
             raise ValueError(f"prefix_cache_mb must be >= 0, got {budget_mb}")
         self.prefix_cache = PrefixCache(prefix_block_tokens, budget_mb << 20) if budget_mb else None
+        threads = default_decode_threads() if decode_threads is None else decode_threads
+        if threads is not None and threads < 1:
+            raise ValueError(f"decode_threads must be >= 1, got {threads}")
+        self._decode_threads = threads  # None: decided per call (decode_threads())
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.vocab_rows = int(model.get_input_embeddings().num_embeddings)
@@ -138,6 +169,7 @@ class HFPolicy(HFScoring):
         batch_invariant: bool | None = None,
         prefix_cache_mb: int | None = None,
         prefix_block_tokens: int = DEFAULT_PREFIX_BLOCK_TOKENS,
+        decode_threads: int | None = None,
     ) -> HFPolicy:
         """Load tokenizer and model from ``path`` (``save_pretrained`` layout).
 
@@ -145,7 +177,8 @@ class HFPolicy(HFScoring):
         "float32" / "bfloat16" / "float16"; default bfloat16 on CUDA, float32 on CPU.
         ``batch_invariant``: see the module docstring (default: on for CPU, off for CUDA). A folder missing
         its config, weights or tokenizer raises PolicyError naming what is missing.
-        ``prefix_cache_mb`` / ``prefix_block_tokens``: the prefix cache (module docstring)."""
+        ``prefix_cache_mb`` / ``prefix_block_tokens``: the prefix cache; ``decode_threads``: prompts
+        decoded at once on CPU (both: module docstring)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -171,7 +204,17 @@ class HFPolicy(HFScoring):
             batch_invariant=batch_invariant,
             prefix_cache_mb=prefix_cache_mb,
             prefix_block_tokens=prefix_block_tokens,
+            decode_threads=decode_threads,
         )
+
+    def decode_threads(self) -> int:
+        """Prompts decoded at once by one call (module docstring): 1 with shared padded passes."""
+        if not self.batch_invariant:
+            return 1
+        if self._decode_threads is not None:
+            return self._decode_threads
+        intra_op = max(1, int(self._torch.get_num_threads()))
+        return max(1, min(MAX_AUTO_DECODE_THREADS, usable_cores() // intra_op))
 
     # ----------------------------------------------------------------------------- rendering
     def render(self, conversation: Conversation) -> str:
@@ -292,4 +335,6 @@ class HFPolicy(HFScoring):
         return await asyncio.to_thread(self._prompt_logprobs_blocking, list(texts))
 
     async def close(self) -> None:
-        return None
+        pool, self._decode_pool = self._decode_pool, None
+        if pool is not None:  # idle decode threads end (a call in flight holds the lock, not the pool)
+            pool.shutdown(wait=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,12 @@ class HFDecoding:
     _lock: threading.Lock
     _cache_kw: str
     prefix_cache: PrefixCache | None
+    _decode_pool: ThreadPoolExecutor | None = None
+    _decode_pool_size = 0
+
+    def decode_threads(self) -> int:
+        """Prompts decoded at once (HFPolicy's rule, core/llm/hf.py)."""
+        raise NotImplementedError
 
     def _left_pad(self, sequences: Sequence[Sequence[int]]) -> tuple[Any, Any, Any]:
         torch = self._torch
@@ -145,7 +152,7 @@ class HFDecoding:
                     self.prefix_cache = None
                     return self._prefill([prompt])
                 parent = store.store(parent, piece, cache, start)
-            store.stats.computed_tokens += len(piece)
+            store.count_computed(len(piece))
             start = end
         mask = torch.ones((1, len(prompt)), dtype=torch.long, device=self.device)
         positions = torch.arange(len(prompt), device=self.device)[None, :]
@@ -163,23 +170,33 @@ class HFDecoding:
         top_logprobs: int,
     ) -> list[list[Sample]]:
         per_chunk = 1 if self.batch_invariant else max(1, self.max_batch_rows // n)
-        results: list[list[Sample]] = []
-        with self._lock, self._torch.inference_mode():
-            for start in range(0, len(encoded), per_chunk):
-                chunk = encoded[start : start + per_chunk]
-                results.extend(
-                    self._decode_chunk(
-                        chunk,
-                        seeds[start : start + per_chunk],
-                        n,
-                        temperature,
-                        max_tokens,
-                        stop,
-                        want_logprobs,
-                        top_logprobs,
-                    )
+        chunks = [
+            (encoded[start : start + per_chunk], seeds[start : start + per_chunk])
+            for start in range(0, len(encoded), per_chunk)
+        ]
+
+        def decode(chunk: tuple[list[list[int]], list[int]]) -> list[list[Sample]]:
+            with self._torch.inference_mode():  # thread-local: entered in the thread that decodes
+                return self._decode_chunk(
+                    chunk[0], chunk[1], n, temperature, max_tokens, stop, want_logprobs, top_logprobs
                 )
-        return results
+
+        with self._lock:
+            workers = min(self.decode_threads(), len(chunks))
+            if workers <= 1:
+                parts = [decode(chunk) for chunk in chunks]
+            else:  # independent prompts at once (core/llm/hf.py: decode threads); order kept
+                parts = list(self._decode_executor(workers).map(decode, chunks))
+        return [samples for part in parts for samples in part]
+
+    def _decode_executor(self, workers: int) -> ThreadPoolExecutor:
+        pool = self._decode_pool
+        if pool is None or self._decode_pool_size != workers:
+            if pool is not None:
+                pool.shutdown(wait=False)
+            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hf-decode")
+            self._decode_pool, self._decode_pool_size = pool, workers
+        return pool
 
     def _decode_chunk(
         self,

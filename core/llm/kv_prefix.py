@@ -15,6 +15,8 @@ so two prompts share a block only when they share every token up to its end. Lea
 blocks are dropped past a byte budget (a dropped parent makes its children unreachable; they age
 out in turn).
 
+Thread-safe: the backend's decode threads (core/llm/hf.py) look up and store blocks at once.
+
 Only plain attention caches qualify (``DynamicCache`` of full-attention layers holding one tensor of
 keys and one of values per layer); ``PrefixCache.supports`` says whether a model's cache does, and
 the backend turns the cache off for one that does not (sliding windows, recurrent states).
@@ -23,6 +25,7 @@ the backend turns the cache off for one that does not (sliding windows, recurren
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +83,7 @@ class PrefixCache:
         self.stats = PrefixCacheStats()
         self._blocks: OrderedDict[tuple[int, tuple[int, ...]], Block] = OrderedDict()
         self._ids = itertools.count(1)
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -100,17 +104,23 @@ class PrefixCache:
         chain: list[Block] = []
         parent = ROOT
         size = self.block_tokens
-        for index in range(self.full_blocks(len(tokens))):
-            key = (parent, tuple(tokens[index * size : (index + 1) * size]))
-            block = self._blocks.get(key)
-            if block is None:
-                break
-            self._blocks.move_to_end(key)
-            chain.append(block)
-            parent = block.id
-        self.stats.lookups += 1
-        self.stats.hit_tokens += len(chain) * size
+        with self._lock:
+            for index in range(self.full_blocks(len(tokens))):
+                key = (parent, tuple(tokens[index * size : (index + 1) * size]))
+                block = self._blocks.get(key)
+                if block is None:
+                    break
+                self._blocks.move_to_end(key)
+                chain.append(block)
+                parent = block.id
+            self.stats.lookups += 1
+            self.stats.hit_tokens += len(chain) * size
         return chain
+
+    def count_computed(self, tokens: int) -> None:
+        """Count ``tokens`` prefilled by the model (not served from the cache)."""
+        with self._lock:
+            self.stats.computed_tokens += tokens
 
     def store(self, parent: int, tokens: list[int], cache: Any, start: int) -> int:
         """Keep the KV states of ``tokens`` (positions ``start`` .. ``start + B`` of ``cache``) as the
@@ -118,10 +128,11 @@ class PrefixCache:
         if len(tokens) != self.block_tokens:
             raise ValueError(f"a block holds {self.block_tokens} tokens, got {len(tokens)}")
         key = (parent, tuple(tokens))
-        known = self._blocks.get(key)
-        if known is not None:
-            self._blocks.move_to_end(key)
-            return known.id
+        with self._lock:
+            known = self._blocks.get(key)
+            if known is not None:
+                self._blocks.move_to_end(key)
+                return known.id
         tensors = layer_tensors(cache)
         if tensors is None:
             raise ValueError("the cache is not a plain attention cache (PrefixCache.supports)")
@@ -130,18 +141,24 @@ class PrefixCache:
             (keys[:, :, start:end].clone(), values[:, :, start:end].clone()) for keys, values in tensors
         )
         nbytes = sum(k.element_size() * k.nelement() + v.element_size() * v.nelement() for k, v in layers)
-        block = Block(next(self._ids), layers, nbytes)
-        if nbytes > self.max_bytes:
-            return block.id  # too big to keep: its children will simply miss
-        self._blocks[key] = block
-        self.bytes += nbytes
-        self.stats.stored_blocks += 1
-        while self.bytes > self.max_bytes:
-            _, dropped = self._blocks.popitem(last=False)
-            self.bytes -= dropped.nbytes
-            self.stats.evicted_blocks += 1
-        return block.id
+        with self._lock:
+            known = self._blocks.get(key)  # another thread stored it meanwhile: the same tensors
+            if known is not None:
+                self._blocks.move_to_end(key)
+                return known.id
+            block = Block(next(self._ids), layers, nbytes)
+            if nbytes > self.max_bytes:
+                return block.id  # too big to keep: its children will simply miss
+            self._blocks[key] = block
+            self.bytes += nbytes
+            self.stats.stored_blocks += 1
+            while self.bytes > self.max_bytes:
+                _, dropped = self._blocks.popitem(last=False)
+                self.bytes -= dropped.nbytes
+                self.stats.evicted_blocks += 1
+            return block.id
 
     def clear(self) -> None:
-        self._blocks.clear()
-        self.bytes = 0
+        with self._lock:
+            self._blocks.clear()
+            self.bytes = 0

@@ -1,0 +1,71 @@
+"""Owns torch's intra-op thread count per phase in a process that both infers and trains
+(``agentr run``, the embedded loop).
+
+Measured on 2 idle cores with the demo's tiny model (docs/results.md): training runs 1.7x faster on
+two intra-op threads than on one, while decoding runs 1.6-1.9x SLOWER on two (its kernels are too
+short to split). So inference keeps ONE intra-op thread and gets its parallelism from decoding
+several prompts at once in threads of its own (``core.llm.hf``: decode threads), and training takes
+``training`` threads for the length of a ``training_phase()`` block.
+
+Nothing is changed until ``configure`` is called: a Celery train worker or a test keeps torch's own
+setting (or ``OMP_NUM_THREADS``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
+
+log = logging.getLogger(__name__)
+
+_training_threads: int | None = None
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def configure(*, inference: int, training: int) -> None:
+    """Use ``inference`` intra-op threads from now on and ``training`` inside ``training_phase()``."""
+    if inference < 1 or training < 1:
+        raise ValueError(f"thread counts must be >= 1, got inference={inference}, training={training}")
+    import torch
+
+    global _training_threads
+    torch.set_num_threads(inference)
+    _training_threads = training
+    log.info("torch threads: %d for inference, %d for training", inference, training)
+
+
+def training_threads() -> int | None:
+    """The training phase's thread count, or None when ``configure`` was never called."""
+    return _training_threads
+
+
+@contextmanager
+def training_phase() -> Iterator[None]:
+    """Train with the configured thread count; the previous count is restored afterwards."""
+    wanted = _training_threads
+    if wanted is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def in_training_phase(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorator: ``fn`` runs inside ``training_phase()``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with training_phase():
+            return fn(*args, **kwargs)
+
+    return wrapper

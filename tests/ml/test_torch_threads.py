@@ -1,0 +1,49 @@
+"""Torch threads per phase (core.runtime.torch_threads): inference's count after ``configure``,
+training's inside ``training_phase`` (restored after, also on an error), nothing changed before
+``configure``; bad counts are named."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from core.runtime import torch_threads
+
+
+@pytest.fixture(autouse=True)
+def restore() -> Iterator[None]:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+    torch_threads._training_threads = None  # the module's process-wide setting, as before the test
+
+
+def test_unconfigured_training_keeps_the_thread_count() -> None:
+    torch.set_num_threads(1)
+    with torch_threads.training_phase():
+        assert torch.get_num_threads() == 1
+    assert torch_threads.training_threads() is None
+
+
+def test_training_phase_takes_its_threads_and_gives_them_back() -> None:
+    torch_threads.configure(inference=1, training=2)
+    assert torch.get_num_threads() == 1
+
+    @torch_threads.in_training_phase
+    def train() -> int:
+        return torch.get_num_threads()
+
+    assert train() == 2
+    assert torch.get_num_threads() == 1
+    with pytest.raises(RuntimeError, match="boom"), torch_threads.training_phase():
+        assert torch.get_num_threads() == 2
+        raise RuntimeError("boom")
+    assert torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize(("inference", "training"), [(0, 1), (1, 0), (-2, 2)])
+def test_bad_counts_are_named(inference: int, training: int) -> None:
+    with pytest.raises(ValueError, match="thread counts must be >= 1"):
+        torch_threads.configure(inference=inference, training=training)
