@@ -33,12 +33,9 @@ def _torch_threads() -> int:
     explicit = os.environ.get("OMP_NUM_THREADS", "").strip()
     if explicit.isdigit() and int(explicit) > 0:
         return int(explicit)
-    cores = os.cpu_count() or 1
-    try:
-        idle = cores - os.getloadavg()[0]
-    except OSError:  # no load average on this platform
-        idle = cores
-    return max(1, min(2, round(idle)))
+    from core.runtime.torch_threads import idle_cores
+
+    return max(1, min(2, round(idle_cores())))
 
 
 def embedded_settings(home: str | Path = "") -> tuple[Any, Path]:

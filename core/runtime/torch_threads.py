@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
@@ -24,6 +26,34 @@ log = logging.getLogger(__name__)
 _training_threads: int | None = None
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def _cpu_times() -> tuple[float, float] | None:
+    """(idle, total) jiffies of all cores from /proc/stat, or None where there is none."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [float(x) for x in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 5:
+        return None
+    return fields[3] + fields[4], sum(fields[:8])  # idle + iowait; user .. steal
+
+
+def idle_cores(window_s: float = 0.3) -> float:
+    """How many cores are idle NOW: sampled from /proc/stat over ``window_s`` (the load average
+    lags by a minute, so a test or build that just ended would still count), else the load average."""
+    cores = os.cpu_count() or 1
+    first = _cpu_times()
+    if first is not None:
+        time.sleep(window_s)
+        second = _cpu_times()
+        if second is not None and second[1] > first[1]:
+            return cores * (second[0] - first[0]) / (second[1] - first[1])
+    try:
+        return max(0.0, cores - os.getloadavg()[0])
+    except OSError:  # no load average on this platform
+        return float(cores)
 
 
 def configure(*, inference: int, training: int) -> None:

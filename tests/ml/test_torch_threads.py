@@ -47,3 +47,17 @@ def test_training_phase_takes_its_threads_and_gives_them_back() -> None:
 def test_bad_counts_are_named(inference: int, training: int) -> None:
     with pytest.raises(ValueError, match="thread counts must be >= 1"):
         torch_threads.configure(inference=inference, training=training)
+
+
+def test_idle_cores_are_sampled_now_or_read_from_the_load_average(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    cores = os.cpu_count() or 1
+    assert 0.0 <= torch_threads.idle_cores(0.05) <= cores
+    samples = iter([(100.0, 400.0), (150.0, 500.0)])  # 50 of 100 jiffies idle: half the cores
+    monkeypatch.setattr(torch_threads, "_cpu_times", lambda: next(samples))
+    monkeypatch.setattr(torch_threads.time, "sleep", lambda _s: None)
+    assert torch_threads.idle_cores() == pytest.approx(cores / 2)
+    monkeypatch.setattr(torch_threads, "_cpu_times", lambda: None)  # no /proc/stat
+    monkeypatch.setattr(torch_threads.os, "getloadavg", lambda: (0.5, 0.0, 0.0))
+    assert torch_threads.idle_cores() == pytest.approx(max(0.0, cores - 0.5))
