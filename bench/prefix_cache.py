@@ -1,11 +1,11 @@
 """Benchmark: the hf backend's cross-call prefix cache (core.llm.kv_prefix) against no cache, on the
 default demo's two model-heavy phases, side by side in one run, same model, seeds and episodes.
 
-- evaluation: one model's concurrent evaluation as ``agentr run`` plays it (held-out and seen goals x
-  episodes, 12 actions at most): every turn's prompt is the episode so far, so without the cache
-  each turn prefills the whole history again;
+- evaluation: one model's concurrent evaluation as ``agentr run`` plays it: every turn's prompt is
+  the episode so far, so without the cache each turn prefills the whole history again;
 - search: MCTS trees on the first ``--trees`` searched goals with the demo's search settings (every
   expansion's prompt is its node's path; siblings and children share it).
+(bench/hf_workloads.py owns both.)
 
 Each is run with the cache (ours, the default) and with ``prefix_cache_mb = 0`` (baseline); the
 order alternates per phase so neither always runs on a warmer machine. Prints JSON lines:
@@ -29,14 +29,13 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from evaluation import _setup  # noqa: E402  (bench/evaluation.py: the demo's model, goals, EvalConfig)
+from hf_workloads import Work, workloads  # noqa: E402
 
 
 def _line(metric: str, ours: float, baseline: float, unit: str, ratio: float) -> None:
@@ -58,9 +57,7 @@ class PromptTokens:
         policy.generate = generate
 
 
-async def _measured(
-    model: str, cache_mb: int, work: Callable[[Any], Awaitable[list[Any]]]
-) -> tuple[list[Any], float, float]:
+async def _measured(model: str, cache_mb: int, work: Work) -> tuple[list[Any], float, float]:
     """(work's action lists, CPU seconds, share of prompt tokens computed) on a fresh policy."""
     from core.llm.hf import HFPolicy
 
@@ -78,41 +75,10 @@ async def _measured(
 async def main(quick: bool, home: Path, trees: int) -> None:
     import torch
 
-    from core.cli.demo import RunOptions, plan_run
-    from core.domain.config import RunConfig
-    from core.domain.eval_protocol import episode_seed
-    from core.domain.mcts import SearchConfig
-    from core.envs.registry import open_env
-    from search_service.engine import TreeRequest, TreeSearch
-    from train_service.evaluation import play
-
     torch.set_num_threads(1)
-    model, env_uri, held, seen, cfg = _setup(quick, home)
-    config = RunConfig.from_data(plan_run(RunOptions(quick=quick)).config)
-    ids = [t for t in held + seen for _ in range(cfg.episodes_per_task)]
-    seeds = [episode_seed(0, t, e) for t in held + seen for e in range(cfg.episodes_per_task)]
-
-    async def evaluation(policy: Any) -> list[Any]:
-        results = await play(policy, lambda: open_env(env_uri), ids, cfg, seeds=seeds)
-        return [r.actions for r in results]
-
-    goals = (list(config.tasks) or seen)[:trees]  # the searched goals (seen ones: a subset of them)
-    search_config = SearchConfig.from_dict({**dict(config.search), "seed": config.seed})
-
-    async def search(policy: Any) -> list[Any]:
-        async def discard(_events: Sequence[Any]) -> None:
-            return None
-
-        async def one(task_id: str) -> Any:
-            request = TreeRequest(f"bench-{task_id}", env_uri, task_id, model, search_config)
-            tree = await TreeSearch(request, open_env(env_uri), policy, discard).run()
-            return sorted((n.depth, n.action or "") for n in tree.nodes.values())
-
-        return list(await asyncio.gather(*(one(t) for t in goals)))
-
-    print(json.dumps({"model": model, "episodes": len(ids), "max_steps": cfg.max_steps,
-                      "trees": len(goals), "search": config.search}), flush=True)  # fmt: skip
-    for index, (phase, work) in enumerate((("evaluation", evaluation), ("search", search))):
+    model, works, info = workloads(quick, home, trees)
+    print(json.dumps(info), flush=True)
+    for index, (phase, work) in enumerate(works.items()):
         order = (512, 0) if index % 2 == 0 else (0, 512)
         measured = {mb: await _measured(model, mb, work) for mb in order}
         (on_actions, on_cpu, on_share), (off_actions, off_cpu, _) = measured[512], measured[0]

@@ -199,7 +199,51 @@ def report_markdown(report: dict[str, Any]) -> str:
             )
             out.append(f"| {iteration} | " + " | ".join(str(x) for x in cells) + " |")
         out.append("")
+    training = training_markdown(report.get("iterations") or [])
+    if training:
+        out.append(training)
     return "\n".join(out)
+
+
+def training_markdown(iterations: Sequence[dict[str, Any]]) -> str:
+    """The Training section: one row per trained iteration (``report["iterations"]`` entries, their
+    ``train`` = ``ModelTrained.metrics``): its learner (``metrics["method"]``), what it did (steps, or
+    critic / actor updates), loss first -> last, seconds, whether the time budget stopped it; "" when
+    nothing trained yet."""
+    trained = [it for it in iterations if it.get("train")]
+    if not trained:
+        return ""
+    lines = [
+        "## Training",
+        "",
+        "| iteration | method | updates | loss | seconds | stopped by time budget |",
+        "|---:|---|---|---|---:|---|",
+    ]
+    for it in trained:
+        m = it["train"]
+        method = str(m.get("method", "sft"))
+        if method == "archer":
+            updates = f"{m.get('critic_updates', 0)} critic, {m.get('actor_updates', 0)} actor"
+            loss = _span(m.get("td_loss_first"), m.get("td_loss_last"), "TD ")
+        elif method == "dpo":
+            updates = f"{m.get('steps', '-')} steps"
+            loss = _span(m.get("first_loss"), m.get("last_loss"), "")
+        else:
+            updates = f"{m.get('steps', '-')} steps"
+            loss = "-" if m.get("train_loss") is None else f"mean {float(m['train_loss']):.3f}"
+        if m.get("reused"):
+            updates += " (reused checkpoint)"
+        seconds = m.get("seconds")
+        secs = "-" if seconds is None else f"{float(seconds):.1f}"
+        stopped = "yes" if m.get("stopped_by_time_budget") else "no"
+        lines.append(f"| {it['iteration']} | {method} | {updates} | {loss} | {secs} | {stopped} |")
+    return "\n".join(lines) + "\n"
+
+
+def _span(first: Any, last: Any, prefix: str) -> str:
+    if first is None or last is None:
+        return "-"
+    return f"{prefix}{float(first):.3f} -> {float(last):.3f}"
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path, title: str) -> None:

@@ -1,7 +1,7 @@
 """Owns the embedded loop behind ``agentr run``: settings and torch threads, the run's start (or
 resume) in the embedded store, the search / critic / splice / train services driven in one process
 with progress bars that follow the store's read models, and the final console summary (the report,
-then which learner trained each iteration: ``ModelTrained.metrics["method"]``, ``core.cli.methods``).
+which names each iteration's learner: ``ModelTrained.metrics["method"]``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 from rich.console import Console
 
 from core.cli.demo import RunOptions, plan_run
-from core.cli.methods import training_summary
 from core.cli.run_report import write_run_report
 from core.cli.warm_start import prepare_model
 
@@ -58,7 +57,8 @@ def embedded_settings(home: str | Path = "") -> tuple[Any, Path]:
     if not os.environ.get("OMP_NUM_THREADS"):  # an explicit OMP_NUM_THREADS is respected by torch
         from core.runtime import torch_threads
 
-        torch_threads.configure(inference=1, training=_torch_threads())
+        # training's count is decided when each training phase starts (the idle cores then)
+        torch_threads.configure(inference=1, training=_torch_threads)
     return settings, resolved
 
 
@@ -165,8 +165,8 @@ async def _run_async(
             if final.reason:  # an iteration after the first had nothing to train on
                 console.print(f"[yellow]{final.reason}[/yellow]")
             if show_report:
+                # the report, its Training table included (train_service.report.training_markdown)
                 console.print(await asyncio.to_thread(Path(report_paths["markdown"]).read_text))
-                console.print(training_summary(final.iterations))
             return 0, run_id
         console.print(f"[red]run {run_id} {status}[/red]: {final.reason}")
         return 1, run_id

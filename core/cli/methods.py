@@ -2,8 +2,8 @@
 ``archer`` or a comma-separated schedule, one per iteration with the last repeating), the trainer
 settings each learner gets from a plan's SFT settings (``learner_train``: also
 ``bench/learners.method_variant``'s, so the bench's arms and the command's runs train alike), a
-schedule's merged ``train`` section, the critic a schedule needs, and the per-iteration training
-summary ``agentr run`` prints (``ModelTrained.metrics["method"]``).
+schedule's merged ``train`` section and the critic a schedule needs (the report's per-iteration
+Training table is ``train_service.report.training_markdown``).
 
 The rule of ``learner_train`` (docs/learners.md): DPO and ArCHer train on the SAME budget as the
 plan's SFT (``time_budget_s``, ``batch_size``, ``max_length``, ``learning_rate`` carried over). DPO
@@ -194,44 +194,3 @@ def schedule_critic(schedule: Sequence[str], critic: dict[str, Any]) -> dict[str
     """The run's critic: ``critic`` when an iteration trains with ``sft`` (it reads the revision
     samples the critic's t' shapes), else ``direct`` (the module docstring)."""
     return dict(critic) if "sft" in schedule else {"strategy": "direct"}
-
-
-def training_summary(iterations: Sequence[Any]) -> str:
-    """A Markdown table, one row per trained iteration: its learner
-    (``ModelTrained.metrics["method"]``) and what it did (steps or critic / actor updates, loss
-    first -> last, seconds, whether the time budget stopped it). ``iterations``: the run state's
-    (``core.domain.runs.IterationState``, ``train_metrics`` None until trained)."""
-    lines = [
-        "## Training",
-        "",
-        "| iteration | method | updates | loss | seconds | stopped by time budget |",
-        "|---:|---|---|---|---:|---|",
-    ]
-    trained = [it for it in iterations if it.train_metrics]
-    if not trained:
-        return ""
-    for it in trained:
-        m = it.train_metrics
-        method = str(m.get("method", "sft"))
-        if method == "archer":
-            updates = f"{m.get('critic_updates', 0)} critic, {m.get('actor_updates', 0)} actor"
-            loss = _span(m.get("td_loss_first"), m.get("td_loss_last"), "TD ")
-        elif method == "dpo":
-            updates = f"{m.get('steps', '-')} steps"
-            loss = _span(m.get("first_loss"), m.get("last_loss"), "")
-        else:
-            updates = f"{m.get('steps', '-')} steps"
-            loss = "-" if m.get("train_loss") is None else f"mean {float(m['train_loss']):.3f}"
-        if m.get("reused"):
-            updates += " (reused checkpoint)"
-        seconds = m.get("seconds")
-        secs = "-" if seconds is None else f"{float(seconds):.1f}"
-        stopped = "yes" if m.get("stopped_by_time_budget") else "no"
-        lines.append(f"| {it.iteration} | {method} | {updates} | {loss} | {secs} | {stopped} |")
-    return "\n".join(lines) + "\n"
-
-
-def _span(first: Any, last: Any, prefix: str) -> str:
-    if first is None or last is None:
-        return "-"
-    return f"{prefix}{float(first):.3f} -> {float(last):.3f}"

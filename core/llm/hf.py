@@ -37,13 +37,14 @@ default) do not use it; a served model (vLLM, SGLang) has its own prefix caching
 All torch work runs in a worker thread (``asyncio.to_thread``) under a lock, so the event loop stays
 responsive and the model is used by one call at a time.
 
-Decode threads: on CPU (``batch_invariant``) a call's prompts are decoded independently, so several
-of them are decoded at once in ``decode_threads`` Python threads (torch releases the GIL inside its
-kernels). Each prompt still runs its own forward passes with its own generator, and the prefix cache
-is exact, so the samples are the same as one at a time. Default: ``$AGENTR_HF_DECODE_THREADS``, else
-the usable cores divided by torch's intra-op threads, at most 4 (measured on 2 cores with the demo's
-model: two threads decode two 4-row prompts 1.6x faster than one after the other, while two
-intra-op threads made the same decoding 1.6-1.9x SLOWER). 1 = one prompt at a time.
+Decode threads: on CPU (``batch_invariant``) a call's prompts are decoded independently, so
+``decode_threads`` > 1 decodes several of them at once in Python threads (torch releases the GIL
+inside its kernels). Each prompt still runs its own forward passes with its own generator, and the
+prefix cache is exact, so the samples are the same as one at a time. Default 1
+(``$AGENTR_HF_DECODE_THREADS`` sets it): on the demo's tiny model the decoding is bound by HF's
+per-op Python, i.e. by the GIL, and two threads made the default ``agentr run``'s search and
+evaluation 10-20% SLOWER (bench/decode_threads.py, docs/results.md); a model whose kernels run
+longer (4 rows x 600 cached tokens on the same model: 1.6x faster on 2 cores) can gain.
 
 This module owns the policy itself (loading, rendering, the Policy port's argument checks); the
 torch work lives in ``core.llm.hf_decoding`` (decoding loop) and ``core.llm.hf_scoring`` (label and
@@ -77,7 +78,6 @@ DEFAULT_PREFIX_CACHE_MB = 512
 DEFAULT_PREFIX_BLOCK_TOKENS = 64
 PREFIX_CACHE_ENV = "AGENTR_HF_PREFIX_CACHE_MB"
 DECODE_THREADS_ENV = "AGENTR_HF_DECODE_THREADS"
-MAX_AUTO_DECODE_THREADS = 4  # past a few threads the GIL (HF's per-op Python) is the limit
 
 
 def default_prefix_cache_mb() -> int:
@@ -92,19 +92,13 @@ def default_prefix_cache_mb() -> int:
 
 
 def default_decode_threads() -> int | None:
-    """``$AGENTR_HF_DECODE_THREADS`` as a number, or None (unset: decided per call, module docstring)."""
+    """``$AGENTR_HF_DECODE_THREADS`` as a number, or None when unset (module docstring)."""
     raw = os.environ.get(DECODE_THREADS_ENV, "").strip()
     if not raw:
         return None
     if not raw.isdigit() or int(raw) < 1:
         raise PolicyError(f"{DECODE_THREADS_ENV} must be a whole number >= 1, got {raw!r}")
     return int(raw)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the platform tells it)."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 class HFPolicy(HFScoring):
@@ -140,7 +134,7 @@ class HFPolicy(HFScoring):
         threads = default_decode_threads() if decode_threads is None else decode_threads
         if threads is not None and threads < 1:
             raise ValueError(f"decode_threads must be >= 1, got {threads}")
-        self._decode_threads = threads  # None: decided per call (decode_threads())
+        self._decode_threads = 1 if threads is None else threads
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.vocab_rows = int(model.get_input_embeddings().num_embeddings)
@@ -209,12 +203,7 @@ class HFPolicy(HFScoring):
 
     def decode_threads(self) -> int:
         """Prompts decoded at once by one call (module docstring): 1 with shared padded passes."""
-        if not self.batch_invariant:
-            return 1
-        if self._decode_threads is not None:
-            return self._decode_threads
-        intra_op = max(1, int(self._torch.get_num_threads()))
-        return max(1, min(MAX_AUTO_DECODE_THREADS, usable_cores() // intra_op))
+        return self._decode_threads if self.batch_invariant else 1
 
     # ----------------------------------------------------------------------------- rendering
     def render(self, conversation: Conversation) -> str:

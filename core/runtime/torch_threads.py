@@ -23,7 +23,7 @@ from typing import ParamSpec, TypeVar
 
 log = logging.getLogger(__name__)
 
-_training_threads: int | None = None
+_training_threads: int | Callable[[], int] | None = None
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -56,32 +56,41 @@ def idle_cores(window_s: float = 0.3) -> float:
         return float(cores)
 
 
-def configure(*, inference: int, training: int) -> None:
-    """Use ``inference`` intra-op threads from now on and ``training`` inside ``training_phase()``."""
-    if inference < 1 or training < 1:
+def configure(*, inference: int, training: int | Callable[[], int]) -> None:
+    """Use ``inference`` intra-op threads from now on and ``training`` inside ``training_phase()``:
+    a count, or a function asked at the start of each phase (e.g. how many cores are idle then)."""
+    if inference < 1 or (isinstance(training, int) and training < 1):
         raise ValueError(f"thread counts must be >= 1, got inference={inference}, training={training}")
     import torch
 
     global _training_threads
     torch.set_num_threads(inference)
     _training_threads = training
-    log.info("torch threads: %d for inference, %d for training", inference, training)
+    log.info("torch threads: %d for inference, %s for training", inference, training)
 
 
 def training_threads() -> int | None:
-    """The training phase's thread count, or None when ``configure`` was never called."""
-    return _training_threads
+    """The thread count a training phase starting now takes, or None when ``configure`` was never
+    called."""
+    wanted = _training_threads
+    if wanted is None or isinstance(wanted, int):
+        return wanted
+    count = wanted()
+    if count < 1:
+        raise ValueError(f"the training thread count must be >= 1, got {count}")
+    return count
 
 
 @contextmanager
 def training_phase() -> Iterator[None]:
     """Train with the configured thread count; the previous count is restored afterwards."""
-    wanted = _training_threads
+    wanted = training_threads()
     if wanted is None:
         yield
         return
     import torch
 
+    log.info("training phase: %d torch threads", wanted)
     before = torch.get_num_threads()
     torch.set_num_threads(wanted)
     try:

@@ -50,7 +50,7 @@ EXPECTED = {
 # Settings compose fixes for its own network (the rest pass through from .env / the shell).
 FIXED_IN_COMPOSE = {"AGENTR_DATABASE_URL", "AGENTR_REDIS_URL", "AGENTR_HOME"}
 # AGENTR_* variables read outside Settings (documented in .env.example all the same).
-EXTRA_VARIABLES = {"AGENTR_MIGRATIONS", "AGENTR_HF_PREFIX_CACHE_MB"}
+EXTRA_VARIABLES = {"AGENTR_MIGRATIONS", "AGENTR_HF_PREFIX_CACHE_MB", "AGENTR_HF_DECODE_THREADS"}
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The hf backend's decode threads (core/llm/hf.py) on a real tiny Llama: a call's prompts decoded
 in several threads at once give exactly the samples (texts and log-probabilities) of one prompt at a
-time, with the prefix cache shared between the threads; the threads are really used; the default
-follows torch's intra-op threads; a bad setting is named."""
+time, with the prefix cache shared between the threads; the threads are really used; one thread
+unless set; a bad setting is named."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from core.domain.trajectory import Message
-from core.llm.hf import DECODE_THREADS_ENV, HFPolicy, usable_cores
+from core.llm.hf import DECODE_THREADS_ENV, HFPolicy
 from core.llm.ports import PolicyError
 from core.llm.tiny import build_tiny_model, default_corpus
 
@@ -98,21 +98,14 @@ async def test_prompts_decoded_in_threads_sample_exactly_as_one_at_a_time(tiny_f
     await threaded.close()
 
 
-def test_default_threads_follow_the_intra_op_threads(
+def test_one_decode_thread_by_default_the_setting_otherwise(
     tiny_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(DECODE_THREADS_ENV, raising=False)
-    policy = HFPolicy.from_folder(tiny_folder, device="cpu")
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        assert policy.decode_threads() == max(1, min(4, usable_cores()))
-        torch.set_num_threads(max(1, usable_cores()))
-        assert policy.decode_threads() == 1  # every core already runs an intra-op thread
-    finally:
-        torch.set_num_threads(before)
+    assert HFPolicy.from_folder(tiny_folder, device="cpu").decode_threads() == 1
     monkeypatch.setenv(DECODE_THREADS_ENV, "3")
     assert HFPolicy.from_folder(tiny_folder, device="cpu").decode_threads() == 3
+    assert HFPolicy.from_folder(tiny_folder, device="cpu", decode_threads=2).decode_threads() == 2
     shared = HFPolicy.from_folder(tiny_folder, device="cpu", batch_invariant=False)
     assert shared.decode_threads() == 1  # shared padded passes: one batch, no threads
 

@@ -42,3 +42,19 @@ def test_prepare_model_writes_the_warm_starts_judge_set_next_to_it(tmp_path: Pat
     assert all(s.kind == "general" for s in general)
     data, note = with_judge_general(dict(plan.config, model=warm), warm)
     assert data["general_data"] == str(Path(warm) / JUDGE_GENERAL_FILE) and "judge examples" in note
+
+
+def test_a_pretrained_model_is_warm_started_without_judge_examples(tmp_path: Path) -> None:
+    """A --model folder is asked the judge question as it is (an instruct model, as in the paper):
+    its warm start trains the expert episodes only, with no judge phase (no "-mixed" stage)."""
+    assert plan_run(RunOptions()).judge_examples and plan_run(RunOptions(quick=True)).judge_examples
+    home = tmp_path / "home"
+    tiny = prepare_model(plan_run(RunOptions(quick=True, iterations=1, warm_start_steps=0)), home, 0)
+    plan = plan_run(RunOptions(model=tiny, quick=True, iterations=1, warm_start_steps=2))
+    assert not plan.judge_examples
+    warm = Path(prepare_model(plan, home, 0))
+    assert (warm / "config.json").is_file() and warm != Path(tiny)
+    assert sorted(p.name for p in (home / "models").iterdir() if p.name.endswith("-mixed")) == []
+    with_judge = Path(prepare_model(replace(plan, judge_examples=True), home, 0))
+    assert with_judge != warm  # the judge data is part of the warm start's cache key
+    assert with_judge.with_name(with_judge.name + "-mixed").is_dir()

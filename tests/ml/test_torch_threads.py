@@ -43,6 +43,24 @@ def test_training_phase_takes_its_threads_and_gives_them_back() -> None:
     assert torch.get_num_threads() == 1
 
 
+def test_a_thread_count_function_is_asked_when_each_phase_starts() -> None:
+    asked: list[int] = []
+
+    def idle_now() -> int:
+        asked.append(1)
+        return 2 if len(asked) == 1 else 1
+
+    torch_threads.configure(inference=1, training=idle_now)
+    with torch_threads.training_phase():
+        assert torch.get_num_threads() == 2
+    with torch_threads.training_phase():
+        assert torch.get_num_threads() == 1
+    assert len(asked) == 2 and torch.get_num_threads() == 1
+    torch_threads.configure(inference=1, training=lambda: 0)
+    with pytest.raises(ValueError, match="training thread count must be >= 1"):
+        torch_threads.training_threads()
+
+
 @pytest.mark.parametrize(("inference", "training"), [(0, 1), (1, 0), (-2, 2)])
 def test_bad_counts_are_named(inference: int, training: int) -> None:
     with pytest.raises(ValueError, match="thread counts must be >= 1"):

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from core.cli.demo import DEMO_ARCHER_ROUNDS, QUICK_ARCHER_ROUNDS, RunOptions, plan_run
-from core.cli.methods import parse_methods, training_summary
+from core.cli.methods import parse_methods
 from core.domain.config import RunConfig
-from core.domain.runs import IterationState
+from train_service.report import report_markdown, training_markdown
 
 AGENTR = str(Path(sys.executable).parent / "agentr")
 
@@ -174,11 +174,11 @@ def test_a_served_model_keeps_its_weights_folder_under_every_learner() -> None:
     assert config.train["learning_rate"] == pytest.approx(5e-6)
 
 
-def test_training_summary_names_each_iterations_learner() -> None:
-    def it(i: int, metrics: dict[str, object]) -> IterationState:
-        return IterationState(i, "m", 1.0, (), train_metrics=metrics)
+def test_the_reports_training_table_names_each_iterations_learner() -> None:
+    def it(i: int, metrics: dict[str, object]) -> dict[str, object]:  # a report["iterations"] entry
+        return {"iteration": i, "model_ref": "m", "train": metrics or None}
 
-    table = training_summary(
+    table = training_markdown(
         [
             it(0, {"method": "sft", "steps": 12, "train_loss": 1.25, "seconds": 3.0}),
             it(1, {"method": "dpo", "steps": 4, "first_loss": 0.693, "last_loss": 0.5, "seconds": 2.5}),
@@ -193,4 +193,6 @@ def test_training_summary_names_each_iterations_learner() -> None:
         "| 1 | dpo | 4 steps | 0.693 -> 0.500 | 2.5 | no |",
         "| 2 | archer | 50 critic, 15 actor | TD 0.900 -> 0.100 | 30.0 | yes |",
     ]
-    assert training_summary([it(0, {})]) == ""
+    assert training_markdown([it(0, {})]) == ""
+    report = {"run_id": "r", "status": "completed", "rows": [], "iterations": [it(0, {"steps": 3})]}
+    assert "| 0 | sft | 3 steps | - | - | no |" in report_markdown(report)  # in report.md

@@ -1,0 +1,88 @@
+"""Benchmark: the hf backend's decode threads (core/llm/hf.py) against one prompt at a time, on the
+default demo's evaluation and search (bench/hf_workloads.py), side by side in one run: same model,
+seeds, episodes and trees, torch at ONE intra-op thread as ``agentr run`` infers.
+
+Each phase runs with ``--threads`` decode threads (ours, default 2) and with 1 (baseline, the
+backend's default), the order alternating per phase. Prints JSON lines: ``<phase>_wall_s`` (ratio =
+one at a time / threads: the speed-up; wall time is the point of threads, so the machine's load is
+printed with it), ``<phase>_cpu_s`` (process CPU; ratio baseline / ours, below 1 when the threads
+contend), and ``<phase>_same_share`` (share of episodes or trees whose actions are identical: 1.0 by
+construction, each prompt decodes alone with its own generator).
+
+Default: the default demo's warm-started tiny model (built and cached under ``--home``, as
+``agentr run`` does). ``--quick``: the ``--quick`` run's model and 2 trees (about a minute).
+``--model FOLDER``: the same episodes and trees on another model (e.g. SmolLM2 imported by
+``agentr model import``), whose longer kernels leave the GIL more often.
+Usage: python bench/decode_threads.py [--quick] [--home DIR] [--trees N] [--threads N] [--model DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from hf_workloads import Work, workloads  # noqa: E402
+
+
+def _line(metric: str, ours: float, baseline: float, unit: str, ratio: float, **extra: Any) -> None:
+    print(json.dumps({"metric": metric, "ours": round(ours, 4), "baseline": round(baseline, 4),
+                      "unit": unit, "ratio": round(ratio, 3), **extra}), flush=True)  # fmt: skip
+
+
+async def _measured(model: str, threads: int, work: Work) -> tuple[list[Any], float, float, int]:
+    """(work's action lists, wall s, CPU s, decode threads used) on a fresh policy."""
+    from core.llm.hf import HFPolicy
+
+    policy = HFPolicy.from_folder(model, device="cpu", decode_threads=threads)
+    wall, cpu = time.perf_counter(), time.process_time()
+    actions = await work(policy)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    used = policy.decode_threads()
+    await policy.close()
+    return actions, wall, cpu, used
+
+
+async def main(quick: bool, home: Path, trees: int, threads: int, model_folder: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    model, works, info = workloads(quick, home, trees)
+    model = model_folder or model  # --model: the same episodes and trees on another model
+    print(json.dumps({**info, "model": model}), flush=True)
+    for index, (phase, work) in enumerate(works.items()):
+        order = (threads, 1) if index % 2 == 0 else (1, threads)
+        load = os.getloadavg()[0]
+        measured = {t: await _measured(model, t, work) for t in order}
+        (ours, wall, cpu, used), (base, base_wall, base_cpu, _) = measured[threads], measured[1]
+        load = round(max(load, os.getloadavg()[0]), 2)
+        _line(f"{phase}_wall_s", wall, base_wall, "s", base_wall / wall, threads=used, load=load)
+        _line(f"{phase}_cpu_s", cpu, base_cpu, "s", base_cpu / cpu, threads=used)
+        same = sum(a == b for a, b in zip(ours, base, strict=True)) / len(ours)
+        _line(f"{phase}_same_share", same, 1.0, "share", same)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the --quick run's model (about a minute)")
+    parser.add_argument("--home", default="", help="AGENTR_HOME whose cached warm start to reuse")
+    parser.add_argument("--trees", type=int, default=0, help="searched goals (default 8; --quick 2)")
+    parser.add_argument("--model", default="", help="a model folder instead of the demo's tiny model")
+    parser.add_argument("--threads", type=int, default=2, help="decode threads of 'ours' (default 2)")
+    args = parser.parse_args()
+    if args.threads < 2:
+        parser.error("--threads must be >= 2 (1 is the baseline)")
+    n_trees = args.trees or (2 if args.quick else 8)
+    if args.home:
+        asyncio.run(main(args.quick, Path(args.home), n_trees, args.threads, args.model))
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            asyncio.run(main(args.quick, Path(tmp), n_trees, args.threads, args.model))
