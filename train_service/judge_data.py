@@ -299,16 +299,12 @@ def warm_start_judge_samples(
     return judge_samples(env, run_exclusions(env, config, searched), n_tasks, seed=seed)
 
 
-def warm_start_judge_key(
-    env: object, phase_steps: int | None = None, phase_batch: int | None = None, in_mix: bool = True
-) -> str:
+def warm_start_judge_key(env: object, phase_steps: int | None = None) -> str:
     """What the judge data adds to the warm-start cache key ("" without judge data)."""
     if not isinstance(env, TextCraftEnv):
         return ""
     steps = JUDGE_PHASE_STEPS if phase_steps is None else phase_steps
-    key = f"{JUDGE_DATA_VERSION}:{JUDGE_TASKS}:{JUDGE_SHARE if in_mix else 0}:{steps}:{JUDGE_PHASE_LR}"
-    batch = JUDGE_PHASE_BATCH if phase_batch is None else phase_batch
-    return key if batch == JUDGE_PHASE_BATCH else f"{key}:b{batch}"  # the old keys stay valid
+    return f"{JUDGE_DATA_VERSION}:{JUDGE_TASKS}:{JUDGE_SHARE}:{steps}:{JUDGE_PHASE_LR}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -319,9 +315,6 @@ JUDGE_PHASE_STEPS = 40
 """Optimizer steps of the judge phase (about 16 examples per packed step: ~4.5 passes over them)."""
 JUDGE_PHASE_LR = 1e-3
 """Peak learning rate of the judge phase (cosine, 10% warmup)."""
-JUDGE_PHASE_BATCH = 8
-"""Packed rows (768 tokens each) per step of the judge phase; the default demo takes 4
-(``core.cli.demo.DEMO_JUDGE_PHASE_BATCH``)."""
 
 
 def judge_phase_samples(
@@ -342,12 +335,10 @@ def judge_phase(
     seed: int = 0,
     cap_s: float | None = None,
     steps: int | None = None,
-    batch_size: int | None = None,
 ) -> Any:
     """Fine-tune ``model_dir`` on the judge samples alone into ``out`` (a ``TrainReport``), for
-    ``steps`` optimizer steps of ``batch_size`` packed rows (defaults ``JUDGE_PHASE_STEPS``,
-    ``JUDGE_PHASE_BATCH``; the default demo takes ``core.cli.demo.DEMO_JUDGE_PHASE_STEPS`` and
-    ``DEMO_JUDGE_PHASE_BATCH``).
+    ``steps`` optimizer steps (default ``JUDGE_PHASE_STEPS``; the default demo takes
+    ``core.cli.demo.DEMO_JUDGE_PHASE_STEPS``).
 
     Why a phase of its own: a judge example trains ONE answer token after ~250 tokens of context,
     while an expert episode trains every action; mixed in (``warm_start_mix``) the answers get about
@@ -365,7 +356,7 @@ def judge_phase(
         warmup=0.1,
         packing=True,
         max_length=768,
-        batch_size=JUDGE_PHASE_BATCH if batch_size is None else batch_size,
+        batch_size=8,
         logging_steps=5,
         seed=seed,
         time_budget_s=cap_s,

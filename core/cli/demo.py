@@ -27,11 +27,11 @@ from typing import Any
 
 # The demo: TextCraft's wooden goals, one distractor recipe. 8 woods x 8 products (planks, wood /
 # hyphae, button, pressure plate, slab, door, stairs, trapdoor: 2-4 actions each); searched (and
-# warm-started on): the 16 combinations with (wood + product) % 8 in {0, 1} (two per wood; 24 with
-# {0, 1, 2} until session 5, cut for the 10-minute budget); held out: 10 other combinations
-# ((wood + product) % 8 == 4, plus == 6 for planks and wood), never searched or trained on, which
-# share sub-recipes with the searched ones (acacia planks are crafted inside the searched acacia
-# slab and door) or their pattern (jungle wood like oak wood), 4 of depth 1 and 6 of depth 2.
+# warm-started on): the 24 combinations with (wood + product) % 8 in {0, 1, 2}; held out: 10 other
+# combinations ((wood + product) % 8 == 4, plus == 6 for planks and wood), never searched or
+# trained on, which share sub-recipes with the searched ones (acacia planks are crafted inside the
+# searched acacia slab / door / stairs) or their pattern (jungle wood like oak wood), 4 of depth 1
+# and 6 of depth 2.
 DEMO_ENV = "textcraft?distractors=1&max_steps=12"
 QUICK_ENV = "textcraft?distractors=0&split=demo&max_steps=6"
 _WOODS = ("oak", "birch", "spruce", "jungle", "acacia", "dark_oak", "crimson", "warped")
@@ -48,7 +48,7 @@ DEMO_GOALS: tuple[str, ...] = tuple(
     _goal(w, p)
     for i, w in enumerate(_WOODS)
     for j, p in enumerate(_PRODUCTS)
-    if (i + j) % len(_PRODUCTS) in (0, 1)
+    if (i + j) % len(_PRODUCTS) in (0, 1, 2)
 )
 DEMO_HELD_OUT: tuple[str, ...] = tuple(
     _goal(w, p)
@@ -104,10 +104,6 @@ class Plan:
     judge_general: bool = False
     # optimizer steps of the warm start's judge phase (None = train_service.judge_data's default)
     judge_phase_steps: int | None = None
-    # packed rows per judge-phase step (None = train_service.judge_data's default)
-    judge_phase_batch: int | None = None
-    # whether the mixed phase before the judge phase also carries the judge examples
-    judge_in_mix: bool = True
     # whether the warm start also teaches the judge question (train_service/judge_data.py): the tiny
     # model only; a pretrained --model is an instruct model that is asked as it is, as in the paper
     judge_examples: bool = True
@@ -120,10 +116,6 @@ class Plan:
 # divergence), fallback 0.02, judge accuracy on unseen goals 0.82 (0.65 at 40 steps). --quick keeps
 # 40 (its fixed-seed tests and the small model).
 DEMO_JUDGE_PHASE_STEPS = 100
-# ... of 4 packed rows instead of 8, and the judge examples only in the judge phase (not also in the
-# mixed phase before it, where they get ~1% of the gradient): the warm start's tokens halved for the
-# 10-minute budget; measured in docs/results.md (the default demo, session 5).
-DEMO_JUDGE_PHASE_BATCH = 4
 
 
 # A pretrained --model folder (SmolLM2-135M-Instruct, ...): the tiny model's 3e-3 warm start and
@@ -187,12 +179,10 @@ def plan_run(opts: RunOptions) -> Plan:
         eval_split = "test"  # held-out: the quick run searches and trains on demo goals
     else:
         max_tasks = opts.max_tasks or (None if not opts.env else 12)
-        # 6 descents of depth 5 (8 of depth 6 until session 5): every goal takes 2-4 actions, and
-        # iteration 1's trees ran to the depth limit on invalid actions (2132 nodes, 6% valid)
         search = {
             "n_candidates": 4,
-            "iterations": 6,
-            "max_depth": 5,
+            "iterations": 8,
+            "max_depth": 6,
             "temperature": 1.0,
             "max_tokens": 40,
             "max_pairs_per_tree": 4,
@@ -207,14 +197,14 @@ def plan_run(opts: RunOptions) -> Plan:
             "packing": True,
             "logging_steps": 5,
         }
-        # 10 actions, not the paper's 100: every demo goal takes 2-4 actions, and a looping tiny
-        # model would spend 100 turns per failed episode (12 until session 5)
+        # 12 actions, not the paper's 100: every demo goal takes 2-4 actions, and a looping tiny
+        # model would spend 100 turns per failed episode
         evaluation = {
-            "max_steps": 10,
+            "max_steps": 12,
             "max_tokens": 40,
             "episodes_per_task": 2,
             "recovery_episodes": 8,
-            "seen_max_tasks": 6,  # 6 of the 16 searched goals (evaluation dominated the run's time)
+            "seen_max_tasks": 8,  # 8 of the 24 searched goals (evaluation dominated the run's time)
             "baseline": True,
         }
         tiny = TinySpec(hidden=256, layers=4, heads=4, vocab_size=2048)
@@ -276,8 +266,6 @@ def plan_run(opts: RunOptions) -> Plan:
         warm_start_lr=warm_lr,
         judge_general=demo and not opts.model and opts.judge_mix,
         judge_phase_steps=DEMO_JUDGE_PHASE_STEPS if demo and not opts.model else None,
-        judge_phase_batch=DEMO_JUDGE_PHASE_BATCH if demo and not opts.model else None,
-        judge_in_mix=not demo,
         judge_examples=not opts.model,
         notes=tuple(notes),
     )

@@ -62,11 +62,7 @@ def prepare_model(plan: Plan, home: Path, seed: int) -> str:
     from train_service.judge_data import warm_start_judge_key
 
     # judge examples (train_service/judge_data.py) change the model
-    judge_key = (
-        warm_start_judge_key(env, plan.judge_phase_steps, plan.judge_phase_batch, plan.judge_in_mix)
-        if plan.judge_examples
-        else ""
-    )
+    judge_key = warm_start_judge_key(env, plan.judge_phase_steps) if plan.judge_examples else ""
     lr = plan.warm_start_lr
     parts: tuple[Any, ...] = (base.name, config.env, tasks, plan.warm_start_steps, WARM_START_LR, seed)
     if spec is None or lr != WARM_START_LR:  # a given folder: its path and rate name the warm start
@@ -106,8 +102,7 @@ def _warm_start(
     from train_service.judge_data import warm_start_judge_samples, warm_start_mix
 
     judge = warm_start_judge_samples(env, config, tasks, seed) if plan.judge_examples else []
-    # the judge examples also in the mixed phase (a prior on the labels), or only in the judge phase
-    samples, steps = warm_start_mix(expert, judge if plan.judge_in_mix else [], plan.warm_start_steps)
+    samples, steps = warm_start_mix(expert, judge, plan.warm_start_steps)
     first_out = out.with_name(out.name + "-mixed") if judge else out  # then the judge phase -> out
     cfg = SFTConfig(
         max_steps=steps,
@@ -157,7 +152,6 @@ def _warm_start(
                 seed=seed,
                 cap_s=plan.warm_start_cap_s,
                 steps=phase_steps,
-                batch_size=plan.judge_phase_batch,
             )
     done = int(report.metrics.get("steps") or 0)
     if done < steps:  # the safety cap fired: this model is not the one the command documents

@@ -66,7 +66,8 @@ def configure(*, inference: int, training: int | Callable[[], int]) -> None:
     global _training_threads
     torch.set_num_threads(inference)
     _training_threads = training
-    log.info("torch threads: %d for inference, %s for training", inference, training)
+    told = training if isinstance(training, int) else "decided at each phase's start"
+    log.info("torch threads: %d for inference, %s for training", inference, told)
 
 
 def training_threads() -> int | None:
