@@ -19,23 +19,16 @@ Usage: python bench/decode_threads.py [--quick] [--home DIR] [--trees N] [--thre
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hf_workloads import Work, workloads  # noqa: E402
-
-
-def _line(metric: str, ours: float, baseline: float, unit: str, ratio: float, **extra: Any) -> None:
-    print(json.dumps({"metric": metric, "ours": round(ours, 4), "baseline": round(baseline, 4),
-                      "unit": unit, "ratio": round(ratio, 3), **extra}), flush=True)  # fmt: skip
+from hf_workloads import Work, in_home, line, same_share, workloads  # noqa: E402
 
 
 async def _measured(model: str, threads: int, work: Work) -> tuple[list[Any], float, float, int]:
@@ -64,10 +57,10 @@ async def main(quick: bool, home: Path, trees: int, threads: int, model_folder: 
         measured = {t: await _measured(model, t, work) for t in order}
         (ours, wall, cpu, used), (base, base_wall, base_cpu, _) = measured[threads], measured[1]
         load = round(max(load, os.getloadavg()[0]), 2)
-        _line(f"{phase}_wall_s", wall, base_wall, "s", base_wall / wall, threads=used, load=load)
-        _line(f"{phase}_cpu_s", cpu, base_cpu, "s", base_cpu / cpu, threads=used)
-        same = sum(a == b for a, b in zip(ours, base, strict=True)) / len(ours)
-        _line(f"{phase}_same_share", same, 1.0, "share", same)
+        line(f"{phase}_wall_s", wall, base_wall, "s", base_wall / wall, threads=used, load=load)
+        line(f"{phase}_cpu_s", cpu, base_cpu, "s", base_cpu / cpu, threads=used)
+        same = same_share(ours, base)
+        line(f"{phase}_same_share", same, 1.0, "share", same)
 
 
 if __name__ == "__main__":
@@ -81,8 +74,4 @@ if __name__ == "__main__":
     if args.threads < 2:
         parser.error("--threads must be >= 2 (1 is the baseline)")
     n_trees = args.trees or (2 if args.quick else 8)
-    if args.home:
-        asyncio.run(main(args.quick, Path(args.home), n_trees, args.threads, args.model))
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            asyncio.run(main(args.quick, Path(tmp), n_trees, args.threads, args.model))
+    in_home(args.home, lambda home: main(args.quick, home, n_trees, args.threads, args.model))

@@ -12,8 +12,10 @@ that two settings behave the same).
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+import tempfile
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from evaluation import _setup  # noqa: E402  (bench/evaluation.py: the demo's model, goals, EvalConfig)
 
 Work = Callable[[Any], Awaitable[list[Any]]]
+
+
+def line(metric: str, ours: float, baseline: float, unit: str, ratio: float, **extra: Any) -> None:
+    """One JSON line of a comparison (the benches' output format)."""
+    print(json.dumps({"metric": metric, "ours": round(ours, 4), "baseline": round(baseline, 4),
+                      "unit": unit, "ratio": round(ratio, 3), **extra}), flush=True)  # fmt: skip
+
+
+def same_share(ours: Sequence[Any], baseline: Sequence[Any]) -> float:
+    """Share of episodes or trees whose actions are identical under both settings."""
+    return sum(a == b for a, b in zip(ours, baseline, strict=True)) / len(ours)
+
+
+def in_home(home: str, main: Callable[[Path], Coroutine[Any, Any, None]]) -> None:
+    """Run ``main(home)`` in ``home``, or in a temporary folder removed afterwards when it is ""."""
+    if home:
+        asyncio.run(main(Path(home)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(main(Path(tmp)))
 
 
 def workloads(quick: bool, home: Path, trees: int) -> tuple[str, dict[str, Work], dict[str, Any]]:

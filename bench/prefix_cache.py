@@ -24,10 +24,8 @@ Usage: OMP_NUM_THREADS=1 python bench/prefix_cache.py [--quick] [--home DIR] [--
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,12 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hf_workloads import Work, workloads  # noqa: E402
-
-
-def _line(metric: str, ours: float, baseline: float, unit: str, ratio: float) -> None:
-    print(json.dumps({"metric": metric, "ours": round(ours, 4), "baseline": round(baseline, 4),
-                      "unit": unit, "ratio": round(ratio, 3)}), flush=True)  # fmt: skip
+from hf_workloads import Work, in_home, line, same_share, workloads  # noqa: E402
 
 
 class PromptTokens:
@@ -82,10 +75,10 @@ async def main(quick: bool, home: Path, trees: int) -> None:
         order = (512, 0) if index % 2 == 0 else (0, 512)
         measured = {mb: await _measured(model, mb, work) for mb in order}
         (on_actions, on_cpu, on_share), (off_actions, off_cpu, _) = measured[512], measured[0]
-        _line(f"{phase}_cpu_s", on_cpu, off_cpu, "s", off_cpu / on_cpu)
-        _line(f"{phase}_prefill_share", on_share, 1.0, "share", 1.0 / on_share if on_share else 0.0)
-        same = sum(a == b for a, b in zip(on_actions, off_actions, strict=True)) / len(on_actions)
-        _line(f"{phase}_same_share", same, 1.0, "share", same)
+        line(f"{phase}_cpu_s", on_cpu, off_cpu, "s", off_cpu / on_cpu)
+        line(f"{phase}_prefill_share", on_share, 1.0, "share", 1.0 / on_share if on_share else 0.0)
+        same = same_share(on_actions, off_actions)
+        line(f"{phase}_same_share", same, 1.0, "share", same)
 
 
 if __name__ == "__main__":
@@ -95,8 +88,4 @@ if __name__ == "__main__":
     parser.add_argument("--trees", type=int, default=0, help="searched goals (default 6; --quick 2)")
     args = parser.parse_args()
     n_trees = args.trees or (2 if args.quick else 6)
-    if args.home:
-        asyncio.run(main(args.quick, Path(args.home), n_trees))
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            asyncio.run(main(args.quick, Path(tmp), n_trees))
+    in_home(args.home, lambda home: main(args.quick, home, n_trees))

@@ -5,19 +5,17 @@ shape and warm-start budget) and ``plan_run``, which turns options into a ``Plan
 (``core.cli.methods``: the rule ``bench/learners.py`` uses too), with ArCHer's rounds fixed here.
 
 How the demo was tuned (2 shared CPU cores, trees inspected in the run's SQLite store): a warm start
-of 300 s (261 steps) on the 8 searched goals made the model perfect and peaked, so every expansion's
-4 candidates collapsed to ONE distinct action (temperature 0.8), each tree was a single successful
-path and no iteration had a pair. The warm start is now a fixed number of optimizer steps (80, the
-same model on any machine; the time is only a safety cap): at temperature 1.0 the expansions give
-1-4 distinct actions (wrong recipes, counts, items), trees hold successes and failures. The searched
-goals are the first 12 of the demo split, 8 MCTS descents per tree, depth 6, and the iteration SFT
-runs 8 epochs at 3e-4 (at 3 epochs / 5e-4 the loss on revision samples stayed ~4 and the model
-sampled junk at 1.2, so iteration 1 found no success). Measured, fresh AGENTR_HOME, `agentr run`:
-4 min 28 s in all (tiny model built 3 s, warm start 80 steps 67 s; iteration 0: search 13 s, SFT
-35 s, evaluation 22 s; iteration 1: search 50 s, SFT 60 s, evaluation 12 s); pairs 16 then 30,
-revision samples 16 then 30 (all verified), good trajectories 14 then 11. ``--quick`` (64-hidden
-model, 300 warm-start steps, 2 goals, temperature 1.2) finds 2 pairs in iteration 0 with its fixed
-seeds, in ~20 s.
+of 300 s (261 steps) on the searched goals made the model perfect and peaked, so every expansion's
+4 candidates collapsed to ONE distinct action and no iteration had a pair. The warm start is now a
+fixed number of optimizer steps (80 expert steps, 114 with the judge examples mixed in, then the
+judge phase: the same model on any machine; the time is only a safety cap): at temperature 1.0 the
+expansions give 1-4 distinct actions, trees hold successes and failures. 24 searched goals, 8 MCTS
+descents per tree, depth 6, and the iteration SFT runs 8 epochs at 3e-4 (at 3 epochs / 5e-4 the
+loss on revision samples stayed ~4 and iteration 1 found no success). Measured on 2 idle cores
+(docs/results.md, session 5): about 19.5 minutes in all, the warm start 400 s of it (two training
+threads); a plan cut to half the warm start's tokens left the actor incompetent (2 of 16 trees with
+a success) and was not adopted. ``--quick`` (64-hidden model, 300 warm-start steps, 2 goals,
+temperature 1.2) finds 2 pairs in iteration 0 with its fixed seeds, in ~20 s.
 """
 
 from __future__ import annotations
