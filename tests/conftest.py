@@ -331,3 +331,13 @@ def resumed_quick_run(tmp_path_factory: pytest.TempPathFactory, quick_models: Pa
     from tests.e2e.quick_runs import run_quick_killed_and_resumed
 
     return run_quick_killed_and_resumed(tmp_path_factory.mktemp("resumed-quick-run"), quick_models)
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_forgotten() -> Iterator[None]:
+    """A test that ran the embedded loop in-process (``embedded_settings``) configured torch threads
+    per phase for the whole process; the next test starts without that (core.runtime.torch_threads)."""
+    yield
+    from core.runtime import torch_threads
+
+    torch_threads.reset()

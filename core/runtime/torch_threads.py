@@ -70,6 +70,13 @@ def configure(*, inference: int, training: int | Callable[[], int]) -> None:
     log.info("torch threads: %d for inference, %s for training", inference, told)
 
 
+def reset() -> None:
+    """Forget ``configure``'s training setting: training phases change nothing again (a test that
+    ran the embedded loop in-process gives the next one a clean process state)."""
+    global _training_threads
+    _training_threads = None
+
+
 def training_threads() -> int | None:
     """The thread count a training phase starting now takes, or None when ``configure`` was never
     called."""

@@ -15,16 +15,21 @@ from core.runtime import torch_threads
 @pytest.fixture(autouse=True)
 def restore() -> Iterator[None]:
     before = torch.get_num_threads()
+    torch_threads.reset()  # an earlier test may have run the embedded loop in this process
     yield
     torch.set_num_threads(before)
-    torch_threads._training_threads = None  # the module's process-wide setting, as before the test
+    torch_threads.reset()
 
 
-def test_unconfigured_training_keeps_the_thread_count() -> None:
+def test_unconfigured_or_reset_training_keeps_the_thread_count() -> None:
     torch.set_num_threads(1)
     with torch_threads.training_phase():
         assert torch.get_num_threads() == 1
     assert torch_threads.training_threads() is None
+    torch_threads.configure(inference=1, training=2)
+    torch_threads.reset()
+    with torch_threads.training_phase():
+        assert torch.get_num_threads() == 1
 
 
 def test_training_phase_takes_its_threads_and_gives_them_back() -> None:
