@@ -43,8 +43,9 @@ inside its kernels). Each prompt still runs its own forward passes with its own 
 prefix cache is exact, so the samples are the same as one at a time. Default 1
 (``$AGENTR_HF_DECODE_THREADS`` sets it): on the demo's tiny model the decoding is bound by HF's
 per-op Python, i.e. by the GIL, and two threads made the default ``agentr run``'s search and
-evaluation 10-20% SLOWER (bench/decode_threads.py, docs/results.md); a model whose kernels run
-longer (4 rows x 600 cached tokens on the same model: 1.6x faster on 2 cores) can gain.
+evaluation 10-20% SLOWER (docs/results.md); on SmolLM2-135M (longer kernels) two threads decoded
+the same --quick evaluation and search 1.41x faster, identical samples (bench/decode_threads.py
+--model). Set it for a model of that size or larger.
 
 This module owns the policy itself (loading, rendering, the Policy port's argument checks); the
 torch work lives in ``core.llm.hf_decoding`` (decoding loop) and ``core.llm.hf_scoring`` (label and
