@@ -12,7 +12,7 @@ judge phase: the same model on any machine; the time is only a safety cap): at t
 expansions give 1-4 distinct actions, trees hold successes and failures. 24 searched goals, 8 MCTS
 descents per tree, depth 6, and the iteration SFT runs 8 epochs at 3e-4 (at 3 epochs / 5e-4 the
 loss on revision samples stayed ~4 and iteration 1 found no success). Measured on 2 idle cores
-(docs/results.md, session 5): about 19.5 minutes in all, the warm start 400 s of it (two training
+(docs/results.md, session 5): 18 min 54 s in all, the warm start 356 s of it (two training
 threads); a plan cut to half the warm start's tokens left the actor incompetent (2 of 16 trees with
 a success) and was not adopted. ``--quick`` (64-hidden model, 300 warm-start steps, 2 goals,
 temperature 1.2) finds 2 pairs in iteration 0 with its fixed seeds, in ~20 s.
