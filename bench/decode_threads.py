@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hf_workloads import Work, in_home, line, same_share, workloads  # noqa: E402
+from hf_workloads import Work, in_home, line, same_share, side_by_side, workloads  # noqa: E402
 
 
 async def _measured(model: str, threads: int, work: Work) -> tuple[list[Any], float, float, int]:
@@ -51,11 +51,14 @@ async def main(quick: bool, home: Path, trees: int, threads: int, model_folder: 
     model, works, info = workloads(quick, home, trees)
     model = model_folder or model  # --model: the same episodes and trees on another model
     print(json.dumps({**info, "model": model}), flush=True)
-    for index, (phase, work) in enumerate(works.items()):
-        order = (threads, 1) if index % 2 == 0 else (1, threads)
-        load = os.getloadavg()[0]
-        measured = {t: await _measured(model, t, work) for t in order}
-        (ours, wall, cpu, used), (base, base_wall, base_cpu, _) = measured[threads], measured[1]
+    load = os.getloadavg()[0]
+
+    async def measure(setting: int, work: Work) -> tuple[Any, ...]:
+        return await _measured(model, setting, work)
+
+    async for phase, (ours, wall, cpu, used), (base, base_wall, base_cpu, _) in side_by_side(
+        works, threads, 1, measure
+    ):
         load = round(max(load, os.getloadavg()[0]), 2)
         line(f"{phase}_wall_s", wall, base_wall, "s", base_wall / wall, threads=used, load=load)
         line(f"{phase}_cpu_s", cpu, base_cpu, "s", base_cpu / cpu, threads=used)

@@ -15,7 +15,7 @@ import asyncio
 import json
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,21 @@ def line(metric: str, ours: float, baseline: float, unit: str, ratio: float, **e
 def same_share(ours: Sequence[Any], baseline: Sequence[Any]) -> float:
     """Share of episodes or trees whose actions are identical under both settings."""
     return sum(a == b for a, b in zip(ours, baseline, strict=True)) / len(ours)
+
+
+async def side_by_side(
+    works: dict[str, Work],
+    ours: Any,
+    baseline: Any,
+    measured: Callable[[Any, Work], Awaitable[tuple[Any, ...]]],
+) -> AsyncIterator[tuple[str, tuple[Any, ...], tuple[Any, ...]]]:
+    """Each phase measured under both settings, the order alternating per phase (so neither always
+    runs on a warmer machine): (phase, ``measured(ours, work)``, ``measured(baseline, work)``)."""
+    for index, (phase, work) in enumerate(works.items()):
+        order = (ours, baseline) if index % 2 == 0 else (baseline, ours)
+        results = [await measured(setting, work) for setting in order]
+        first, second = results if index % 2 == 0 else results[::-1]
+        yield phase, first, second
 
 
 def in_home(home: str, main: Callable[[Path], Coroutine[Any, Any, None]]) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hf_workloads import Work, in_home, line, same_share, workloads  # noqa: E402
+from hf_workloads import Work, in_home, line, same_share, side_by_side, workloads  # noqa: E402
 
 
 class PromptTokens:
@@ -71,10 +71,13 @@ async def main(quick: bool, home: Path, trees: int) -> None:
     torch.set_num_threads(1)
     model, works, info = workloads(quick, home, trees)
     print(json.dumps(info), flush=True)
-    for index, (phase, work) in enumerate(works.items()):
-        order = (512, 0) if index % 2 == 0 else (0, 512)
-        measured = {mb: await _measured(model, mb, work) for mb in order}
-        (on_actions, on_cpu, on_share), (off_actions, off_cpu, _) = measured[512], measured[0]
+
+    async def measure(cache_mb: int, work: Work) -> tuple[Any, ...]:
+        return await _measured(model, cache_mb, work)
+
+    async for phase, (on_actions, on_cpu, on_share), (off_actions, off_cpu, _) in side_by_side(
+        works, 512, 0, measure
+    ):
         line(f"{phase}_cpu_s", on_cpu, off_cpu, "s", off_cpu / on_cpu)
         line(f"{phase}_prefill_share", on_share, 1.0, "share", 1.0 / on_share if on_share else 0.0)
         same = same_share(on_actions, off_actions)

@@ -202,10 +202,6 @@ class HFPolicy(HFScoring):
             decode_threads=decode_threads,
         )
 
-    def decode_threads(self) -> int:
-        """Prompts decoded at once by one call (module docstring): 1 with shared padded passes."""
-        return self._decode_threads if self.batch_invariant else 1
-
     # ----------------------------------------------------------------------------- rendering
     def render(self, conversation: Conversation) -> str:
         """The chat-template text for ``conversation`` followed by the assistant generation prompt."""

@@ -43,12 +43,14 @@ class HFDecoding:
     _lock: threading.Lock
     _cache_kw: str
     prefix_cache: PrefixCache | None
+    _decode_threads: int
     _decode_pool: ThreadPoolExecutor | None = None
     _decode_pool_size = 0
 
     def decode_threads(self) -> int:
-        """Prompts decoded at once (HFPolicy's rule, core/llm/hf.py)."""
-        raise NotImplementedError
+        """Prompts decoded at once by one call (core/llm/hf.py's docstring): 1 with shared padded
+        passes."""
+        return self._decode_threads if self.batch_invariant else 1
 
     def _left_pad(self, sequences: Sequence[Sequence[int]]) -> tuple[Any, Any, Any]:
         torch = self._torch
