@@ -286,7 +286,12 @@ class TrainSettings(_Strict):
     packing: bool | None = None
     pack_length: int | None = Field(None, ge=8, le=1_048_576)
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
-    bf16: bool | None = None
+    bf16: bool | None = Field(None, description="bfloat16 weights (null: when CUDA supports it).")
+    mixed_bf16: bool | None = Field(
+        None,
+        description="fp32 weights, forward/backward under bfloat16 autocast (fast on a CPU with "
+        "AVX512-BF16 / AMX); not with bf16.",
+    )
     max_grad_norm: float | None = Field(None, gt=0, le=1e6)
     time_budget_s: float | None = Field(
         None, gt=0, le=30 * 24 * 3600, description="Stop training after this."

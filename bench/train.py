@@ -35,6 +35,13 @@ ratio = ours / baseline (higher is better).
     python bench/train.py --quick    # hidden 64 x 2 layers, 32 episodes (learners: 16)
     python bench/train.py --only learners   # one section (packing, ddp, learners; comma-separated)
 
+* ``sft_steps_per_s_mixed_bf16_vs_fp32`` and ``sft_loss_mixed_bf16_vs_fp32`` (section
+  ``precision``): the same SFT (packing, same steps, same seed) under ``mixed_bf16`` (fp32 weights,
+  the MLP blocks in bfloat16 autocast, train_service/precision.py) and in fp32, one after the other;
+  optimizer steps per second, and the trained model's mean loss on the training samples evaluated
+  in fp32 (a ratio above 1 there means mixed_bf16 trained WORSE). ``native_bf16`` says whether
+  this CPU multiplies bfloat16 natively (on one that does not, expect a ratio below 1).
+
 The learner comparison on whole runs (held-out success, recovery) is ``bench/learners.py``.
 """
 
@@ -51,7 +58,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SECTIONS = ("packing", "ddp", "learners")
+SECTIONS = ("packing", "ddp", "learners", "precision")
 
 
 def _line(metric: str, ours: float, baseline: float, unit: str) -> dict[str, Any]:
@@ -118,6 +125,42 @@ def main() -> None:
         if "learners" in sections:
             for line in learner_lines(root, model, trajectories[:learner_episodes], batch, max_length):
                 print(json.dumps(line))
+        if "precision" in sections:
+            for line in precision_lines(root, model, samples, batch, max_length, 20 if args.quick else 60):
+                print(json.dumps(line))
+
+
+def precision_lines(
+    root: Path, model: Path, samples: list[Any], batch: int, max_length: int, steps: int
+) -> list[dict[str, Any]]:
+    """The same SFT under mixed_bf16 (ours) and fp32 (baseline): steps/s and the trained loss."""
+    import torch
+
+    from core.runtime.cpu_features import native_bf16
+    from train_service.checkpoint import load_checkpoint
+    from train_service.sft import SFTConfig, train_sft
+    from train_service.tokenize import collate, tokenize_sample
+
+    speed, loss = {}, {}
+    for mixed in (True, False):
+        cfg = SFTConfig(
+            max_steps=steps, batch_size=batch, max_length=max_length, packing=True, learning_rate=3e-3,
+            lr_scheduler="cosine", warmup=0.05, logging_steps=1000, mixed_bf16=mixed,
+        )  # fmt: skip
+        report = train_sft(model, samples, root / f"ckpt-mixed-{mixed}", cfg)
+        speed[mixed] = report.metrics["steps"] / report.metrics["seconds"]
+        trained, tokenizer, _ = load_checkpoint(report.checkpoint)
+        with torch.inference_mode():
+            losses = [
+                trained(**collate([tokenize_sample(tokenizer, s)], tokenizer.pad_token_id)).loss.item()
+                for s in samples[:64]
+            ]
+        loss[mixed] = sum(losses) / len(losses)
+    native = {"native_bf16": native_bf16()}
+    return [
+        {**_line("sft_steps_per_s_mixed_bf16_vs_fp32", speed[True], speed[False], "steps/s"), **native},
+        {**_line("sft_loss_mixed_bf16_vs_fp32", loss[True], loss[False], "loss"), **native},
+    ]
 
 
 def packing_comparison(

@@ -4,7 +4,8 @@
   cancel request stopped it (no checkpoint written). ArCHer's own loop returns and raises the same.
 * ``knob_problems`` / ``check_fields``: the validation the learners' configs share.
 * ``load_tokenizer`` (pad token, prefix-stable chat template checked) and ``load_causal_lm`` (fp32
-  or bf16, KV cache off for training); ``use_bf16`` decides bf16 when the config leaves it open.
+  or bf16, KV cache off for training); ``use_bf16`` decides bf16 when the config leaves it open;
+  ``train_service.precision`` turns a config's ``bf16`` / ``mixed_bf16`` into what to load and run.
 * ``training_arguments``: one ``TrainingArguments`` for a config with the shared knobs
   (``TrainerKnobs``): epochs / max_steps (a time budget needs a step count, derived from the
   epochs), batch and accumulation, learning rate and schedule, clipping, seeds, no saving, no
@@ -66,6 +67,8 @@ class TrainerKnobs(Protocol):
     @property
     def bf16(self) -> bool | None: ...
     @property
+    def mixed_bf16(self) -> bool: ...
+    @property
     def max_grad_norm(self) -> float: ...
     @property
     def time_budget_s(self) -> float | None: ...
@@ -87,6 +90,11 @@ def knob_problems(cfg: Any) -> list[str]:
         problems.append("max_length must be >= 8")
     if cfg.time_budget_s is not None and cfg.time_budget_s <= 0:
         problems.append("time_budget_s must be > 0")
+    if cfg.mixed_bf16 and cfg.bf16:
+        problems.append(
+            "bf16 (bfloat16 weights) and mixed_bf16 (fp32 weights, bfloat16 autocast) exclude each "
+            "other: set one"
+        )
     return problems
 
 
@@ -178,6 +186,8 @@ def training_arguments(
         seed=cfg.seed,
         data_seed=cfg.seed,
         bf16=bf16,
+        # bf16 autocast on a machine without CUDA: transformers asks for use_cpu to allow it
+        use_cpu=bool(bf16 and not torch.cuda.is_available()),
         remove_unused_columns=False,
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),

@@ -335,10 +335,12 @@ def judge_phase(
     seed: int = 0,
     cap_s: float | None = None,
     steps: int | None = None,
+    mixed_bf16: bool = False,
 ) -> Any:
     """Fine-tune ``model_dir`` on the judge samples alone into ``out`` (a ``TrainReport``), for
     ``steps`` optimizer steps (default ``JUDGE_PHASE_STEPS``; the default demo takes
-    ``core.cli.demo.DEMO_JUDGE_PHASE_STEPS``).
+    ``core.cli.demo.DEMO_JUDGE_PHASE_STEPS``), under bfloat16 autocast with ``mixed_bf16``
+    (``SFTConfig.mixed_bf16``).
 
     Why a phase of its own: a judge example trains ONE answer token after ~250 tokens of context,
     while an expert episode trains every action; mixed in (``warm_start_mix``) the answers get about
@@ -360,6 +362,7 @@ def judge_phase(
         logging_steps=5,
         seed=seed,
         time_budget_s=cap_s,
+        mixed_bf16=mixed_bf16,
     )
     samples = judge_phase_samples(judge, expert)
     return train_sft(

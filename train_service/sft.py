@@ -48,9 +48,9 @@ from train_service.hf_trainer import (
     run_metrics,
     save_on_rank_zero,
     training_arguments,
-    use_bf16,
 )
 from train_service.packing_check import check_packing
+from train_service.precision import fp32_islands, precision
 from train_service.tokenize import DataCollator, TokenizedSample, pack, tokenize_samples
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,8 @@ class SFTConfig:
         faster than one long block.
     seed: seeds model init of new heads, data order and dropout.
     bf16: train in bfloat16; None = automatically when a CUDA device with bf16 support is present.
+    mixed_bf16: fp32 weights, forward and backward under bfloat16 autocast (not with ``bf16``;
+        ``train_service.precision``: attention and LM head stay fp32): faster on a CPU with native bfloat16.
     max_grad_norm: gradient clipping.
     time_budget_s: stop after this many seconds of training (None = no limit).
     logging_steps: log loss every this many optimizer steps.
@@ -111,6 +113,7 @@ class SFTConfig:
     pack_length: int | None = None
     seed: int = 0
     bf16: bool | None = None
+    mixed_bf16: bool = False
     max_grad_norm: float = 1.0
     time_budget_s: float | None = None
     logging_steps: int = 10
@@ -225,8 +228,10 @@ def train_sft(
     tokenizer = load_tokenizer(model_path)
     examples, stats = prepare_examples(tokenizer, samples, cfg)
 
-    bf16 = use_bf16(cfg.bf16)
+    bf16, autocast = precision(cfg)
     model: Any = load_causal_lm(model_path, bf16)  # no KV cache: packed blocks rely on it (tokenize)
+    if autocast and not bf16:
+        fp32_islands(model)  # only the MLP blocks compute in bfloat16
     if cfg.packing:
         check_packing(model, tokenizer.pad_token_id)  # refuses models whose packed logits differ
     if cfg.lora is not None:
@@ -248,7 +253,7 @@ def train_sft(
             cfg,
             scratch,
             examples=len(examples),
-            bf16=bf16,
+            bf16=autocast,
             lr_scheduler="constant" if time_cosine else cfg.lr_scheduler,
             warmup=0 if time_cosine else cfg.warmup,
             weight_decay=cfg.weight_decay,
@@ -274,6 +279,7 @@ def train_sft(
             **stats,
             **run_metrics(trainer, result, seconds, stats["tokens"], callbacks[0]),
             "bf16": bf16,
+            "mixed_bf16": autocast and not bf16,
         }
         meta = CheckpointMeta(
             iteration=iteration,

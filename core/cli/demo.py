@@ -11,10 +11,15 @@ fixed number of optimizer steps (80 expert steps, 114 with the judge examples mi
 judge phase: the same model on any machine; the time is only a safety cap): at temperature 1.0 the
 expansions give 1-4 distinct actions, trees hold successes and failures. 24 searched goals, 8 MCTS
 descents per tree, depth 6, and the iteration SFT runs 8 epochs at 3e-4 (at 3 epochs / 5e-4 the
-loss on revision samples stayed ~4 and iteration 1 found no success). Measured on 2 idle cores
-(docs/results.md, session 5): 18 min 54 s in all, the warm start 356 s of it (two training
-threads); a plan cut to half the warm start's tokens left the actor incompetent (2 of 16 trees with
-a success) and was not adopted. ``--quick`` (64-hidden model, 300 warm-start steps, 2 goals,
+loss on revision samples stayed ~4 and iteration 1 found no success). A plan cut to half the warm
+start's tokens left the actor incompetent (2 of 16 trees with a success) and was not adopted.
+Training precision (``--bf16``, ``Plan.mixed_bf16``): where the CPU multiplies bfloat16 natively,
+the warm start and every iteration's SFT keep fp32 weights and run their MLP blocks in bfloat16
+(train_service/precision.py). Measured on 2 idle cores of an AMD EPYC with AVX512-BF16
+(docs/results.md, session 6): 8 min 46 s in all with it, 10 min 1 s in fp32 (``--bf16 off``),
+the warm start 167 s vs 247 s; the two warm starts are different models (the bfloat16 one looped
+more before iteration 0), so their reports differ. Session 5's machine ran the fp32 plan in
+18 min 54 s: these machines differ by about 2x. ``--quick`` (64-hidden model, 300 warm-start steps, 2 goals,
 temperature 1.2) finds 2 pairs in iteration 0 with its fixed seeds, in ~20 s.
 """
 
@@ -82,6 +87,9 @@ class RunOptions:
     train_from: str = ""  # local weights of a served --model URL (RunConfig.train["model_path"])
     judge_mix: bool = False  # --judge-mix: keep the warm start's judge examples in every iteration
     method: tuple[str, ...] = ("sft",)  # --method: the learner schedule (core.cli.methods.parse_methods)
+    # --bf16 auto|on|off: train with fp32 weights under bfloat16 autocast (None = auto: where the
+    # CPU has native bfloat16 matmuls, core.runtime.cpu_features; never under --quick)
+    mixed_bf16: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,8 @@ class Plan:
     # whether the warm start also teaches the judge question (train_service/judge_data.py): the tiny
     # model only; a pretrained --model is an instruct model that is asked as it is, as in the paper
     judge_examples: bool = True
+    # the warm start's (and judge phase's) training under bfloat16 autocast, as train.mixed_bf16
+    mixed_bf16: bool = False
     notes: tuple[str, ...] = ()  # what the plan decided that the user should hear (printed)
 
 
@@ -215,6 +225,9 @@ def plan_run(opts: RunOptions) -> Plan:
         train = {**train, **REAL_MODEL_TRAIN}
     if opts.warm_start_steps is not None:
         warm_steps = opts.warm_start_steps
+    mixed_bf16 = _mixed_bf16(opts)
+    if mixed_bf16:
+        train = {**train, "mixed_bf16": True}
     schedule, notes = _schedule(opts)
     train_config, merge_notes = schedule_train(
         train,
@@ -265,8 +278,29 @@ def plan_run(opts: RunOptions) -> Plan:
         judge_general=demo and not opts.model and opts.judge_mix,
         judge_phase_steps=DEMO_JUDGE_PHASE_STEPS if demo and not opts.model else None,
         judge_examples=not opts.model,
+        mixed_bf16=mixed_bf16,
         notes=tuple(notes),
     )
+
+
+def _mixed_bf16(opts: RunOptions) -> bool:
+    """``--bf16``: on / off as asked; auto = on where the CPU multiplies bfloat16 natively and no
+    CUDA device trains (measured on this project's 2-core EPYC: the demo's warm-start and SFT steps
+    ~2.6x faster; an emulating CPU would be slower). ``--quick`` stays fp32 under auto: its
+    fixed-seed tests pin its trees."""
+    if opts.mixed_bf16 is not None:
+        return opts.mixed_bf16
+    if opts.quick:
+        return False
+    from core.runtime.cpu_features import native_bf16
+
+    try:
+        import torch
+
+        cuda = bool(torch.cuda.is_available())
+    except ImportError:
+        cuda = False
+    return not cuda and native_bf16()
 
 
 def _schedule(opts: RunOptions) -> tuple[tuple[str, ...], list[str]]:

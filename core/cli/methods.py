@@ -90,6 +90,8 @@ def learner_train(
     base = dict(train)
     run_level = {k: base[k] for k in (TRAIN_MODEL_PATH, *LAUNCH_KEYS) if k in base}
     budget = {k: base[k] for k in ("time_budget_s",) if k in base}
+    # the precision: DPO's Trainer takes it, ArCHer's own loop does not
+    precision = {k: base[k] for k in ("mixed_bf16",) if k in base}
     batch = int(base.get("batch_size", 8))
     lr = float(base.get("learning_rate", 3e-4))
     length = int(base.get("max_length", 768))
@@ -103,6 +105,7 @@ def learner_train(
             "warmup": 0.0,
             "logging_steps": 5,
             **budget,
+            **precision,
             **run_level,
         }
     if method == "archer":

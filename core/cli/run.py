@@ -13,10 +13,20 @@ and ``core.cli.eval_export`` (imported inside the commands, so ``agentr --help``
 
 from __future__ import annotations
 
+import enum
+
 import typer
 
 from core.cli.demo import DEMO_ENV, QUICK_ENV
 from core.cli.methods import METHOD_HELP, parse_methods
+
+
+class Precision(enum.StrEnum):
+    """``--bf16``'s choices."""
+
+    auto = "auto"
+    on = "on"
+    off = "off"
 
 
 def _check_method(value: str) -> str:
@@ -87,6 +97,14 @@ def register(app: typer.Typer) -> None:
             callback=_check_method,
             help=METHOD_HELP,
         ),
+        bf16: Precision = typer.Option(
+            Precision.auto,
+            "--bf16",
+            help="Training precision: on = fp32 weights with bfloat16 autocast (the warm start and "
+            "every iteration's SFT / DPO), off = fp32; auto = on where the CPU multiplies bfloat16 "
+            "natively (AVX512-BF16 / AMX: ~2.6x faster steps measured) and no CUDA device, off "
+            "under --quick.",
+        ),
         judge_mix: bool = typer.Option(
             False,
             "--judge-mix",
@@ -119,6 +137,7 @@ def register(app: typer.Typer) -> None:
             resume=resume,
             judge_mix=judge_mix,
             method=parse_methods(method),
+            mixed_bf16={Precision.on: True, Precision.off: False}.get(bf16),
         )
         raise typer.Exit(run_command(options))
 

@@ -67,6 +67,8 @@ def prepare_model(plan: Plan, home: Path, seed: int) -> str:
     parts: tuple[Any, ...] = (base.name, config.env, tasks, plan.warm_start_steps, WARM_START_LR, seed)
     if spec is None or lr != WARM_START_LR:  # a given folder: its path and rate name the warm start
         parts = (str(base), config.env, tasks, plan.warm_start_steps, lr, seed)
+    if plan.mixed_bf16:  # bfloat16 autocast trains another model (fp32 keeps its old cache key)
+        parts = (*parts, "mixed_bf16")
     warm = home / "models" / f"warm-{_key(*parts, judge_key) if judge_key else _key(*parts)}"
     if (warm / "meta.json").is_file():
         console.print(f"warm-started model found in [bold]{warm}[/bold] (cached)")
@@ -115,6 +117,7 @@ def _warm_start(
         batch_size=8,
         logging_steps=20,
         seed=seed,
+        mixed_bf16=plan.mixed_bf16,
     )
     with Progress(
         TextColumn("warm start"),
@@ -152,6 +155,7 @@ def _warm_start(
                 seed=seed,
                 cap_s=plan.warm_start_cap_s,
                 steps=phase_steps,
+                mixed_bf16=plan.mixed_bf16,
             )
     done = int(report.metrics.get("steps") or 0)
     if done < steps:  # the safety cap fired: this model is not the one the command documents

@@ -30,12 +30,13 @@ TRANSITIONS_KEY = "transitions"  # train.transitions: core.domain.transitions.Tr
 TRAINER_FIELDS: dict[str, tuple[str, ...]] = {
     "sft": (
         "epochs", "max_steps", "learning_rate", "lr_scheduler", "warmup", "weight_decay", "batch_size",
-        "grad_accumulation", "max_length", "packing", "pack_length", "seed", "bf16", "max_grad_norm",
-        "time_budget_s", "logging_steps", "lora",
+        "grad_accumulation", "max_length", "packing", "pack_length", "seed", "bf16", "mixed_bf16",
+        "max_grad_norm", "time_budget_s", "logging_steps", "lora",
     ),
     "dpo": (
         "beta", "reference", "epochs", "max_steps", "learning_rate", "lr_scheduler", "warmup", "batch_size",
-        "grad_accumulation", "max_length", "seed", "bf16", "max_grad_norm", "time_budget_s", "logging_steps",
+        "grad_accumulation", "max_length", "seed", "bf16", "mixed_bf16", "max_grad_norm", "time_budget_s",
+        "logging_steps",
     ),
     "archer": (
         "mode", "iterations", "warmup_iters", "critic_epochs", "actor_epochs", "batch_size",

@@ -58,3 +58,20 @@ def test_a_pretrained_model_is_warm_started_without_judge_examples(tmp_path: Pat
     with_judge = Path(prepare_model(replace(plan, judge_examples=True), home, 0))
     assert with_judge != warm  # the judge data is part of the warm start's cache key
     assert with_judge.with_name(with_judge.name + "-mixed").is_dir()
+
+
+def test_a_mixed_bf16_warm_start_is_its_own_cached_model(tmp_path: Path) -> None:
+    """``--bf16 on``: the warm start and its judge phase train under mixed_bf16 (their checkpoints
+    say so) into a model cached apart from the fp32 one, which a later fp32 run still finds."""
+    from train_service.checkpoint import read_meta
+
+    home = tmp_path / "home"
+    fp32 = prepare_model(plan_run(RunOptions(quick=True, iterations=1, warm_start_steps=2)), home, 0)
+    plan = plan_run(RunOptions(quick=True, iterations=1, warm_start_steps=2, mixed_bf16=True))
+    mixed = Path(prepare_model(plan, home, 0))
+    assert mixed != Path(fp32)
+    assert read_meta(mixed).metrics["mixed_bf16"] is True  # the judge phase
+    assert read_meta(mixed.with_name(mixed.name + "-mixed")).metrics["mixed_bf16"] is True
+    assert read_meta(Path(fp32)).metrics["mixed_bf16"] is False
+    again = prepare_model(plan_run(RunOptions(quick=True, iterations=1, warm_start_steps=2)), home, 0)
+    assert again == fp32

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from core.domain.datasets import EmptyDatasetError
 from core.domain.trajectory import Message, TrainingSample
 from core.llm.tiny import build_tiny_model
 from train_service.checkpoint import META_FILE, CheckpointError, load_checkpoint, read_meta
-from train_service.sft import LoraSettings, SFTConfig, TrainingCancelled, train_sft
+from train_service.sft import LoraSettings, SFTConfig, TrainingCancelled, TrainReport, train_sft
 
 TEXTS = [
     "You are a crafting agent.",
@@ -95,6 +96,63 @@ def test_training_lowers_the_loss_with_packing(base_model: Path, tmp_path: Path)
     assert trained_loss < base_loss * 0.8
 
 
+def _training_dtypes(run: Callable[[], TrainReport]) -> tuple[TrainReport, dict[str, set[torch.dtype]]]:
+    """``run()``'s report and the dtypes the model's parts computed in while training (grad on):
+    "mlp" (the MLP blocks' outputs), "attention", "head" (the LM head's logits)."""
+    seen: dict[str, set[torch.dtype]] = {"mlp": set(), "attention": set(), "head": set()}
+
+    def record(module: torch.nn.Module, _inputs: object, output: object) -> None:
+        if not torch.is_grad_enabled():
+            return
+        first = output[0] if isinstance(output, tuple) else output
+        if not isinstance(first, torch.Tensor):
+            return
+        name = type(module).__name__
+        if name.endswith("MLP"):
+            seen["mlp"].add(first.dtype)
+        elif name.endswith("Attention"):
+            seen["attention"].add(first.dtype)
+        elif isinstance(module, torch.nn.Linear) and module.out_features > 300:  # the vocabulary
+            seen["head"].add(first.dtype)
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        report = run()
+    finally:
+        handle.remove()
+    return report, seen
+
+
+def test_mixed_bf16_runs_the_mlps_in_bf16_keeps_fp32_weights(base_model: Path, tmp_path: Path) -> None:
+    """``mixed_bf16``: the MLP blocks compute in bfloat16 while training, attention and the LM head
+    in fp32 (train_service/precision.py), the checkpoint is fp32, and the loss falls as in fp32."""
+    cfg = SFTConfig(
+        epochs=8, batch_size=2, learning_rate=1e-2, packing=True, max_length=256, logging_steps=1,
+        mixed_bf16=True,
+    )  # fmt: skip
+    report, seen = _training_dtypes(lambda: train_sft(base_model, samples(8), tmp_path / "mixed", cfg))
+    assert seen == {"mlp": {torch.bfloat16}, "attention": {torch.float32}, "head": {torch.float32}}
+    assert report.metrics["mixed_bf16"] is True and report.metrics["bf16"] is False
+    assert {t.dtype for t in params(report.checkpoint).values()} == {torch.float32}
+    from train_service.tokenize import collate, tokenize_sample
+
+    model, tok, _ = load_checkpoint(report.checkpoint)
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(base_model)
+    batch = collate([tokenize_sample(tok, s) for s in samples(2)], tok.pad_token_id)
+    with torch.inference_mode():
+        assert model(**batch).loss.item() < base(**batch).loss.item() * 0.8
+
+
+def test_fp32_training_computes_in_fp32(base_model: Path, tmp_path: Path) -> None:
+    """The default: no autocast anywhere."""
+    cfg = SFTConfig(max_steps=1, batch_size=4)
+    report, seen = _training_dtypes(lambda: train_sft(base_model, samples(4), tmp_path / "fp32", cfg))
+    assert seen == {"mlp": {torch.float32}, "attention": {torch.float32}, "head": {torch.float32}}
+    assert report.metrics["mixed_bf16"] is False
+
+
 def test_retry_reuses_a_complete_checkpoint_and_refuses_another_dataset(
     base_model: Path, tmp_path: Path
 ) -> None:
@@ -162,6 +220,7 @@ def test_time_budget_stops_training(base_model: Path, tmp_path: Path) -> None:
         ({"learning_rate": 0}, "learning_rate"),
         ({"lr_scheduler": "time_cosine"}, "time_budget_s"),
         ({"batch_size": 0}, "batch_size"),
+        ({"bf16": True, "mixed_bf16": True}, "mixed_bf16"),
     ],
 )
 def test_bad_config(kwargs: dict, message: str) -> None:

@@ -35,3 +35,25 @@ def test_demo_plan_uses_the_goals_and_warm_starts_on_the_searched_ones_only() ->
     given = plan_run(RunOptions(model="/models/x"))
     assert given.tiny is None and given.warm_start_steps == 0
     assert given.config["train"]["learning_rate"] < plan.config["train"]["learning_rate"]
+
+
+def test_bf16_option_sets_mixed_precision_for_the_warm_start_and_every_training() -> None:
+    """``--bf16 on|off`` is obeyed everywhere the run trains (warm start, judge phase, SFT, DPO;
+    ArCHer's own loop takes no such field); auto follows the CPU and keeps --quick in fp32."""
+    from core.domain.config import RunConfig
+    from core.runtime.cpu_features import native_bf16
+
+    on = plan_run(RunOptions(mixed_bf16=True))
+    assert on.mixed_bf16 is True and on.config["train"]["mixed_bf16"] is True
+    assert RunConfig.from_data(on.config).training_problem() is None
+    off = plan_run(RunOptions(mixed_bf16=False))
+    assert off.mixed_bf16 is False and "mixed_bf16" not in off.config["train"]
+    dpo = plan_run(RunOptions(mixed_bf16=True, method=("dpo",)))
+    assert dpo.config["train"]["mixed_bf16"] is True
+    assert RunConfig.from_data(dpo.config).training_problem() is None
+    archer = plan_run(RunOptions(mixed_bf16=True, method=("archer",)))
+    assert "mixed_bf16" not in archer.config["train"]
+    assert RunConfig.from_data(archer.config).training_problem() is None
+    assert plan_run(RunOptions(quick=True)).mixed_bf16 is False
+    assert plan_run(RunOptions(quick=True, mixed_bf16=True)).mixed_bf16 is True
+    assert plan_run(RunOptions()).mixed_bf16 is native_bf16()  # no CUDA here

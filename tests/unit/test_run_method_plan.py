@@ -14,6 +14,7 @@ import pytest
 from core.cli.demo import DEMO_ARCHER_ROUNDS, QUICK_ARCHER_ROUNDS, RunOptions, plan_run
 from core.cli.methods import parse_methods
 from core.domain.config import RunConfig
+from core.runtime.cpu_features import native_bf16
 from train_service.report import report_markdown, training_markdown
 
 AGENTR = str(Path(sys.executable).parent / "agentr")
@@ -100,7 +101,10 @@ def test_each_learner_trains_on_the_plans_sft_budget(quick: bool) -> None:
         "warmup": 0.0,
         "logging_steps": 5,
         "time_budget_s": budget["time_budget_s"],
+        # the training precision (--bf16) carries over; --quick stays fp32 under auto
+        **({"mixed_bf16": True} if budget.get("mixed_bf16") else {}),
     }
+    assert quick is ("mixed_bf16" not in budget) or not native_bf16()
     assert dpo["critic"] == {"strategy": "direct"}  # no learner reads revision samples
     archer = plan_run(RunOptions(quick=quick, method=("archer",))).config["train"]
     rounds = QUICK_ARCHER_ROUNDS if quick else DEMO_ARCHER_ROUNDS
