@@ -80,6 +80,11 @@ def run_command(opts: RunOptions) -> int:
             return 2
         for note in plan.notes:  # what the plan decided (learner settings, critic)
             console.print(f"[yellow]note:[/yellow] {note}")
+        if plan.mixed_bf16:  # --bf16 (auto: this CPU multiplies bfloat16 natively)
+            console.print(
+                "training precision: fp32 weights, MLP blocks in bfloat16 (train_service/precision.py; "
+                "--bf16 off trains in fp32)"
+            )
     if not opts.resume:
         try:
             config["model"] = prepare_model(plan, home, opts.seed)

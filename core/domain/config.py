@@ -57,7 +57,8 @@ def method_schedule(train: dict[str, Any]) -> tuple[Any, ...]:
 def method_problem(train: dict[str, Any]) -> str | None:
     """Why ``train``'s method settings are invalid, or None: an unknown ``method`` (or an empty or
     bad schedule entry, named by its index), a field of no scheduled method's trainer,
-    ``transitions`` without archer in the schedule, or dpo / archer under torchrun."""
+    ``transitions`` without archer in the schedule, dpo / archer under torchrun, or both
+    ``bf16`` and ``mixed_bf16``."""
     method = train.get("method", "sft")
     schedule = method_schedule(train)
     if isinstance(method, list | tuple):
@@ -92,6 +93,11 @@ def method_problem(train: dict[str, Any]) -> str | None:
     single = [m for m in scheduled if m != "sft"]
     if single and train.get("launcher", "inline") != "inline":
         return f"train.method {single[0]!r} trains in one process: train.launcher must be 'inline'"
+    if train.get("bf16") and train.get("mixed_bf16"):
+        return (
+            "train.bf16 (bfloat16 weights) and train.mixed_bf16 (fp32 weights, bfloat16 autocast) "
+            "exclude each other: set one"
+        )
     return None
 
 

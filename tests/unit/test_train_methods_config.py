@@ -26,6 +26,9 @@ def test_method_problems_name_the_field() -> None:
     assert "['packing']" in (method_problem({"method": "archer", "packing": True}) or "")
     assert "transitions" in (method_problem({"method": "dpo", "transitions": {}}) or "")
     assert "launcher" in (method_problem({"method": "archer", "launcher": "torchrun"}) or "")
+    assert "exclude each other" in (method_problem({"bf16": True, "mixed_bf16": True}) or "")
+    assert method_problem({"method": "dpo", "mixed_bf16": True}) is None
+    assert "['mixed_bf16']" in (method_problem({"method": "archer", "mixed_bf16": True}) or "")
     config = RunConfig(
         model="/m", train={"method": "archer", "gamma": 0.9, "transitions": {"invalid_action_penalty": 0.1}}
     )
