@@ -205,6 +205,10 @@ def _args() -> argparse.Namespace:
     )
     parser.add_argument("--warm-start-steps", type=int, default=None)
     parser.add_argument(
+        "--bf16", choices=("auto", "on", "off"), default="auto",
+        help="training precision, as agentr run --bf16 (auto: mixed bfloat16 where the CPU has it)",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-tasks", type=int, default=None, help="search only the first N goals (same warm start)"
     )
     parser.add_argument("--max-eval-tasks", type=int, default=None, help="held-out goals")
@@ -315,6 +319,7 @@ def main() -> int:
             seed=args.seed,
             warm_start_steps=args.warm_start_steps,
             max_eval_tasks=args.max_eval_tasks,
+            mixed_bf16={"on": True, "off": False}.get(args.bf16),
         )
     )
     if args.max_tasks:  # search fewer goals; the warm start (and its cache key) stays the demo's
