@@ -304,6 +304,8 @@ def train_dpo(
             **stats,
             "method": "dpo",
             "reference": cfg.reference,
+            "bf16": bf16,
+            "mixed_bf16": autocast and not bf16,
             **run_metrics(trainer, result, seconds, stats["tokens"], callbacks[0]),
             "first_loss": history["loss"][0] if history["loss"] else None,
             "last_loss": history["loss"][-1] if history["loss"] else None,

@@ -208,16 +208,17 @@ def report_markdown(report: dict[str, Any]) -> str:
 def training_markdown(iterations: Sequence[dict[str, Any]]) -> str:
     """The Training section: one row per trained iteration (``report["iterations"]`` entries, their
     ``train`` = ``ModelTrained.metrics``): its learner (``metrics["method"]``), what it did (steps, or
-    critic / actor updates), loss first -> last, seconds, whether the time budget stopped it; "" when
-    nothing trained yet."""
+    critic / actor updates), loss first -> last, seconds, whether the time budget stopped it, the
+    precision (``metrics["bf16"]`` / ``["mixed_bf16"]``: fp32, bf16 weights or mixed bf16; "-" for a
+    learner that does not say); "" when nothing trained yet."""
     trained = [it for it in iterations if it.get("train")]
     if not trained:
         return ""
     lines = [
         "## Training",
         "",
-        "| iteration | method | updates | loss | seconds | stopped by time budget |",
-        "|---:|---|---|---|---:|---|",
+        "| iteration | method | updates | loss | seconds | stopped by time budget | precision |",
+        "|---:|---|---|---|---:|---|---|",
     ]
     for it in trained:
         m = it["train"]
@@ -236,8 +237,18 @@ def training_markdown(iterations: Sequence[dict[str, Any]]) -> str:
         seconds = m.get("seconds")
         secs = "-" if seconds is None else f"{float(seconds):.1f}"
         stopped = "yes" if m.get("stopped_by_time_budget") else "no"
-        lines.append(f"| {it['iteration']} | {method} | {updates} | {loss} | {secs} | {stopped} |")
+        lines.append(
+            f"| {it['iteration']} | {method} | {updates} | {loss} | {secs} | {stopped} | {_precision(m)} |"
+        )
     return "\n".join(lines) + "\n"
+
+
+def _precision(metrics: dict[str, Any]) -> str:
+    if metrics.get("mixed_bf16"):
+        return "mixed bf16"  # fp32 weights, MLP blocks in bfloat16 (train_service/precision.py)
+    if metrics.get("bf16"):
+        return "bf16"
+    return "fp32" if "bf16" in metrics or "mixed_bf16" in metrics else "-"
 
 
 def _span(first: Any, last: Any, prefix: str) -> str:

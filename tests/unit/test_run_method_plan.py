@@ -184,8 +184,10 @@ def test_the_reports_training_table_names_each_iterations_learner() -> None:
 
     table = training_markdown(
         [
-            it(0, {"method": "sft", "steps": 12, "train_loss": 1.25, "seconds": 3.0}),
-            it(1, {"method": "dpo", "steps": 4, "first_loss": 0.693, "last_loss": 0.5, "seconds": 2.5}),
+            it(0, {"method": "sft", "steps": 12, "train_loss": 1.25, "seconds": 3.0, "bf16": False,
+                   "mixed_bf16": True}),
+            it(1, {"method": "dpo", "steps": 4, "first_loss": 0.693, "last_loss": 0.5, "seconds": 2.5,
+                   "bf16": False, "mixed_bf16": False}),
             it(2, {"method": "archer", "critic_updates": 50, "actor_updates": 15, "td_loss_first": 0.9,
                    "td_loss_last": 0.1, "seconds": 30.0, "stopped_by_time_budget": True}),
             it(3, {}),  # not trained (yet)
@@ -193,10 +195,10 @@ def test_the_reports_training_table_names_each_iterations_learner() -> None:
     )  # fmt: skip
     rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert rows == [
-        "| 0 | sft | 12 steps | mean 1.250 | 3.0 | no |",
-        "| 1 | dpo | 4 steps | 0.693 -> 0.500 | 2.5 | no |",
-        "| 2 | archer | 50 critic, 15 actor | TD 0.900 -> 0.100 | 30.0 | yes |",
+        "| 0 | sft | 12 steps | mean 1.250 | 3.0 | no | mixed bf16 |",
+        "| 1 | dpo | 4 steps | 0.693 -> 0.500 | 2.5 | no | fp32 |",
+        "| 2 | archer | 50 critic, 15 actor | TD 0.900 -> 0.100 | 30.0 | yes | - |",
     ]
     assert training_markdown([it(0, {})]) == ""
     report = {"run_id": "r", "status": "completed", "rows": [], "iterations": [it(0, {"steps": 3})]}
-    assert "| 0 | sft | 3 steps | - | - | no |" in report_markdown(report)  # in report.md
+    assert "| 0 | sft | 3 steps | - | - | no | - |" in report_markdown(report)  # in report.md
