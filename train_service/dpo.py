@@ -43,13 +43,12 @@ from train_service.hf_trainer import (
     control_callbacks,
     fit,
     knob_problems,
-    load_causal_lm,
     load_tokenizer,
     run_metrics,
     save_on_rank_zero,
     training_arguments,
 )
-from train_service.precision import fp32_islands, precision
+from train_service.precision import load_for_training
 from train_service.tokenize import IGNORE_INDEX, TokenizedSample, collate, tokenize_sample
 
 log = logging.getLogger(__name__)
@@ -270,10 +269,7 @@ def train_dpo(
         raise EmptyDatasetError("nothing to train DPO on: no preference pairs")
     tokenizer = load_tokenizer(model_path)
     examples, stats = tokenize_pairs(tokenizer, pairs, cfg.max_length)
-    bf16, autocast = precision(cfg)
-    model: Any = load_causal_lm(model_path, bf16)
-    if autocast and not bf16:
-        fp32_islands(model)  # only the MLP blocks compute in bfloat16
+    model, prec = load_for_training(model_path, cfg)
     reference_started = time.monotonic()
     if cfg.reference == "frozen":
         examples = reference_logps(model, examples, tokenizer.pad_token_id, cfg.batch_size)
@@ -286,7 +282,7 @@ def train_dpo(
             cfg,
             scratch,
             examples=len(examples),
-            bf16=autocast,
+            bf16=prec.autocast,
             lr_scheduler=cfg.lr_scheduler,
             warmup=cfg.warmup,
         )
@@ -304,8 +300,7 @@ def train_dpo(
             **stats,
             "method": "dpo",
             "reference": cfg.reference,
-            "bf16": bf16,
-            "mixed_bf16": autocast and not bf16,
+            **prec.metrics(),
             **run_metrics(trainer, result, seconds, stats["tokens"], callbacks[0]),
             "first_loss": history["loss"][0] if history["loss"] else None,
             "last_loss": history["loss"][-1] if history["loss"] else None,

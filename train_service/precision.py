@@ -18,7 +18,11 @@ from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
+
+from train_service.hf_trainer import load_causal_lm, use_bf16
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +34,22 @@ class PrecisionKnobs(Protocol):
     def mixed_bf16(self) -> bool: ...
 
 
-def precision(cfg: PrecisionKnobs) -> tuple[bool, bool]:
-    """(load the weights in bfloat16, train under bfloat16 autocast) for ``cfg``: bf16 (None =
-    when CUDA supports it) loads and trains in bfloat16; mixed_bf16 loads fp32 and autocasts."""
+@dataclass(frozen=True)
+class Precision:
+    """How one training run computes: ``bf16_weights`` (load and train in bfloat16) or
+    ``autocast`` alone (mixed_bf16: fp32 weights, the MLP blocks in bfloat16)."""
+
+    bf16_weights: bool
+    autocast: bool
+
+    def metrics(self) -> dict[str, bool]:
+        """What the learners record in their metrics (the report's precision column)."""
+        return {"bf16": self.bf16_weights, "mixed_bf16": self.autocast and not self.bf16_weights}
+
+
+def precision(cfg: PrecisionKnobs) -> Precision:
+    """``cfg``'s precision: bf16 (None = when CUDA supports it) loads and trains in bfloat16;
+    mixed_bf16 loads fp32 and autocasts (a warning where the CPU would emulate bfloat16)."""
     if cfg.mixed_bf16:
         import torch
 
@@ -43,11 +60,19 @@ def precision(cfg: PrecisionKnobs) -> tuple[bool, bool]:
                 "mixed_bf16 on a CPU without native bfloat16 matmuls (AVX512-BF16 / AMX): autocast "
                 "emulates them, which is slower than fp32 training"
             )
-        return False, True
-    from train_service.hf_trainer import use_bf16
-
+        return Precision(bf16_weights=False, autocast=True)
     bf16 = use_bf16(cfg.bf16)
-    return bf16, bf16
+    return Precision(bf16_weights=bf16, autocast=bf16)
+
+
+def load_for_training(model_path: str | Path, cfg: PrecisionKnobs) -> tuple[Any, Precision]:
+    """The causal LM at ``model_path`` loaded for ``cfg``'s precision (``load_causal_lm``), with
+    its fp32 islands under mixed_bf16, and that precision (its ``autocast`` is the Trainer's bf16)."""
+    chosen = precision(cfg)
+    model = load_causal_lm(model_path, chosen.bf16_weights)
+    if chosen.autocast and not chosen.bf16_weights:
+        fp32_islands(model)  # only the MLP blocks compute in bfloat16
+    return model, chosen
 
 
 def _fp32(value: Any) -> Any:
@@ -65,7 +90,8 @@ def _without_autocast(forward: Any) -> Any:
 
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> Any:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        device = first.device.type if first is not None else "cpu"
         with torch.autocast(device, enabled=False):
             return forward(*(_fp32(a) for a in args), **{k: _fp32(v) for k, v in kwargs.items()})
 

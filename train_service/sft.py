@@ -42,7 +42,6 @@ from train_service.hf_trainer import (
     control_callbacks,
     fit,
     knob_problems,
-    load_causal_lm,
     load_tokenizer,
     max_over_ranks,
     run_metrics,
@@ -50,7 +49,7 @@ from train_service.hf_trainer import (
     training_arguments,
 )
 from train_service.packing_check import check_packing
-from train_service.precision import fp32_islands, precision
+from train_service.precision import load_for_training
 from train_service.tokenize import DataCollator, TokenizedSample, pack, tokenize_samples
 
 log = logging.getLogger(__name__)
@@ -228,10 +227,7 @@ def train_sft(
     tokenizer = load_tokenizer(model_path)
     examples, stats = prepare_examples(tokenizer, samples, cfg)
 
-    bf16, autocast = precision(cfg)
-    model: Any = load_causal_lm(model_path, bf16)  # no KV cache: packed blocks rely on it (tokenize)
-    if autocast and not bf16:
-        fp32_islands(model)  # only the MLP blocks compute in bfloat16
+    model, prec = load_for_training(model_path, cfg)  # no KV cache: packed blocks rely on it (tokenize)
     if cfg.packing:
         check_packing(model, tokenizer.pad_token_id)  # refuses models whose packed logits differ
     if cfg.lora is not None:
@@ -253,7 +249,7 @@ def train_sft(
             cfg,
             scratch,
             examples=len(examples),
-            bf16=autocast,
+            bf16=prec.autocast,
             lr_scheduler="constant" if time_cosine else cfg.lr_scheduler,
             warmup=0 if time_cosine else cfg.warmup,
             weight_decay=cfg.weight_decay,
@@ -278,8 +274,7 @@ def train_sft(
         metrics = {
             **stats,
             **run_metrics(trainer, result, seconds, stats["tokens"], callbacks[0]),
-            "bf16": bf16,
-            "mixed_bf16": autocast and not bf16,
+            **prec.metrics(),
         }
         meta = CheckpointMeta(
             iteration=iteration,

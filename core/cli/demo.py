@@ -286,8 +286,8 @@ def plan_run(opts: RunOptions) -> Plan:
 def _mixed_bf16(opts: RunOptions) -> bool:
     """``--bf16``: on / off as asked; auto = on where the CPU multiplies bfloat16 natively and no
     CUDA device trains (measured on this project's 2-core EPYC: the demo's warm-start and SFT steps
-    ~2.6x faster; an emulating CPU would be slower). ``--quick`` stays fp32 under auto: its
-    fixed-seed tests pin its trees."""
+    ~1.4x faster, bench/train.py --only precision; an emulating CPU would be slower). ``--quick``
+    stays fp32 under auto: its fixed-seed tests pin its trees."""
     if opts.mixed_bf16 is not None:
         return opts.mixed_bf16
     if opts.quick:

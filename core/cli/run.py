@@ -100,9 +100,9 @@ def register(app: typer.Typer) -> None:
         bf16: Precision = typer.Option(
             Precision.auto,
             "--bf16",
-            help="Training precision: on = fp32 weights with bfloat16 autocast (the warm start and "
+            help="Training precision: on = fp32 weights, MLP blocks in bfloat16 (the warm start and "
             "every iteration's SFT / DPO), off = fp32; auto = on where the CPU multiplies bfloat16 "
-            "natively (AVX512-BF16 / AMX: ~2.6x faster steps measured) and no CUDA device, off "
+            "natively (AVX512-BF16 / AMX: 1.4x faster steps measured) and no CUDA device, off "
             "under --quick.",
         ),
         judge_mix: bool = typer.Option(
