@@ -2,7 +2,7 @@
 
 ``native_bf16()`` is True on an x86 CPU with AVX512-BF16 or AMX tiles, where oneDNN runs bfloat16
 matmuls in hardware (measured on the 2-core AMD EPYC these machines have: the demo's tiny model
-trains 2.6x faster per step under full bfloat16 autocast, 1.4x with ``mixed_bf16``'s fp32
+trained its warm start 1.8x faster under full bfloat16 autocast, 1.4x with ``mixed_bf16``'s fp32
 islands, docs/results.md). Elsewhere autocast
 emulates bfloat16 and training gets slower, so the demo only asks for ``mixed_bf16`` where this
 says yes. Read from torch's own CPU probes, with /proc/cpuinfo's flags as the fallback when a
