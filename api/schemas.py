@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from core.domain.config import LAUNCH_KEYS, RunConfig, launch_problem
+from core.domain.events import CriticStrategyName
 
 Scope = Literal["read", "ingest", "run", "review", "admin"]
 TraceFormat = Literal["openai", "openai-legacy", "otel", "otlp", "sharegpt"]
@@ -189,7 +190,7 @@ class SearchSettings(_Strict):
 class CriticSettings(_Strict):
     """Critic settings (critic_service.critic.CriticConfig)."""
 
-    strategy: Literal["model", "direct", "rules", "reflect", "value"] = Field(
+    strategy: CriticStrategyName = Field(
         "model",
         description="model: the actor judges each bad action (the paper); direct: the last action "
         "(Direct-Revision baseline); rules: invalid actions, loops and tool errors; reflect: the step "

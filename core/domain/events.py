@@ -151,6 +151,11 @@ class NodeRecord:
     valid: bool = True
 
 
+CriticStrategyName = Literal["model", "direct", "rules", "reflect", "value"]
+"""Who judged a bad path: the registered critic strategies (``critic_service.strategies.REGISTRY``
+holds one module per name; tests/unit/test_critic_strategies.py checks the two agree)."""
+
+
 @dataclass(frozen=True)
 class StepVerdict:
     """The critic's judgement of one action of a bad path."""
@@ -428,7 +433,7 @@ class FirstErrorMarked(DomainEvent):
     event_version: ClassVar[int] = 2
 
     pair_id: str
-    strategy: Literal["model", "direct", "rules", "reflect", "value"]
+    strategy: CriticStrategyName
     transition_index: int  # index into bad.steps of the first wrong action (t')
     verdicts: tuple[StepVerdict, ...]
     model_version: str = ""
@@ -557,7 +562,7 @@ class OtlpSpansBuffered(DomainEvent):
 @dataclass(frozen=True)
 class TraceCritiqued(DomainEvent):
     trace_id: str
-    strategy: Literal["model", "direct", "rules", "reflect", "value"]
+    strategy: CriticStrategyName
     transition_index: int | None  # None: no error found
     verdicts: tuple[StepVerdict, ...]
     model_version: str = ""
