@@ -12,7 +12,7 @@ Forms (options are URL query parameters):
   name (the generic profile); options ``timeout`` (s), ``retries``, ``backoff`` (s),
   ``action_prefix`` (default empty: bare actions, as AgentGym's clients send), ``max_steps``,
   ``tasks`` (``START-END``, inclusive, the ids of split ``all``/``test`` when the client cannot know
-  them), and for alfworld ``world_type`` (Text / Embody / Hybrid). The server's base URL is
+  them; textcraft and sciworld know theirs: ``core.envs.sciworld_tasks`` holds ScienceWorld's), and for alfworld ``world_type`` (Text / Embody / Hybrid). The server's base URL is
   everything before ``/NAME``.
 - ``python:package.module:factory?key=value`` — a Python environment (core.envs.plugin); every
   option is passed to the factory as a string keyword argument;
@@ -158,8 +158,11 @@ def _open_agentgym(uri: str) -> Env:
     elif name == "sciworld":
         from core.envs.sciworld import INSTRUCTION as SCIWORLD_INSTRUCTION
 
+        from core.envs.sciworld_tasks import sciworld_task_ids
+
         instruction = SCIWORLD_INSTRUCTION
         max_steps = 100
+        splits = {s: sciworld_task_ids(s) for s in ("train", "dev", "test", "all")}
     max_steps = int(options.take_number("max_steps", max_steps))
     if tasks:
         try:
@@ -170,7 +173,12 @@ def _open_agentgym(uri: str) -> Env:
         splits = {**splits, "all": ids, "test": ids}
     options.finish(name, allowed)
     base_url = f"{transport}://{parts.netloc}{prefix}"
-    return AgentGymEnv(
+    session: type[AgentGymEnv] = AgentGymEnv
+    if name == "textcraft":  # the expert and the oracle, from the goal in the first observation
+        from core.envs.textcraft.remote import RemoteTextCraftEnv
+
+        session = RemoteTextCraftEnv
+    return session(
         base_url,
         name,
         instruction=instruction,

@@ -43,6 +43,13 @@ def test_agentgym_game_index(sciworld: SciWorldEnv) -> None:
     splits = {s: sciworld.task_ids(s) for s in ("train", "dev", "test")}
     assert sum(len(ids) for ids in splits.values()) == 4639
     assert not set(splits["train"]) & set(splits["test"])
+    # the table a sciworld client lists tasks from (no Java) is the simulator's own
+    from core.envs.sciworld_tasks import GAMES, sciworld_task_ids
+
+    assert GAMES == len(sciworld.games)
+    assert {s: sciworld_task_ids(s) for s in splits} == splits
+    served = open_env("agentgym+http://127.0.0.1:9/sciworld")  # no server needed to list tasks
+    assert served.task_ids() == splits["test"] and len(served.task_ids("all")) == 4639
 
 
 @needs_java
