@@ -5,14 +5,16 @@ Forms (options are URL query parameters):
 - ``textcraft`` — options ``distractors`` (0-10+, default 10), ``split`` (default split of
   ``task_ids()``: train / test / demo / all), ``goal`` (comma-separated goal names, e.g.
   ``goal=stone_pickaxe,oak_planks``: the default tasks become ``goal:stone_pickaxe``, ...),
-  ``max_steps`` (default 50);
+  ``max_steps`` (default 50), ``rules`` (``agentr``, default, or ``agentgym``: AgentGym's goal ids,
+  splits, observations, messages and open-ended episodes, core.envs.textcraft.env);
 - ``sciworld`` — options ``max_steps`` (default 100), ``simplifications`` (e.g. ``easy``);
 - ``agentgym+http://HOST:PORT/NAME`` (or ``agentgym+https://``) — NAME is textcraft, sciworld,
   webshop, alfworld, babyai (their protocol profiles: core.envs.agentgym_profiles) or any other
   name (the generic profile); options ``timeout`` (s), ``retries``, ``backoff`` (s),
   ``action_prefix`` (default empty: bare actions, as AgentGym's clients send), ``max_steps``,
   ``tasks`` (``START-END``, inclusive, the ids of split ``all``/``test`` when the client cannot know
-  them; textcraft and sciworld know theirs: ``core.envs.sciworld_tasks`` holds ScienceWorld's), and for alfworld ``world_type`` (Text / Embody / Hybrid). The server's base URL is
+  them; textcraft and sciworld know theirs: ``core.envs.sciworld_tasks`` holds ScienceWorld's), and
+  for alfworld ``world_type`` (Text / Embody / Hybrid). The server's base URL is
   everything before ``/NAME``.
 - ``python:package.module:factory?key=value`` — a Python environment (core.envs.plugin); every
   option is passed to the factory as a string keyword argument;
@@ -91,10 +93,13 @@ def open_env(uri: str) -> Env:
         split = options.take("split", "") or None
         goals = tuple(g.strip() for g in options.take("goal", "").split(",") if g.strip())
         max_steps = int(options.take_number("max_steps", 50))
-        options.finish(name, "distractors, split, goal, max_steps")
+        rules = options.take("rules", "agentr")
+        options.finish(name, "distractors, split, goal, max_steps, rules")
         if goals and split:
             raise EnvError(f"environment URI {uri!r}: give either split or goal, not both")
-        return TextCraftEnv(distractors=distractors, max_steps=max_steps, split=split, goals=goals)
+        return TextCraftEnv(
+            distractors=distractors, max_steps=max_steps, split=split, goals=goals, rules=rules
+        )
     if name == "sciworld":
         from core.envs.sciworld import SciWorldEnv
 
@@ -157,7 +162,6 @@ def _open_agentgym(uri: str) -> Env:
         splits = {s: split_task_ids(book, s) for s in ("train", "test", "demo", "all")}
     elif name == "sciworld":
         from core.envs.sciworld import INSTRUCTION as SCIWORLD_INSTRUCTION
-
         from core.envs.sciworld_tasks import sciworld_task_ids
 
         instruction = SCIWORLD_INSTRUCTION

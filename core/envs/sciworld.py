@@ -76,6 +76,11 @@ class SciWorldEnv:
         self.score = 0
         self._closed = False
 
+    @property
+    def simulator(self) -> Any:
+        """The ``scienceworld.ScienceWorldEnv`` behind this adapter (the server's hint endpoints)."""
+        return self._env
+
     # ---- tasks -----------------------------------------------------------------------------------
     def game(self, task_id: str) -> tuple[str, int]:
         """(task name, variation) of an AgentGym game index; UnknownTask when out of range."""
@@ -115,13 +120,14 @@ class SciWorldEnv:
             self._env.load(task_name, variation, self.simplifications)
             look = str(self._env.server.step("look around"))
             description = str(self._env.server.getTaskDescription())
+            score = int(round(100 * float(self._env.server.getScore())))
         except Exception as exc:
             raise EnvError(
                 f"sciworld: could not load task {task_id} ({task_name} #{variation}): {exc}"
             ) from exc
         self.task_id = str(int(task_id))
         self.done = False
-        self.score = 0
+        self.score = score  # the look-around's points (0 on every task we know)
         return f"{description}\n\n{look}"
 
     def step_sync(self, action: str) -> StepResult:

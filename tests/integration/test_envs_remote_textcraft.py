@@ -92,12 +92,11 @@ def test_env_check_and_env_tasks_on_the_server(server: int) -> None:
     uri = f"agentgym+http://127.0.0.1:{server}/textcraft"
     cli = [sys.executable, "-c", "from core.cli import main; main()", "env"]
     env = {**os.environ, "COLUMNS": "200"}
-    checked = subprocess.run([*cli, "check", uri], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    run = {"capture_output": True, "text": True, "timeout": 120, "env": env, "cwd": ROOT}
+    checked = subprocess.run([*cli, "check", uri], **run)  # type: ignore[call-overload]
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "PASS step results" in checked.stdout and "the Env contract holds" in checked.stdout
-    listed = subprocess.run(
-        [*cli, "tasks", uri, "--split", "demo"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT
-    )
+    listed = subprocess.run([*cli, "tasks", uri, "--split", "demo"], **run)  # type: ignore[call-overload]
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.split() == TextCraftEnv().task_ids("demo")
 
@@ -108,12 +107,13 @@ def test_agentr_run_warm_starts_on_the_server_and_scores_t_prime_against_the_ora
 ) -> None:
     """The command itself, ``--quick`` scale, on the served TextCraft: the tiny model warm-starts on
     expert episodes played through the server, and the critic's t' is scored by the oracle."""
-    from tests.e2e.quick_runs import AGENTR, agentr_env
+    from tests.e2e.quick_runs import agentr_env
 
     home = tmp_path / "home"
     tasks = TextCraftEnv().task_ids("demo")[:2]
     uri = f"agentgym+http://127.0.0.1:{server}/textcraft?max_steps=6"
-    argv = [AGENTR, "run", "--quick", "--env", uri, "--tasks", ",".join(tasks), "--iterations", "1"]
+    agentr = [sys.executable, "-c", "from core.cli import main; main()"]  # this checkout's code
+    argv = [*agentr, "run", "--quick", "--env", uri, "--tasks", ",".join(tasks), "--iterations", "1"]
     proc = subprocess.run(
         [*argv, "--data-only"], env=agentr_env(home), capture_output=True, text=True, timeout=1800, cwd=ROOT
     )
