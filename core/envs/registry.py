@@ -6,7 +6,9 @@ Forms (options are URL query parameters):
   ``task_ids()``: train / test / demo / all), ``goal`` (comma-separated goal names, e.g.
   ``goal=stone_pickaxe,oak_planks``: the default tasks become ``goal:stone_pickaxe``, ...),
   ``max_steps`` (default 50), ``rules`` (``agentr``, default, or ``agentgym``: AgentGym's goal ids,
-  splits, observations, messages and open-ended episodes, core.envs.textcraft.env);
+  splits, observations, messages and open-ended episodes, core.envs.textcraft.env), ``listing`` (with
+  rules=agentgym: a file naming the recipe files in the order an AgentGym server listed them; default
+  this machine's ``os.listdir`` order);
 - ``sciworld`` — options ``max_steps`` (default 100), ``simplifications`` (e.g. ``easy``);
 - ``agentgym+http://HOST:PORT/NAME`` (or ``agentgym+https://``) — NAME is textcraft, sciworld,
   webshop, alfworld, babyai (their protocol profiles: core.envs.agentgym_profiles) or any other
@@ -94,11 +96,15 @@ def open_env(uri: str) -> Env:
         goals = tuple(g.strip() for g in options.take("goal", "").split(",") if g.strip())
         max_steps = int(options.take_number("max_steps", 50))
         rules = options.take("rules", "agentr")
-        options.finish(name, "distractors, split, goal, max_steps, rules")
+        listing = options.take("listing", "")
+        options.finish(name, "distractors, split, goal, max_steps, rules, listing")
         if goals and split:
             raise EnvError(f"environment URI {uri!r}: give either split or goal, not both")
+        book = None
+        if listing:
+            book = _listing_book(uri, listing, rules)
         return TextCraftEnv(
-            distractors=distractors, max_steps=max_steps, split=split, goals=goals, rules=rules
+            distractors=distractors, max_steps=max_steps, split=split, goals=goals, rules=rules, book=book
         )
     if name == "sciworld":
         from core.envs.sciworld import SciWorldEnv
@@ -115,6 +121,23 @@ def open_env(uri: str) -> Env:
     registered = entry_point_names()
     known = ", ".join([*BUILTIN, *registered, "agentgym+http://...", "python:package.module:factory"])
     raise EnvError(f"unknown environment {name!r} in URI {uri!r} (known: {known})")
+
+
+def _listing_book(uri: str, listing: str, rules: str) -> object:
+    """The recipe book in the order a listing file names (one recipe file name per line)."""
+    from pathlib import Path
+
+    from core.envs.textcraft.recipes import agentgym_book
+
+    if rules != "agentgym":
+        raise EnvError(f"environment URI {uri!r}: listing= orders goals as AgentGym does; add rules=agentgym")
+    try:
+        names = [
+            line.strip() for line in Path(listing).read_text(encoding="utf-8").splitlines() if line.strip()
+        ]
+    except OSError as exc:
+        raise EnvError(f"environment URI {uri!r}: cannot read the recipe listing {listing!r}: {exc}") from exc
+    return agentgym_book(names)
 
 
 def _open_agentgym(uri: str) -> Env:

@@ -7,8 +7,8 @@ TextCraft and ScienceWorld are answered as WooooDyy/AgentGym's ``agentenv-textcr
 tests/integration/test_agentgym_conformance.py replays transcripts recorded from it), field for field:
 
 - TextCraft. ``POST /create {commands?, goal?}`` (a body is required: none is a 422) -> ``{"id",
-  "observation", "done": false, "reward": 0}``, the instance reset to task ``data_idx = id``, or to the
-  task the body's ``commands`` and ``goal`` make; ``POST /reset {"id", "data_idx"=0}`` -> the same
+  "observation", "done": false, "reward": 0}``, the instance reset to task ``data_idx = id`` (their
+  server accepts ``commands`` and ``goal`` and, as recorded, does not use them: nor do we); ``POST /reset {"id", "data_idx"=0}`` -> the same
   shape; ``POST /step {"id", "action"}`` -> ``{"observation", "reward", "done"}`` where reward is the
   integer 1 and done true only on the step that crafts the goal (0 / false otherwise), and the episode
   goes on after it and past any number of steps; ``GET /observation?id=`` -> the last observation (a
@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 class CreateBody(BaseModel):
     model_config = {"extra": "allow"}
-    commands: str | None = None  # TextCraft: a task of the caller's making (with ``goal``)
+    commands: str | None = None  # TextCraft: accepted and, as on their server, not used
     goal: str | None = None
 
 
@@ -164,9 +164,11 @@ def create_app(env_uri: str) -> FastAPI:
         log.info("env server %s: created env %d", env_name, env_id)
         return env_id, slots[env_id]
 
+    greeting = {"textcraft": "TextCraft", "sciworld": "ScienceWorld"}.get(env_name)
+
     @app.get("/")
-    async def hello() -> str:
-        return f"This is environment {env_name} (agentr)."
+    async def hello() -> str:  # AgentGym's servers' greeting for their environments
+        return f"This is environment {greeting}." if greeting else f"This is environment {env_name} (agentr)."
 
     if env_name == "sciworld":
         _sciworld_routes(app, slots, slot_of, open_slot, error, task_ids)
@@ -201,15 +203,11 @@ def create_app(env_uri: str) -> FastAPI:
 
 
 def _textcraft_routes(app: FastAPI, slot_of: Any, open_slot: Any, error: Any, task_at: Any) -> None:
-    async def start(slot: _Slot, env_id: int, data_idx: int, body: CreateBody | None) -> dict[str, Any]:
+    async def start(slot: _Slot, env_id: int, data_idx: int) -> dict[str, Any]:
         env: Any = slot.env
         async with slot.lock:
-            if body is not None and body.commands is not None and body.goal is not None:
-                first = env.reset_custom(body.commands, body.goal)
-                slot.commands = body.commands
-            else:
-                first = await env.reset(task_at(env, data_idx))
-                slot.commands = _commands_of(first)
+            first = await env.reset(task_at(env, data_idx))
+            slot.commands = _commands_of(first)
             slot.observation = first
             slot.info = {"observation": first, "done": False, "reward": 0, "deleted": False}
         return {"id": env_id, "observation": first, "done": False, "reward": 0}
@@ -218,14 +216,14 @@ def _textcraft_routes(app: FastAPI, slot_of: Any, open_slot: Any, error: Any, ta
     async def create(body: CreateBody) -> dict[str, Any]:
         try:
             env_id, slot = await open_slot()
-            return await start(slot, env_id, env_id, body)
+            return await start(slot, env_id, env_id)
         except Exception as exc:
             return error(exc)
 
     @app.post("/reset")
     async def reset(body: ResetBody) -> dict[str, Any]:
         try:
-            return await start(slot_of(body.id), body.id, body.data_idx, None)
+            return await start(slot_of(body.id), body.id, body.data_idx)
         except Exception as exc:
             return error(exc)
 

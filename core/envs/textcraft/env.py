@@ -251,18 +251,6 @@ class TextCraftEnv:
         self._crafted_goal = False
         return observation
 
-    def reset_custom(self, commands: str, goal: str) -> str:
-        """A task of the caller's making, as AgentGym's ``/create {commands, goal}`` makes one: the
-        observation lists ``commands`` as given and the goal item id ``goal`` is to be crafted."""
-        self.task_id = None
-        self.goal = goal
-        self.inventory = {}
-        self.steps = 0
-        self.done = False
-        self.reward = 0.0
-        self._crafted_goal = False
-        return f"Crafting commands:\n{commands}\n\nGoal: craft {display_name(goal)}."
-
     def step_sync(self, action: str) -> StepResult:
         if self.goal is None:
             raise EnvError("textcraft: step() before reset()")
