@@ -64,13 +64,12 @@ class SciWorldEnv:
             raise EnvError(f"sciworld: could not start the ScienceWorld Java server: {exc}") from exc
         self.max_steps = max_steps
         self.simplifications = simplifications
-        self.games: list[tuple[str, int]] = []
-        for task_key, task_name in self._env.tasks.items():
-            if task_key in AGENTGYM_EXCLUDED_TASKS:
-                continue
-            count = int(self._env.get_max_variations(task_name))
-            self.games.extend((task_name, variation) for variation in range(count))
-        self._splits: dict[str, list[str]] | None = None
+        from core.envs.sciworld_tasks import TASK_VARIATIONS
+
+        # recorded, not asked: asking loads every task and changes this simulator's later episodes
+        self.games: list[tuple[str, int]] = [
+            (task_name, variation) for task_name, count in TASK_VARIATIONS for variation in range(count)
+        ]
         self.task_id: str | None = None
         self.done = False
         self.score = 0
@@ -94,11 +93,12 @@ class SciWorldEnv:
             return [str(i) for i in range(len(self.games))]
         if split not in ("train", "dev", "test"):
             raise EnvError(f"sciworld: unknown split {split!r} (known: train, dev, test, all)")
-        if self._splits is None:
-            self._splits = self._load_splits()
-        return list(self._splits[split])
+        from core.envs.sciworld_tasks import sciworld_task_ids
 
-    def _load_splits(self) -> dict[str, list[str]]:
+        return sciworld_task_ids(split)  # recorded (core.envs.sciworld_tasks): the simulator stays fresh
+
+    def simulator_splits(self) -> dict[str, list[str]]:
+        """The splits as this simulator states them (loads every task: tests check the recorded table)."""
         server = self._env.server
         index = {game: i for i, game in enumerate(self.games)}
         splits: dict[str, list[str]] = {"train": [], "dev": [], "test": []}

@@ -3,13 +3,44 @@ which of them ScienceWorld puts in its train / dev / test variation splits, so a
 ScienceWorld server (``agentgym+http://HOST:PORT/sciworld``) lists its tasks with no Java and no
 ``?tasks=START-END``.
 
-The table was recorded from ``scienceworld==1.2.3`` by ``SciWorldEnv().task_ids(split)`` (the
+The tables were recorded from ``scienceworld==1.2.3`` by ``SciWorldEnv().task_ids(split)`` (the
 in-process adapter, ``core.envs.sciworld``: AgentGym's game order, their seven excluded tasks left
 out); ``tests/integration/test_envs_sciworld.py`` checks it against the live simulator. Ranges are
 inclusive.
 """
 
 from __future__ import annotations
+
+TASK_VARIATIONS: tuple[tuple[str, int], ...] = (
+    ("boil", 30),
+    ("melt", 30),
+    ("freeze", 30),
+    ("change-the-state-of-matter-of", 30),
+    ("use-thermometer", 540),
+    ("measure-melting-point-known-substance", 436),
+    ("measure-melting-point-unknown-substance", 300),
+    ("power-component", 20),
+    ("power-component-renewable-vs-nonrenewable-energy", 20),
+    ("test-conductivity", 900),
+    ("test-conductivity-of-unknown-substances", 600),
+    ("find-living-thing", 300),
+    ("find-non-living-thing", 300),
+    ("find-plant", 300),
+    ("find-animal", 300),
+    ("chemistry-mix", 32),
+    ("chemistry-mix-paint-secondary-color", 36),
+    ("chemistry-mix-paint-tertiary-color", 36),
+    ("lifespan-longest-lived", 125),
+    ("lifespan-shortest-lived", 125),
+    ("lifespan-longest-lived-then-shortest-lived", 125),
+    ("identify-life-stages-1", 14),
+    ("identify-life-stages-2", 10),
+)
+"""AgentGym's games in order: each task (tasks.json order, their seven left out) and its variation
+count. The adapter reads its game list from here, not from its simulator: asking a simulator for
+variation counts loads every task in it, and that simulator's later episodes then differ from a fresh
+one's (measured: a thermometer read 1 degree where AgentGym's server, whose per-client simulators are
+fresh, read 0), so its answers would not match theirs."""
 
 GAMES = 4639
 """AgentGym's ScienceWorld game indices are 0 .. GAMES - 1."""
