@@ -29,9 +29,13 @@ A malformed URI, an unknown environment or an unknown / badly typed option raise
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
 from core.envs.base import Env, EnvError
+
+if TYPE_CHECKING:
+    from core.envs.textcraft.recipes import RecipeBook
 
 BUILTIN = ("textcraft", "sciworld")
 
@@ -123,7 +127,7 @@ def open_env(uri: str) -> Env:
     raise EnvError(f"unknown environment {name!r} in URI {uri!r} (known: {known})")
 
 
-def _listing_book(uri: str, listing: str, rules: str) -> object:
+def _listing_book(uri: str, listing: str, rules: str) -> RecipeBook:
     """The recipe book in the order a listing file names (one recipe file name per line)."""
     from pathlib import Path
 

@@ -8,14 +8,15 @@ tests/integration/test_agentgym_conformance.py replays transcripts recorded from
 
 - TextCraft. ``POST /create {commands?, goal?}`` (a body is required: none is a 422) -> ``{"id",
   "observation", "done": false, "reward": 0}``, the instance reset to task ``data_idx = id`` (their
-  server accepts ``commands`` and ``goal`` and, as recorded, does not use them: nor do we); ``POST /reset {"id", "data_idx"=0}`` -> the same
-  shape; ``POST /step {"id", "action"}`` -> ``{"observation", "reward", "done"}`` where reward is the
-  integer 1 and done true only on the step that crafts the goal (0 / false otherwise), and the episode
-  goes on after it and past any number of steps; ``GET /observation?id=`` -> the last observation (a
-  string); ``GET /detail?id=`` -> ``{"observation", "done", "reward", "deleted"}``; ``GET /commands`` /
-  ``GET /goal`` -> the task's crafting commands / goal (their routes exist but their wrapper lacks
-  the methods, so their server answers 500 there); ``POST /close {"id"}`` -> ``true`` (``false`` for an
-  unknown id). ``data_idx`` wraps modulo the 544 goals, negative ones too.
+  server accepts ``commands`` and ``goal`` and, as recorded, does not use them: nor do we);
+  ``POST /reset {"id", "data_idx"=0}`` -> the same shape; ``POST /step {"id", "action"}`` ->
+  ``{"observation", "reward", "done"}`` where reward is the integer 1 and done true only on the step
+  that crafts the goal (0 / false otherwise), and the episode goes on after it and past any number of
+  steps; ``GET /observation?id=`` -> the last observation (a string); ``GET /detail?id=`` ->
+  ``{"observation", "done", "reward", "deleted"}``; ``GET /commands`` / ``GET /goal`` -> the task's
+  crafting commands / goal (their routes exist but their wrapper lacks the methods, so their server
+  answers 500 there); ``POST /close {"id"}`` -> ``true`` (``false`` for an unknown id). ``data_idx``
+  wraps modulo the 544 goals, negative ones too.
 - ScienceWorld. ``POST /create`` (no body) -> ``{"id"}``; ``POST /reset {"id", "data_idx"}`` ->
   ``{"task_name", "var_num", "task_description", "observation", "reward", "score", "deleted",
   "done"}`` (the look-around's step); ``POST /step`` -> ``{"observation", "reward", "score", "done"}``

@@ -105,7 +105,9 @@ def textcraft_transcript(tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
         server.stop()
 
 
-def test_textcraft_transcript_replays_field_for_field(textcraft_transcript: tuple[dict[str, Any], int]) -> None:
+def test_textcraft_transcript_replays_field_for_field(
+    textcraft_transcript: tuple[dict[str, Any], int],
+) -> None:
     transcript, port = textcraft_transcript
     book = agentgym_book(transcript["meta"]["listing"])
     last_goal = ""
@@ -131,8 +133,9 @@ def test_textcraft_goal_ids_are_theirs(textcraft_transcript: tuple[dict[str, Any
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
         env_id = client.post("/create", json={}).json()["id"]
         for data_idx in (0, 99, 100, 124, 125, 415, 416, 532, 533, 543):
-            observation = client.post("/reset", json={"id": env_id, "data_idx": data_idx}).json()["observation"]
-            assert goal_in_observation(observation) == item_id_of(transcript["meta"]["goals"][data_idx])
+            answer = client.post("/reset", json={"id": env_id, "data_idx": data_idx}).json()
+            goal = item_id_of(transcript["meta"]["goals"][data_idx])
+            assert goal_in_observation(answer["observation"]) == goal
 
 
 @pytest.mark.java

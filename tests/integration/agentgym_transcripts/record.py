@@ -91,7 +91,8 @@ def record_textcraft(rec: Recorder, recipes: Path) -> dict[str, Any]:
     rec.call("POST", "/step", {"id": env_id})
     rec.call("POST", "/step", {"id": 999, "action": "inventory"})
     rec.call("GET", "/observation", id=999)
-    custom = rec.call("POST", "/create", {"commands": "craft 4 stick using 2 planks", "goal": "minecraft:stick"})
+    custom_task = {"commands": "craft 4 stick using 2 planks", "goal": "minecraft:stick"}
+    custom = rec.call("POST", "/create", custom_task)
     for action in ("get 2 oak planks", "craft 4 stick using 2 oak planks", "inventory"):
         rec.call("POST", "/step", {"id": custom["id"], "action": action})
     rec.call("POST", "/close", {"id": custom["id"]})
@@ -99,7 +100,8 @@ def record_textcraft(rec: Recorder, recipes: Path) -> dict[str, Any]:
     rec.call("POST", "/step", {"id": custom["id"], "action": "inventory"})
     goals = []
     for data_idx in range(len(book.goals)):
-        observation = rec.client.post("/reset", json={"id": env_id, "data_idx": data_idx}).json()["observation"]
+        answer = rec.client.post("/reset", json={"id": env_id, "data_idx": data_idx}).json()
+        observation = answer["observation"]
         goals.append(observation.rsplit("Goal: craft ", 1)[1].rstrip("."))
     return {"listing": listing, "goals": goals, "pythonhashseed": os.environ.get("PYTHONHASHSEED")}
 
@@ -116,7 +118,9 @@ def record_sciworld(rec: Recorder) -> dict[str, Any]:
     rec.call("POST", "/reset", {"id": env_id, "data_idx": 300})
     for action in ["fly to the moon", *gold[:3]]:
         rec.call("POST", "/step", {"id": env_id, "action": action})
-    for path in ("/observation", "/detail", "/action_hint", "/goals", "/task_description", "/object_tree", "/state"):
+    hints = ["/observation", "/detail", "/action_hint", "/goals", "/task_description"]
+    hints += ["/object_tree", "/state"]
+    for path in hints:
         rec.call("GET", path, id=env_id)
     for action in gold[3:]:
         rec.call("POST", "/step", {"id": env_id, "action": action})
@@ -143,7 +147,8 @@ def main() -> None:
         meta = record_textcraft(rec, args.recipes)
     else:
         meta = record_sciworld(rec)
-    meta["source"] = "WooooDyy/AgentGym@3ef9235 agentenv-" + args.env + " (unchanged), " + sys.version.split()[0]
+    python = sys.version.split()[0]
+    meta["source"] = f"WooooDyy/AgentGym@3ef9235 agentenv-{args.env} (unchanged), Python {python}"
     out = HERE / f"{args.env}.json"
     out.write_text(json.dumps({"meta": meta, "entries": rec.entries}, indent=1) + "\n", encoding="utf-8")
     print(f"{out}: {len(rec.entries)} requests")
