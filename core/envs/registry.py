@@ -183,9 +183,14 @@ def _open_agentgym(uri: str) -> Env:
     max_steps = 50
     if name == "textcraft":
         from core.envs.textcraft import INSTRUCTION, recipe_book, split_task_ids
+        from core.envs.textcraft.recipes import agentgym_book
 
+        rules = options.take("rules", "agentr")  # agentgym: a server in AgentGym's order, their splits
+        if rules not in ("agentr", "agentgym"):
+            raise EnvError(f"environment URI {uri!r}: rules={rules!r} must be agentr or agentgym")
+        allowed += ", rules"
         instruction = INSTRUCTION
-        book = recipe_book()
+        book = agentgym_book() if rules == "agentgym" else recipe_book()
         splits = {s: split_task_ids(book, s) for s in ("train", "test", "demo", "all")}
     elif name == "sciworld":
         from core.envs.sciworld import INSTRUCTION as SCIWORLD_INSTRUCTION
