@@ -90,7 +90,7 @@ def test_the_oracle_judges_served_paths_by_goal(server: int) -> None:
 
 def test_env_check_and_env_tasks_on_the_server(server: int) -> None:
     uri = f"agentgym+http://127.0.0.1:{server}/textcraft"
-    cli = [sys.executable, "-c", "from core.cli import main; main()", "env"]
+    cli = [sys.executable, "-c", "from agentr.cli import main; main()", "env"]
     env = {**os.environ, "COLUMNS": "200"}
     run = {"capture_output": True, "text": True, "timeout": 120, "env": env, "cwd": ROOT}
     checked = subprocess.run([*cli, "check", uri], **run)  # type: ignore[call-overload]
@@ -112,7 +112,7 @@ def test_agentr_run_warm_starts_on_the_server_and_scores_t_prime_against_the_ora
     home = tmp_path / "home"
     tasks = TextCraftEnv().task_ids("demo")[:2]
     uri = f"agentgym+http://127.0.0.1:{server}/textcraft?max_steps=6"
-    agentr = [sys.executable, "-c", "from core.cli import main; main()"]  # this checkout's code
+    agentr = [sys.executable, "-c", "from agentr.cli import main; main()"]  # this checkout's code
     argv = [*agentr, "run", "--quick", "--env", uri, "--tasks", ",".join(tasks), "--iterations", "1"]
     proc = subprocess.run(
         [*argv, "--data-only"], env=agentr_env(home), capture_output=True, text=True, timeout=1800, cwd=ROOT
