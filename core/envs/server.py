@@ -51,7 +51,7 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
 
 from core.envs.agentgym import bare_action
-from core.envs.base import Env, EnvError
+from core.envs.base import Env, EnvError, StepResult
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,22 @@ def ordered_task_ids(env: Env) -> list[str]:
         return list(env.task_ids("all"))
     except EnvError:
         return list(env.task_ids())
+
+
+async def _act(slot: _Slot, action: str) -> StepResult:
+    """One step of the slot's environment (``Action:`` prefix cut off); the slot keeps its observation."""
+    async with slot.lock:
+        result = await slot.env.step(strip_action_prefix(action))
+    slot.observation = result.observation
+    return result
+
+
+def _guarded(error: Any, read: Any) -> Any:
+    """``read()``, or the AgentGym error answer naming what it raised."""
+    try:
+        return read()
+    except Exception as exc:
+        return error(exc)
 
 
 def _commands_of(observation: str) -> str:
@@ -178,15 +194,15 @@ def create_app(env_uri: str) -> FastAPI:
     else:
         _generic_routes(app, slot_of, open_slot, error, task_at)
 
+    def current(env_id: int) -> str:
+        slot = slot_of(env_id)
+        if env_name == "sciworld" and slot.done:
+            raise EnvError(f"The task with environment {env_id} has finished.")
+        return slot.observation
+
     @app.get("/observation")
     async def observation(id: int) -> Any:
-        try:
-            slot = slot_of(id)
-            if env_name == "sciworld" and slot.done:
-                raise EnvError(f"The task with environment {id} has finished.")
-            return slot.observation
-        except Exception as exc:
-            return error(exc)
+        return _guarded(error, lambda: current(id))
 
     @app.post("/close")
     async def close(body: CloseBody) -> Any:
@@ -232,9 +248,7 @@ def _textcraft_routes(app: FastAPI, slot_of: Any, open_slot: Any, error: Any, ta
     async def step(body: StepBody) -> dict[str, Any]:
         try:
             slot = slot_of(body.id)
-            async with slot.lock:
-                result = await slot.env.step(strip_action_prefix(body.action))
-            slot.observation = result.observation
+            result = await _act(slot, body.action)
             payload = {"observation": result.observation, "reward": int(result.reward), "done": result.done}
             slot.info.update(payload)
             return payload
@@ -243,24 +257,15 @@ def _textcraft_routes(app: FastAPI, slot_of: Any, open_slot: Any, error: Any, ta
 
     @app.get("/detail")
     async def detail(id: int) -> Any:
-        try:
-            return slot_of(id).info
-        except Exception as exc:
-            return error(exc)
+        return _guarded(error, lambda: slot_of(id).info)
 
     @app.get("/commands")
     async def commands(id: int) -> Any:
-        try:
-            return slot_of(id).commands
-        except Exception as exc:
-            return error(exc)
+        return _guarded(error, lambda: slot_of(id).commands)
 
     @app.get("/goal")
     async def goal(id: int) -> Any:
-        try:
-            return getattr(slot_of(id).env, "goal", None)
-        except Exception as exc:
-            return error(exc)
+        return _guarded(error, lambda: getattr(slot_of(id).env, "goal", None))
 
 
 def _sciworld_routes(
@@ -322,8 +327,7 @@ def _sciworld_routes(
     async def step(body: StepBody) -> dict[str, Any]:
         try:
             slot = live(body.id)
-            async with slot.lock:
-                result = await slot.env.step(strip_action_prefix(body.action))
+            result = await _act(slot, body.action)
             score = int(result.raw_score if result.raw_score is not None else round(100 * result.reward))
             payload = {
                 "observation": result.observation,
@@ -331,7 +335,7 @@ def _sciworld_routes(
                 "score": score,
                 "done": result.done,
             }
-            slot.observation, slot.score, slot.done = result.observation, score, result.done
+            slot.score, slot.done = score, result.done
             slot.info.update(payload)
             return payload
         except Exception as exc:
@@ -339,10 +343,7 @@ def _sciworld_routes(
 
     @app.get("/detail")
     async def detail(id: int) -> Any:
-        try:
-            return live(id).info
-        except Exception as exc:
-            return error(exc)
+        return _guarded(error, lambda: live(id).info)
 
     @app.get("/action_hint")
     async def action_hint(id: int) -> Any:
@@ -407,10 +408,7 @@ def _generic_routes(app: FastAPI, slot_of: Any, open_slot: Any, error: Any, task
     @app.post("/step")
     async def step(body: StepBody) -> dict[str, Any]:
         try:
-            slot = slot_of(body.id)
-            async with slot.lock:
-                result = await slot.env.step(strip_action_prefix(body.action))
-                slot.observation = result.observation
+            result = await _act(slot_of(body.id), body.action)
         except Exception as exc:
             return error(exc)
         return {
