@@ -148,6 +148,7 @@ class TraceSummaryOut(BaseModel):
     transition_index: int | None = None
     strategy: str | None = None
     sample_id: str | None = None
+    reason: str | None = None
     created_at: datetime
 
 

@@ -898,7 +898,15 @@ class TraceOut(BaseModel):
     outcome: str
     source_format: str
     external_id: str | None = None
-    status: str
+    status: str = Field(
+        description="waiting_for_outcome, ingested, critiqued, no_error_found, unpaired (a failure with no "
+        "usable successful trace of its task key: see reason), rejected (its pair was), revised."
+    )
+    reason: str | None = Field(
+        None, description="Why a failed trace did not pair, or why its pair was rejected."
+    )
+    pair_id: str | None = Field(None, description="The pair made for this failed trace.")
+    sample_id: str | None = Field(None, description="Its revision sample (failure) or good sample (success).")
     transition_index: int | None = None
     created_at: datetime
     trajectory: dict[str, Any] | None = None

@@ -77,9 +77,12 @@ class SplicedPath:
         return SplicedPath(prefix=tuple(merged[:a]), bad=tuple(merged[a:b]), good=tuple(merged[b:]))
 
 
-def check_pair(bad: Trajectory, good: Trajectory, shared_steps: int) -> None:
-    """Raise ``SpliceError`` unless both paths share the task and the first ``shared_steps`` actions."""
-    if bad.task != good.task:
+def check_pair(bad: Trajectory, good: Trajectory, shared_steps: int, *, same_task: bool = True) -> None:
+    """Raise ``SpliceError`` unless both paths share the task and the first ``shared_steps`` actions.
+
+    ``same_task=False`` (production-trace pairs, matched by task key): the task texts may differ; the
+    sample keeps the failed path's own task text and instruction (``revision_sample``)."""
+    if same_task and bad.task != good.task:
         raise SpliceError("the bad and good paths have different tasks")
     if shared_steps < 0:
         raise SpliceError(f"shared_steps must be >= 0, got {shared_steps}")
@@ -97,9 +100,11 @@ def check_pair(bad: Trajectory, good: Trajectory, shared_steps: int) -> None:
             )
 
 
-def splice_path(bad: Trajectory, good: Trajectory, shared_steps: int, transition: int) -> SplicedPath:
+def splice_path(
+    bad: Trajectory, good: Trajectory, shared_steps: int, transition: int, *, same_task: bool = True
+) -> SplicedPath:
     """Cut and join the two paths (checks the pair and that t' lies after the divergence)."""
-    check_pair(bad, good, shared_steps)
+    check_pair(bad, good, shared_steps, same_task=same_task)
     if not shared_steps <= transition < len(bad.steps):
         raise SpliceError(
             f"transition index {transition} is outside the bad path's steps after the divergence "
@@ -198,8 +203,12 @@ def revision_sample(
     provenance: dict[str, Any] | None = None,
     formatter: Callable[[str, str], str] = format_assistant,
 ) -> TrainingSample:
-    """The revision TrainingSample (reward = the good path's reward)."""
-    messages = revision_messages(good.instruction or bad.instruction, good.task, path, reflection, formatter)
+    """The revision TrainingSample (reward = the good path's reward).
+
+    The context is the FAILED path's own instruction and task text (the prompt under which the error
+    was made; for search pairs both paths share them, for trace pairs matched by task key they may
+    differ in wording), falling back to the good path's instruction when the failed one has none."""
+    messages = revision_messages(bad.instruction or good.instruction, bad.task, path, reflection, formatter)
     return TrainingSample(
         sample_id=sample_id,
         kind="revision",
