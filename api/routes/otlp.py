@@ -11,8 +11,12 @@ project + trace id so an exporter's retry adds nothing) once its local ROOT span
 a parent in another service per the OTLP ``flags``, or ``agentr.trace.complete = true``);
 spans that arrive before it are kept as ``OtlpSpansBuffered`` and joined then. Spans of a trace that was
 already ingested are refused in ``partialSuccess`` (``rejectedSpans`` + the reason), never dropped
-silently. The whole request is parsed before anything is written; a malformed span answers 422 naming
-the field and nothing is stored.
+silently. So are the spans of a trace agentr does not model or cannot read (an HTTP server trace with no
+GenAI content sent by the same BatchSpanProcessor, a malformed message attribute): the message names the
+trace, the field and why, and the other traces of the export are stored (OTLP/HTTP partial success:
+the exporter does not retry, nothing it can fix is lost). A body that is not an OTLP export at all
+(undecodable protobuf, JSON without ``resourceSpans``) answers 422 naming the field, and nothing is
+stored; the whole request is parsed before anything is written.
 """
 
 from __future__ import annotations
@@ -120,6 +124,57 @@ _EXPORT_RESPONSE = {
 }
 
 
+async def _trace_events(
+    svc: ApiServices, project_id: str, trace_hex: str, trace_id: str, group: list[SpanRecord]
+) -> tuple[list[NewEvent], dict[str, int], str]:
+    """The events for the spans of one OTLP trace (buffered, or the whole trace once its root arrived),
+    the stream versions they expect, and a warning; raises TraceFormatError for a trace it cannot read."""
+    buffer_id = derived_id("otlp-buffer", project_id, trace_hex)
+    buffer = otlp_stream(buffer_id)
+    history = await svc.store.read_stream(buffer)
+    # a concurrent request for the same trace makes one of the two conflict (503, retried)
+    expected = {buffer: len(history) - 1, trace_stream(trace_id): -1}
+    if not any(s.is_local_root for s in group):
+        for span in group:
+            check_span(span)  # refuse a malformed span now, not when its root arrives
+        data = tuple(s.to_data() for s in group)
+        digest = derived_id("otlp-spans", *(f"{s.span_id}@{s.end_ns}" for s in group))
+        event = OtlpSpansBuffered(buffer_id, project_id, trace_hex, data)
+        buffered_event = new_event(
+            buffer, event, project_id=project_id, event_id=derived_id("otlp-buffered", buffer_id, digest)
+        )
+        return [buffered_event], expected, ""
+    buffered = [
+        SpanRecord.from_data(span)
+        for recorded in history
+        if isinstance(recorded.event, OtlpSpansBuffered)
+        for span in recorded.event.spans
+    ]
+    known = {(s.span_id, s.start_ns) for s in group}
+    whole = [s for s in buffered if (s.span_id, s.start_ns) not in known] + list(group)
+    item = imported({}, conversation_from_spans(whole, f"trace {trace_hex}", trace_hex), "otlp")
+    ingested = TraceIngested(
+        trace_id=trace_id,
+        project_id=project_id,
+        task_key=item.task_key,
+        trajectory=item.trajectory,
+        outcome=item.outcome,
+        source_format="otlp",
+        external_id=item.external_id,
+    )
+    note = ""
+    if item.outcome == "unknown":
+        note = (
+            f"trace {trace_hex} stored as {trace_id} without an outcome: it waits for PATCH "
+            f"/v1/traces/{trace_id} (or an agentr.outcome attribute / root span status)"
+        )
+    event_id = derived_id("otlp-ingested", trace_id)
+    stored = new_event(
+        trace_stream(trace_id), ingested, project_id=project_id, event_id=event_id, correlation_id=trace_id
+    )
+    return [stored], expected, note
+
+
 @router.post(
     "/v1/traces",
     summary="OTLP/HTTP trace receiver (protobuf or JSON), as an OpenTelemetry exporter sends",
@@ -162,74 +217,34 @@ async def receive_traces(
     encoding = request.headers.get("content-encoding", "").strip().lower()
     body = await request.body()
     limit = svc.settings.max_body_bytes
-    try:
+    try:  # what is not an OTLP export at all is refused whole (422 naming the field)
         spans, protobuf = _decode(body, content_type, encoding, limit)
-        new_events: list[NewEvent] = []
-        expected: dict[str, int] = {}
-        rejected, reasons = 0, []
-        for trace_hex, group in group_by_trace(spans).items():
-            trace_id = otlp_trace_id(project_id, trace_hex)
-            if await svc.store.stream_version(trace_stream(trace_id)) >= 0:
-                rejected += len(group)
-                reasons.append(f"trace {trace_hex} was already ingested as {trace_id}")
-                continue
-            buffer_id = derived_id("otlp-buffer", project_id, trace_hex)
-            buffer = otlp_stream(buffer_id)
-            history = await svc.store.read_stream(buffer)
-            # a concurrent request for the same trace makes one of the two conflict (503, retried)
-            expected[buffer] = len(history) - 1
-            expected[trace_stream(trace_id)] = -1
-            if not any(s.is_local_root for s in group):
-                for span in group:
-                    check_span(span)  # refuse a malformed span now, not when its root arrives
-                data = tuple(s.to_data() for s in group)
-                digest = derived_id("otlp-spans", *(f"{s.span_id}@{s.end_ns}" for s in group))
-                event = OtlpSpansBuffered(buffer_id, project_id, trace_hex, data)
-                new_events.append(
-                    new_event(
-                        buffer,
-                        event,
-                        project_id=project_id,
-                        event_id=derived_id("otlp-buffered", buffer_id, digest),
-                    )
-                )
-                continue
-            buffered = [
-                SpanRecord.from_data(span)
-                for recorded in history
-                if isinstance(recorded.event, OtlpSpansBuffered)
-                for span in recorded.event.spans
-            ]
-            known = {(s.span_id, s.start_ns) for s in group}
-            whole = [s for s in buffered if (s.span_id, s.start_ns) not in known] + list(group)
-            item = imported({}, conversation_from_spans(whole, f"trace {trace_hex}", trace_hex), "otlp")
-            ingested = TraceIngested(
-                trace_id=trace_id,
-                project_id=project_id,
-                task_key=item.task_key,
-                trajectory=item.trajectory,
-                outcome=item.outcome,
-                source_format="otlp",
-                external_id=item.external_id,
-            )
-            if item.outcome == "unknown":
-                reasons.append(
-                    f"trace {trace_hex} stored as {trace_id} without an outcome: it waits for PATCH "
-                    f"/v1/traces/{trace_id} (or an agentr.outcome attribute / root span status)"
-                )
-            new_events.append(
-                new_event(
-                    trace_stream(trace_id),
-                    ingested,
-                    project_id=project_id,
-                    event_id=derived_id("otlp-ingested", trace_id),
-                    correlation_id=trace_id,
-                )
-            )
     except TraceFormatError as exc:
         raise make_field_error(
             exc.path if exc.path.startswith("body") else f"body.{exc.path}", exc.problem
         ) from None
+    new_events: list[NewEvent] = []
+    expected: dict[str, int] = {}
+    rejected, reasons = 0, []
+    for trace_hex, group in group_by_trace(spans).items():
+        trace_id = otlp_trace_id(project_id, trace_hex)
+        if await svc.store.stream_version(trace_stream(trace_id)) >= 0:
+            rejected += len(group)
+            reasons.append(f"trace {trace_hex} was already ingested as {trace_id}")
+            continue
+        try:
+            events, versions, note = await _trace_events(svc, project_id, trace_hex, trace_id, group)
+        except TraceFormatError as exc:
+            # a trace agentr does not model (an HTTP server span, no GenAI content) or cannot read is
+            # reported, never the reason to refuse the other traces of the export (OTLP partial success)
+            rejected += len(group)
+            where = exc.path if exc.path.startswith("body") else f"body.{exc.path}"
+            reasons.append(f"trace {trace_hex}: {len(group)} span(s) not stored: {where}: {exc.problem}")
+            continue
+        new_events.extend(events)
+        expected.update(versions)
+        if note:
+            reasons.append(note)
     if new_events:
         try:
             await append(svc, new_events, expected)
