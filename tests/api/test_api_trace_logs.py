@@ -72,3 +72,42 @@ async def test_a_failed_trace_that_cannot_pair_says_why(logs: LogsStack) -> None
     await logs.settle()
     view = await logs.trace(failed)
     assert (view["status"], view["reason"]) == ("revised", None), view
+
+
+def _tool_trace(task: str, name: str, args: str, result: str, final: str, outcome: str) -> dict[str, Any]:
+    """One conversation whose only call has the id ``call_1`` (ids restart in every conversation)."""
+    call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": args}}
+    return {
+        "task_key": "order-7",
+        "outcome": outcome,
+        "messages": [
+            {"role": "user", "content": task},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": result},
+            {"role": "assistant", "content": final},
+        ],
+    }
+
+
+async def test_spliced_traces_from_separate_conversations_get_unique_tool_call_ids(logs: LogsStack) -> None:
+    bad = _tool_trace(
+        "Where is order 7?",
+        "lookup_customer",
+        '{"name": "Ann"}',
+        '{"error": "unknown customer"}',
+        "Sorry.",
+        "failure",
+    )
+    good = _tool_trace(
+        "Where is order 7?", "get_order", '{"id": 7}', '{"status": "shipped"}', "Shipped.", "success"
+    )
+    (failed,) = (await logs.post("openai", bad))["trace_ids"]
+    await logs.post("openai", good)
+    await logs.settle()
+    view = await logs.trace(failed)
+    assert view["status"] == "revised", view
+    messages = view["sample"]["messages"]
+    calls = [(c["call_id"], c["name"]) for m in messages for c in m.get("tool_calls") or []]
+    assert calls == [("call_1", "lookup_customer"), ("call_1_2", "get_order")]
+    answers = [(m["tool_call_id"], m["content"]) for m in messages if m["role"] == "tool"]
+    assert answers == [("call_1", '{"error": "unknown customer"}'), ("call_1_2", '{"status": "shipped"}')]
