@@ -21,3 +21,13 @@ async def owned_row(
     if row is None:
         raise not_found(what, value)
     return row
+
+
+async def external_trace(conn: AsyncConnection, project_id: str, external_id: str) -> str | None:
+    """The trace stored under the producer's id ``external_id`` in the project, if any."""
+    from core.store.tables import traces
+
+    query = select(traces.c.trace_id).where(
+        traces.c.project_id == project_id, traces.c.external_id == external_id
+    )
+    return (await conn.execute(query)).scalar()

@@ -843,6 +843,11 @@ class TraceAccepted(BaseModel):
         description="The traces stored without an outcome: nothing is done with them until "
         "PATCH /v1/traces/{id} (or PATCH /v1/traces) sets one.",
     )
+    replayed: list[str] = Field(
+        default_factory=list,
+        description="The traces already stored under the same producer id (`id`; OTLP trace id): a re-send "
+        "is an idempotent replay, nothing new is stored for them.",
+    )
     message: str = Field("", description="What happens next, in words.")
 
 
@@ -857,7 +862,23 @@ class TraceOutcomeIn(_Strict):
 
 
 class TraceOutcomeItem(TraceOutcomeIn):
-    trace_id: str = Field(pattern=ID_PATTERN, description="The trace to set.")
+    trace_id: str | None = Field(None, pattern=ID_PATTERN, description="The trace to set.")
+    external_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="Or the producer's id of the trace (the `id` it was sent with; OTLP: the trace id).",
+    )
+
+    @model_validator(mode="after")
+    def _one_reference(self) -> TraceOutcomeItem:
+        if (self.trace_id is None) == (self.external_id is None):
+            raise ValueError("send exactly one of trace_id and external_id")
+        return self
+
+    @property
+    def reference(self) -> str:
+        return self.trace_id if self.trace_id is not None else str(self.external_id)
 
 
 class TraceOutcomeBatchIn(_Strict):

@@ -32,7 +32,7 @@ from api.datasets import iter_dataset, jsonl_bytes, parquet_bytes
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error, not_found
 from api.idempotency import Idempotency, idempotency
-from api.pagination import cursor_param, keyset_page, limit_param
+from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
 from api.reads import owned_row
 from api.routes.runs import RunId, run_row
 from api.schemas import ERROR_RESPONSES, ID_PATTERN, ExportFormat
@@ -184,7 +184,12 @@ async def create_dataset(
     return out
 
 
-@router.get("/datasets", response_model=DatasetPage, summary="List the project's datasets, newest first")
+@router.get(
+    "/datasets",
+    response_model=DatasetPage,
+    dependencies=[Depends(known_query_only)],
+    summary="List the project's datasets, newest first",
+)
 async def list_datasets(
     cursor: str | None = Depends(cursor_param),
     name: str | None = Query(None, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"),

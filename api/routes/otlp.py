@@ -31,6 +31,7 @@ from fastapi.responses import Response
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError
 from api.errors import field_error as make_field_error
+from api.reads import external_trace
 from api.sanitize import TooDeep, json_problem, loads_bounded
 from api.schemas import ERROR_RESPONSES, ErrorBody
 from api.writes import append, new_event
@@ -228,6 +229,8 @@ async def receive_traces(
     rejected, reasons = 0, []
     for trace_hex, group in group_by_trace(spans).items():
         trace_id = otlp_trace_id(project_id, trace_hex)
+        async with svc.store.engine.connect() as conn:  # sent through POST /v1/traces before?
+            trace_id = await external_trace(conn, project_id, trace_hex) or trace_id
         if await svc.store.stream_version(trace_stream(trace_id)) >= 0:
             rejected += len(group)
             reasons.append(f"trace {trace_hex} was already ingested as {trace_id}")

@@ -1,13 +1,12 @@
-"""A fixture for production-log tests: the real API (in-process, PostgreSQL) plus the real critic and
+"""The stack for production-log tests: the real API (in-process, PostgreSQL) plus the real critic and
 splice workers over Redis Streams, driven to quiescence by ``settle()``."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
-
-import pytest
 
 from core.bus.redis_streams import RedisStreamsBus
 from core.bus.relay import Relay
@@ -37,8 +36,9 @@ class LogsStack:
         return dict(response.json())
 
 
-@pytest.fixture
-async def logs(pg_url: str, redis_url: str, redis_prefix: str) -> AsyncIterator[LogsStack]:
+@asynccontextmanager
+async def logs_stack(pg_url: str, redis_url: str, redis_prefix: str) -> AsyncIterator[LogsStack]:
+    """The stack for one test (use it from a fixture)."""
     async with running(make_settings(pg_url)) as api:
         store = api.store
         bus = RedisStreamsBus(redis_url, redis_prefix)

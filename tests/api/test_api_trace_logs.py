@@ -4,9 +4,23 @@ successful trace."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
-from tests.api.logs_stack import LogsStack, logs  # noqa: F401 (fixture)
+import pytest
+from sqlalchemy import select
+
+from api.routes.otlp import otlp_trace_id
+from core.store.tables import traces
+from tests.api.conftest import ApiHarness
+from tests.api.logs_stack import LogsStack, logs_stack
+from tests.unit.test_formats_otel import TRACE_A, TRACE_B, agent_trace, export
+
+
+@pytest.fixture
+async def logs(pg_url: str, redis_url: str, redis_prefix: str) -> AsyncIterator[LogsStack]:
+    async with logs_stack(pg_url, redis_url, redis_prefix) as stack:
+        yield stack
 
 
 def _balance(
@@ -111,3 +125,99 @@ async def test_spliced_traces_from_separate_conversations_get_unique_tool_call_i
     assert calls == [("call_1", "lookup_customer"), ("call_1_2", "get_order")]
     answers = [(m["tool_call_id"], m["content"]) for m in messages if m["role"] == "tool"]
     assert answers == [("call_1", '{"error": "unknown customer"}'), ("call_1_2", '{"status": "shipped"}')]
+
+
+# --------------------------------------------------------------------------------------------
+# The producer's id is a key (no Redis workers needed: the plain API over PostgreSQL)
+# --------------------------------------------------------------------------------------------
+
+
+async def _key(api: ApiHarness) -> tuple[str, dict[str, str]]:
+    project = await api.project("ids")
+    return project, api.auth(await api.key(project, "ingest", "read"))
+
+
+async def test_a_resent_producer_id_is_a_replay_not_a_copy(api: ApiHarness) -> None:
+    _, key = await _key(api)
+    trace = {"id": "prod-trace-42", **_balance("Balance of 7?", "It is 3.", '{"balance": 3}')}
+    answers = [await api.client.post("/v1/traces", json={"format": "openai", "traces": [trace]}, headers=key)]
+    answers += [
+        await api.client.post("/v1/traces", json={"format": "openai", "traces": [trace]}, headers=key)
+    ]
+    answers += [
+        await api.client.post("/v1/traces", json={"format": "openai", "traces": [trace]}, headers=key)
+    ]
+    assert {a.status_code for a in answers} == {202}
+    ids = {a.json()["trace_ids"][0] for a in answers}
+    assert len(ids) == 1 and answers[0].json()["replayed"] == []
+    assert (
+        answers[2].json()["replayed"] == list(ids) and "replayed, not copied" in answers[2].json()["message"]
+    )
+    listed = (await api.client.get("/v1/traces", headers=key)).json()["items"]
+    assert [t["external_id"] for t in listed] == ["prod-trace-42"]
+    # the same id twice in one batch names the second
+    twice = await api.client.post(
+        "/v1/traces",
+        json={"format": "openai", "traces": [{**trace, "id": "x"}, {**trace, "id": "x"}]},
+        headers=key,
+    )
+    assert twice.status_code == 422 and twice.json()["fields"][0]["field"] == "body.traces[1].id"
+    assert "appears twice" in twice.text
+    # the database holds the rule too: one row per (project, external id)
+    async with api.store.engine.connect() as conn:
+        rows = (await conn.execute(select(traces).where(traces.c.external_id == "prod-trace-42"))).all()
+    assert len(rows) == 1
+
+
+async def test_one_otlp_trace_through_both_doors_is_one_trace(api: ApiHarness) -> None:
+    project, key = await _key(api)
+    body = export(*agent_trace(TRACE_A))
+    first = await api.client.post("/v1/traces", json={"format": "otlp", "traces": [body]}, headers=key)
+    assert first.status_code == 202, first.text
+    (trace_id,) = first.json()["trace_ids"]
+    assert trace_id == otlp_trace_id(project, TRACE_A)
+    again = await api.client.post("/v1/otlp/v1/traces", json=body, headers=key)
+    assert again.status_code == 200 and "already ingested" in again.json()["partialSuccess"]["errorMessage"]
+    # and the other way round: receiver first, then the upload replays it
+    body_b = export(*agent_trace(TRACE_B))
+    assert (await api.client.post("/v1/otlp/v1/traces", json=body_b, headers=key)).status_code == 200
+    replay = await api.client.post("/v1/traces", json={"format": "otlp", "traces": [body_b]}, headers=key)
+    assert replay.json()["replayed"] == [otlp_trace_id(project, TRACE_B)]
+    listed = (await api.client.get("/v1/traces", headers=key)).json()["items"]
+    assert sorted(t["external_id"] for t in listed) == sorted([TRACE_A, TRACE_B])
+
+
+async def test_lookup_and_outcome_by_the_producer_id(api: ApiHarness) -> None:
+    project, key = await _key(api)
+    waiting = {"id": "order-run-9", **_balance("Balance of 7?", "It is 3.", '{"balance": 3}')}
+    other = {"id": "order-run-10", **_balance("Balance of 8?", "It is 4.", '{"balance": 4}')}
+    accepted = await api.client.post(
+        "/v1/traces", json={"format": "openai", "traces": [waiting, other]}, headers=key
+    )
+    first, second = accepted.json()["trace_ids"]
+    found = (await api.client.get("/v1/traces?external_id=order-run-9", headers=key)).json()["items"]
+    assert [t["trace_id"] for t in found] == [first]
+    unknown = await api.client.get("/v1/traces?externalid=order-run-9&limit=5", headers=key)
+    assert unknown.status_code == 422 and unknown.json()["fields"][0]["field"] == "query.externalid", (
+        unknown.text
+    )
+    assert (await api.client.get("/v1/pairs?bogus=1", headers=key)).status_code == 422
+    assert (await api.client.get("/v1/runs?bogus=1", headers=key)).status_code == 422
+    # PATCH by the producer's id, single and batch
+    patched = await api.client.patch("/v1/traces/order-run-9", json={"outcome": "failure"}, headers=key)
+    assert patched.status_code == 200 and patched.json()["trace_id"] == first, patched.text
+    batch = {"outcomes": [{"external_id": "order-run-10", "outcome": "success"}]}
+    done = await api.client.patch("/v1/traces", json=batch, headers=key)
+    assert done.status_code == 200 and done.json()["items"][0]["trace_id"] == second, done.text
+    both = {"outcomes": [{"external_id": "order-run-10", "trace_id": second, "outcome": "success"}]}
+    assert (await api.client.patch("/v1/traces", json=both, headers=key)).status_code == 422
+    # and by the OTLP trace id of an instrumented trace
+    body = export(*agent_trace(TRACE_A, root_status=0))
+    assert (await api.client.post("/v1/otlp/v1/traces", json=body, headers=key)).status_code == 200
+    by_hex = await api.client.patch(f"/v1/traces/{TRACE_A}", json={"outcome": 0.2}, headers=key)
+    assert by_hex.status_code == 200, by_hex.text
+    assert by_hex.json() == {
+        "trace_id": otlp_trace_id(project, TRACE_A), "outcome": "failure", "reward": 0.2, "changed": True,
+    }  # fmt: skip
+    missing = await api.client.patch("/v1/traces/nothing-like-it", json={"outcome": "failure"}, headers=key)
+    assert missing.status_code == 404 and "external id" in missing.text
