@@ -19,7 +19,15 @@ from urllib.parse import parse_qsl
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.sanitize import MAX_DEPTH, JsonProblem, TooDeep, json_problem, loads_bounded, text_problem
+from api.sanitize import (
+    MAX_DEPTH,
+    JsonProblem,
+    TooDeep,
+    json_problem,
+    loads_bounded,
+    replace_nul,
+    text_problem,
+)
 
 access_log = logging.getLogger("agentr.api.access")
 
@@ -163,9 +171,14 @@ async def _refuse(scope: Scope, send: Send, field: str, message: str) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
+TRACE_INGEST_PATHS = ("/v1/traces", "/v1/otlp/v1/traces")
+
+
 class JsonSanitizeMiddleware:
     """Refuses, with 422 naming the field, a JSON body holding lone surrogates, NUL characters or
     nesting past ``api.sanitize.MAX_DEPTH`` (JSON inside strings included), before any handler runs.
+    Trace ingestion (``TRACE_INGEST_PATHS``) keeps NUL characters as U+FFFD instead, and lists where
+    in ``request.state.nul_replaced`` for the route to record on the trace.
 
     Runs inside ``BodyLimitMiddleware``, so the body it buffers is already bounded. Bodies that are
     not JSON at all are passed on unchanged (the route's own parser answers those).
@@ -200,7 +213,14 @@ class JsonSanitizeMiddleware:
         problem: JsonProblem | None = None
         if body.strip():
             try:
-                problem = json_problem(loads_bounded(body))
+                parsed = loads_bounded(body)
+                if scope["method"] == "POST" and scope.get("path") in TRACE_INGEST_PATHS:
+                    # a trace keeps its NUL characters as U+FFFD, recorded on it by the route
+                    parsed, replaced = replace_nul(parsed)
+                    if replaced:
+                        body = json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+                        scope.setdefault("state", {})["nul_replaced"] = replaced
+                problem = json_problem(parsed)
             except TooDeep:
                 problem = JsonProblem("", f"nested deeper than {MAX_DEPTH} levels")
             except ValueError:

@@ -694,8 +694,13 @@ class _TraceEnvelope(BaseModel):
 
 class OpenAITextPart(BaseModel):
     model_config = ConfigDict(extra="allow")
-    type: Literal["text"]
-    text: str
+    type: str = Field(
+        min_length=1,
+        max_length=50,
+        description="text (the text); any other part (image_url, input_audio, file) is kept as a typed "
+        "placeholder such as [image part: image/png].",
+    )
+    text: str | None = None
 
 
 class OpenAIFunction(BaseModel):

@@ -21,6 +21,7 @@ stored; the whole request is parsed before anything is written.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from typing import Any
@@ -32,13 +33,13 @@ from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError
 from api.errors import field_error as make_field_error
 from api.reads import external_trace
-from api.sanitize import TooDeep, json_problem, loads_bounded
+from api.sanitize import TooDeep, json_problem, loads_bounded, nul_note, replace_nul
 from api.schemas import ERROR_RESPONSES, ErrorBody
 from api.writes import append, new_event
 from core.domain.events import NewEvent, OtlpSpansBuffered, TraceIngested
 from core.domain.ids import derived_id, otlp_stream, trace_stream
 from core.formats.import_otel import check_span, conversation_from_spans
-from core.formats.importing import TraceFormatError, imported
+from core.formats.importing import TraceFormatError, imported, with_note
 from core.formats.otlp import SpanRecord, group_by_trace, spans_from_otlp_json, spans_from_protobuf
 
 router = APIRouter(prefix="/v1/otlp", tags=["traces"], responses=ERROR_RESPONSES)
@@ -63,13 +64,15 @@ def _inflate(body: bytes, encoding: str, limit: int) -> bytes:
     return out
 
 
-def _decode(body: bytes, content_type: str, encoding: str, limit: int) -> tuple[list[SpanRecord], bool]:
+def _decode(
+    body: bytes, content_type: str, encoding: str, limit: int, nul_paths: list[str]
+) -> tuple[list[SpanRecord], bool]:
     if encoding in ("gzip", "deflate"):
         body = _inflate(body, encoding, limit)
     elif encoding not in ("", "identity"):
         raise ApiError(415, f"Content-Encoding {encoding!r} is not supported (send gzip or none)")
     if content_type == PROTOBUF:
-        return _sanitized(spans_from_protobuf(body)), True
+        return _sanitized(spans_from_protobuf(body), nul_paths), True
     if content_type == "application/json":
         try:
             payload = loads_bounded(body)
@@ -78,6 +81,8 @@ def _decode(body: bytes, content_type: str, encoding: str, limit: int) -> tuple[
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"body: not valid JSON ({exc})") from None
         # a gzip body passed the JSON sanitiser as opaque bytes: apply its rules here
+        payload, replaced = replace_nul(payload, "body")
+        nul_paths.extend(replaced)
         problem = json_problem(payload)
         if problem is not None:
             raise make_field_error(problem.field(), problem.message)
@@ -87,15 +92,36 @@ def _decode(body: bytes, content_type: str, encoding: str, limit: int) -> tuple[
     )
 
 
-def _sanitized(spans: list[SpanRecord]) -> list[SpanRecord]:
-    """The JSON sanitiser's rules (api/sanitize.py) on decoded protobuf text: NUL characters and
-    JSON nested too deep inside attribute strings (gen_ai.input.messages) answer 422."""
+def _sanitized(spans: list[SpanRecord], nul_paths: list[str]) -> list[SpanRecord]:
+    """The JSON sanitiser's rules (api/sanitize.py) on decoded protobuf text: NUL characters are
+    replaced by U+FFFD (their paths added to ``nul_paths``, recorded on the trace); JSON nested too
+    deep inside attribute strings (gen_ai.input.messages) answers 422."""
+    out = []
     for index, span in enumerate(spans):
-        texts = {"name": span.name, "status_message": span.status_message}
-        problem = json_problem({**texts, "attributes": span.attributes, "events": list(span.events)})
+        where = span.path or f"spans[{index}]"
+        fields = {
+            "name": span.name,
+            "status_message": span.status_message,
+            "attributes": span.attributes,
+            "events": list(span.events),
+            "resource": span.resource,
+        }
+        cleaned, replaced = replace_nul(fields, where)
+        if replaced:
+            nul_paths.extend(replaced)
+            span = dataclasses.replace(
+                span,
+                name=cleaned["name"],
+                status_message=cleaned["status_message"],
+                attributes=cleaned["attributes"],
+                events=tuple(cleaned["events"]),
+                resource=cleaned["resource"],
+            )
+        problem = json_problem(cleaned)
         if problem is not None:
-            raise make_field_error(f"{span.path or f'spans[{index}]'}.{problem.path}", problem.message)
-    return spans
+            raise make_field_error(f"{where}.{problem.path}", problem.message)
+        out.append(span)
+    return out
 
 
 def _answer(protobuf: bool, rejected: int, message: str) -> Response:
@@ -126,7 +152,12 @@ _EXPORT_RESPONSE = {
 
 
 async def _trace_events(
-    svc: ApiServices, project_id: str, trace_hex: str, trace_id: str, group: list[SpanRecord]
+    svc: ApiServices,
+    project_id: str,
+    trace_hex: str,
+    trace_id: str,
+    group: list[SpanRecord],
+    nul_paths: list[str],
 ) -> tuple[list[NewEvent], dict[str, int], str]:
     """The events for the spans of one OTLP trace (buffered, or the whole trace once its root arrived),
     the stream versions they expect, and a warning; raises TraceFormatError for a trace it cannot read."""
@@ -154,6 +185,8 @@ async def _trace_events(
     known = {(s.span_id, s.start_ns) for s in group}
     whole = [s for s in buffered if (s.span_id, s.start_ns) not in known] + list(group)
     item = imported({}, conversation_from_spans(whole, f"trace {trace_hex}", trace_hex), "otlp")
+    if nul_paths:
+        item = with_note(item, nul_note(nul_paths))
     ingested = TraceIngested(
         trace_id=trace_id,
         project_id=project_id,
@@ -218,8 +251,9 @@ async def receive_traces(
     encoding = request.headers.get("content-encoding", "").strip().lower()
     body = await request.body()
     limit = svc.settings.max_body_bytes
+    nul_paths = [f"body.{p}" for p in getattr(request.state, "nul_replaced", None) or []]
     try:  # what is not an OTLP export at all is refused whole (422 naming the field)
-        spans, protobuf = _decode(body, content_type, encoding, limit)
+        spans, protobuf = _decode(body, content_type, encoding, limit, nul_paths)
     except TraceFormatError as exc:
         raise make_field_error(
             exc.path if exc.path.startswith("body") else f"body.{exc.path}", exc.problem
@@ -236,7 +270,8 @@ async def receive_traces(
             reasons.append(f"trace {trace_hex} was already ingested as {trace_id}")
             continue
         try:
-            events, versions, note = await _trace_events(svc, project_id, trace_hex, trace_id, group)
+            nuls = [p for p in nul_paths if any(p.startswith(f"{span.path}.") for span in group)]
+            events, versions, note = await _trace_events(svc, project_id, trace_hex, trace_id, group, nuls)
         except TraceFormatError as exc:
             # a trace agentr does not model (an HTTP server span, no GenAI content) or cannot read is
             # reported, never the reason to refuse the other traces of the export (OTLP partial success)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -25,6 +25,7 @@ from api.errors import field_error as make_field_error
 from api.idempotency import Idempotency, idempotency
 from api.reads import external_trace, owned_row
 from api.routes.otlp import otlp_trace_id
+from api.sanitize import nul_note
 from api.schemas import (
     ERROR_RESPONSES,
     ID_PATTERN,
@@ -42,7 +43,7 @@ from api.writes import append, new_event
 from core.domain.events import NewEvent, TraceCritiqued, TraceIngested, TraceOutcomeSet
 from core.domain.ids import derived_id, trace_stream
 from core.domain.serde import to_dict
-from core.formats.importing import TraceFormatError, parse_outcome, parse_traces
+from core.formats.importing import ImportedTrace, TraceFormatError, parse_outcome, parse_traces, with_note
 from core.store.tables import samples, traces
 
 router = APIRouter(prefix="/v1/traces", tags=["traces"], responses=ERROR_RESPONSES)
@@ -50,6 +51,7 @@ router = APIRouter(prefix="/v1/traces", tags=["traces"], responses=ERROR_RESPONS
 
 @router.post("", status_code=202, response_model=TraceAccepted, summary="Ingest a batch of production traces")
 async def ingest_traces(
+    request: Request,
     body: TraceBatchIn,
     principal: Principal = Depends(require("ingest")),
     idem: Idempotency = Depends(idempotency),
@@ -66,6 +68,7 @@ async def ingest_traces(
         imported = parse_traces(body.trace_dicts(), body.format)
     except TraceFormatError as exc:
         raise make_field_error(f"body.{exc.path}", exc.problem) from None
+    imported = _with_nul_notes(imported, getattr(request.state, "nul_replaced", None), body.format)
     new_events = []
     trace_ids: list[str] = []
     replayed: list[str] = []
@@ -133,6 +136,22 @@ async def ingest_traces(
     if not new_events:
         return out
     await append(svc, new_events, expected, idem=idem, answer=(202, out))
+    return out
+
+
+def _with_nul_notes(imported: list[ImportedTrace], paths: list[str] | None, fmt: str) -> list[ImportedTrace]:
+    """Record on each trace where NUL characters were replaced (api.middleware; ``traces[i]...``
+    paths; an OTLP batch's paths name export requests, so every trace of it gets the note)."""
+    if not paths:
+        return imported
+    out = []
+    for index, item in enumerate(imported):
+        mine = [p.removeprefix("traces").lstrip(".") for p in paths]
+        if fmt != "otlp":
+            mine = [p for p in paths if p.startswith(f"traces[{index}]")]
+        if mine:
+            item = with_note(item, nul_note(mine))
+        out.append(item)
     return out
 
 

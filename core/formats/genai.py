@@ -4,8 +4,9 @@ The GenAI semantic conventions: ``gen_ai.input.messages`` / ``gen_ai.output.mess
 lists) of ``{"role", "parts"}`` with parts ``text`` (``content``), ``tool_call`` (``id``, ``name``,
 ``arguments``), ``tool_call_response`` (``id``, ``response``) and ``reasoning`` (``content``);
 ``gen_ai.system_instructions`` (also the spelling ``gen_ai.system.instructions``) as text parts or plain
-text; ``gen_ai.tool.definitions`` as the tool list. Any other part type (blob, file, uri) is refused
-naming the part and what to send.
+text; ``gen_ai.tool.definitions`` as the tool list. Media parts (``blob``, ``file``, ``uri``, with their
+``modality``) are kept as typed placeholders (``[image part: image/png]``); any other part type is
+refused naming the part and what to send.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from core.domain.trajectory import ToolCall
 from core.formats.import_openai import arguments_text
-from core.formats.importing import TraceFormatError, Turn, check_tools, require
+from core.formats.importing import TraceFormatError, Turn, check_tools, media_detail, placeholder, require
 from core.formats.otlp import json_text
 
 INPUT = "gen_ai.input.messages"
@@ -24,7 +25,7 @@ OUTPUT = "gen_ai.output.messages"
 SYSTEM_KEYS = ("gen_ai.system_instructions", "gen_ai.system.instructions")
 TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 _ROLES = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
-_PART_HINT = "send text, tool_call, tool_call_response or reasoning parts"
+_PART_HINT = "send text, tool_call, tool_call_response, reasoning, blob, file or uri parts"
 
 
 def decoded(value: Any, path: str) -> list[Any]:
@@ -87,6 +88,10 @@ def message_turns(message: Any, path: str) -> list[Turn]:
                     tool_call_id=None if call_id in (None, "") else str(call_id),
                 )
             )
+        elif kind in ("blob", "file", "uri", "image", "audio", "video"):
+            # media parts (GenAI conventions: blob / file / uri with a modality) are typed placeholders
+            modality = part.get("modality") if isinstance(part.get("modality"), str) else kind
+            texts.append(placeholder(str(modality), media_detail(part)))
         else:
             raise TraceFormatError(f"{ppath}.type", f"unsupported part type {kind!r} ({_PART_HINT})")
     if responses:

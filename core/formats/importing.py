@@ -43,9 +43,11 @@ __all__ = [
     "imported",
     "parse_outcome",
     "parse_traces",
+    "placeholder",
     "require",
     "split_react",
     "turns_to_trajectory",
+    "with_note",
 ]
 FORMATS = ("openai", "openai-legacy", "otel", "otlp", "sharegpt")
 
@@ -98,6 +100,30 @@ class ImportedTrace:
 # --------------------------------------------------------------------------------------------
 # Shared helpers
 # --------------------------------------------------------------------------------------------
+
+
+def placeholder(kind: str, detail: str = "") -> str:
+    """The typed placeholder kept in the text for a content part agentr does not train on (an image,
+    audio, a file): ``[image part: image/png]``. The part is kept as a marker of what the model saw,
+    never dropped and never refused."""
+    return f"[{kind} part: {detail}]" if detail else f"[{kind} part]"
+
+
+def media_detail(part: dict[str, Any]) -> str:
+    """A short description of a non-text part: its MIME type or an http(s) URL (data URLs and inline
+    bytes are not kept)."""
+    for key in ("mime_type", "mimeType", "media_type", "format"):
+        if isinstance(part.get(key), str) and part[key]:
+            return str(part[key])
+    for key in ("image_url", "url", "uri", "file_url"):
+        value = part.get(key)
+        if isinstance(value, dict):
+            value = value.get("url")
+        if isinstance(value, str) and value.startswith(("http://", "https://")) and len(value) <= 300:
+            return value
+        if isinstance(value, str) and value.startswith("data:"):
+            return value[5:].split(";", 1)[0].split(",", 1)[0] or "inline data"
+    return ""
 
 
 def split_react(text: str) -> tuple[str, str]:
@@ -335,3 +361,21 @@ def imported(item: dict[str, Any], conversation: Conversation, fmt: str) -> Impo
         tools=trajectory.tools,
     )
     return ImportedTrace(task_key, trajectory, outcome, fmt, external_id, dict(metadata))
+
+
+def with_note(item: ImportedTrace, note: str) -> ImportedTrace:
+    """``item`` with ``note`` added to its trajectory's ``provenance["notes"]`` (what was changed on the
+    way in, e.g. characters the database cannot hold)."""
+    provenance = dict(item.trajectory.provenance)
+    provenance["notes"] = [*provenance.get("notes", []), note]
+    trajectory = Trajectory(
+        task=item.trajectory.task,
+        instruction=item.trajectory.instruction,
+        steps=item.trajectory.steps,
+        reward=item.trajectory.reward,
+        provenance=provenance,
+        tools=item.trajectory.tools,
+    )
+    return ImportedTrace(
+        item.task_key, trajectory, item.outcome, item.source_format, item.external_id, item.metadata
+    )

@@ -19,7 +19,7 @@ from typing import Any
 
 from core.domain.trajectory import ToolCall
 from core.formats.import_openai import arguments_text
-from core.formats.importing import TraceFormatError, Turn, check_tools
+from core.formats.importing import TraceFormatError, Turn, check_tools, media_detail, placeholder
 
 SPAN_KIND = "openinference.span.kind"
 _MESSAGE_KEY = re.compile(r"^llm\.(input|output)_messages\.(\d+)\.message\.(.+)$")
@@ -91,14 +91,13 @@ def messages(attributes: dict[str, Any], direction: str, path: str) -> list[Turn
         text = fields.get("content")
         if text is None:
             parts = []
-            for j, part in sorted(_indexed(fields, "contents").items()):
+            for _, part in sorted(_indexed(fields, "contents").items()):
                 kind = part.get("message_content.type", "text")
-                if kind != "text":
-                    raise TraceFormatError(
-                        f"{mpath}.contents.{j}.message_content.type",
-                        f"unsupported content type {kind!r} (send text contents)",
-                    )
-                parts.append(str(part.get("message_content.text", "")))
+                if kind == "text":
+                    parts.append(str(part.get("message_content.text", "")))
+                else:  # an image content (message_content.image.image.url): a typed placeholder
+                    url = part.get("message_content.image.image.url")
+                    parts.append(placeholder(str(kind), media_detail({"url": url})))
             text = "\n".join(parts)
         if not isinstance(text, str):
             text = json.dumps(text, sort_keys=True)

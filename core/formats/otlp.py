@@ -355,35 +355,8 @@ def spans_from_protobuf(body: bytes) -> list[SpanRecord]:
                     path=path,
                     parent_is_remote=bool(span.parent_span_id) and _remote_parent(span.flags),
                 )
-                check_storable(record)
-                out.append(record)
+                out.append(record)  # NUL characters: replaced and noted by the receiver
     return out
-
-
-def _nul_path(value: Any, path: str) -> str | None:
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _nul_path(key, path) or _nul_path(item, f"{path}.{key}")
-            if found:
-                return found
-    if isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            found = _nul_path(item, f"{path}[{index}]")
-            if found:
-                return found
-    return None
-
-
-def check_storable(span: SpanRecord) -> None:
-    """Refuse text PostgreSQL cannot store (a NUL character), naming where it is."""
-    for key in ("name", "status_message", "attributes", "events", "resource"):
-        found = _nul_path(getattr(span, key), f"{span.path}.{key}")
-        if found:
-            raise TraceFormatError(
-                found, "holds a NUL character (\\u0000), which cannot be stored: remove it"
-            )
 
 
 def group_by_trace(spans: Sequence[SpanRecord]) -> dict[str, list[SpanRecord]]:

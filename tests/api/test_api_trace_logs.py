@@ -4,6 +4,7 @@ successful trace."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -221,3 +222,87 @@ async def test_lookup_and_outcome_by_the_producer_id(api: ApiHarness) -> None:
     }  # fmt: skip
     missing = await api.client.patch("/v1/traces/nothing-like-it", json={"outcome": "failure"}, headers=key)
     assert missing.status_code == 404 and "external id" in missing.text
+
+
+# --------------------------------------------------------------------------------------------
+# Malformed content is kept, not refused
+# --------------------------------------------------------------------------------------------
+
+
+async def test_malformed_arguments_images_and_nul_are_kept_and_the_critic_reads_the_arguments(
+    logs: LogsStack,
+) -> None:
+    broken_call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "balance", "arguments": '{"account": 7, "currency": '},  # the model's own output
+    }
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    trace = {
+        "outcome": "failure",
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Balance of the account in the\x00 photo?"}, image],
+            },
+            {"role": "assistant", "content": "", "tool_calls": [broken_call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "bad request"},
+            {"role": "assistant", "content": "Sorry."},
+        ],
+    }
+    (trace_id,) = (await logs.post("openai", trace))["trace_ids"]
+    await logs.settle()
+    view = await logs.trace(trace_id)
+    trajectory = view["trajectory"]
+    assert trajectory["task"] == "Balance of the account in the\ufffd photo?\n[image part: image/png]"
+    assert trajectory["steps"][0]["tool_calls"][0]["arguments"] == '{"account": 7, "currency": '  # verbatim
+    (note,) = trajectory["provenance"]["notes"]
+    assert note == (
+        "NUL characters (which the database cannot store) replaced by U+FFFD at "
+        "traces[0].messages[0].content[0].text"
+    )
+    critique = view["critique"]
+    assert critique["transition_index"] == 0
+    assert "arguments that are not a JSON object" in critique["verdicts"][0]["reason"]
+    # what is not a trace at all is still refused whole, naming the field
+    refused = await logs.api.client.post(
+        "/v1/traces", json={"format": "openai", "traces": [trace, {"messages": "no"}]}, headers=logs.key
+    )
+    assert refused.status_code == 422 and "traces.1.messages" in refused.text.replace("[", ".").replace(
+        "]", ""
+    )
+
+
+async def test_otlp_receiver_keeps_media_parts_and_nul_characters(logs: LogsStack) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+
+    user = {
+        "role": "user",
+        "parts": [
+            {"type": "text", "content": "What is in\x00 this receipt?"},
+            {"type": "uri", "modality": "image", "mime_type": "image/jpeg", "uri": "https://x.test/r.jpg"},
+        ],
+    }
+    answer = {"role": "assistant", "parts": [{"type": "text", "content": "A refund of $5."}]}
+    attrs = {"gen_ai.input.messages": json.dumps([user]), "gen_ai.output.messages": json.dumps([answer])}
+    span = Span(
+        trace_id=bytes.fromhex(TRACE_A),
+        span_id=b"\x02" * 8,
+        name="chat m",
+        attributes=[KeyValue(key=k, value=AnyValue(string_value=v)) for k, v in attrs.items()],
+        status=Status(code=Status.STATUS_CODE_OK),
+    )
+    body = ExportTraceServiceRequest(
+        resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])]
+    ).SerializeToString()
+    headers = {**logs.key, "Content-Type": "application/x-protobuf"}
+    answer_ = await logs.api.client.post("/v1/otlp/v1/traces", content=body, headers=headers)
+    assert answer_.status_code == 200, answer_.text
+    (row,) = (await logs.api.client.get(f"/v1/traces?external_id={TRACE_A}", headers=logs.key)).json()[
+        "items"
+    ]
+    trajectory = (await logs.trace(row["trace_id"]))["trajectory"]
+    assert trajectory["task"] == "What is in\ufffd this receipt?\n[image part: image/jpeg]"
+    assert "attributes.gen_ai.input.messages" in trajectory["provenance"]["notes"][0]
