@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,3 +160,25 @@ def nul_note(paths: list[str]) -> str:
     """The note recorded on a trace whose text held NUL characters."""
     shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
     return f"NUL characters (which the database cannot store) replaced by U+FFFD at {shown}"
+
+
+class InflateError(ValueError):
+    """A compressed body that cannot be inflated (400) or inflates past the limit (413)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def inflate(body: bytes, encoding: str, limit: int) -> bytes:
+    """A ``Content-Encoding: gzip`` / ``deflate`` body inflated, refusing more than ``limit`` bytes
+    once inflated (a small body on the wire cannot become a large one in memory)."""
+    window = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    inflater = zlib.decompressobj(window)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InflateError(400, f"body: not valid {encoding} ({exc})") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise InflateError(413, f"body: more than {limit} bytes once decompressed")
+    return out

@@ -831,8 +831,45 @@ class ShareGPTBatchIn(_TraceBatch):
     traces: list[ShareGPTTrace] = Field(min_length=1, max_length=10_000)
 
 
+class ResponsesTrace(_TraceEnvelope):
+    model_config = ConfigDict(extra="allow")
+    input: str | list[dict[str, Any]] = Field(
+        description="Responses API input: a string or items (message, reasoning, function_call, "
+        "function_call_output)."
+    )
+    output: list[dict[str, Any]] | None = Field(None, description="The response's own output items.")
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = Field(
+        None, description="Responses tools ({type: function, name, ...})."
+    )
+
+
+class ResponsesBatchIn(_TraceBatch):
+    format: Literal["openai-responses"]
+    traces: list[ResponsesTrace] = Field(min_length=1, max_length=10_000)
+
+
+class LangfuseTrace(_TraceEnvelope):
+    model_config = ConfigDict(extra="allow")
+    trace: dict[str, Any] = Field(description="The Langfuse trace object (id, name, sessionId, metadata...).")
+    observations: list[dict[str, Any]] = Field(
+        min_length=1, description="Its observations (GENERATION ones hold the chat; TOOL ones tool results)."
+    )
+
+
+class LangfuseBatchIn(_TraceBatch):
+    format: Literal["langfuse"]
+    traces: list[LangfuseTrace] = Field(min_length=1, max_length=10_000)
+
+
 TraceBatchIn = Annotated[
-    OpenAIBatchIn | OpenAILegacyBatchIn | OtelBatchIn | OtlpBatchIn | ShareGPTBatchIn,
+    OpenAIBatchIn
+    | OpenAILegacyBatchIn
+    | ResponsesBatchIn
+    | OtelBatchIn
+    | OtlpBatchIn
+    | ShareGPTBatchIn
+    | LangfuseBatchIn,
     Field(
         discriminator="format",
         description="A batch of production traces in one import format (`format` picks the shape of "

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import zlib
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -33,7 +32,7 @@ from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError
 from api.errors import field_error as make_field_error
 from api.reads import external_trace
-from api.sanitize import TooDeep, json_problem, loads_bounded, nul_note, replace_nul
+from api.sanitize import InflateError, TooDeep, inflate, json_problem, loads_bounded, nul_note, replace_nul
 from api.schemas import ERROR_RESPONSES, ErrorBody
 from api.writes import append, new_event
 from core.domain.events import NewEvent, OtlpSpansBuffered, TraceIngested
@@ -53,15 +52,10 @@ def otlp_trace_id(project_id: str, trace_hex: str) -> str:
 
 def _inflate(body: bytes, encoding: str, limit: int) -> bytes:
     """gzip / deflate -> bytes, refusing (413) more than ``limit`` bytes once inflated."""
-    window = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
-    inflater = zlib.decompressobj(window)
     try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise ApiError(400, f"body: not valid {encoding} ({exc})") from None
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise ApiError(413, f"body: more than {limit} bytes once decompressed")
-    return out
+        return inflate(body, encoding, limit)
+    except InflateError as exc:
+        raise ApiError(exc.status, str(exc)) from None
 
 
 def _decode(

@@ -423,9 +423,9 @@ def test_outcome_shapes() -> None:
             "traces[0].resourceSpans[0].scopeSpans[0].spans[0].traceId: expected a hex string",
         ),
         (
-            export(span(TRACE_A, "c1", "", "chat", 1, {"gen_ai.prompt.0.content": "hi"})),
+            export(span(TRACE_A, "c1", "", "GET /orders", 1, {"http.request.method": "GET"})),
             "traces[0].resourceSpans[0].scopeSpans[0].spans[0].attributes.gen_ai.input.messages: missing: no "
-            "span carries model messages (the deprecated gen_ai.prompt.*",
+            "span carries model messages, so this is not an agent trace",
         ),
         (
             export(
