@@ -168,7 +168,9 @@ async def create_dataset(
 
     async def answer(conn: AsyncConnection) -> tuple[int, Any]:
         row = await owned_row(conn, datasets, "dataset_id", manifest.dataset_id, project_id, "dataset")
-        out = DatasetOut(**_summary(row).model_dump(), entries=_entries(manifest))
+        out = DatasetOut(
+            **_summary(row).model_dump(), entries=_entries(manifest), warnings=list(manifest.warnings)
+        )
         return 201, out.model_dump(mode="json")
 
     # the Idempotency-Key is claimed in the append's transaction, with the answer read there
@@ -219,7 +221,9 @@ async def get_dataset(
     svc: ApiServices = Depends(services),
 ) -> Any:
     row, manifest = await _dataset(svc, principal.project(), dataset_id)
-    return DatasetOut(**_summary(row).model_dump(), entries=_entries(manifest))
+    return DatasetOut(
+        **_summary(row).model_dump(), entries=_entries(manifest), warnings=list(manifest.warnings)
+    )
 
 
 @router.get(

@@ -160,14 +160,19 @@ def check_tools(raw: Any, path: str) -> tuple[dict[str, Any], ...]:
         if not isinstance(tool, dict):
             raise TraceFormatError(tpath, "expected an object")
         if "function" not in tool and isinstance(tool.get("name"), str):
-            tool = {"type": "function", "function": dict(tool)}
+            if tool.get("type", "function") != "function":
+                raise TraceFormatError(
+                    f"{tpath}.type", f"only function tools are supported, got {tool['type']!r}"
+                )
+            # a flattened definition ({type, name, parameters}): its type belongs outside the function
+            tool = {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
         function = require(tool, "function", tpath, dict)
         require(function, "name", f"{tpath}.function", str)
         if tool.get("type", "function") != "function":
             raise TraceFormatError(
                 f"{tpath}.type", f"only function tools are supported, got {tool['type']!r}"
             )
-        out.append({"type": "function", "function": dict(function)})
+        out.append({"type": "function", "function": {k: v for k, v in function.items() if k != "type"}})
     return tuple(out)
 
 

@@ -55,7 +55,7 @@ async def logs_stack(pg_url: str, redis_url: str, redis_prefix: str) -> AsyncIte
                 await splice.run(burst=True)
 
         project = await api.project("logs")
-        key = api.auth(await api.key(project, "ingest", "read"))
+        key = api.auth(await api.key(project, "ingest", "read", "run"))
         try:
             yield LogsStack(api, key, settle)
         finally:

@@ -306,3 +306,69 @@ async def test_otlp_receiver_keeps_media_parts_and_nul_characters(logs: LogsStac
     trajectory = (await logs.trace(row["trace_id"]))["trajectory"]
     assert trajectory["task"] == "What is in\ufffd this receipt?\n[image part: image/jpeg]"
     assert "attributes.gen_ai.input.messages" in trajectory["provenance"]["notes"][0]
+
+
+# --------------------------------------------------------------------------------------------
+# Export fidelity
+# --------------------------------------------------------------------------------------------
+
+
+async def test_exports_warn_about_missing_definitions_invent_no_results_and_keep_the_openai_tool_shape(
+    logs: LogsStack,
+) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
+    no_definitions = {
+        "task_key": "export-a",
+        "outcome": "success",
+        "messages": [
+            {"role": "user", "content": "Look x up."},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "found"},
+            {"role": "assistant", "content": "Found it."},
+        ],
+    }
+    flat_tool = {
+        "type": "function",
+        "name": "lookup",
+        "description": "Find.",
+        "parameters": {"type": "object"},
+    }
+    unanswered = {
+        "task_key": "export-b",
+        "outcome": "success",
+        "tools": [flat_tool],  # the flattened (Responses-style) definition
+        "messages": [
+            {"role": "user", "content": "Look y up."},
+            {"role": "assistant", "content": "", "tool_calls": [{**call, "id": "c2"}]},  # never answered
+        ],
+    }
+    first, second = (await logs.post("openai", no_definitions, unanswered))["trace_ids"]
+    await logs.settle()
+    views = [await logs.trace(first), await logs.trace(second)]
+    assert all(v["sample_id"] for v in views), views  # success traces show their good sample
+    body = {"name": "exports", "query": {"sources": ["traces"], "kinds": ["good"]}}
+    created = await logs.api.client.post("/v1/datasets", json=body, headers=logs.key)
+    assert created.status_code == 201, created.text
+    (warning,) = created.json()["warnings"]
+    assert (
+        warning.startswith("1 sample(s) call tools but carry no tool definitions")
+        and views[0]["sample_id"] in warning
+    )
+    assert views[1]["sample_id"] not in warning
+    got = await logs.api.client.get(f"/v1/datasets/{created.json()['dataset_id']}", headers=logs.key)
+    assert got.json()["warnings"] == [warning]
+    download = await logs.api.client.get(
+        f"/v1/datasets/{created.json()['dataset_id']}/download", params={"format": "openai"}, headers=logs.key
+    )
+    records = {
+        r["messages"][0]["content"]: r for r in (json.loads(line) for line in download.text.splitlines())
+    }
+    ends_on_call = records["Look y up."]
+    assert [m["role"] for m in ends_on_call["messages"]] == ["user", "assistant"]  # no invented tool result
+    assert ends_on_call["tools"] == [
+        {
+            "type": "function",
+            "function": {"name": "lookup", "description": "Find.", "parameters": {"type": "object"}},
+        }
+    ]
+    assert "tools" not in records["Look x up."]
