@@ -31,7 +31,7 @@ from fastapi.responses import Response
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError
 from api.errors import field_error as make_field_error
-from api.reads import external_trace
+from api.reads import external_traces
 from api.sanitize import InflateError, TooDeep, inflate, json_problem, loads_bounded, nul_note, replace_nul
 from api.schemas import ERROR_RESPONSES, ErrorBody
 from api.writes import append, new_event
@@ -255,10 +255,11 @@ async def receive_traces(
     new_events: list[NewEvent] = []
     expected: dict[str, int] = {}
     rejected, reasons = 0, []
-    for trace_hex, group in group_by_trace(spans).items():
-        trace_id = otlp_trace_id(project_id, trace_hex)
-        async with svc.store.engine.connect() as conn:  # sent through POST /v1/traces before?
-            trace_id = await external_trace(conn, project_id, trace_hex) or trace_id
+    groups = group_by_trace(spans)
+    async with svc.store.engine.connect() as conn:  # sent through POST /v1/traces before?
+        known = await external_traces(conn, project_id, list(groups))
+    for trace_hex, group in groups.items():
+        trace_id = known.get(trace_hex) or otlp_trace_id(project_id, trace_hex)
         if await svc.store.stream_version(trace_stream(trace_id)) >= 0:
             rejected += len(group)
             reasons.append(f"trace {trace_hex} was already ingested as {trace_id}")

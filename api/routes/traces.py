@@ -23,7 +23,7 @@ from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError
 from api.errors import field_error as make_field_error
 from api.idempotency import Idempotency, idempotency
-from api.reads import external_trace, owned_row
+from api.reads import external_trace, external_traces, owned_row
 from api.routes.otlp import otlp_trace_id
 from api.sanitize import nul_note
 from api.schemas import (
@@ -75,6 +75,7 @@ async def ingest_traces(
     expected: dict[str, int] = {}
     first_seen: dict[str, int] = {}
     async with svc.store.engine.connect() as conn:
+        known = await external_traces(conn, project_id, [i.external_id for i in imported if i.external_id])
         for index, item in enumerate(imported):
             if item.external_id is None:
                 trace_id = idem.new_id("trace", index)
@@ -86,7 +87,7 @@ async def ingest_traces(
                         f"{first_seen[item.external_id]}); send each trace once",
                     )
                 first_seen[item.external_id] = index
-                existing = await external_trace(conn, project_id, item.external_id)
+                existing = known.get(item.external_id)
                 if existing is not None:  # a re-send: an idempotent replay, not a copy
                     trace_ids.append(existing)
                     replayed.append(existing)
