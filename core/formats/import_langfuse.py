@@ -20,7 +20,9 @@ import json
 from typing import Any
 
 from core.formats import import_openai
-from core.formats.importing import Conversation, TraceFormatError, Turn, require
+from core.formats.errors import TraceFormatError, require
+from core.formats.import_otel import _assemble, _pair_ids
+from core.formats.turns import Conversation, Turn
 
 
 def _chat(value: Any) -> list[Any] | None:
@@ -43,8 +45,6 @@ def _output_message(value: Any) -> dict[str, Any]:
 
 
 def parse(item: dict[str, Any], path: str) -> Conversation:
-    from core.formats.import_otel import _assemble, _pair_ids
-
     trace = require(item, "trace", path, dict)
     observations = require(item, "observations", path, list)
     generations = []

@@ -37,9 +37,10 @@ from dataclasses import replace
 from typing import Any
 
 from core.domain.trajectory import tool_action
-from core.formats import genai, openinference, openllmetry
-from core.formats.importing import Conversation, TraceFormatError, Turn, require
+from core.formats import genai, import_openai, openinference, openllmetry
+from core.formats.errors import TraceFormatError, require
 from core.formats.otlp import SpanRecord, group_by_trace, json_text, span_from_json, spans_from_otlp_json
+from core.formats.turns import Conversation, Turn
 
 OPERATION = "gen_ai.operation.name"
 OUTCOME_KEY, REWARD_KEY, TASK_KEY = "agentr.outcome", "agentr.reward", "agentr.task_key"
@@ -113,8 +114,6 @@ def _span_turns(span: SpanRecord) -> tuple[list[Turn], list[Turn]] | None:
         return openllmetry.messages(attrs, "prompt", path), openllmetry.messages(attrs, "completion", path)
     inputs_raw, outputs_raw = genai.legacy_event_messages(span.events)
     if inputs_raw or outputs_raw:
-        from core.formats import import_openai
-
         epath = f"{span.path}.events"
         inputs = import_openai.parse({"messages": inputs_raw}, epath).turns if inputs_raw else []
         outputs = import_openai.parse({"messages": outputs_raw}, epath).turns if outputs_raw else []

@@ -18,7 +18,8 @@ import json
 from typing import Any
 
 from core.formats import import_openai
-from core.formats.importing import Conversation, TraceFormatError, check_tools, require
+from core.formats.errors import TraceFormatError, require
+from core.formats.turns import Conversation, check_tools
 
 _SKIPPED = ("item_reference",)
 

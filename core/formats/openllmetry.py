@@ -20,7 +20,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from core.formats.importing import Turn, check_tools
+from core.formats import import_openai
+from core.formats.turns import Turn, check_tools
 
 _KEY = re.compile(r"^gen_ai\.(prompt|completion)\.(\d+)\.(.+)$")
 _FUNCTION = re.compile(r"^llm\.request\.functions\.(\d+)\.(name|description|parameters)$")
@@ -69,8 +70,6 @@ def _messages(attributes: dict[str, Any], direction: str) -> list[tuple[int, dic
 
 def messages(attributes: dict[str, Any], direction: str, path: str) -> list[Turn]:
     """The prompt (``direction`` prompt) or completion messages of a span as turns."""
-    from core.formats import import_openai
-
     rebuilt = _messages(attributes, direction)
     if not rebuilt:
         return []
