@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 import uuid
@@ -48,7 +47,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 REPEATS = 3
 SPANS_PER_TRACE = 6
 BATCH = 100
-ADMIN_DSN = os.environ.get("AGENTR_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def build_request(n_traces: int, first: int = 0) -> bytes:
@@ -193,16 +191,6 @@ def openai_traces(n_traces: int, first: int = 0) -> list[dict[str, object]]:
     return out
 
 
-async def _admin(sql: str) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(ADMIN_DSN)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
 async def _stored(n_traces: int) -> list[dict[str, object]]:
     """traces/s stored through the API (OTLP protobuf; OpenAI JSON) vs raw INSERT of the same rows."""
     import asyncpg
@@ -210,6 +198,7 @@ async def _stored(n_traces: int) -> list[dict[str, object]]:
     from sqlalchemy import select
 
     from api.app import create_app
+    from bench.api import ADMIN_DSN, _admin
     from core.runtime.settings import Settings
     from core.store.tables import events, traces
 

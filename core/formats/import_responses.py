@@ -107,23 +107,6 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _tools(raw: Any, path: str) -> tuple[dict[str, Any], ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise TraceFormatError(path, "expected a list of tool definitions")
-    flat = []
-    for index, tool in enumerate(raw):
-        if isinstance(tool, dict) and tool.get("type", "function") != "function":
-            raise TraceFormatError(
-                f"{path}[{index}].type", f"only function tools are supported, got {tool['type']!r}"
-            )
-        if isinstance(tool, dict) and "function" not in tool:
-            tool = {k: v for k, v in tool.items() if k not in ("type", "strict")}  # Responses: flat
-        flat.append(tool)
-    return check_tools(flat, path)
-
-
 def parse(item: dict[str, Any], path: str) -> Conversation:
     raw_input = require(item, "input", path, (str, list))
     inputs = [{"role": "user", "content": raw_input}] if isinstance(raw_input, str) else raw_input
@@ -134,4 +117,6 @@ def parse(item: dict[str, Any], path: str) -> Conversation:
     if isinstance(item.get("instructions"), str) and item["instructions"].strip():
         messages.insert(0, {"role": "system", "content": item["instructions"]})
     conversation = import_openai.parse({"messages": messages}, path)
-    return Conversation(turns=conversation.turns, tools=_tools(item.get("tools"), f"{path}.tools"), path=path)
+    return Conversation(
+        turns=conversation.turns, tools=check_tools(item.get("tools"), f"{path}.tools"), path=path
+    )

@@ -86,7 +86,7 @@ def tools(attributes: dict[str, Any], path: str) -> tuple[dict[str, Any], ...]:
         match = _FUNCTION.match(key)
         if match:
             grouped.setdefault(int(match.group(1)), {})[match.group(2)] = value
-    out = []
+    out: list[dict[str, Any]] = []
     for index, fields in sorted(grouped.items()):
         function = dict(fields)
         if isinstance(function.get("parameters"), str):
