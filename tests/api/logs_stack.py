@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.bus.redis_streams import RedisStreamsBus
-from core.bus.relay import Relay
+from core.runtime.relay import Relay
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from critic_service.service import build_service as build_critic
