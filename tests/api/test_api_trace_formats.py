@@ -300,8 +300,11 @@ async def test_openai_responses_api_items(api: ApiHarness) -> None:
     assert tool["tool_results"][0]["content"] == '{"flight": "SK4035"}'
     assert answer["action"] == "Flight SK4035 to Oslo."
     assert trajectory["tools"] == [
-        {"type": "function", "function": {"name": "find_flight", "parameters": {"type": "object"}}}
-    ]
+        {
+            "type": "function",
+            "function": {"name": "find_flight", "parameters": {"type": "object"}, "strict": True},
+        }
+    ]  # the chat shape; `strict` is a field of the OpenAI function object too
 
 
 async def test_agentgym_item_id_is_the_task_key_and_gzip_bodies_are_read(api: ApiHarness) -> None:
