@@ -26,11 +26,12 @@ with a string, which Python hashes with SHA-512, so it does not depend on PYTHON
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 
 from core.envs.base import EnvError, StepResult, UnknownTask
-from core.envs.textcraft.recipes import RecipeBook, display_name, item_id_of, recipe_book
+from core.envs.textcraft.recipes import Recipe, RecipeBook, display_name, item_id_of, recipe_book
 
 INSTRUCTION = (
     "You craft Minecraft items from the given crafting commands. Reply with one action per turn:\n"
@@ -47,6 +48,9 @@ _COUNT = re.compile(r"([0-9]+) (.*)")
 TEST_PER_DEPTH = {1: 25, 2: 40, 3: 24, 4: 11}
 DEMO_PER_DEPTH = {1: 12, 2: 4}
 SPLITS = ("train", "test", "demo", "all")
+CRAFT_VARIANTS = 8  # instantiations of one recipe's generic ingredients listed by valid_actions()
+GET_MULTIPLES = 4  # valid_actions() lists ``get`` of 1..4 times each count a listed recipe asks
+SMALL_GETS = 4  # ... and of 1..4 of any obtainable item
 
 
 class _ActionFailed(Exception):
@@ -153,22 +157,30 @@ class TextCraftEnv:
         """``minecraft:stone_pickaxe`` -> ``stone_pickaxe`` (the NAME of ``goal:NAME``)."""
         return goal.removeprefix("minecraft:")
 
-    def observation_for(self, task_id: str) -> str:
-        """The first observation of ``task_id`` (pure function of the id and ``distractors``)."""
+    def listed_recipes(self, task_id: str) -> list[Recipe]:
+        """The recipes the first observation of ``task_id`` lists, in its order: the goal's recipe
+        tree plus up to ``distractors`` recipes using the same ingredients (seeded by the id)."""
         index = self.index_of(task_id)
         goal = self.book.goals[index]
         tree = self.book.tree(goal)
         in_tree = {recipe.text for recipe in tree}
-        pool: dict[str, None] = {}
+        pool: dict[str, Recipe] = {}
         for recipe in tree:
             for ing in recipe.inputs:
                 for use in self.book.uses.get(ing.name, []):
                     if use.text not in in_tree:
-                        pool[use.text] = None
+                        pool.setdefault(use.text, use)
         rng = random.Random(f"textcraft:{index}")
         candidates = sorted(pool)
-        lines = [r.text for r in tree] + rng.sample(candidates, min(len(candidates), self.distractors))
-        rng.shuffle(lines)
+        chosen = rng.sample(candidates, min(len(candidates), self.distractors))
+        listed = [*tree, *(pool[text] for text in chosen)]
+        rng.shuffle(listed)
+        return listed
+
+    def observation_for(self, task_id: str) -> str:
+        """The first observation of ``task_id`` (pure function of the id and ``distractors``)."""
+        goal = self.book.goals[self.index_of(task_id)]
+        lines = [recipe.text for recipe in self.listed_recipes(task_id)]
         return "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(lines), display_name(goal))
 
     # ---- episode ---------------------------------------------------------------------------------
@@ -265,6 +277,59 @@ class TextCraftEnv:
                     self.reward = 1.0
                 return f"Crafted {recipe.output_count} {output}"
         raise _ActionFailed(f"Could not find a valid recipe for {display_name(output)}")
+
+    # ---- action space ------------------------------------------------------------------------------
+    def valid_actions_sync(self) -> list[str] | None:
+        """The actions this state accepts (the ActionSpace capability; None before reset or once done).
+
+        * ``craft``: every listed recipe (the task's crafting commands) that the inventory can make
+          now, a generic ingredient (``planks``) instantiated with each held member that has enough
+          (at most ``CRAFT_VARIANTS`` instantiations per recipe);
+        * ``get N item``: every raw item a listed recipe uses (a generic ingredient's raw members
+          too), ``N`` one of the counts the listed recipes ask of it times 1..``GET_MULTIPLES`` plus
+          1..``SMALL_GETS`` (getting part of an amount again later is allowed);
+        * ``inventory``.
+
+        Each candidate is checked by executing it on a copy of the state, so every listed action is
+        one the environment accepts; choosing a useless one (a distractor's craft, a wrong item, a
+        repeat) stays possible: the errors left are decisions, not syntax.
+        """
+        if self.task_id is None or self.goal is None or self.done:
+            return None
+        book = self.book
+        listed = self.listed_recipes(self.task_id)
+        crafts: list[str] = []
+        amounts: dict[str, set[int]] = {}
+        for recipe in listed:
+            options: list[list[tuple[str, int]]] = []
+            for ing in recipe.inputs:
+                names = book.tag_members.get(ing.name, []) if ing.is_tag else [ing.name]
+                for name in names:
+                    if not book.is_craftable(name) and name not in book.tags and name in book.items:
+                        amounts.setdefault(name, set()).add(ing.count)
+                held = [(n, ing.count) for n in names if self.inventory.get(n, 0) >= ing.count]
+                options.append(held)
+            for combo in itertools.islice(itertools.product(*options), CRAFT_VARIANTS):
+                using = ", ".join(f"{count} {display_name(name)}" for name, count in combo)
+                crafts.append(f"craft {recipe.output_count} {display_name(recipe.output)} using {using}")
+        gets = [
+            f"get {n} {display_name(item)}"
+            for item in sorted(amounts)
+            for n in sorted(
+                {
+                    *range(1, SMALL_GETS + 1),
+                    *(c * k for c in amounts[item] for k in range(1, GET_MULTIPLES + 1)),
+                }
+            )
+        ]
+        accepted: list[str] = []
+        for action in dict.fromkeys([*crafts, *gets, "inventory"]):
+            if self.clone_sync().step_sync(action).valid:
+                accepted.append(action)
+        return accepted
+
+    async def valid_actions(self) -> list[str] | None:
+        return self.valid_actions_sync()
 
     # ---- Env port ----------------------------------------------------------------------------------
     async def reset(self, task_id: str) -> str:
