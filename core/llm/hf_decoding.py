@@ -277,18 +277,19 @@ class HFDecoding:
 
     def _guide_marker(
         self, guide: _Guide, token: int, generated: list[int], logits: Any, temperature: float, generator: Any
-    ) -> int:
+    ) -> tuple[int, bool]:
         """A free row sampled ``token``: enter the trie when the text now holds the marker. A token
         carrying text past the marker is taken back and re-picked from ``logits`` under the trie of
-        the marker's remainder; returns the token to emit."""
+        the marker's remainder. Returns the token to emit and whether it is the trie's first token
+        (False: free text, the marker's last token included)."""
         before = self.tokenizer.decode(generated, skip_special_tokens=True)
         text = self.tokenizer.decode([*generated, token], skip_special_tokens=True)
         span = marker_span(text)
         if span is None:
-            return token
-        if span[1] == len(text):
+            return token, False
+        if span[1] == len(text):  # the marker ends with this token: the trie starts at the next
             guide.enter(guide.constraint.trie(""))
-            return token
+            return token, False
         if text.startswith(before) and span[1] > len(before):
             remainder = text[len(before) : span[1]]
         else:  # the marker was complete before this token (cannot happen: checked every step)
@@ -297,9 +298,9 @@ class HFDecoding:
         masked = logits[None, :].clone()
         self._restrict(masked, 0, guide.trie.allowed(0) if guide.trie is not None else [])
         if temperature == 0:
-            return int(masked[0].argmax())
+            return int(masked[0].argmax()), True
         probs = self._torch.softmax(masked[0] / temperature, dim=-1)
-        return int(self._torch.multinomial(probs, 1, generator=generator))
+        return int(self._torch.multinomial(probs, 1, generator=generator)), True
 
     def _decode_chunk(
         self,
@@ -373,14 +374,15 @@ class HFDecoding:
                     continue
                 token = chosen_list[row]
                 guide = guides[row]
+                walk = guide is not None and guide.trie is not None  # this token follows the trie
                 if guide is not None and guide.trie is None:  # free Thought: did it reach "Action:"?
-                    picked = self._guide_marker(
+                    picked, walk = self._guide_marker(
                         guide, token, generated[row], step_logits[row], temperature, generators[row // n]
                     )
                     if picked != token:  # re-picked under the trie: its own log-probability
                         token = chosen_list[row] = picked
                         lp_list[row] = float(all_logprobs[row, token])
-                if guide is not None and guide.trie is not None:
+                if guide is not None and walk and guide.trie is not None:
                     node = guide.trie.step(guide.node, token)
                     if node is None:  # an end-of-turn / newline token at an action's end
                         done[row], finish[row] = True, "stop"
