@@ -200,7 +200,9 @@ class HFDecoding:
         constraints: Sequence[ActionConstraint | None] | None = None,
     ) -> list[list[Sample]]:
         per_chunk = 1 if self.batch_invariant else max(1, self.max_batch_rows // n)
-        every = list(constraints) if constraints is not None else [None] * len(encoded)
+        every: list[ActionConstraint | None] = (
+            list(constraints) if constraints is not None else [None] * len(encoded)
+        )
         chunks = [
             (
                 encoded[start : start + per_chunk],

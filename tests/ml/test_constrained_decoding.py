@@ -112,7 +112,7 @@ async def test_greedy_constrained_equals_free_whenever_free_is_valid(trained: HF
     ]
     constrained = await trained.sample_actions(conversations, actions, n=1, temperature=0.0, max_tokens=48)
     compared = 0
-    for listed, (f,), (c,), parsed_free in zip(actions, free, constrained, strict=True):
+    for listed, (f,), (c,), parsed_free in zip(actions, free, constrained, free_actions, strict=True):
         parsed = parse_action(c.text)
         assert parsed is not None and parsed.normalized in {a.lower() for a in listed}
         if parsed_free is not None:
