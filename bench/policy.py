@@ -90,8 +90,8 @@ def emit(metric: str, ours: float, baseline: float, unit: str) -> None:
 def demo_model(home: Path, quick: bool) -> str:
     """The warm-started starting model of ``agentr run`` (``--quick``'s with ``quick``): cached in
     ``home``'s model folder by its plan's key, built there with that plan when missing."""
-    from core.cli.demo import RunOptions, plan_run
-    from core.cli.warm_start import prepare_model
+    from agentr.cli.demo import RunOptions, plan_run
+    from agentr.cli.warm_start import prepare_model
 
     return prepare_model(plan_run(RunOptions(quick=quick)), home, 0)
 
@@ -100,7 +100,7 @@ async def invalid_rates(args: argparse.Namespace) -> None:
     """Section 3 of the module docstring: free vs constrained episodes, same goals and seeds."""
     import resource
 
-    from core.cli.demo import DEMO_ENV, DEMO_HELD_OUT, QUICK_ENV, RunOptions, plan_run
+    from agentr.cli.demo import DEMO_ENV, DEMO_HELD_OUT, QUICK_ENV, RunOptions, plan_run
     from core.domain.eval_protocol import episode_seed
     from core.envs.registry import open_env
     from train_service.evaluation import EvalConfig, play

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from core.cli.demo import DEMO_GOALS, DEMO_HELD_OUT
+from agentr.cli.demo import DEMO_GOALS, DEMO_HELD_OUT
 from core.envs.base import ActionSpace, valid_actions_of
 from core.envs.textcraft import TextCraftEnv, solve
 
