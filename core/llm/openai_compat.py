@@ -136,6 +136,37 @@ class OpenAIPolicy(OpenAILabelScoring):
         stop: Sequence[str] | None = None,
         logprobs: bool = False,
     ) -> list[list[Completion]]:
+        return await self._chat(conversations, None, n, temperature, max_tokens, seed, stop, logprobs)
+
+    async def sample_actions(
+        self,
+        conversations: Sequence[Conversation],
+        actions: Sequence[Sequence[str] | None],
+        n: int = 1,
+        temperature: float = 1.0,
+        max_tokens: int = 64,
+        seed: Seeds = None,
+        logprobs: bool = False,
+    ) -> list[list[Completion]]:
+        """``sample`` with each conversation's Action line one of ``actions[i]`` (None or empty:
+        free): vLLM's structured outputs, a regex over the whole answer (module docstring)."""
+        if len(actions) != len(conversations):
+            raise ValueError(f"{len(actions)} action lists for {len(conversations)} conversations")
+        return await self._chat(conversations, actions, n, temperature, max_tokens, seed, None, logprobs)
+
+    async def _chat(
+        self,
+        conversations: Sequence[Conversation],
+        actions: Sequence[Sequence[str] | None] | None,
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        seed: Seeds,
+        stop: Sequence[str] | None,
+        logprobs: bool,
+    ) -> list[list[Completion]]:
+        """One chat request per conversation, with its own seed; constrained where ``actions``
+        lists actions for it."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         seeds = conversation_seeds(seed, len(conversations))  # one request per conversation, its own seed
@@ -155,43 +186,7 @@ class OpenAIPolicy(OpenAILabelScoring):
                 payload["stop"] = list(stop)
             if logprobs:
                 payload["logprobs"] = True
-            body = await self._request("POST", "/chat/completions", payload)
-            return self._parse_chat(body, n, logprobs)
-
-        return list(await asyncio.gather(*(one(i, c) for i, c in enumerate(conversations))))
-
-    async def sample_actions(
-        self,
-        conversations: Sequence[Conversation],
-        actions: Sequence[Sequence[str] | None],
-        n: int = 1,
-        temperature: float = 1.0,
-        max_tokens: int = 64,
-        seed: Seeds = None,
-        logprobs: bool = False,
-    ) -> list[list[Completion]]:
-        """``sample`` with each conversation's Action line one of ``actions[i]`` (None or empty:
-        free): vLLM's structured outputs, a regex over the whole answer (module docstring)."""
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        if len(actions) != len(conversations):
-            raise ValueError(f"{len(actions)} action lists for {len(conversations)} conversations")
-        seeds = conversation_seeds(seed, len(conversations))
-        model = await self._model_name()
-
-        async def one(index: int, conversation: Conversation) -> list[Completion]:
-            payload: dict[str, Any] = {
-                "model": model,
-                "messages": [{"role": m.role, "content": m.content} for m in conversation],
-                "n": n,
-                "temperature": temperature,
-                "max_tokens": max_tokens,
-            }
-            if seeds is not None:
-                payload["seed"] = seeds[index]
-            if logprobs:
-                payload["logprobs"] = True
-            listed = [a for a in (actions[index] or ()) if a.strip()]
+            listed = [a for a in ((actions[index] if actions else None) or ()) if a.strip()]
             pattern = action_regex(listed) if listed else None
             if pattern is not None:
                 payload.update(self.structured_request(pattern))
