@@ -170,10 +170,10 @@ class SciWorldEnv:
 
     def valid_actions_sync(self) -> list[str] | None:
         """The simulator's valid action-object combinations for this state (its
-        ``getValidActionObjectCombinations``; None before reset or once done). The list can run to
-        thousands (every ``move X to Y``), so it is cut to ``MAX_VALID_ACTIONS``: the shortest
-        commands (fewest words, then alphabetical) are kept, which keeps every one-object action
-        (look, go to, open, pick up, focus on, ...) and drops two-object combinations first."""
+        ``getValidActionObjectCombinations``; None before reset or once done). The list is long
+        (417 combinations in task 0's first state, most of them ``connect X to Y``); beyond
+        ``MAX_VALID_ACTIONS`` the shortest commands (fewest words, then alphabetical) are kept, so
+        one-object actions (look, go to, open, pick up, ...) outlast two-object combinations."""
         if self.task_id is None or self.done:
             return None
         try:
