@@ -368,9 +368,9 @@ def _chunks(
             }
         )
         lp_entries = (choice.get("logprobs") or {}).get("content") or []
-        pieces = _token_pieces(sample, token_text)
-        for position, piece in enumerate(pieces):
-            lp = {"content": [lp_entries[position]]} if position < len(lp_entries) else None
+        for piece, positions in _token_pieces(sample, token_text):
+            entries = [lp_entries[p] for p in positions if p < len(lp_entries)]
+            lp = {"content": entries} if entries else None
             chunks.append(
                 head
                 | {
@@ -392,23 +392,28 @@ def _chunks(
     return chunks
 
 
-def _token_pieces(sample: Sample, token_text: Any) -> list[str]:
-    """The completion's text cut at token boundaries (pieces join to exactly the text); a token
-    whose bytes end mid-character joins the next one, as a streaming detokeniser does."""
+def _token_pieces(sample: Sample, token_text: Any) -> list[tuple[str, list[int]]]:
+    """The completion's text cut at token boundaries (pieces join to exactly the text), each with the
+    positions of its tokens; a token whose bytes end mid-character joins the next one, as a streaming
+    detokeniser does."""
     text = sample.completion.text
-    pieces: list[str] = []
+    pieces: list[tuple[str, list[int]]] = []
     consumed = 0
-    pending = ""
-    for token_id in sample.token_ids:
+    pending, positions = "", []
+    for position, token_id in enumerate(sample.token_ids):
         pending += token_text(token_id)
+        positions.append(position)
         if "\ufffd" in pending[-1:]:
             continue
         if text.startswith(pending, consumed):
-            pieces.append(pending)
+            pieces.append((pending, positions))
             consumed += len(pending)
-            pending = ""
-    if consumed < len(text):  # stop strings and special tokens: the rest of the text in one piece
-        pieces.append(text[consumed:])
+            pending, positions = "", []
+    if consumed < len(text) or positions:  # stop strings, special tokens: the rest in one piece
+        if pieces and consumed >= len(text):
+            pieces[-1] = (pieces[-1][0], pieces[-1][1] + positions)
+        else:
+            pieces.append((text[consumed:], positions))
     return pieces
 
 
