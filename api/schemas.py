@@ -26,7 +26,7 @@ from core.domain.config import LAUNCH_KEYS, RunConfig, launch_problem
 
 Scope = Literal["read", "ingest", "run", "review", "admin"]
 TraceFormat = Literal["openai", "openai-legacy", "otel", "otlp", "sharegpt"]
-ExportFormat = Literal["openai", "sharegpt", "parquet"]
+ExportFormat = Literal["openai", "sharegpt", "parquet", "dpo", "prm", "prm-values"]
 
 
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"

@@ -1,0 +1,50 @@
+"""Owns streaming the DPO and PRM exports (core.formats.pair_records) of an iteration or a named
+dataset out of the store, as JSONL bytes in chunks of about 64 KiB."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from core.domain.trace_datasets import DatasetManifest
+from core.formats.pair_records import dpo_records, pair_lines, prm_records, tree_value_records
+from core.store.pair_reads import dataset_pairs, iteration_pairs, iteration_trees
+
+
+async def _chunks(records: Iterable[dict[str, Any]], counter: Any) -> AsyncIterator[bytes]:
+    buffer: list[str] = []
+    size = 0
+    for line in pair_lines(records):
+        counter.inc()
+        buffer.append(line)
+        size += len(line)
+        if size >= 65536:
+            yield "".join(buffer).encode()
+            buffer, size = [], 0
+    if buffer:
+        yield "".join(buffer).encode()
+
+
+async def iteration_records(
+    store: Any, project_id: str | None, run_id: str, iteration: int, fmt: str
+) -> Iterable[dict[str, Any]]:
+    if fmt == "prm-values":
+        records: list[dict[str, Any]] = []
+        for source in await iteration_trees(store, project_id, run_id, iteration):
+            records.extend(tree_value_records(source.tree, source.task, source.instruction))
+        return records
+    sources = await iteration_pairs(store, project_id, run_id, iteration)
+    return dpo_records(sources) if fmt == "dpo" else prm_records(sources)
+
+
+async def iteration_body(
+    store: Any, project_id: str, run_id: str, iteration: int, fmt: str, counter: Any
+) -> AsyncIterator[bytes]:
+    async for chunk in _chunks(await iteration_records(store, project_id, run_id, iteration, fmt), counter):
+        yield chunk
+
+
+async def dataset_body(store: Any, manifest: DatasetManifest, fmt: str, counter: Any) -> AsyncIterator[bytes]:
+    sources = await dataset_pairs(store, manifest)
+    async for chunk in _chunks(dpo_records(sources) if fmt == "dpo" else prm_records(sources), counter):
+        yield chunk
