@@ -187,8 +187,8 @@ class Recorder:
         self._epoch = time.time_ns()
         self._seq = 0
         self._spooled = len(self._spool_files())
+        self._unstored = self._spooled  # handed over (or left by an earlier process), not stored yet
         self._task: asyncio.Task[None] | None = None
-        self._busy = False
         self.stored = 0
         self.spool_writes = 0
         self.failures = 0
@@ -197,6 +197,7 @@ class Recorder:
     def submit(self, record: CallRecord) -> None:
         """Hand a record over; never waits (a full queue spools it directly)."""
         self._seq += 1
+        self._unstored += 1
         try:
             self.queue.put_nowait((self._seq, record))
         except asyncio.QueueFull:
@@ -219,7 +220,7 @@ class Recorder:
     @property
     def pending(self) -> int:
         """Records not stored yet (queued, being stored, or spooled)."""
-        return self.queue.qsize() + self._spooled + (1 if self._busy else 0)
+        return self._unstored
 
     async def flush(self, timeout_s: float = 30.0) -> None:
         """Wait until every record handed over so far is stored (TimeoutError after ``timeout_s``)."""
@@ -244,32 +245,30 @@ class Recorder:
                 seq, record = await asyncio.wait_for(self.queue.get(), timeout=1.0)
             except TimeoutError:
                 continue
-            self._busy = True
             try:
                 await self.sink.store(record)
-                self.stored += 1
+                self._stored_one()
             except RecordRejected as exc:
                 log.error("proxy: call %s not stored: %s", record.call_id, exc)
                 self._write_spool(seq, record, self.rejected_dir)
+                self._unstored -= 1
             except Exception as exc:  # the store is down or slow: keep it on disk and retry
                 self.failures += 1
                 log.warning(
                     "proxy: store failed (%s: %s); spooling to %s", type(exc).__name__, exc, self.spool_dir
                 )
                 self._write_spool(seq, record)
-            finally:
-                self._busy = False
 
     async def _drain_spool(self) -> bool:
         for path in self._spool_files():
             record = CallRecord(**json.loads(path.read_text()))
-            self._busy = True
             try:
                 await self.sink.store(record)
             except RecordRejected as exc:
                 log.error("proxy: spooled call %s not stored: %s", record.call_id, exc)
                 self.rejected_dir.mkdir(exist_ok=True)
                 path.rename(self.rejected_dir / path.name)
+                self._unstored -= 1
             except Exception as exc:
                 self.failures += 1
                 log.info(
@@ -278,12 +277,14 @@ class Recorder:
                 return False
             else:
                 path.unlink()
-                self.stored += 1
-            finally:
-                self._busy = False
+                self._stored_one()
             self._spooled -= 1
         self._spooled = len(self._spool_files())
         return True
+
+    def _stored_one(self) -> None:
+        self.stored += 1
+        self._unstored -= 1
 
     # ------------------------------------------------------------------ spool
     def _spool_files(self) -> list[Path]:

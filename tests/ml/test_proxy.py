@@ -11,7 +11,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ class Proxied:
     app: Any
     key: str  # project A, scopes ingest + read
     other_key: str  # project B, scopes ingest + read
+    clients: list[openai.AsyncOpenAI] = field(default_factory=list)
 
     @property
     def runtime(self) -> ProxyRuntime:
@@ -125,7 +126,12 @@ async def proxied(pg_url: str, server: str, tmp_path: Path) -> AsyncIterator[Pro
     proxy_settings = load_proxy_settings(upstream_url=server, spool_dir=tmp_path / "spool")
     app = create_app(make_settings(pg_url), create_tables=True, proxy_settings=proxy_settings)
     async with serve(app) as base, httpx.AsyncClient(base_url=base) as client:
-        yield Proxied(base, server, app, await _key(client, "a"), await _key(client, "b"))
+        proxied = Proxied(base, server, app, await _key(client, "a"), await _key(client, "b"))
+        try:
+            yield proxied
+        finally:
+            for agent in proxied.clients:
+                await agent.close()
 
 
 def _dump(message: Any) -> dict[str, Any]:
@@ -312,7 +318,8 @@ async def database_down(database: str) -> AsyncIterator[None]:
     try:
         await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
         await admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = $1 AND pid <> pg_backend_pid()",
             database,
         )
         yield
