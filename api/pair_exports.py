@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from core.domain.trace_datasets import DatasetManifest
-from core.formats.pair_records import dpo_records, pair_lines, prm_records, tree_value_records
-from core.store.pair_reads import dataset_pairs, iteration_pairs, iteration_trees
+from core.formats.pair_records import dpo_records, pair_lines, prm_records
+from core.store.pair_reads import dataset_pairs, iteration_records
 
 
 async def _chunks(records: Iterable[dict[str, Any]], counter: Any) -> AsyncIterator[bytes]:
@@ -23,18 +23,6 @@ async def _chunks(records: Iterable[dict[str, Any]], counter: Any) -> AsyncItera
             buffer, size = [], 0
     if buffer:
         yield "".join(buffer).encode()
-
-
-async def iteration_records(
-    store: Any, project_id: str | None, run_id: str, iteration: int, fmt: str
-) -> Iterable[dict[str, Any]]:
-    if fmt == "prm-values":
-        records: list[dict[str, Any]] = []
-        for source in await iteration_trees(store, project_id, run_id, iteration):
-            records.extend(tree_value_records(source.tree, source.task, source.instruction))
-        return records
-    sources = await iteration_pairs(store, project_id, run_id, iteration)
-    return dpo_records(sources) if fmt == "dpo" else prm_records(sources)
 
 
 async def iteration_body(

@@ -7,6 +7,7 @@ errors, and finished search trees.
   the manifest points at (``RevisionMaterialized`` / ``SampleRespliced``) and read only up to the
   manifest's log position, so a download stays the same after later critiques or corrections.
 * ``iteration_trees``: the iteration's completed search trees rebuilt from their streams.
+* ``iteration_records``: an iteration's DPO / PRM records (core.formats.pair_records) from those.
 
 A pair's first error is the critic's ``FirstErrorMarked``, moved by the latest reviewer correction
 (``FirstErrorCorrected``: its step, no longer a fallback); the environment oracle's index, when the
@@ -16,7 +17,7 @@ critic recorded one, is kept beside it (core.formats.pair_records decides which 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -33,7 +34,7 @@ from core.domain.ids import pair_stream, tree_stream
 from core.domain.mcts import SearchTree
 from core.domain.trace_datasets import DatasetManifest
 from core.domain.transitions import TreeSource
-from core.formats.pair_records import PairSource
+from core.formats.pair_records import PairSource, dpo_records, prm_records, tree_value_records
 from core.store.tables import pairs, trees
 
 
@@ -106,3 +107,16 @@ async def iteration_trees(
                 )
             )
     return out
+
+
+async def iteration_records(
+    store: Any, project_id: str | None, run_id: str, iteration: int, fmt: str
+) -> Iterable[dict[str, Any]]:
+    """The iteration's ``dpo`` / ``prm`` records (its pairs) or ``prm-values`` (its trees)."""
+    if fmt == "prm-values":
+        records: list[dict[str, Any]] = []
+        for source in await iteration_trees(store, project_id, run_id, iteration):
+            records.extend(tree_value_records(source.tree, source.task, source.instruction))
+        return records
+    sources = await iteration_pairs(store, project_id, run_id, iteration)
+    return dpo_records(sources) if fmt == "dpo" else prm_records(sources)
