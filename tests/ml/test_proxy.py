@@ -80,7 +80,7 @@ class Proxied:
         return openai.AsyncOpenAI(base_url=self.upstream, api_key="unused", max_retries=0)
 
     async def trace(self, trace_id: str, key: str | None = None) -> httpx.Response:
-        async with httpx.AsyncClient(base_url=self.base) as client:
+        async with httpx.AsyncClient(base_url=self.base, timeout=120) as client:
             return await client.get(
                 f"/v1/traces/{trace_id}", headers={"Authorization": f"Bearer {key or self.key}"}
             )
@@ -125,7 +125,7 @@ async def _key(client: httpx.AsyncClient, name: str) -> str:
 async def proxied(pg_url: str, server: str, tmp_path: Path) -> AsyncIterator[Proxied]:
     proxy_settings = load_proxy_settings(upstream_url=server, spool_dir=tmp_path / "spool")
     app = create_app(make_settings(pg_url), create_tables=True, proxy_settings=proxy_settings)
-    async with serve(app) as base, httpx.AsyncClient(base_url=base) as client:
+    async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=120) as client:
         proxied = Proxied(base, server, app, await _key(client, "a"), await _key(client, "b"))
         try:
             yield proxied
@@ -201,7 +201,7 @@ async def test_chat_through_the_proxy_equals_the_upstream_and_is_recorded(proxie
 
     # a key of another project cannot read it; the outcome is set later by PATCH (the critic then runs)
     assert (await proxied.trace(trace_id, proxied.other_key)).status_code == 404
-    async with httpx.AsyncClient(base_url=proxied.base) as client:
+    async with httpx.AsyncClient(base_url=proxied.base, timeout=120) as client:
         patched = await client.patch(
             f"/v1/traces/{trace_id}",
             json={"outcome": "failure"},
@@ -286,7 +286,7 @@ async def test_tool_calls_in_the_conversation_are_recorded_as_tool_steps(proxied
 
 
 async def test_upstream_errors_come_back_unchanged(proxied: Proxied) -> None:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(timeout=120) as client:
         for body in (
             {"model": "gpt-nonexistent", "messages": [USER]},
             {"model": MODEL, "messages": [USER], "temperature": 99},
