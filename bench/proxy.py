@@ -59,7 +59,7 @@ async def chat(body: dict):
 
 def _agentr() -> list[str]:
     script = Path(sys.executable).with_name("agentr")
-    return [str(script)] if script.exists() else [sys.executable, "-c", "from core.cli import main; main()"]
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from agentr.cli import main; main()"]
 
 
 def _messages(client: int, call: int) -> list[dict[str, Any]]:

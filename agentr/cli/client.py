@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import typer
 
-from core.cli.export_formats import FORMAT_HELP, LOCAL_FORMATS, convert_download
+from agentr.cli.export_formats import FORMAT_HELP, LOCAL_FORMATS, convert_download
 
 API_URL_ENV = "AGENTR_API_URL"
 API_KEY_ENV = "AGENTR_API_KEY"

@@ -96,7 +96,7 @@ def export_command(
     model: str | None = None,
     max_length: int = 1024,
 ) -> int:
-    from core.cli.export_formats import LOCAL_FORMATS, PAIR_FORMATS
+    from agentr.cli.export_formats import LOCAL_FORMATS, PAIR_FORMATS
     from core.runtime.settings import load_settings
 
     known = ("openai", "sharegpt", "parquet", *PAIR_FORMATS, *LOCAL_FORMATS)
@@ -116,7 +116,7 @@ def export_command(
 async def _export(
     settings: Any, run_id: str, iteration: int, fmt: str, output: Path, model: str | None, max_length: int
 ) -> int:
-    from core.cli.export_formats import LOCAL_FORMATS, PAIR_FORMATS, pair_lines_from_store, write_local
+    from agentr.cli.export_formats import LOCAL_FORMATS, PAIR_FORMATS, pair_lines_from_store, write_local
     from core.domain.ids import run_stream
     from core.domain.runs import fold
     from core.formats.export import write_jsonl, write_parquet
@@ -132,7 +132,7 @@ async def _export(
         if state.iteration(iteration) is None:
             raise LookupError(f"run {run_id} has no iteration {iteration}")
         if fmt in PAIR_FORMATS:
-            from core.cli.export_formats import write_records_jsonl
+            from agentr.cli.export_formats import write_records_jsonl
 
             return write_records_jsonl(output, await pair_lines_from_store(store, run_id, iteration, fmt))
         effects = RunEffects(settings, store)
