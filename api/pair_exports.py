@@ -6,23 +6,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from api.datasets import chunked
 from core.domain.trace_datasets import DatasetManifest
 from core.formats.pair_records import dpo_records, pair_lines, prm_records
 from core.store.pair_reads import dataset_pairs, iteration_records
 
 
 async def _chunks(records: Iterable[dict[str, Any]], counter: Any) -> AsyncIterator[bytes]:
-    buffer: list[str] = []
-    size = 0
-    for line in pair_lines(records):
-        counter.inc()
-        buffer.append(line)
-        size += len(line)
-        if size >= 65536:
-            yield "".join(buffer).encode()
-            buffer, size = [], 0
-    if buffer:
-        yield "".join(buffer).encode()
+    async def lines() -> AsyncIterator[str]:
+        for line in pair_lines(records):
+            counter.inc()
+            yield line
+
+    async for chunk in chunked(lines()):
+        yield chunk
 
 
 async def iteration_body(

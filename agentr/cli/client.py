@@ -246,7 +246,8 @@ def dataset_download(
     """Stream an iteration's dataset into a file (written to a temporary file, then renamed)."""
     path = f"/v1/runs/{run_id}/iterations/{iteration}/dataset"
     params = {"partial": str(partial).lower()}
-    size = download_as(api, key, path, params, fmt, out, model, max_length, f"dataset {run_id} #{iteration}")
+    label = f"dataset {run_id} #{iteration}"
+    size = download_as(api, key, path, params, fmt, out, model, max_length, label, source="openai")
     typer.echo(f"wrote {out} ({size}, {fmt})")
 
 
@@ -260,16 +261,18 @@ def download_as(
     model: str | None,
     max_length: int,
     label: str,
+    source: str = "samples",
 ) -> str:
-    """Download ``path`` in ``fmt`` into ``out``; tokenized / hf are made here from the OpenAI
-    chat JSONL the API serves (train_service.tokenized_export). Returns what was written, in words."""
+    """Download ``path`` in ``fmt`` into ``out``; tokenized / hf are made here (train_service.
+    tokenized_export) from the ``source`` format the API serves: ``samples`` (sample ids kept) or
+    ``openai`` (iteration downloads). Returns what was written, in words."""
     if fmt not in LOCAL_FORMATS:
         return f"{_stream_to(api, key, path, params | {'format': fmt}, out, label)} bytes"
     with tempfile.TemporaryDirectory() as folder:
         chat = Path(folder) / "chat.jsonl"
-        _stream_to(api, key, path, params | {"format": "openai"}, chat, label)
+        _stream_to(api, key, path, params | {"format": source}, chat, label)
         try:
-            rows = convert_download(chat, fmt, out, model, max_length)
+            rows = convert_download(chat, source, fmt, out, model, max_length)
         except (ValueError, OSError) as exc:
             typer.echo(f"cannot write {fmt}: {exc}", err=True)
             raise typer.Exit(2) from None

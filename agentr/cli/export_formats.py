@@ -5,16 +5,15 @@ records (core.formats.pair_records)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from core.domain.trajectory import TrainingSample
+from core.formats.pair_records import PAIR_FORMATS
 
 LOCAL_FORMATS = ("tokenized", "hf")
-PAIR_FORMATS = ("dpo", "prm", "prm-values")
+__all__ = ["FORMAT_HELP", "LOCAL_FORMATS", "PAIR_FORMATS", "convert_download", "write_local"]
 FORMAT_HELP = (
     "openai, sharegpt, parquet (chat samples); dpo (OpenAI preference JSONL), prm / prm-values (TRL "
     "stepwise supervision from first errors / tree Q values); tokenized (Parquet for --model), hf "
@@ -35,26 +34,20 @@ def write_local(
     return write_hf_dataset(out, samples, load_tokenizer(model) if model else None, max_length)
 
 
-def convert_download(openai_jsonl: Path, fmt: str, out: Path, model: str | None, max_length: int) -> int:
-    """A downloaded OpenAI chat JSONL file (weights kept) as ``tokenized`` or ``hf``."""
-    from core.formats.export import read_general_chat
+def convert_download(
+    downloaded: Path, source: str, fmt: str, out: Path, model: str | None, max_length: int
+) -> int:
+    """A downloaded ``samples`` (ids kept) or OpenAI chat JSONL file as ``tokenized`` or ``hf``."""
+    from core.formats.export import read_general_chat, read_samples_jsonl
 
-    return write_local(fmt, read_general_chat(openai_jsonl), out, model, max_length)
+    samples = read_samples_jsonl(downloaded) if source == "samples" else read_general_chat(downloaded)
+    return write_local(fmt, samples, out, model, max_length)
 
 
 def write_records_jsonl(out: Path, lines: Iterable[str]) -> int:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".part")
-    count = 0
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as fh:
-            for line in lines:
-                fh.write(line)
-                count += 1
-        os.replace(tmp, out)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return count
+    from core.formats.export import write_lines
+
+    return write_lines(out, lines)
 
 
 async def pair_lines_from_store(store: Any, run_id: str, iteration: int, fmt: str) -> list[str]:
