@@ -24,7 +24,6 @@ The critic for a search pair is the iteration's actor: the ``model_ref`` of its 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -48,6 +47,7 @@ from core.domain.events import (
     TraceOutcomeSet,
     TraceUnpaired,
     caused_by,
+    current_trace,
 )
 from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
@@ -238,17 +238,11 @@ class CriticHandlers:
         return partners
 
     async def _trace_state(self, trace_id: str) -> TraceIngested | None:
-        """The trace as ingested, with the outcome (and reward) a later TraceOutcomeSet gave it."""
-        state: TraceIngested | None = None
-        for recorded in await self.store.read_stream(trace_stream(trace_id)):
-            event = recorded.event
-            if isinstance(event, TraceIngested):
-                state = event
-            elif isinstance(event, TraceOutcomeSet) and state is not None:
-                reward = event.reward if event.reward is not None else state.trajectory.reward
-                trajectory = dataclasses.replace(state.trajectory, reward=reward)
-                state = dataclasses.replace(state, outcome=event.outcome, trajectory=trajectory)
-        return state
+        """The trace as ingested (with the latest conversation the capture proxy recorded), with the
+        outcome (and reward) a later TraceOutcomeSet gave it."""
+        return current_trace(
+            [recorded.event for recorded in await self.store.read_stream(trace_stream(trace_id))]
+        )
 
     async def _trace_critic(self, trace: TraceIngested) -> tuple[CriticConfig, Policy | None]:
         """The critic for a failed trace: the upload's choice, else the project's (ProjectCreated),

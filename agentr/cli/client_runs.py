@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from agentr.cli.api_client import (
     _client,
     _fail,
 )
+from agentr.cli.export_formats import FORMAT_HELP, LOCAL_FORMATS, convert_download
 
 # ------------------------------------------------------------------------------------------------
 # runs
@@ -184,26 +186,58 @@ dataset_app = typer.Typer(help="Download datasets of finished iterations.", no_a
 def dataset_download(
     run_id: str = typer.Argument(..., help="The run id."),
     iteration: int = typer.Argument(..., help="0-based iteration."),
-    out: Path = typer.Option(..., "--out", "-o", help="File to write (replaced atomically)."),
-    fmt: str = typer.Option("openai", "--format", help="openai, sharegpt or parquet."),
+    out: Path = typer.Option(..., "--out", "-o", help="File (or hf folder) to write (replaced atomically)."),
+    fmt: str = typer.Option("openai", "--format", help=FORMAT_HELP),
     partial: bool = typer.Option(False, "--partial", help="Export what exists before the dataset is ready."),
+    model: str | None = typer.Option(None, "--model", help="Tokenizer for tokenized / hf (folder or id)."),
+    max_length: int = typer.Option(1024, "--max-length", min=1, help="Tokens per sample (as the trainer)."),
     api: str = ApiOption,
     key: str = KeyOption,
 ) -> None:
     """Stream an iteration's dataset into a file (written to a temporary file, then renamed)."""
+    path = f"/v1/runs/{run_id}/iterations/{iteration}/dataset"
+    params = {"partial": str(partial).lower()}
+    label = f"dataset {run_id} #{iteration}"
+    size = download_as(api, key, path, params, fmt, out, model, max_length, label, source="openai")
+    typer.echo(f"wrote {out} ({size}, {fmt})")
+
+
+def download_as(
+    api: str,
+    key: str,
+    path: str,
+    params: dict[str, str],
+    fmt: str,
+    out: Path,
+    model: str | None,
+    max_length: int,
+    label: str,
+    source: str = "samples",
+) -> str:
+    """Download ``path`` in ``fmt`` into ``out``; tokenized / hf are made here (train_service.
+    tokenized_export) from the ``source`` format the API serves: ``samples`` (sample ids kept) or
+    ``openai`` (iteration downloads). Returns what was written, in words."""
+    if fmt not in LOCAL_FORMATS:
+        return f"{_stream_to(api, key, path, params | {'format': fmt}, out, label)} bytes"
+    with tempfile.TemporaryDirectory() as folder:
+        chat = Path(folder) / "chat.jsonl"
+        _stream_to(api, key, path, params | {"format": source}, chat, label)
+        try:
+            rows = convert_download(chat, source, fmt, out, model, max_length)
+        except (ValueError, OSError) as exc:
+            typer.echo(f"cannot write {fmt}: {exc}", err=True)
+            raise typer.Exit(2) from None
+    return f"{rows} rows"
+
+
+def _stream_to(api: str, key: str, path: str, params: dict[str, str], out: Path, label: str) -> int:
     from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.part")
-    params = {"format": fmt, "partial": str(partial).lower()}
 
     def download() -> int:
-        with (
-            _client(api, key) as client,
-            client.stream(
-                "GET", f"/v1/runs/{run_id}/iterations/{iteration}/dataset", params=params
-            ) as response,
-        ):
+        with _client(api, key) as client, client.stream("GET", path, params=params) as response:
             if response.status_code >= 400:
                 response.read()
                 _check(response)
@@ -211,7 +245,7 @@ def dataset_download(
             with Progress(
                 *Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn()
             ) as progress:
-                task = progress.add_task(f"dataset {run_id} #{iteration}", total=None)
+                task = progress.add_task(label, total=None)
                 with tmp.open("wb") as handle:
                     for chunk in response.iter_bytes():
                         handle.write(chunk)
@@ -221,7 +255,6 @@ def dataset_download(
             return written
 
     try:
-        size = _call(download)
+        return _call(download)
     finally:
         tmp.unlink(missing_ok=True)
-    typer.echo(f"wrote {out} ({size} bytes, {fmt})")

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query
@@ -18,6 +19,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from api import pair_exports
 from api import trace_datasets as builds
 from api.dataset_schemas import (
     DatasetEntryOut,
@@ -38,6 +40,7 @@ from api.routes.runs import RunId, run_row
 from api.schemas import ERROR_RESPONSES, ID_PATTERN, ExportFormat
 from api.writes import append, new_event
 from core.domain.trace_datasets import DatasetManifest, DatasetQueryError
+from core.formats.pair_records import PAIR_FORMATS
 from core.store.tables import datasets, iterations
 
 router = APIRouter(prefix="/v1", tags=["datasets"], responses=ERROR_RESPONSES)
@@ -47,6 +50,9 @@ _MEDIA = {
     "sharegpt": ("application/x-ndjson", "jsonl"),
     "parquet": ("application/vnd.apache.parquet", "parquet"),
     "samples": ("application/x-ndjson", "jsonl"),
+    "dpo": ("application/x-ndjson", "jsonl"),  # api/pair_exports.py
+    "prm": ("application/x-ndjson", "jsonl"),
+    "prm-values": ("application/x-ndjson", "jsonl"),
 }
 DatasetId = Path(pattern=ID_PATTERN, description="The dataset id (from POST /v1/datasets).")
 _DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -80,7 +86,12 @@ _DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
 async def download_dataset(
     run_id: str = RunId,
     iteration: int = Path(ge=0, le=10_000, description="0-based iteration."),
-    format: ExportFormat = Query("openai", description="openai, sharegpt or parquet."),
+    format: ExportFormat = Query(
+        "openai",
+        description="openai, sharegpt or parquet (samples); dpo (OpenAI preference JSONL from the "
+        "iteration's pairs), prm (TRL stepwise supervision from first errors) or prm-values (from "
+        "the search trees' Q values): docs/datasets.md.",
+    ),
     partial: bool = Query(False, description="Export what exists before the dataset is ready."),
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
@@ -107,12 +118,17 @@ async def download_dataset(
             f"the dataset of iteration {iteration} is not ready (iteration status {it['status']}); "
             "pass partial=true to export what exists so far",
         )
-    samples = iter_dataset(
-        svc.store.engine, project_id=project_id, run_id=run_id, iteration=iteration, alpha=it["alpha"]
-    )
     media_type, suffix = _MEDIA[format]
-    counted = _count(samples, svc, format)
-    body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
+    body: AsyncIterator[bytes]
+    if format in PAIR_FORMATS:
+        counter = svc.metrics.export_rows.labels(format)
+        body = pair_exports.iteration_body(svc.store, project_id, run_id, iteration, format, counter)
+    else:
+        samples = iter_dataset(
+            svc.store.engine, project_id=project_id, run_id=run_id, iteration=iteration, alpha=it["alpha"]
+        )
+        counted = _count(samples, svc, format)
+        body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
     name = f"{run_id}-iteration{iteration}-{format}.{suffix}"
     headers = {"Content-Disposition": f'attachment; filename="{name}"'}
     if it["dataset_id"] is not None:
@@ -234,13 +250,21 @@ async def get_dataset(
 )
 async def download_named_dataset(
     dataset_id: str = DatasetId,
-    format: DatasetFormat = Query("openai", description="openai, sharegpt, samples or parquet."),
+    format: DatasetFormat = Query(
+        "openai",
+        description="openai, sharegpt, samples or parquet; dpo (OpenAI preference JSONL) or prm (TRL "
+        "stepwise supervision) from the pairs behind the dataset's revision samples.",
+    ),
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
     row, manifest = await _dataset(svc, principal.project(), dataset_id)
-    counted = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
-    body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
+    body: AsyncIterator[bytes]
+    if format in PAIR_FORMATS:
+        body = pair_exports.dataset_body(svc.store, manifest, format, svc.metrics.export_rows.labels(format))
+    else:
+        counted = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
+        body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
     media_type, suffix = _MEDIA[format]
     name = f"{row['name']}-v{row['version']}-{format}.{suffix}"
     headers = {

@@ -40,7 +40,7 @@ from api.schemas import (
     TraceOutcomesOut,
 )
 from api.writes import append, new_event
-from core.domain.events import NewEvent, TraceCritiqued, TraceIngested, TraceOutcomeSet
+from core.domain.events import ModelCallRecorded, NewEvent, TraceCritiqued, TraceIngested, TraceOutcomeSet
 from core.domain.ids import derived_id, trace_stream
 from core.domain.serde import to_dict
 from core.formats.importing import ImportedTrace, TraceFormatError, parse_outcome, parse_traces, with_note
@@ -274,7 +274,10 @@ async def get_trace(
     critique = None
     for recorded in await svc.store.read_stream(trace_stream(trace_id)):
         event = recorded.event
-        if isinstance(event, TraceIngested):
+        # the capture proxy's later calls (ModelCallRecorded) carry the trace's latest conversation
+        if isinstance(event, TraceIngested) or (
+            isinstance(event, ModelCallRecorded) and event.trajectory is not None
+        ):
             trajectory = to_dict(event.trajectory)
         elif isinstance(event, TraceCritiqued):
             critique = CritiqueOut(

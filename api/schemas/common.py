@@ -18,7 +18,7 @@ from pydantic import (
 
 Scope = Literal["read", "ingest", "run", "review", "admin"]
 TraceFormat = Literal["openai", "openai-legacy", "otel", "otlp", "sharegpt"]
-ExportFormat = Literal["openai", "sharegpt", "parquet"]
+ExportFormat = Literal["openai", "sharegpt", "parquet", "dpo", "prm", "prm-values"]
 
 
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"

@@ -9,8 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from core.formats.errors import TraceFormatError
-
 StatusCode = Literal["UNSET", "OK", "ERROR"]
 _STATUS_BY_NUMBER: dict[int, StatusCode] = {0: "UNSET", 1: "OK", 2: "ERROR"}
 HAS_IS_REMOTE, IS_REMOTE = 0x100, 0x200  # OTLP SpanFlags: the is-remote bit is known / set

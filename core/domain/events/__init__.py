@@ -64,11 +64,13 @@ from core.domain.events.search import (
 )
 from core.domain.events.traces import (
     GoodTraceSampled,
+    ModelCallRecorded,
     OtlpSpansBuffered,
     TraceCritiqued,
     TraceIngested,
     TraceOutcomeSet,
     TraceUnpaired,
+    current_trace,
 )
 from core.domain.events.values import CriticStrategyName, NodeRecord, StepVerdict
 
@@ -113,6 +115,8 @@ __all__ = [
     "TraceUnpaired",
     "TraceIngested",
     "TraceOutcomeSet",
+    "ModelCallRecorded",
+    "current_trace",
     "TrainingFailed",
     "TreeCompleted",
     "TreeStarted",

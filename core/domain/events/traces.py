@@ -1,8 +1,10 @@
 """Owns the events of the production-trace streams (``trace-{trace_id}``, plus the OTLP buffer):
-ingested traces, their outcomes, critiques and the good samples taken from them."""
+ingested traces, the capture proxy's recorded calls (and ``current_trace``, the stream folded),
+their outcomes, critiques and the good samples taken from them."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,6 +35,44 @@ class TraceOutcomeSet(DomainEvent):
     trace_id: str
     outcome: Literal["success", "failure"]
     reward: float | None
+
+
+@register
+@dataclass(frozen=True)
+class ModelCallRecorded(DomainEvent):
+    """One chat-completions call captured by the proxy (api/proxy), on its trace's stream.
+
+    ``request``: the call's parameters, ``tools`` and the messages new since ``messages_from`` (the
+    earlier ones are the trace's conversation); ``response``: the upstream's answer (a streamed one
+    assembled into a ``chat.completion``), token ids and logprobs included when it sent them.
+    ``trajectory``: the trace's conversation after this call (its messages + answer), or None when
+    the call does not extend the trace's conversation (kept, not part of the trajectory). Never any
+    header or credential."""
+
+    trace_id: str
+    call_id: str
+    call_index: int
+    request: dict[str, Any]
+    response: dict[str, Any]
+    stream: bool
+    latency_ms: float
+    trajectory: Trajectory | None = None
+
+
+def current_trace(events: list[DomainEvent]) -> TraceIngested | None:
+    """A trace stream folded: the ingested trace with the latest captured conversation
+    (``ModelCallRecorded.trajectory``) and the outcome (and reward) a later TraceOutcomeSet gave it."""
+    state: TraceIngested | None = None
+    for event in events:
+        if isinstance(event, TraceIngested):
+            state = event
+        elif state is not None and isinstance(event, ModelCallRecorded) and event.trajectory is not None:
+            state = dataclasses.replace(state, trajectory=event.trajectory)
+        elif state is not None and isinstance(event, TraceOutcomeSet):
+            reward = event.reward if event.reward is not None else state.trajectory.reward
+            trajectory = dataclasses.replace(state.trajectory, reward=reward)
+            state = dataclasses.replace(state, outcome=event.outcome, trajectory=trajectory)
+    return state
 
 
 @register
