@@ -471,6 +471,11 @@ class RunConfigIn(_Strict):
     )
     data_only: bool = Field(False, description="Stop each iteration once its dataset is ready (no training).")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of everything random in the run.")
+    runtime: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The conditions the run computes under (torch threads, precision, CPU), as "
+        "`agentr run` records them; informational.",
+    )
 
     @field_validator("alpha_schedule")
     @classmethod
