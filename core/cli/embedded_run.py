@@ -76,9 +76,7 @@ def run_command(opts: RunOptions) -> int:
                 "--bf16 off trains in fp32)"
             )
         # the conditions its floats depend on, recorded in the run's config (report.md shows them)
-        config["runtime"] = torch_threads.run_conditions(
-            training=threads, precision="mixed_bf16" if plan.mixed_bf16 else "fp32"
-        )
+        config = with_conditions(config)
         console.print(
             f"torch threads: {threads} for training (--threads), {torch_threads.INFERENCE_THREADS} for "
             f"inference; CPU: {config['runtime']['cpu']['model']} ({config['runtime']['cpu']['capability']})"
@@ -145,6 +143,7 @@ async def _run_async(
             _resume_conditions(config)
         else:
             run_id = new_id()
+            config = with_conditions(config)  # a bench's config too (bench/paper.py: run_config)
             await store.append(
                 [NewEvent(run_stream(run_id), RunRequested(run_id, "local", config))],
                 {run_stream(run_id): -1},
@@ -176,6 +175,21 @@ async def _run_async(
         return 1, run_id
     finally:
         await store.close()
+
+
+def with_conditions(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with its ``runtime`` record (the training threads configured for this process,
+    the training precision its ``train`` settings ask for, the CPU), unless it has one already."""
+    from core.runtime import torch_threads
+
+    if config.get("runtime"):
+        return config
+    train = config.get("train") or {}
+    precision = "bf16" if train.get("bf16") else "mixed_bf16" if train.get("mixed_bf16") else "fp32"
+    import torch
+
+    threads = torch_threads.training_threads() or torch.get_num_threads()
+    return {**config, "runtime": torch_threads.run_conditions(training=threads, precision=precision)}
 
 
 def _resume_conditions(config: dict[str, Any]) -> None:
