@@ -3,8 +3,9 @@ TextCraft expert (seeded mistakes; ``search_service/noisy_expert.py``), so what 
 hence the pairs, the revision samples and the datasets - cannot depend on float kernels, threads or
 the luck of a tiny model. Everything else is the real thing, as ``agentr run`` drives it: the
 embedded SQLite store, the critic (``direct``: no model judgement either), the splicer with replay
-verification, SFT of a real tiny transformers model (one thread, fp32: the run's recorded
-conditions), its evaluation, the report and ``agentr export`` in every format.
+verification, SFT of a real tiny transformers model (fp32, on ``$AGENTR_TEST_THREADS`` torch threads,
+default 1: the run's recorded conditions), its evaluation, the report and ``agentr export`` in
+every format. ISA caps in the environment (README "Testing on other CPUs") apply as they are.
 
 The quick e2e test (tests/e2e/test_agentr_run.py) runs the tiny model's own search, whose outcome
 does depend on the CPU; this test is where "an iteration produced data, was trained on, and the next
@@ -28,6 +29,7 @@ from core.domain.ids import run_stream
 from core.domain.runs import fold
 from core.runtime import torch_threads
 from core.runtime.cpu_features import cpu_model
+from tests.e2e.quick_runs import quick_threads
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +37,7 @@ RUN_ID = "expert-run"
 EXPERT = "noisy-expert?mistake=0.4&seed=3"
 
 
-def _config(model: str) -> RunConfig:
+def _config(model: str, threads: int) -> RunConfig:
     return RunConfig(
         env="textcraft?distractors=0&split=demo",  # 12 actions: room for bad prefix + revision
         model=model,
@@ -51,7 +53,7 @@ def _config(model: str) -> RunConfig:
         train={"epochs": 1.0, "learning_rate": 3e-4, "batch_size": 4, "max_length": 512, "time_budget_s": 99},
         evaluation={"max_steps": 2, "max_tokens": 16, "episodes_per_task": 1, "recovery_episodes": 1},
         seed=1,
-        runtime=torch_threads.run_conditions(training=1, precision="fp32"),
+        runtime=torch_threads.run_conditions(training=threads, precision="fp32"),
     )
 
 
@@ -99,8 +101,9 @@ def test_expert_searched_run_trains_on_data_in_every_iteration(tmp_path: Path) -
         tmp_path / "tiny", default_corpus(), hidden=64, layers=2, heads=2, vocab_size=768, seed=0
     )
     home = tmp_path / "home"
-    torch_threads.configure(inference=1, training=1)  # the conditions the config records
-    config = _config(str(model))
+    threads = quick_threads()
+    torch_threads.configure(inference=1, training=threads)  # the conditions the config records
+    config = _config(str(model), threads)
     paths = asyncio.run(_run(home, config))
 
     db = sqlite3.connect(home / "agentr.db")
@@ -142,7 +145,7 @@ def test_expert_searched_run_trains_on_data_in_every_iteration(tmp_path: Path) -
         # the checkpoint names the conditions it was trained under
         meta = json.loads((run_dir / "checkpoints" / f"iter-{iteration}" / "meta.json").read_text())
         assert meta["iteration"] == iteration and meta["dataset_id"] == event["dataset_id"]
-        assert meta["runtime"]["threads"]["training"] == 1 and meta["runtime"]["precision"] == "fp32"
+        assert meta["runtime"]["threads"]["training"] == threads and meta["runtime"]["precision"] == "fp32"
         assert meta["runtime"]["cpu"]["model"] == cpu_model()
         # the dataset leaves in every format, every sample in each
         samples = counts["revision"] + counts["good"]
@@ -157,6 +160,7 @@ def test_expert_searched_run_trains_on_data_in_every_iteration(tmp_path: Path) -
             assert any(m["role"] == "assistant" and m.get("weight") == 1 for m in sample["messages"])
     # the report says under which conditions its numbers were computed
     markdown = Path(paths["markdown"]).read_text()
-    assert "computed with: 1 torch thread(s) for training, 1 for inference; precision fp32" in markdown
+    conditions = f"computed with: {threads} torch thread(s) for training, 1 for inference; precision fp32"
+    assert conditions in markdown
     assert f"CPU {cpu_model()} (" in markdown
     assert report["config"]["runtime"] == config.runtime
