@@ -59,9 +59,10 @@ def _config(model: str, threads: int) -> RunConfig:
 
 async def _run(home: Path, config: RunConfig) -> dict[str, str]:
     """The embedded loop of ``agentr run`` with the noisy expert behind the search service."""
-    from core.cli.run_report import write_run_report
-    from core.runtime.embedded import run_embedded
     from core.runtime.process import build_service
+
+    from agentr.cli.run_report import write_run_report
+    from core.runtime.embedded import run_embedded
     from core.runtime.settings import load_settings
     from core.store.factory import open_store
     from search_service.noisy_expert import from_ref
@@ -94,7 +95,7 @@ async def _run(home: Path, config: RunConfig) -> dict[str, str]:
 
 
 def test_expert_searched_run_trains_on_data_in_every_iteration(tmp_path: Path) -> None:
-    from core.cli.eval_export import export_command
+    from agentr.cli.eval_export import export_command
     from core.llm.tiny import build_tiny_model, default_corpus
 
     model = build_tiny_model(
