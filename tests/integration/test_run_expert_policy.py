@@ -59,9 +59,8 @@ def _config(model: str, threads: int) -> RunConfig:
 
 async def _run(home: Path, config: RunConfig) -> dict[str, str]:
     """The embedded loop of ``agentr run`` with the noisy expert behind the search service."""
-    from core.runtime.process import build_service
-
     from agentr.cli.run_report import write_run_report
+    from agentr.process import build_service
     from core.runtime.embedded import run_embedded
     from core.runtime.settings import load_settings
     from core.store.factory import open_store
