@@ -107,7 +107,7 @@ def create_app(settings: Settings, *, create_tables: bool | None = None) -> Fast
     app.include_router(ui_router)  # the web UI at /ui (api/ui): static pages over the /v1 API
     # add_middleware wraps: the last added runs first. Access log outermost, so 413s are logged too;
     # the sanitiser inside the body limit, so it only ever buffers a bounded body.
-    app.add_middleware(JsonSanitizeMiddleware)
+    app.add_middleware(JsonSanitizeMiddleware, max_inflated=settings.max_body_bytes)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AccessLogMiddleware, metrics=metrics)
     return app

@@ -122,6 +122,10 @@ class DatasetEntryOut(BaseModel):
 
 class DatasetOut(DatasetSummaryOut):
     entries: list[DatasetEntryOut] = Field(description="The samples in download order.")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What the download lacks, naming the samples (e.g. tool calls without tool definitions).",
+    )
 
 
 class DatasetPage(BaseModel):
@@ -148,6 +152,7 @@ class TraceSummaryOut(BaseModel):
     transition_index: int | None = None
     strategy: str | None = None
     sample_id: str | None = None
+    reason: str | None = None
     created_at: datetime
 
 

@@ -58,8 +58,9 @@ def traces_upload(
     fmt: str = typer.Option(
         ...,
         "--format",
-        help="openai, openai-legacy, otel, otlp (OTLP/JSON export requests, one per line, as an "
-        "OpenTelemetry Collector file exporter writes them) or sharegpt.",
+        help="openai, openai-legacy, openai-responses, otel, otlp (OTLP/JSON export requests, one per "
+        "line, as an OpenTelemetry Collector file exporter writes them), sharegpt or langfuse "
+        "({trace, observations}); docs/traces.md.",
     ),
     batch_size: int = typer.Option(500, "--batch-size", min=1, max=10_000, help="Traces per request."),
     api: str = ApiOption,

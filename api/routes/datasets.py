@@ -32,7 +32,7 @@ from api.datasets import iter_dataset, jsonl_bytes, parquet_bytes
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error, not_found
 from api.idempotency import Idempotency, idempotency
-from api.pagination import cursor_param, keyset_page, limit_param
+from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
 from api.reads import owned_row
 from api.routes.runs import RunId, run_row
 from api.schemas import ERROR_RESPONSES, ID_PATTERN, ExportFormat
@@ -168,7 +168,9 @@ async def create_dataset(
 
     async def answer(conn: AsyncConnection) -> tuple[int, Any]:
         row = await owned_row(conn, datasets, "dataset_id", manifest.dataset_id, project_id, "dataset")
-        out = DatasetOut(**_summary(row).model_dump(), entries=_entries(manifest))
+        out = DatasetOut(
+            **_summary(row).model_dump(), entries=_entries(manifest), warnings=list(manifest.warnings)
+        )
         return 201, out.model_dump(mode="json")
 
     # the Idempotency-Key is claimed in the append's transaction, with the answer read there
@@ -184,7 +186,12 @@ async def create_dataset(
     return out
 
 
-@router.get("/datasets", response_model=DatasetPage, summary="List the project's datasets, newest first")
+@router.get(
+    "/datasets",
+    response_model=DatasetPage,
+    dependencies=[Depends(known_query_only)],
+    summary="List the project's datasets, newest first",
+)
 async def list_datasets(
     cursor: str | None = Depends(cursor_param),
     name: str | None = Query(None, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"),
@@ -214,7 +221,9 @@ async def get_dataset(
     svc: ApiServices = Depends(services),
 ) -> Any:
     row, manifest = await _dataset(svc, principal.project(), dataset_id)
-    return DatasetOut(**_summary(row).model_dump(), entries=_entries(manifest))
+    return DatasetOut(
+        **_summary(row).model_dump(), entries=_entries(manifest), warnings=list(manifest.warnings)
+    )
 
 
 @router.get(

@@ -10,6 +10,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    model_validator,
 )
 
 from api.schemas.common import (
@@ -55,8 +56,13 @@ class _TraceEnvelope(BaseModel):
 
 class OpenAITextPart(BaseModel):
     model_config = ConfigDict(extra="allow")
-    type: Literal["text"]
-    text: str
+    type: str = Field(
+        min_length=1,
+        max_length=50,
+        description="text (the text); any other part (image_url, input_audio, file) is kept as a typed "
+        "placeholder such as [image part: image/png].",
+    )
+    text: str | None = None
 
 
 class OpenAIFunction(BaseModel):
@@ -187,8 +193,45 @@ class ShareGPTBatchIn(_TraceBatch):
     traces: list[ShareGPTTrace] = Field(min_length=1, max_length=10_000)
 
 
+class ResponsesTrace(_TraceEnvelope):
+    model_config = ConfigDict(extra="allow")
+    input: str | list[dict[str, Any]] = Field(
+        description="Responses API input: a string or items (message, reasoning, function_call, "
+        "function_call_output)."
+    )
+    output: list[dict[str, Any]] | None = Field(None, description="The response's own output items.")
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = Field(
+        None, description="Responses tools ({type: function, name, ...})."
+    )
+
+
+class ResponsesBatchIn(_TraceBatch):
+    format: Literal["openai-responses"]
+    traces: list[ResponsesTrace] = Field(min_length=1, max_length=10_000)
+
+
+class LangfuseTrace(_TraceEnvelope):
+    model_config = ConfigDict(extra="allow")
+    trace: dict[str, Any] = Field(description="The Langfuse trace object (id, name, sessionId, metadata...).")
+    observations: list[dict[str, Any]] = Field(
+        min_length=1, description="Its observations (GENERATION ones hold the chat; TOOL ones tool results)."
+    )
+
+
+class LangfuseBatchIn(_TraceBatch):
+    format: Literal["langfuse"]
+    traces: list[LangfuseTrace] = Field(min_length=1, max_length=10_000)
+
+
 TraceBatchIn = Annotated[
-    OpenAIBatchIn | OpenAILegacyBatchIn | OtelBatchIn | OtlpBatchIn | ShareGPTBatchIn,
+    OpenAIBatchIn
+    | OpenAILegacyBatchIn
+    | ResponsesBatchIn
+    | OtelBatchIn
+    | OtlpBatchIn
+    | ShareGPTBatchIn
+    | LangfuseBatchIn,
     Field(
         discriminator="format",
         description="A batch of production traces in one import format (`format` picks the shape of "
@@ -204,6 +247,11 @@ class TraceAccepted(BaseModel):
         description="The traces stored without an outcome: nothing is done with them until "
         "PATCH /v1/traces/{id} (or PATCH /v1/traces) sets one.",
     )
+    replayed: list[str] = Field(
+        default_factory=list,
+        description="The traces already stored under the same producer id (`id`; OTLP trace id): a re-send "
+        "is an idempotent replay, nothing new is stored for them.",
+    )
     message: str = Field("", description="What happens next, in words.")
 
 
@@ -218,7 +266,23 @@ class TraceOutcomeIn(_Strict):
 
 
 class TraceOutcomeItem(TraceOutcomeIn):
-    trace_id: str = Field(pattern=ID_PATTERN, description="The trace to set.")
+    trace_id: str | None = Field(None, pattern=ID_PATTERN, description="The trace to set.")
+    external_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="Or the producer's id of the trace (the `id` it was sent with; OTLP: the trace id).",
+    )
+
+    @model_validator(mode="after")
+    def _one_reference(self) -> TraceOutcomeItem:
+        if (self.trace_id is None) == (self.external_id is None):
+            raise ValueError("send exactly one of trace_id and external_id")
+        return self
+
+    @property
+    def reference(self) -> str:
+        return self.trace_id if self.trace_id is not None else str(self.external_id)
 
 
 class TraceOutcomeBatchIn(_Strict):
@@ -259,7 +323,15 @@ class TraceOut(BaseModel):
     outcome: str
     source_format: str
     external_id: str | None = None
-    status: str
+    status: str = Field(
+        description="waiting_for_outcome, ingested, critiqued, no_error_found, unpaired (a failure with no "
+        "usable successful trace of its task key: see reason), rejected (its pair was), revised."
+    )
+    reason: str | None = Field(
+        None, description="Why a failed trace did not pair, or why its pair was rejected."
+    )
+    pair_id: str | None = Field(None, description="The pair made for this failed trace.")
+    sample_id: str | None = Field(None, description="Its revision sample (failure) or good sample (success).")
     transition_index: int | None = None
     created_at: datetime
     trajectory: dict[str, Any] | None = None

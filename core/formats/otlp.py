@@ -30,7 +30,6 @@ from core.formats.spans import (
     SpanRecord,
     StatusCode,
     _remote_parent,
-    check_storable,
     group_by_trace,
     json_text,
 )
@@ -39,7 +38,6 @@ __all__ = [
     "SpanRecord",
     "StatusCode",
     "any_value",
-    "check_storable",
     "group_by_trace",
     "json_text",
     "key_values",

@@ -1,5 +1,5 @@
-"""Owns the decoded span: ``SpanRecord`` (one OTLP span, whatever encoding it came in), the checks
-every record passes (``check_storable``: no NUL characters), grouping by trace and ``json_text``.
+"""Owns the decoded span: ``SpanRecord`` (one OTLP span, whatever encoding it came in), grouping by
+trace and ``json_text`` (NUL characters are replaced and noted by the receiver, not refused here).
 The decoders: ``core.formats.otlp`` (OTLP/JSON) and ``core.formats.otlp_protobuf`` (OTLP/protobuf)."""
 
 from __future__ import annotations
@@ -71,32 +71,6 @@ class SpanRecord:
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> SpanRecord:
         return cls(**{**data, "events": tuple(data.get("events", ()))})
-
-
-def _nul_path(value: Any, path: str) -> str | None:
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _nul_path(key, path) or _nul_path(item, f"{path}.{key}")
-            if found:
-                return found
-    if isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            found = _nul_path(item, f"{path}[{index}]")
-            if found:
-                return found
-    return None
-
-
-def check_storable(span: SpanRecord) -> None:
-    """Refuse text PostgreSQL cannot store (a NUL character), naming where it is."""
-    for key in ("name", "status_message", "attributes", "events", "resource"):
-        found = _nul_path(getattr(span, key), f"{span.path}.{key}")
-        if found:
-            raise TraceFormatError(
-                found, "holds a NUL character (\\u0000), which cannot be stored: remove it"
-            )
 
 
 def group_by_trace(spans: Sequence[SpanRecord]) -> dict[str, list[SpanRecord]]:

@@ -8,11 +8,29 @@ errors, timeouts, 429, 5xx) are retried with exponential backoff and jitter; any
 
 Label scoring (``score_mode``: ``tokenize``, ``echo`` or ``top_logprobs``) is
 ``core.llm.openai_scoring``'s; requests, retries and errors are ``core.llm.openai_http``'s.
+
+Constrained actions (``sample_actions``, the ActionConstrained capability of core.llm.ports): vLLM's
+structured outputs. A choice list (``{"structured_outputs": {"choice": [...]}}``) must cover the
+WHOLE completion, which would drop the Thought, so the list is sent as a regex over the whole
+answer instead - the Thought free on its line, the Action one of the actions (alternation of the
+escaped actions): ``Thought: [^\n]*\nAction: (?:a1|a2|...)``, in ONE request with ``n`` samples
+(the alternative, a free Thought request then a ``choice`` request continuing each sample's
+assistant message, costs n + 1 requests per conversation). Field names, from vLLM's structured
+outputs documentation (docs.vllm.ai/en/latest/features/structured_outputs/): since v0.12.0 the
+request carries ``"structured_outputs": {"regex": ...}`` (``"choice"``, ``"json"``, ``"grammar"``
+alike); before, the same constraint was the top-level ``"guided_regex"`` (``"guided_choice"``,
+...), removed in v0.12.0. ``structured_field`` picks one: ``"structured_outputs"`` (default) or
+``"guided"`` (older servers; URL option ``?structured=guided``). A server that refuses the field
+(HTTP 400 / 422 / 501) or IGNORES it (vLLM silently drops unknown fields, so an old server given the
+new field answers unconstrained) raises CannotConstrain naming the server: every answer that did
+not run out of tokens is checked against the regex, and one that does not match means the server
+did not constrain.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +38,14 @@ import httpx
 
 from core.llm.openai_http import RETRY_STATUS, UNSUPPORTED_STATUS, OpenAIHttp, ServerRefused
 from core.llm.openai_scoring import SCORE_MODES, TOP_LOGPROBS, OpenAILabelScoring
-from core.llm.ports import Completion, Conversation, PolicyError, Seeds, conversation_seeds
+from core.llm.ports import (
+    CannotConstrain,
+    Completion,
+    Conversation,
+    PolicyError,
+    Seeds,
+    conversation_seeds,
+)
 
 __all__ = [
     "RETRY_STATUS",
@@ -31,6 +56,8 @@ __all__ = [
     "OpenAIPolicy",
     "ServerRefused",
 ]
+
+STRUCTURED_FIELDS = ("structured_outputs", "guided")  # vLLM >= 0.12 | older vLLM (module docstring)
 
 
 class OpenAIPolicy(OpenAILabelScoring):
@@ -60,6 +87,7 @@ class OpenAIPolicy(OpenAILabelScoring):
         transport: httpx.AsyncBaseTransport | None = None,
         max_context_tokens: int | None = None,
         score_mode: str | None = None,
+        structured_field: str = "structured_outputs",
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise PolicyError(f"OpenAI base URL must start with http:// or https://, got {base_url!r}")
@@ -87,6 +115,9 @@ class OpenAIPolicy(OpenAILabelScoring):
         if template_from is not None and score_mode is None:
             score_mode = "echo"
         self.score_mode: str | None = score_mode
+        if structured_field not in STRUCTURED_FIELDS:
+            raise ValueError(f"structured_field must be one of {STRUCTURED_FIELDS}, got {structured_field!r}")
+        self.structured_field = structured_field
         self.root_url = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
         self.model_version = f"{self.base_url}#{model or '?'}"  # the server's model name
         if max_context_tokens is not None and max_context_tokens < 1:
@@ -105,6 +136,37 @@ class OpenAIPolicy(OpenAILabelScoring):
         stop: Sequence[str] | None = None,
         logprobs: bool = False,
     ) -> list[list[Completion]]:
+        return await self._chat(conversations, None, n, temperature, max_tokens, seed, stop, logprobs)
+
+    async def sample_actions(
+        self,
+        conversations: Sequence[Conversation],
+        actions: Sequence[Sequence[str] | None],
+        n: int = 1,
+        temperature: float = 1.0,
+        max_tokens: int = 64,
+        seed: Seeds = None,
+        logprobs: bool = False,
+    ) -> list[list[Completion]]:
+        """``sample`` with each conversation's Action line one of ``actions[i]`` (None or empty:
+        free): vLLM's structured outputs, a regex over the whole answer (module docstring)."""
+        if len(actions) != len(conversations):
+            raise ValueError(f"{len(actions)} action lists for {len(conversations)} conversations")
+        return await self._chat(conversations, actions, n, temperature, max_tokens, seed, None, logprobs)
+
+    async def _chat(
+        self,
+        conversations: Sequence[Conversation],
+        actions: Sequence[Sequence[str] | None] | None,
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        seed: Seeds,
+        stop: Sequence[str] | None,
+        logprobs: bool,
+    ) -> list[list[Completion]]:
+        """One chat request per conversation, with its own seed; constrained where ``actions``
+        lists actions for it."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         seeds = conversation_seeds(seed, len(conversations))  # one request per conversation, its own seed
@@ -124,10 +186,48 @@ class OpenAIPolicy(OpenAILabelScoring):
                 payload["stop"] = list(stop)
             if logprobs:
                 payload["logprobs"] = True
-            body = await self._request("POST", "/chat/completions", payload)
-            return self._parse_chat(body, n, logprobs)
+            listed = [a for a in ((actions[index] if actions else None) or ()) if a.strip()]
+            pattern = action_regex(listed) if listed else None
+            if pattern is not None:
+                payload.update(self.structured_request(pattern))
+            try:
+                body = await self._request("POST", "/chat/completions", payload)
+            except ServerRefused as exc:
+                if pattern is None or exc.status not in UNSUPPORTED_STATUS:
+                    raise
+                raise CannotConstrain(
+                    f"model server {self.base_url} cannot constrain actions: it refused "
+                    f"{self._field_name()} ({exc}); serve with vLLM (>= 0.12 for structured_outputs, "
+                    "?structured=guided for older) or set constrain_actions to false"
+                ) from exc
+            completions = self._parse_chat(body, n, logprobs)
+            if pattern is not None:
+                self._check_constrained(pattern, completions, len(listed))
+            return completions
 
         return list(await asyncio.gather(*(one(i, c) for i, c in enumerate(conversations))))
+
+    def _field_name(self) -> str:
+        return "structured_outputs.regex" if self.structured_field == "structured_outputs" else "guided_regex"
+
+    def structured_request(self, pattern: str) -> dict[str, Any]:
+        """The request fields that constrain the answer to ``pattern`` (module docstring)."""
+        if self.structured_field == "structured_outputs":
+            return {"structured_outputs": {"regex": pattern}}
+        return {"guided_regex": pattern}
+
+    def _check_constrained(self, pattern: str, completions: Sequence[Completion], count: int) -> None:
+        compiled = re.compile(pattern)
+        for completion in completions:
+            if completion.finish_reason == "length":
+                continue  # cut short: a prefix of a constrained answer need not match
+            if compiled.fullmatch(completion.text) is None:
+                raise CannotConstrain(
+                    f"model server {self.base_url} did not constrain its answer to the {count} valid "
+                    f"actions (it ignores {self._field_name()}; vLLM drops unknown fields): "
+                    f"{completion.text[:200]!r}. Serve with vLLM >= 0.12 (or ?structured=guided for an "
+                    "older vLLM), or set constrain_actions to false"
+                )
 
     def _parse_chat(self, body: Any, n: int, logprobs: bool) -> list[Completion]:
         try:
@@ -149,3 +249,19 @@ class OpenAIPolicy(OpenAILabelScoring):
         if len(out) != n:
             raise self._malformed(f"chat completion ({len(out)} choices for n={n})", body)
         return out
+
+
+def action_regex(actions: Sequence[str]) -> str:
+    """The whole-answer regex of constrained decoding: a free one-line Thought, then the Action
+    line as one of ``actions`` (each escaped; whitespace collapsed as ``format_assistant`` does)."""
+    choices = "|".join(_escape(" ".join(a.split())) for a in dict.fromkeys(actions) if a.strip())
+    return f"Thought: [^\\n]*\\nAction: (?:{choices})"
+
+
+_REGEX_SPECIAL = frozenset("\\.^$*+?()[]{}|/")
+
+
+def _escape(text: str) -> str:
+    """``text`` as a regex literal: only metacharacters escaped (spaces stay plain, which every
+    structured-output backend's regex dialect reads alike)."""
+    return "".join(f"\\{c}" if c in _REGEX_SPECIAL else c for c in text)

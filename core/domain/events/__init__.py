@@ -68,6 +68,7 @@ from core.domain.events.traces import (
     TraceCritiqued,
     TraceIngested,
     TraceOutcomeSet,
+    TraceUnpaired,
 )
 from core.domain.events.values import CriticStrategyName, NodeRecord, StepVerdict
 
@@ -109,6 +110,7 @@ __all__ = [
     "SearchRequested",
     "StepVerdict",
     "TraceCritiqued",
+    "TraceUnpaired",
     "TraceIngested",
     "TraceOutcomeSet",
     "TrainingFailed",

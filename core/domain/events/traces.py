@@ -58,6 +58,18 @@ class TraceCritiqued(DomainEvent):
 
 @register
 @dataclass(frozen=True)
+class TraceUnpaired(DomainEvent):
+    """A failed trace that could pair (it has steps) found no usable successful partner of its task
+    key; ``reason`` says why (none yet, or none diverging with a step after the divergence)."""
+
+    trace_id: str
+    task_key: str
+    reason: str
+    candidates: int  # successful traces of the task key looked at
+
+
+@register
+@dataclass(frozen=True)
 class GoodTraceSampled(DomainEvent):
     """A successful production trace became a good training sample (every assistant turn trained)."""
 
