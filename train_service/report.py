@@ -155,6 +155,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         out.append(f"reason: {report['reason']}")
     rows = report["rows"]
     config = report.get("config") or {}
+    if config.get("runtime"):
+        out += ["", conditions_line(config["runtime"])]
     constrained = report.get("constrain_actions") or constrain_settings(
         config.get("search") or {}, config.get("evaluation") or {}
     )
@@ -222,6 +224,22 @@ def report_markdown(report: dict[str, Any]) -> str:
     if training:
         out.append(training)
     return "\n".join(out)
+
+
+def conditions_line(runtime: dict[str, Any]) -> str:
+    """One line naming the conditions a run computed under (its config's ``runtime``: threads,
+    precision, CPU; core.runtime.torch_threads.run_conditions)."""
+    threads = runtime.get("threads") or {}
+    cpu = runtime.get("cpu") or {}
+    caps = ", ".join(f"{k}={v}" for k, v in (cpu.get("isa_caps") or {}).items())
+    return (
+        f"computed with: {threads.get('training', '?')} torch thread(s) for training, "
+        f"{threads.get('inference', '?')} for inference; precision {runtime.get('precision', '?')}; "
+        f"CPU {cpu.get('model', '?')} ({cpu.get('capability', '?')} kernels"
+        + (f"; capped: {caps}" if caps else "")
+        + f"), torch {runtime.get('torch', '?')}. The same seed reproduces these numbers under these "
+        "conditions; other threads, precision or CPU kernels give other floats."
+    )
 
 
 def training_markdown(iterations: Sequence[dict[str, Any]]) -> str:

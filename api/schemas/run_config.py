@@ -9,7 +9,7 @@ are rejected everywhere, so a typo is a 422 naming the field.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
@@ -325,6 +325,11 @@ class RunConfigIn(_Strict):
     )
     data_only: bool = Field(False, description="Stop each iteration once its dataset is ready (no training).")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of everything random in the run.")
+    runtime: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The conditions the run computes under (torch threads, precision, CPU), as "
+        "`agentr run` records them; informational.",
+    )
 
     @field_validator("alpha_schedule")
     @classmethod

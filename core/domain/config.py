@@ -202,6 +202,11 @@ class RunConfig:
     """Stop each iteration once its dataset is ready (no training): for teams that train elsewhere."""
     seed: int = 0
     """Seed of everything random in the run."""
+    runtime: dict[str, Any] = field(default_factory=dict)
+    """The conditions the run computes under, recorded by ``agentr run`` (core.runtime.torch_threads.
+    run_conditions): ``threads`` (training, inference, ...), ``precision`` and ``cpu`` (model, ISA).
+    Float results (trained weights, hence samples) depend on them; ``--resume`` takes the recorded
+    training threads. Empty when a run was submitted without it (the API's services)."""
 
     def alpha(self, iteration: int) -> float:
         schedule = self.alpha_schedule or (1.0,)
