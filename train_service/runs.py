@@ -290,6 +290,14 @@ class RunEffects:
             "launch": state.config.launch_settings(),
             "method": method,
         }
+        if method == "archer" and state.config.sft_overrides(iteration).get("mode") == "online":
+            # online ArCHer plays the run's training tasks and logs its episodes (archer_online)
+            kwargs["online"] = {
+                "env_uri": state.config.env,
+                "task_ids": await self.task_ids(state.config),
+                "store_url": self.settings.effective_database_url,
+                "project_id": state.project_id or None,
+            }
         log.info(
             "run %s iteration %d: training %s (model %s) on %s",
             run_id,

@@ -43,6 +43,8 @@ TRAINER_FIELDS: dict[str, tuple[str, ...]] = {
         "grad_accumulation", "gamma", "tau", "critic_lr", "actor_lr", "max_grad_norm", "expectile",
         "actor_loss", "awr_beta", "awr_max_weight", "kl_coef", "temperature", "max_new_tokens",
         "head_hidden", "max_state_tokens", "max_action_tokens", "max_length", "seed", "time_budget_s",
+        "rollout_episodes", "buffer_capacity", "episode_max_steps", "env_steps_budget",
+        "optimizer_steps_budget",
     ),
 }  # fmt: skip
 
