@@ -46,7 +46,15 @@ import torch
 
 from core.domain.events import EpisodePlayed, Metadata, NewEvent
 from core.domain.ids import episodes_stream
-from core.domain.replay import ReplayBuffer, buffer_id, episode_record, rebuild_buffer, round_slots
+from core.domain.replay import (
+    ReplayBuffer,
+    Slot,
+    buffer_id,
+    episode_id,
+    rebuild_buffer,
+    round_slots,
+    storable_trajectory,
+)
 from core.domain.transitions import TransitionConfig
 from core.envs.base import Env
 from train_service.archer import ActorWithCritic, ArcherConfig
@@ -181,16 +189,28 @@ async def _collect(
     )
     learner.actor.config.use_cache = False
     return [
-        episode_record(
-            run_id=run_id,
-            iteration=iteration,
-            round_index=round_index,
-            slot=slot,
-            trajectory=episode.trajectory(),
-            done=episode.done,
-        )
+        _record(run_id, iteration, round_index, slot, episode.trajectory(), episode.done)
         for slot, episode in zip(slots, played, strict=True)
     ]
+
+
+def _record(
+    run_id: str | None, iteration: int, round_index: int, slot: Slot, trajectory: Any, done: bool
+) -> EpisodePlayed:
+    buf = buffer_id(run_id, iteration)
+    return EpisodePlayed(
+        buffer_id=buf,
+        episode_id=episode_id(buf, round_index, slot.index),
+        run_id=run_id,
+        iteration=iteration,
+        round=round_index,
+        index=slot.index,
+        task_id=slot.task_id,
+        seed=slot.seed,
+        learner="archer",
+        trajectory=storable_trajectory(trajectory),
+        done=done,
+    )
 
 
 def _mean(values: Sequence[float]) -> float | None:

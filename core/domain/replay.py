@@ -10,8 +10,9 @@ records. Pure: no I/O (``train_service/archer_online.py`` plays the episodes and
   ``invalid_action_penalty`` where configured). An episode cut at the step limit keeps its last
   transition ``done`` too: the learner never sees past the limit, as in ArCHer's environments,
   whose horizon ends the episode.
-* Records: the episode's trajectory, with any NUL character the model sampled replaced by U+FFFD
-  (PostgreSQL's JSON cannot hold it; the count is in ``provenance["replaced_nul"]``).
+* Records (``EpisodePlayed``, built by the learner): the episode's trajectory, any NUL character
+  the model sampled replaced by U+FFFD (PostgreSQL's JSON cannot hold it; the count is in
+  ``provenance["replaced_nul"]``).
 * Buffer: a FIFO of transitions holding the most recent ``capacity`` (ArCHer's ``capacity``, 10,000
   by default); rebuilt from the log's records in (round, index) order, it is the same buffer the
   learner held when it wrote them.
@@ -87,31 +88,9 @@ def storable_trajectory(trajectory: Trajectory) -> Trajectory:
     )
 
 
-def episode_record(
-    *,
-    run_id: str | None,
-    iteration: int,
-    round_index: int,
-    slot: Slot,
-    trajectory: Trajectory,
-    done: bool,
-    learner: str = "archer",
-) -> EpisodePlayed:
-    """The log record of one played episode."""
-    buf = buffer_id(run_id, iteration)
-    return EpisodePlayed(
-        buffer_id=buf,
-        episode_id=derived_id("episode", buf, round_index, slot.index),
-        run_id=run_id,
-        iteration=iteration,
-        round=round_index,
-        index=slot.index,
-        task_id=slot.task_id,
-        seed=slot.seed,
-        learner=learner,
-        trajectory=storable_trajectory(trajectory),
-        done=done,
-    )
+def episode_id(buffer: str, round_index: int, index: int) -> str:
+    """The id of the episode played in slot ``index`` of round ``round_index`` of ``buffer``."""
+    return derived_id("episode", buffer, round_index, index)
 
 
 def episode_transitions(record: EpisodePlayed, cfg: TransitionConfig | None = None) -> list[Transition]:

@@ -116,9 +116,13 @@ async def test_online_rounds_log_their_episodes_and_move_the_actor(
     assert meta.config["mode"] == "online" and meta.metrics["episodes"] == 4
 
 
-async def test_critic_loss_falls_on_a_fixed_buffer(base_model: Path, store: SqlEventStore, tmp_path: Path) -> None:
+async def test_critic_loss_falls_on_a_fixed_buffer(
+    base_model: Path, store: SqlEventStore, tmp_path: Path
+) -> None:
     cfg = online(iterations=1, critic_epochs=1, actor_epochs=0, rollout_episodes=3)
-    await train_archer_online_async(base_model, tmp_path / "o", cfg, setup(store), run_id="run-2", dataset_id="d")
+    await train_archer_online_async(
+        base_model, tmp_path / "o", cfg, setup(store), run_id="run-2", dataset_id="d"
+    )
     recorded = await StoreEpisodeLog(store).read(buffer_id("run-2", 0))
     buffer = rebuild_buffer(recorded, 100).items()
     assert len(buffer) >= 3
