@@ -51,11 +51,12 @@ from core.domain.replay import (
     Slot,
     buffer_id,
     episode_id,
+    episode_transitions,
     rebuild_buffer,
     round_slots,
     storable_trajectory,
 )
-from core.domain.transitions import TransitionConfig
+from core.domain.transitions import Transition, TransitionConfig
 from core.envs.base import Env
 from train_service.archer import ActorWithCritic, ArcherConfig
 from train_service.archer_updates import ArcherLearner
@@ -69,6 +70,8 @@ ROUNDS_DIR = "rounds"
 LATEST = "latest"
 LEARNER_STATE = "learner.pt"
 ROUND_META = "round.json"
+ALGORITHMS = ("archer", "reinforce", "filtered_bc")
+SUCCESS = 1.0  # an episode's final reward that counts as a success
 
 
 class EpisodeLog(Protocol):
@@ -213,6 +216,24 @@ def _record(
     )
 
 
+def _baseline_data(
+    algorithm: str,
+    records: Sequence[EpisodePlayed],
+    successes: ReplayBuffer,
+    cfg: TransitionConfig | None,
+) -> list[tuple[Transition, float]]:
+    """The weighted steps a baseline trains on this round (``train_archer_online_async``)."""
+    if algorithm == "filtered_bc":
+        return [(t, 1.0) for t in successes.items()]
+    returns = [float(r.trajectory.reward or 0.0) for r in records]
+    baseline = sum(returns) / len(returns) if returns else 0.0
+    return [
+        (t, ret - baseline)
+        for record, ret in zip(records, returns, strict=True)
+        for t in episode_transitions(record, cfg)
+    ]
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 6) if values else None
 
@@ -229,8 +250,18 @@ async def train_archer_online_async(
     should_stop: Callable[[], bool] | None = None,
     on_step: StepReport | None = None,
     transition_config: TransitionConfig | None = None,
+    algorithm: str = "archer",
 ) -> TrainReport:
-    """Online ArCHer (module docstring); the final actor + ``critic/`` go to ``out_dir``."""
+    """Online ArCHer (module docstring); the final actor + ``critic/`` go to ``out_dir``.
+
+    ``algorithm`` swaps the updates for the paper's comparison (the collection, log, budgets and
+    checkpoints stay the same; no critic is trained): ``reinforce`` (on-policy, trajectory-level
+    REINFORCE with a baseline: each of the round's fresh steps weighted by its episode's return
+    minus the round's mean return; ``actor_epochs`` steps per round from round 0) or
+    ``filtered_bc`` (online filtered behaviour cloning: the steps of every successful episode so
+    far, weight 1)."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if cfg.mode != "online":
         raise ValueError(f"train_archer_online needs mode 'online', got {cfg.mode!r}")
     out = Path(out_dir)
@@ -261,6 +292,12 @@ async def train_archer_online_async(
     start_round = int(state["next_round"])
     buffer: ReplayBuffer = rebuild_buffer(
         logged, cfg.buffer_capacity, transition_config, before_round=start_round
+    )
+    successes_buffer = rebuild_buffer(
+        [r for r in logged if (r.trajectory.reward or 0.0) >= SUCCESS],
+        cfg.buffer_capacity,
+        transition_config,
+        before_round=start_round,
     )
     if start_round:
         log.info(
@@ -308,13 +345,28 @@ async def train_archer_online_async(
         for record in records:
             buffer.add_episode(record, transition_config)
         env_steps = sum(len(r.trajectory.steps) for r in records)
-        successes = sum(1 for r in records if (r.trajectory.reward or 0.0) >= 1.0)
+        successes = sum(1 for r in records if (r.trajectory.reward or 0.0) >= SUCCESS)
         state["env_steps"] += env_steps
         state["episodes"] += len(records)
         critic_losses: list[float] = []
         actor_info: list[dict[str, float]] = []
-        items = buffer.items()
-        for _ in range(cfg.critic_epochs):
+        if algorithm != "archer":
+            for record in records:
+                if (record.trajectory.reward or 0.0) >= SUCCESS:
+                    successes_buffer.add_episode(record, transition_config)
+            data = _baseline_data(algorithm, records, successes_buffer, transition_config)
+            for _ in range(cfg.actor_epochs if data else 0):
+                if cfg.optimizer_steps_budget is not None and steps_done() >= cfg.optimizer_steps_budget:
+                    break
+                actor_info.append(
+                    learner.weighted_update([learner.draw(data) for _ in range(cfg.grad_accumulation)])
+                )
+                state["actor_updates"] += 1
+                if on_step:
+                    on_step(steps_done(), total_steps, None)
+                check()
+        items = buffer.items() if algorithm == "archer" else ()
+        for _ in range(cfg.critic_epochs if algorithm == "archer" else 0):
             if cfg.optimizer_steps_budget is not None and steps_done() >= cfg.optimizer_steps_budget:
                 break
             batches = [learner.draw(items) for _ in range(cfg.grad_accumulation)]
@@ -323,7 +375,7 @@ async def train_archer_online_async(
             if on_step:
                 on_step(steps_done(), total_steps, critic_losses[-1])
             check()
-        if round_index >= cfg.warmup_iters:
+        if algorithm == "archer" and round_index >= cfg.warmup_iters:
             for _ in range(cfg.actor_epochs):
                 if cfg.optimizer_steps_budget is not None and steps_done() >= cfg.optimizer_steps_budget:
                     break
@@ -365,6 +417,7 @@ async def train_archer_online_async(
     metrics: dict[str, Any] = {
         "method": "archer",
         "mode": "online",
+        "algorithm": algorithm,
         "actor_objective": cfg.actor_objective,
         "rounds": len(rounds),
         "episodes": state["episodes"],

@@ -179,3 +179,21 @@ async def test_a_stopped_job_resumes_from_its_last_round(
     recorded = await StoreEpisodeLog(store).read(buffer_id("run-3", 0))
     assert sorted((e.round, e.index) for e in recorded) == [(r, i) for r in range(3) for i in range(2)]
     assert len({e.episode_id for e in recorded}) == 6
+
+
+async def test_the_online_baselines_share_the_loop_but_not_the_critic(
+    base_model: Path, store: SqlEventStore, tmp_path: Path
+) -> None:
+    cfg = online(iterations=1, kl_coef=0.0)
+    reinforce = await train_archer_online_async(
+        base_model, tmp_path / "r", cfg, setup(store), run_id="run-4", dataset_id="r", algorithm="reinforce"
+    )
+    assert reinforce.metrics["algorithm"] == "reinforce"
+    assert reinforce.metrics["critic_updates"] == 0 and reinforce.metrics["actor_updates"] == 1
+    # filtered BC learns only from successes: the untrained tiny model has none, so nothing moves
+    bc = await train_archer_online_async(
+        base_model, tmp_path / "b", cfg, setup(store), run_id="run-5", dataset_id="b", algorithm="filtered_bc"
+    )
+    assert bc.metrics["episodes"] == 2 and bc.metrics["actor_updates"] == 0
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        await train_archer_online_async(base_model, tmp_path / "x", cfg, setup(store), algorithm="ppo")
