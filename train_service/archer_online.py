@@ -58,7 +58,8 @@ from core.domain.replay import (
 )
 from core.domain.transitions import Transition, TransitionConfig
 from core.envs.base import Env
-from train_service.archer import ActorWithCritic, ArcherConfig
+from train_service.archer import ActorWithCritic
+from train_service.archer_config import ArcherConfig
 from train_service.archer_updates import ArcherLearner
 from train_service.checkpoint import CheckpointMeta, existing_checkpoint, write_checkpoint
 from train_service.evaluation import EvalConfig, play_episodes
