@@ -21,6 +21,7 @@ SFT's on the same data) is ``bench/train.py``'s (its ``learners`` section).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import sys
@@ -317,6 +318,7 @@ def online_comparison(
     from core.envs.registry import open_env
     from core.store.factory import open_store
     from train_service.archer_online import OnlineSetup, StoreEpisodeLog, train_archer_online_async
+    from train_service.checkpoint import read_meta
     from train_service.runs import select_tasks
 
     settings, home = embedded_settings(home)
@@ -341,13 +343,17 @@ def online_comparison(
         try:
             cfg = _online_config(plan.config["train"], rounds, episodes, max_steps, seed)
             setup = OnlineSetup(lambda: open_env(env_uri), tuple(tasks), StoreEpisodeLog(store))
-            run_id = f"bench-online-{algorithm}-{seed}"
+            # one experiment per configuration: a rerun with other settings never reuses a checkpoint
+            tag = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
+            run_id = f"bench-online-{algorithm}-{seed}-{tag}"
             out = home / "online" / run_id
             report = await train_archer_online_async(
                 model, out, cfg, setup, run_id=run_id, dataset_id=run_id, algorithm=algorithm
             )
-            played = await StoreEpisodeLog(store).read(report.metrics["buffer_id"])
-            return {"metrics": report.metrics, "checkpoint": str(report.checkpoint), "episodes": played}
+            # a rerun of the same configuration reuses the finished experiment (its meta.json)
+            metrics = read_meta(report.checkpoint).metrics if report.reused else report.metrics
+            played = await StoreEpisodeLog(store).read(metrics["buffer_id"])
+            return {"metrics": metrics, "checkpoint": str(report.checkpoint), "episodes": played}
         finally:
             await store.engine.dispose()
 
