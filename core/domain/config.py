@@ -1,8 +1,8 @@
 """Owns RunConfig: everything a Run needs to know, with documented defaults (pure, stdlib only).
 
 A Run is N iterations of search -> critic -> splice -> dataset -> train -> evaluate. The API accepts
-this shape (api/schemas.py mirrors it with pydantic for validation and OpenAPI), RunRequested carries
-it serialised, and every worker reads it back with ``RunConfig.from_data``.
+this shape (api/schemas/run_config.py mirrors it with pydantic for validation and OpenAPI),
+RunRequested carries it serialised, and every worker reads it back with ``RunConfig.from_data``.
 
 Served starting models: ``model`` may be an OpenAI-compatible base URL (``http://HOST:PORT/v1#name``,
 vLLM or ``agentr model serve``). Search, critic and the starting model's evaluation then talk to that
@@ -261,6 +261,12 @@ class RunConfig:
         ``train.method`` (a string: every iteration; a list: one per iteration, the last repeating)."""
         schedule = self.method_schedule() or ("sft",)
         return schedule[min(max(iteration, 0), len(schedule) - 1)]
+
+    def learns_online(self, iteration: int = 0) -> bool:
+        """Whether iteration ``iteration``'s learner gathers its own data in the environment (ArCHer
+        with ``mode: online``): it then trains even when the search's dataset is empty."""
+        method = self.train_method(iteration)
+        return method == "archer" and self.sft_overrides(iteration).get("mode") == "online"
 
     def transition_settings(self) -> dict[str, Any]:
         """``train.transitions`` (core.domain.transitions.TransitionConfig fields) for archer."""

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.envs.base import EnvError, UnknownTask
+from core.envs.base import MAX_VALID_ACTIONS, EnvError, UnknownTask
 from core.envs.registry import open_env
-from core.envs.sciworld import SciWorldEnv
+from core.envs.sciworld import AGENTGYM_EXCLUDED_TASKS, SciWorldEnv
 from tests.integration.test_envs_agentgym_http import start_server
 
 needs_java = pytest.mark.skipif(
@@ -43,6 +43,24 @@ def test_agentgym_game_index(sciworld: SciWorldEnv) -> None:
     splits = {s: sciworld.task_ids(s) for s in ("train", "dev", "test")}
     assert sum(len(ids) for ids in splits.values()) == 4639
     assert not set(splits["train"]) & set(splits["test"])
+    # the recorded tables (a client lists tasks from them with no Java; the adapter never asks its
+    # own simulator) are the simulator's own answers
+    from core.envs.sciworld_tasks import GAMES, TASK_VARIATIONS
+
+    asked = SciWorldEnv()
+    try:
+        simulator = asked.simulator
+        counted = [
+            (name, int(simulator.get_max_variations(name)))
+            for key, name in simulator.tasks.items()
+            if key not in AGENTGYM_EXCLUDED_TASKS
+        ]
+        assert counted == list(TASK_VARIATIONS) and GAMES == len(sciworld.games) == 4639
+        assert asked.simulator_splits() == splits
+    finally:
+        asked.close_sync()
+    served = open_env("agentgym+http://127.0.0.1:9/sciworld")  # no server needed to list tasks
+    assert served.task_ids() == splits["test"] and len(served.task_ids("all")) == 4639
 
 
 @needs_java
@@ -72,6 +90,20 @@ async def test_invalid_action_and_failure(sciworld: SciWorldEnv) -> None:
     assert (failed.raw_score, failed.reward, failed.done) == (-100, 0.0, True)
     assert failed.info.get("failed") is True
     assert await sciworld.clone() is None
+
+
+@needs_java
+async def test_valid_actions_are_the_simulators_combinations_and_accepted(sciworld: SciWorldEnv) -> None:
+    await sciworld.reset("0")
+    listed = await sciworld.valid_actions()
+    assert listed is not None and 0 < len(listed) <= MAX_VALID_ACTIONS and len(set(listed)) == len(listed)
+    assert {"look around", "inventory", "look at kitchen"} <= set(listed)
+    for action in listed[:3] + listed[-3:]:
+        await sciworld.reset("0")
+        assert (await sciworld.step(action)).valid, action
+    await sciworld.reset("0")
+    await sciworld.step("focus on agent")  # fails the task: the episode is over
+    assert await sciworld.valid_actions() is None
 
 
 @needs_java
