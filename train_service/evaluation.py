@@ -54,7 +54,7 @@ from core.domain.eval_protocol import (
     stratified_tasks,
 )
 from core.domain.metrics import EpisodeResult, summarize
-from core.domain.trajectory import Step
+from core.domain.trajectory import Step, Trajectory
 from core.envs.base import Env, valid_actions_of
 from core.llm.ports import Policy, sample_turns
 from core.llm.prompts import build_prompt, parse_action
@@ -156,7 +156,9 @@ def held_out_tasks(env: Env, task_ids: Sequence[str], cap: int | None, stratify:
 
 
 @dataclass
-class _Episode:
+class PlayedEpisode:
+    """One episode as played: its environment, steps and outcome (``play_episodes``)."""
+
     task_id: str
     env: Env
     instruction: str
@@ -178,8 +180,17 @@ class _Episode:
             prefix_steps=self.prefix_steps,
         )
 
+    def trajectory(self) -> Trajectory:
+        """The episode as a trajectory (its final reward clipped to [0, 1])."""
+        return Trajectory(
+            task=self.task,
+            instruction=self.instruction,
+            steps=tuple(self.steps),
+            reward=max(0.0, min(1.0, self.reward)),
+        )
 
-async def _start(episode: _Episode, prefix: Sequence[str], max_steps: int) -> None:
+
+async def _start(episode: PlayedEpisode, prefix: Sequence[str], max_steps: int) -> None:
     episode.task = await episode.env.reset(episode.task_id)
     for action in prefix:
         if not action:  # the source episode's answer had no parseable action: replayed as such
@@ -206,15 +217,35 @@ async def play(
 ) -> list[EpisodeResult]:
     """One episode per entry of ``task_ids`` (after replaying ``prefixes[i]`` when given), batched
     per turn; episode ``i`` samples turn ``k`` with seed ``seeds[i] + k`` at ``cfg.temperature``."""
+    played = await play_episodes(
+        policy, env_opener, task_ids, cfg, seeds=seeds, prefixes=prefixes, progress=progress
+    )
+    return [e.result() for e in played]
+
+
+async def play_episodes(
+    policy: Policy,
+    env_opener: Callable[[], Env],
+    task_ids: Sequence[str],
+    cfg: EvalConfig,
+    *,
+    seeds: Sequence[int] | None = None,
+    prefixes: Sequence[Sequence[str]] | None = None,
+    progress: Progress | None = None,
+) -> list[PlayedEpisode]:
+    """``play``, returning the whole episodes (steps with thoughts and observations): what an
+    online learner records and learns from."""
     if prefixes is not None and len(prefixes) != len(task_ids):
         raise ValueError(f"{len(prefixes)} prefixes for {len(task_ids)} tasks")
     if seeds is not None and len(seeds) != len(task_ids):
         raise ValueError(f"{len(seeds)} seeds for {len(task_ids)} episodes")
-    episodes: list[_Episode] = []
+    episodes: list[PlayedEpisode] = []
     try:
         for index, task_id in enumerate(task_ids):
             env = env_opener()
-            episode = _Episode(task_id, env, env.instruction, seeds[index] if seeds is not None else index)
+            episode = PlayedEpisode(
+                task_id, env, env.instruction, seeds[index] if seeds is not None else index
+            )
             episodes.append(episode)
             await _start(episode, prefixes[index] if prefixes else (), cfg.max_steps)
         measure = getattr(policy, "count_tokens", None)
@@ -259,7 +290,7 @@ async def play(
     finally:
         for episode in episodes:
             await episode.env.close()
-    return [e.result() for e in episodes]
+    return episodes
 
 
 @contextmanager

@@ -178,9 +178,11 @@ class TrainSettings(_Strict):
         None, description="dpo: frozen starting model as reference (default) or none (reference-free)."
     )
     mode: Literal["offline", "online"] | None = Field(
-        None, description="archer: offline (expectile V, AWR actor; default) or online (sampled actions)."
+        None,
+        description="archer: offline (ours: expectile V, AWR actor on the logged trees; default) or "
+        "online (the paper's: each round plays episodes in the run's environment into a replay buffer).",
     )
-    iterations: int | None = Field(None, ge=1, le=1_000_000, description="archer: rounds (40).")
+    iterations: int | None = Field(None, ge=1, le=1_000_000, description="archer: rounds (2000).")
     warmup_iters: int | None = Field(None, ge=0, le=1_000_000, description="archer: critic-only rounds (20).")
     critic_epochs: int | None = Field(
         None, ge=0, le=10_000, description="archer: critic steps per round (5)."
@@ -209,6 +211,21 @@ class TrainSettings(_Strict):
     )
     max_action_tokens: int | None = Field(
         None, ge=4, le=65_536, description="archer: critic action tokens (64)."
+    )
+    rollout_episodes: int | None = Field(
+        None, ge=1, le=100_000, description="archer online: episodes played per round (32)."
+    )
+    buffer_capacity: int | None = Field(
+        None, ge=1, le=10_000_000, description="archer online: replay buffer size in transitions (10000)."
+    )
+    episode_max_steps: int | None = Field(
+        None, ge=1, le=10_000, description="archer online: actions per rollout episode (20)."
+    )
+    env_steps_budget: int | None = Field(
+        None, ge=1, le=1_000_000_000, description="archer online: stop after this many environment actions."
+    )
+    optimizer_steps_budget: int | None = Field(
+        None, ge=1, le=1_000_000_000, description="archer online: stop after this many optimizer steps."
     )
     transitions: TransitionSettings | None = Field(None, description="archer: how transitions are read.")
 

@@ -43,6 +43,8 @@ TRAINER_FIELDS: dict[str, tuple[str, ...]] = {
         "grad_accumulation", "gamma", "tau", "critic_lr", "actor_lr", "max_grad_norm", "expectile",
         "actor_loss", "awr_beta", "awr_max_weight", "kl_coef", "temperature", "max_new_tokens",
         "head_hidden", "max_state_tokens", "max_action_tokens", "max_length", "seed", "time_budget_s",
+        "rollout_episodes", "buffer_capacity", "episode_max_steps", "env_steps_budget",
+        "optimizer_steps_budget",
     ),
 }  # fmt: skip
 
@@ -264,6 +266,12 @@ class RunConfig:
         ``train.method`` (a string: every iteration; a list: one per iteration, the last repeating)."""
         schedule = self.method_schedule() or ("sft",)
         return schedule[min(max(iteration, 0), len(schedule) - 1)]
+
+    def learns_online(self, iteration: int = 0) -> bool:
+        """Whether iteration ``iteration``'s learner gathers its own data in the environment (ArCHer
+        with ``mode: online``): it then trains even when the search's dataset is empty."""
+        method = self.train_method(iteration)
+        return method == "archer" and self.sft_overrides(iteration).get("mode") == "online"
 
     def transition_settings(self) -> dict[str, Any]:
         """``train.transitions`` (core.domain.transitions.TransitionConfig fields) for archer."""
