@@ -39,6 +39,9 @@ _CODES = {
 }
 
 
+ERROR_LOGGED = "agentr_error_logged"
+"""Request-state flag: the 500 handler logged this request's exception (redacted)."""
+
 _HTTP_METHODS = frozenset({"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"})
 
 
@@ -198,6 +201,7 @@ def install_error_handlers(app: FastAPI) -> None:
             getattr(request.state, "request_id", "?"),
             redacted_traceback(exc),
         )
+        request.scope.setdefault("state", {})[ERROR_LOGGED] = True  # api.app stops it here
         # Starlette answers this outside the app's middleware: add the request id header here.
         request_id = getattr(request.state, "request_id", None)
         headers = {"x-request-id": request_id} if request_id else None

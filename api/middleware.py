@@ -19,7 +19,15 @@ from urllib.parse import parse_qsl
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.sanitize import MAX_DEPTH, JsonProblem, TooDeep, json_problem, loads_bounded, text_problem
+from api.sanitize import (
+    MAX_DEPTH,
+    JsonProblem,
+    JsonRefused,
+    TooDeep,
+    json_problem,
+    loads_bounded,
+    text_problem,
+)
 
 access_log = logging.getLogger("agentr.api.access")
 
@@ -203,6 +211,8 @@ class JsonSanitizeMiddleware:
                 problem = json_problem(loads_bounded(body))
             except TooDeep:
                 problem = JsonProblem("", f"nested deeper than {MAX_DEPTH} levels")
+            except JsonRefused as exc:
+                problem = JsonProblem("", str(exc))
             except ValueError:
                 problem = None  # not JSON: FastAPI answers 422 json_invalid
         if problem is not None:

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from api.model_refs import path_shape_problem
 from core.domain.config import LAUNCH_KEYS, RunConfig, launch_problem
 
 Scope = Literal["read", "ingest", "run", "review", "admin"]
@@ -54,6 +55,18 @@ Timestamp = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_
 """A date-time given as RFC 3339 text (not Unix seconds), normalised to UTC; use for every
 timestamp the API accepts (query parameters and body fields)."""
 TaskId = Annotated[str, Field(min_length=1, max_length=1000, description="A task id of the environment.")]
+
+
+def _path_shape(value: str) -> str:
+    problem = path_shape_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+ModelRef = Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_path_shape)]
+"""A model reference: an http(s) URL or a folder (inside the server's model roots: api/model_refs.py
+checks that at the route). Its shape is bounded here: no path component over 255 bytes."""
 
 
 def _nul_path(value: Any, path: str) -> str | None:
@@ -199,10 +212,8 @@ class CriticSettings(_Strict):
     value_threshold: float | None = Field(
         None, ge=-1e6, le=1e6, description="value: t' is the first step with advantage below this (0)."
     )
-    value_model: str | None = Field(
+    value_model: ModelRef | None = Field(
         None,
-        min_length=1,
-        max_length=1000,
         description="value: an archer checkpoint folder holding critic/ (default: the iteration's actor).",
     )
     plan: Literal["auto", "prefix", "batched"] | None = Field(
@@ -263,10 +274,8 @@ class TrainSettings(_Strict):
     """Overrides of the SFT configuration (train_service.sft.SFTConfig); unset fields keep its
     defaults. To add a knob: add it here AND where the trainer reads it."""
 
-    model_path: str | None = Field(
+    model_path: ModelRef | None = Field(
         None,
-        min_length=1,
-        max_length=1000,
         description="When `model` is a served URL: the local folder with the weights that server serves "
         "(required unless `data_only`); not allowed with a local `model` folder.",
     )
@@ -412,10 +421,9 @@ class RunConfigIn(_Strict):
         max_length=300,
         description="Environment URI: textcraft, sciworld, agentgym+http://HOST:PORT/NAME.",
     )
-    model: str = Field(
-        min_length=1,
-        max_length=1000,
-        description="Starting model: a local model folder or an OpenAI-compatible base URL.",
+    model: ModelRef = Field(
+        description="Starting model: an OpenAI-compatible base URL, or a model folder inside the server's "
+        "model roots (AGENTR_MODEL_ROOTS; a relative name is a folder of the first root).",
     )
     tasks: list[TaskId] = Field(
         default_factory=list,
@@ -670,8 +678,14 @@ class _TraceEnvelope(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    id: Annotated[str, Field(min_length=1, max_length=200)] | int | None = Field(
-        None, description="The caller's own id for the trace (at most 200 characters)."
+    id: (
+        Annotated[str, Field(min_length=1, max_length=200)]
+        | Annotated[int, Field(ge=-(10**199 - 1), le=10**200 - 1)]
+        | None
+    ) = Field(
+        None,
+        description="The caller's own id for the trace: text or an integer, at most 200 characters "
+        "either way (its varchar(200) column holds an integer as its decimal text).",
     )
     task_key: str | None = Field(
         None, min_length=1, max_length=1000, description="Groups traces of one task; default: a hash."
@@ -774,8 +788,8 @@ class TraceCriticIn(_Strict):
         description="rules: tool errors, HTTP-style codes, loops; model: the named critic model "
         "labels each step; direct: the last action (Direct-Revision), which never says no_error_found.",
     )
-    model: str | None = Field(
-        None, min_length=1, max_length=500, description="Critic model for strategy model (folder or URL)."
+    model: Annotated[ModelRef, Field(max_length=500)] | None = Field(
+        None, description="Critic model for strategy model (URL, or a folder inside the model roots)."
     )
 
 

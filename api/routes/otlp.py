@@ -27,7 +27,7 @@ from fastapi.responses import Response
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError
 from api.errors import field_error as make_field_error
-from api.sanitize import TooDeep, json_problem, loads_bounded
+from api.sanitize import JsonRefused, json_problem, loads_bounded
 from api.schemas import ERROR_RESPONSES, ErrorBody
 from api.writes import append, new_event
 from core.domain.events import NewEvent, OtlpSpansBuffered, TraceIngested
@@ -68,7 +68,7 @@ def _decode(body: bytes, content_type: str, encoding: str, limit: int) -> tuple[
     if content_type == "application/json":
         try:
             payload = loads_bounded(body)
-        except TooDeep as exc:
+        except JsonRefused as exc:  # too deep, or an integer past the input layer's bound
             raise make_field_error("body", str(exc)) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"body: not valid JSON ({exc})") from None
