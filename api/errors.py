@@ -84,6 +84,8 @@ def error_response(
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     request_id = getattr(request.state, "request_id", None) if request is not None else None
+    if status_code == 422 and not fields:  # a 422 always names what to fix (ErrorBody says so)
+        fields = [{"field": "request", "message": detail}]
     body = {
         "error": code or _CODES.get(status_code, "error"),
         "detail": detail,

@@ -117,8 +117,14 @@ class ErrorBody(BaseModel):
     request_id: str | None = None
 
 
+class ValidationErrorBody(ErrorBody):
+    """A 422: ``fields`` names at least one offending value."""
+
+    fields: list[FieldError] = Field(min_length=1)
+
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody, "description": text}
+    code: {"model": ValidationErrorBody if code == 422 else ErrorBody, "description": text}
     for code, text in (
         (400, "Malformed request"),
         (401, "Missing or invalid API key"),

@@ -237,3 +237,32 @@ def test_forwarding_is_off_by_default_in_the_serve_configuration() -> None:
     assert config.proxy_headers is False
     trusted = uvicorn_config(object(), Settings(trusted_proxies="10.0.0.0/8, 127.0.0.1"), "127.0.0.1", 8000)
     assert trusted.proxy_headers is True and trusted.forwarded_allow_ips == ["10.0.0.0/8", "127.0.0.1"]
+
+
+# ------------------------------------------------------------------ 6. the document tells the truth
+
+
+async def test_event_stream_body_matches_its_documented_grammar(api: ApiHarness) -> None:
+    import re
+
+    key = api.auth(await api.key(await api.project(), "read", "run"))
+    assert (await api.client.post("/v1/runs", json={"model": "m"}, headers=key)).status_code == 202
+    content = api.app.openapi()["paths"]["/v1/events"]["get"]["responses"]["200"]["content"]
+    schema = content["text/event-stream"]["schema"]
+    assert schema["type"] == "string" and "pattern" in schema  # the SSE grammar, not any string
+    body = (await api.client.get("/v1/events", params={"follow": "false"}, headers=key)).text
+    assert "event: RunRequested" in body
+    assert re.fullmatch(schema["pattern"], body), body[:500]
+    assert not re.fullmatch(schema["pattern"], '{"not": "a stream"}')
+
+
+async def test_every_422_names_a_field(api: ApiHarness) -> None:
+    document = api.app.openapi()
+    response = document["paths"]["/v1/runs"]["post"]["responses"]["422"]["content"]["application/json"]
+    name = response["schema"]["$ref"].rsplit("/", 1)[1]
+    assert document["components"]["schemas"][name]["properties"]["fields"]["minItems"] == 1
+    key = api.auth(await api.key(await api.project(), "run"))
+    query = {"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}
+    bad = await api.client.post("/v1/datasets", json={"name": "d", "query": query}, headers=key)
+    assert bad.status_code == 422, bad.text  # was a 422 with an empty `fields` list
+    assert bad.json()["fields"] == [{"field": "body.query.since", "message": "must be before query.until"}]
