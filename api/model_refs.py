@@ -11,19 +11,23 @@ resolved path (symlinks followed) must stay inside a root too. Every refusal car
 message whether or not the path exists, so a key cannot probe the server's file system.
 
 ``path_shape_problem`` is the input layer's bound on any path: no component longer than 255
-bytes (NAME_MAX) and at most 4,096 bytes in all (PATH_MAX), checked without touching the disk.
+characters (NAME_MAX) and at most 4,096 bytes in all (PATH_MAX), checked without touching the disk;
+the same rule is the field's pattern in the OpenAPI document (``MODEL_REF_PATTERN``). A component
+of fewer characters but more bytes is a name no file system holds: the template check treats it as
+a folder that is not here, and the workers refuse it as a model they cannot open.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from core.domain.config import TRAIN_MODEL_PATH, RunConfig, is_served_model
 
-MAX_NAME_BYTES = 255
+MAX_NAME_CHARS = 255
 MAX_PATH_BYTES = 4096
 
 OUTSIDE_ROOTS = (
@@ -32,17 +36,23 @@ OUTSIDE_ROOTS = (
 )
 
 
+MODEL_REF_PATTERN = (
+    r"^(?:[ \t\n\r\f\v]*[Hh][Tt][Tt][Pp][Ss]?://[\s\S]*"
+    r"|[^/]{0,255}(?:/[^/]{0,255})*)$"
+)
+"""A served model's http(s) URL, or a path whose components are at most 255 characters: the rule
+``path_shape_problem`` applies, stated in the OpenAPI document as the field's pattern."""
+_MODEL_REF = re.compile(MODEL_REF_PATTERN)
+
+
 def path_shape_problem(ref: str) -> str | None:
-    """Why ``ref`` cannot be a file-system path on any common OS (a component over 255 bytes, more
-    than 4,096 bytes in all), or None. URLs are not paths: only their length is bounded."""
-    size = len(ref.encode("utf-8", "surrogatepass"))
-    if size > MAX_PATH_BYTES:
+    """Why ``ref`` cannot be a model reference: a path with a component over 255 characters (the
+    NAME_MAX of common file systems, checked without touching the disk), or more than 4,096 bytes
+    in all; None when it can. URLs are not paths: only their length is bounded."""
+    if len(ref.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
         return f"at most {MAX_PATH_BYTES} bytes"
-    if is_served_model(ref):
-        return None
-    for part in ref.split("/"):
-        if len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-            return f"a path component is longer than {MAX_NAME_BYTES} bytes"
+    if _MODEL_REF.fullmatch(ref) is None:
+        return f"a path component is longer than {MAX_NAME_CHARS} characters"
     return None
 
 

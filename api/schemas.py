@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from api.model_refs import path_shape_problem
+from api.model_refs import MODEL_REF_PATTERN, path_shape_problem
 from core.domain.config import LAUNCH_KEYS, RunConfig, launch_problem
 
 Scope = Literal["read", "ingest", "run", "review", "admin"]
@@ -64,7 +64,12 @@ def _path_shape(value: str) -> str:
     return value
 
 
-ModelRef = Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_path_shape)]
+ModelRef = Annotated[
+    str,
+    # the pattern is checked by _path_shape (with a message that says which rule); stated here
+    Field(min_length=1, max_length=1000, json_schema_extra={"pattern": MODEL_REF_PATTERN}),
+    AfterValidator(_path_shape),
+]
 """A model reference: an http(s) URL or a folder (inside the server's model roots: api/model_refs.py
 checks that at the route). Its shape is bounded here: no path component over 255 bytes."""
 
