@@ -1,5 +1,6 @@
 """Cancelling a run stops its search (issue 26): over the real services (``agentr serve`` and the
-workers as OS processes, PostgreSQL and Redis), a run with a long search (500 rollouts per tree)
+workers as OS processes, PostgreSQL and Redis), a run with a long search (500 rollouts per tree,
+a small untrained model built into the deployment's model store)
 is cancelled once its first tree has expanded nodes; the search worker sees the cancel between two
 expansions, appends no NodesExpanded for the run's trees after it (a few seconds of grace for the
 expansion in flight and the worker's once-a-second check), and records why in ``SearchFailed``."""
@@ -13,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from core.llm.tiny import build_tiny_model
 from core.store.factory import open_store
 from core.store.tables import events
 from tests.e2e.helpers import wait_until
@@ -44,9 +46,21 @@ async def _run_events(database_url: str, run_id: str) -> list[dict[str, Any]]:
     return [{"type": t, "stream": s, "at": at, "data": d} for t, s, at, d in found]
 
 
-def test_cancel_stops_a_running_search(deployment: Deployment, run_config: dict[str, Any]) -> None:
+def test_cancel_stops_a_running_search(deployment: Deployment) -> None:
     client = deployment.client
-    config = {**run_config, "search": {**run_config.get("search", {}), "iterations": 500}, "data_only": True}
+    # a small untrained model in the deployment's own model store (a default model root): its
+    # actions are mostly invalid, but every rollout expands nodes, and 500 of them take minutes
+    texts = ["Goal: craft stick.", "Thought: planks.\nAction: get 2 oak planks"] * 20
+    folder = build_tiny_model(
+        deployment.home / "models" / "cancel-tiny", texts, hidden=32, layers=1, heads=2, vocab_size=300
+    )
+    config = {
+        "model": str(folder),
+        "max_tasks": 1,
+        "iterations": 1,
+        "data_only": True,
+        "search": {"iterations": 500, "n_candidates": 2, "max_depth": 8},
+    }
     run_id = client.submit_run(config)
 
     def expanding() -> bool | None:
