@@ -1,6 +1,6 @@
 """Cancelling a run stops its search (issue 26): over the real services (``agentr serve`` and the
-workers as OS processes, PostgreSQL and Redis), a run with a long search (500 rollouts per tree,
-a small untrained model built into the deployment's model store)
+workers as OS processes, PostgreSQL and Redis), a run with a long search (the warm-started tiny
+model, 500 rollouts per tree)
 is cancelled once its first tree has expanded nodes; the search worker sees the cancel between two
 expansions, appends no NodesExpanded for the run's trees after it (a few seconds of grace for the
 expansion in flight and the worker's once-a-second check), and records why in ``SearchFailed``."""
@@ -14,7 +14,6 @@ from typing import Any
 
 from sqlalchemy import select
 
-from core.llm.tiny import build_tiny_model
 from core.store.factory import open_store
 from core.store.tables import events
 from tests.e2e.helpers import wait_until
@@ -46,28 +45,23 @@ async def _run_events(database_url: str, run_id: str) -> list[dict[str, Any]]:
     return [{"type": t, "stream": s, "at": at, "data": d} for t, s, at, d in found]
 
 
-def test_cancel_stops_a_running_search(deployment: Deployment) -> None:
+def test_cancel_stops_a_running_search(deployment: Deployment, run_config: dict[str, Any]) -> None:
     client = deployment.client
-    # a small untrained model in the deployment's own model store (a default model root): its
-    # actions are mostly invalid, but every rollout expands nodes, and 500 of them take minutes
-    texts = ["Goal: craft stick.", "Thought: planks.\nAction: get 2 oak planks"] * 20
-    folder = build_tiny_model(
-        deployment.home / "models" / "cancel-tiny", texts, hidden=32, layers=1, heads=2, vocab_size=300
-    )
-    config = {
-        "model": str(folder),
-        "max_tasks": 1,
-        "iterations": 1,
-        "data_only": True,
-        "search": {"iterations": 500, "n_candidates": 2, "max_depth": 8},
-    }
+    # the warm-started tiny model writes valid actions, so its trees grow; 500 rollouts take minutes
+    search = {**run_config.get("search", {}), "iterations": 500}
+    config = {**run_config, "search": search, "data_only": True, "max_tasks": 1}
     run_id = client.submit_run(config)
 
     def expanding() -> bool | None:
         found = asyncio.run(_run_events(deployment.database_url, run_id))
         return True if sum(e["type"] == "NodesExpanded" for e in found) >= 3 else None
 
-    wait_until(expanding, timeout=240, what="the search to expand nodes", check=deployment.group.check_alive)
+    try:
+        wait_until(
+            expanding, timeout=240, what="the search to expand nodes", check=deployment.group.check_alive
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nrun: {client.run(run_id)}\n{deployment.group.logs(80)}") from None
     cancelled_at = datetime.now(UTC)
     response = client.http.post(
         f"/v1/runs/{run_id}/cancel", json={"reason": "e2e cancel"}, headers=client.headers
