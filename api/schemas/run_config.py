@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from api.schemas.common import (
+    ModelRef,
     TaskId,
     _Strict,
 )
@@ -53,10 +54,8 @@ class CriticSettings(_Strict):
     value_threshold: float | None = Field(
         None, ge=-1e6, le=1e6, description="value: t' is the first step with advantage below this (0)."
     )
-    value_model: str | None = Field(
+    value_model: ModelRef | None = Field(
         None,
-        min_length=1,
-        max_length=1000,
         description="value: an archer checkpoint folder holding critic/ (default: the iteration's actor).",
     )
     plan: Literal["auto", "prefix", "batched"] | None = Field(
@@ -117,10 +116,8 @@ class TrainSettings(_Strict):
     """Overrides of the SFT configuration (train_service.sft.SFTConfig); unset fields keep its
     defaults. To add a knob: add it here AND where the trainer reads it."""
 
-    model_path: str | None = Field(
+    model_path: ModelRef | None = Field(
         None,
-        min_length=1,
-        max_length=1000,
         description="When `model` is a served URL: the local folder with the weights that server serves "
         "(required unless `data_only`); not allowed with a local `model` folder.",
     )
@@ -283,10 +280,9 @@ class RunConfigIn(_Strict):
         max_length=300,
         description="Environment URI: textcraft, sciworld, agentgym+http://HOST:PORT/NAME.",
     )
-    model: str = Field(
-        min_length=1,
-        max_length=1000,
-        description="Starting model: a local model folder or an OpenAI-compatible base URL.",
+    model: ModelRef = Field(
+        description="Starting model: an OpenAI-compatible base URL, or a model folder inside the server's "
+        "model roots (AGENTR_MODEL_ROOTS; a relative name is a folder of the first root).",
     )
     tasks: list[TaskId] = Field(
         default_factory=list,
