@@ -181,6 +181,11 @@ class SearchSettings(_Strict):
     temperature: float | None = Field(None, ge=0, le=5, description="Sampling temperature of expansion.")
     max_tokens: int | None = Field(None, ge=1, le=8192, description="Token cap of one generated turn.")
     max_pairs_per_tree: int | None = Field(None, ge=0, le=10_000, description="Cap on pairs per tree.")
+    pair_selection: Literal["stratified", "deepest"] | None = Field(
+        None,
+        description="Which pairs the cap keeps: stratified (spread over bad-suffix lengths and "
+        "divergence depths, the default) or deepest (the deepest divergences first: the baseline).",
+    )
     record_terminal_children: bool | None = Field(
         None, description="Record a child whose step ended the episode as a leaf at once (true)."
     )
