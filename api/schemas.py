@@ -394,6 +394,13 @@ class EvaluationSettings(_Strict):
         description="The starting model's failed held-out episodes, truncated at seeded random steps, "
         "continued by every model (8).",
     )
+    recovery_seeds: int | None = Field(
+        None,
+        ge=1,
+        le=100,
+        description="Seeded continuations of each recovery prefix, each with max_steps actions after "
+        "the prefix (3).",
+    )
     success_threshold: float | None = Field(None, ge=0, le=1, description="Reward counted as success (1.0).")
     baseline: bool | None = Field(None, description="Also evaluate the starting model (true).")
     seen_tasks: bool | None = Field(None, description="Also evaluate on the searched tasks (true).")

@@ -69,7 +69,7 @@ class CorrectionHandlers:
         config, model_ref = SpliceConfig(), None
         if pair.run_id is not None:
             run_config, model_ref = await run_context(self.splice.store, pair.run_id, pair.iteration)
-            config = SpliceConfig.from_data(run_config.splice)
+            config = SpliceConfig.of_run(run_config)
         reflection = (
             Reflection(HUMAN_TEMPLATE_ID, correction.new_reflection) if correction.new_reflection else None
         )

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from sqlalchemy import func, select
 
+from core.domain.config import RunConfig
 from core.domain.events import (
     FirstErrorCorrected,
     FirstErrorMarked,
@@ -51,6 +52,7 @@ from core.domain.events import (
     TreeCompleted,
     caused_by,
 )
+from core.domain.good_samples import revision_masks
 from core.domain.ids import derived_id, pair_stream, run_stream
 from core.domain.reflections import (
     DEFAULT_TEMPLATES,
@@ -92,6 +94,19 @@ class SpliceConfig:
     """Reflection templates (id -> sentence); None = core.domain.reflections.DEFAULT_TEMPLATES."""
     reflection: Literal["template", "model"] = "template"
     """Where the reflection sentence comes from: a template, or the iteration's model (with fallback)."""
+    mask_invalid_steps: bool = True
+    """The good continuation's rejected steps get weight 0 (``RunConfig.mask_invalid_steps``)."""
+    mask_loop_steps: bool = True
+    """The good continuation's loop repeats get weight 0 (``RunConfig.mask_loop_steps``)."""
+
+    @classmethod
+    def of_run(cls, run_config: RunConfig) -> SpliceConfig:
+        """The run's ``splice`` settings with its loss-masking rule (the one good samples follow)."""
+        return replace(
+            cls.from_data(run_config.splice),
+            mask_invalid_steps=run_config.mask_invalid_steps,
+            mask_loop_steps=run_config.mask_loop_steps,
+        )
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None) -> SpliceConfig:
@@ -167,7 +182,7 @@ class SpliceHandlers:
         try:
             if pair.run_id is not None:
                 run_config, model_ref = await run_context(self.store, pair.run_id, pair.iteration)
-                config = SpliceConfig.from_data(run_config.splice)
+                config = SpliceConfig.of_run(run_config)
             outcome = await self._splice(pair, marked, config, model_ref)
         except (SpliceError, ReflectionError) as exc:
             outcome = RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"splice: {exc}")
@@ -269,8 +284,21 @@ class SpliceHandlers:
         }
         if pair.source == "trace":
             provenance["trace_id"] = pair.bad_leaf_id
+        masked, provenance["loss_masked"] = revision_masks(
+            path, mask_invalid_steps=config.mask_invalid_steps, mask_loop_steps=config.mask_loop_steps
+        )
+        if len(masked) == len(path.good):
+            return RevisionRejected(
+                pair.pair_id,
+                pair.run_id,
+                pair.iteration,
+                "splice: nothing to train: every step of the good continuation was rejected by the "
+                "environment or repeats a loop (weight 0)",
+            )
         sample_id = derived_id("revision", pair.pair_id)
-        sample = revision_sample(sample_id, pair.bad, pair.good, path, reflection.text, provenance)
+        sample = revision_sample(
+            sample_id, pair.bad, pair.good, path, reflection.text, provenance, masked=masked
+        )
         return RevisionMaterialized(
             sample_id=sample_id,
             pair_id=pair.pair_id,

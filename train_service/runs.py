@@ -216,13 +216,16 @@ class RunEffects:
             log.info("run %s iteration %d dataset: %s", state.run_id, iteration, m.note)
         log.info(
             "run %s iteration %d dataset: agent share %.3f (eta %s); good-sample turns at weight 0: "
-            "%d rejected by the environment, %d loop repeats",
+            "%d rejected by the environment, %d loop repeats; revision continuations: %d rejected, %d loop "
+            "repeats",
             state.run_id,
             iteration,
             m.agent_share,
             config.eta,
             m.masked_invalid_steps,
             m.masked_loop_steps,
+            m.revision_masked_invalid_steps,
+            m.revision_masked_loop_steps,
         )
         folder = self.run_dir(state.run_id) / "datasets"
         path = folder / f"iter-{iteration}.jsonl"
@@ -242,6 +245,10 @@ class RunEffects:
             "samples": counts,
             "agent_share": m.agent_share,
             "masked_good_steps": masked,
+            "masked_revision_steps": {
+                "invalid": m.revision_masked_invalid_steps,
+                "loop": m.revision_masked_loop_steps,
+            },
         }
 
     # ---------------------------------------------------------------------------- training
