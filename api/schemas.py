@@ -194,12 +194,17 @@ class SearchSettings(_Strict):
 class CriticSettings(_Strict):
     """Critic settings (critic_service.critic.CriticConfig)."""
 
-    strategy: Literal["model", "direct", "rules", "reflect", "value"] = Field(
+    strategy: Literal["model", "direct", "rules", "reflect", "value", "first"] = Field(
         "model",
         description="model: the actor judges each bad action (the paper); direct: the last action "
         "(Direct-Revision baseline); rules: invalid actions, loops and tool errors; reflect: the step "
         "after which the actor finds a reflection most likely; value: the first step whose ArCHer "
-        "advantage is below value_threshold.",
+        "advantage is below value_threshold; first: the first action after the divergence (a baseline).",
+    )
+    compare_reflect: bool | None = Field(
+        None,
+        description="Also record the reflect strategy's t' on every search pair, with the same model, "
+        "for the run report's critic baselines (true).",
     )
     value_threshold: float | None = Field(
         None, ge=-1e6, le=1e6, description="value: t' is the first step with advantage below this (0)."

@@ -22,6 +22,8 @@
   of an ``archer`` checkpoint (``critic.value_model``, else the actor's folder); t' is the first step
   with A < ``value_threshold`` (fallback to the last action otherwise): critic_service/value_critic.py.
 - ``direct``: the Direct-Revision baseline (t' = the last action).
+- ``first``: the first-after-divergence baseline (t' = the first action after the divergence: what
+  a critic answering Bad to everything gives).
 - ``rules``: invalid-action observations, tool errors and action loops (core.domain.critic).
 
 ``tokens_processed`` counts the tokens the model actually ran a forward pass over. Each prompt fits
@@ -42,6 +44,7 @@ from core.domain.critic import (
     CriticInputError,
     direct_verdicts,
     fell_back,
+    first_step_verdicts,
     judged_range,
     label_from_scores,
     normalise_label_scores,
@@ -57,8 +60,8 @@ from core.llm.context import context_limit, fit_prompt
 from core.llm.ports import ContextWindow, Policy
 from core.llm.prompts import JUDGE_QUESTION, build_messages
 
-Strategy = Literal["model", "direct", "rules", "reflect", "value"]
-STRATEGIES: tuple[Strategy, ...] = ("model", "direct", "rules", "reflect", "value")
+Strategy = Literal["model", "direct", "rules", "reflect", "value", "first"]
+STRATEGIES: tuple[Strategy, ...] = ("model", "direct", "rules", "reflect", "value", "first")
 LABEL_TEXTS: tuple[str, ...] = tuple(LABEL_WORDS[label] for label in LABELS)
 MAX_REFLECT_MARGIN = 10.0
 
@@ -72,7 +75,7 @@ class CriticConfigError(ValueError):
 @dataclass(frozen=True)
 class CriticConfig:
     strategy: Strategy = "model"
-    """model | direct | rules."""
+    """model | direct | rules | reflect | value | first."""
     plan: Literal["auto", "prefix", "batched"] = "auto"
     """How ``model`` runs: auto = prefix reuse on a local HF model, else one batched call."""
     early_exit: bool = True
@@ -85,6 +88,10 @@ class CriticConfig:
     value_model: str | None = None
     """value: the checkpoint folder whose ``critic/`` scores the steps (an archer run's); None = the
     iteration's actor folder."""
+    compare_reflect: bool = True
+    """Also find the ``reflect`` strategy's t' on every search pair, with the same model, recorded
+    as ``FirstErrorMarked.baselines["reflect"]`` (the per-iteration critic baselines of the run
+    report; only pairs with >= 2 actions after the divergence cost model passes)."""
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None) -> CriticConfig:
@@ -120,6 +127,7 @@ class CriticConfig:
             reflect_margin=float(margin),
             value_threshold=float(threshold),
             value_model=value_model,
+            compare_reflect=bool(data.get("compare_reflect", True)),
         )
 
 
@@ -299,6 +307,9 @@ async def critique(
         return Critique(
             "direct", tuple(verdicts), transition_index(verdicts, n_steps, shared_steps), fallback=True
         )
+    if config.strategy == "first":
+        verdicts = first_step_verdicts(n_steps, shared_steps)
+        return Critique("first", tuple(verdicts), transition_index(verdicts, n_steps, shared_steps))
     if config.strategy == "rules":
         verdicts = rule_verdicts(path.steps, start=shared_steps)
         return Critique(
@@ -361,3 +372,18 @@ async def critique(
         model_version=policy.model_version,
         fallback=fell_back(got, "model"),
     )
+
+
+async def reflect_baseline(
+    config: CriticConfig, path: Trajectory, shared_steps: int, policy: Policy | None
+) -> dict[str, int]:
+    """``FirstErrorMarked.baselines``: the ``reflect`` strategy's t' on the same bad path with the
+    same model, when ``config.compare_reflect`` and a model is at hand (the strategy is not reflect
+    itself). One action after the divergence needs no model: that action is every critic's t'."""
+    if not config.compare_reflect or policy is None or config.strategy == "reflect":
+        return {}
+    judged = judged_range(len(path.steps), shared_steps)
+    if len(judged) == 1:
+        return {"reflect": judged.start}
+    verdicts, _ = await judge_reflect(policy, path, list(judged), config.reflect_margin)
+    return {"reflect": next(v.step_index for v in verdicts if v.label == "bad")}

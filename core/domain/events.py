@@ -158,7 +158,7 @@ class StepVerdict:
     step_index: int  # index into the bad trajectory's steps
     label: Literal["good", "bad", "uncertain"]
     scores: dict[str, float] = field(default_factory=dict)  # label -> log-probability
-    method: Literal["scores", "text", "rule", "direct", "reflection"] = "scores"
+    method: Literal["scores", "text", "rule", "direct", "reflection", "first"] = "scores"
     reason: str = ""
 
 
@@ -428,13 +428,14 @@ class FirstErrorMarked(DomainEvent):
     event_version: ClassVar[int] = 2
 
     pair_id: str
-    strategy: Literal["model", "direct", "rules", "reflect", "value"]
+    strategy: Literal["model", "direct", "rules", "reflect", "value", "first"]
     transition_index: int  # index into bad.steps of the first wrong action (t')
     verdicts: tuple[StepVerdict, ...]
     model_version: str = ""
     tokens_processed: int = 0
     fallback: bool = False  # no step judged bad: t' fell back to the last action (Direct-Revision)
     oracle_index: int | None = None  # the environment oracle's first error (None: no oracle / none)
+    baselines: dict[str, int] = field(default_factory=dict)  # t' of baseline critics (reflect) on the pair
 
 
 @upcaster("FirstErrorMarked", 1)
@@ -557,7 +558,7 @@ class OtlpSpansBuffered(DomainEvent):
 @dataclass(frozen=True)
 class TraceCritiqued(DomainEvent):
     trace_id: str
-    strategy: Literal["model", "direct", "rules", "reflect", "value"]
+    strategy: Literal["model", "direct", "rules", "reflect", "value", "first"]
     transition_index: int | None  # None: no error found
     verdicts: tuple[StepVerdict, ...]
     model_version: str = ""
