@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from sqlalchemy import func, select
@@ -85,6 +85,15 @@ def _open_env(uri: str) -> Env:
 
 
 @dataclass(frozen=True)
+class LossMasking:
+    """The run's weight-0 rule for the good continuation of a revision sample
+    (``RunConfig.mask_invalid_steps`` / ``mask_loop_steps``; core.domain.good_samples.revision_masks)."""
+
+    invalid_steps: bool = True
+    loop_steps: bool = True
+
+
+@dataclass(frozen=True)
 class SpliceConfig:
     verify: bool = True
     """Replay the spliced actions in the environment when the pair names one."""
@@ -94,19 +103,12 @@ class SpliceConfig:
     """Reflection templates (id -> sentence); None = core.domain.reflections.DEFAULT_TEMPLATES."""
     reflection: Literal["template", "model"] = "template"
     """Where the reflection sentence comes from: a template, or the iteration's model (with fallback)."""
-    mask_invalid_steps: bool = True
-    """The good continuation's rejected steps get weight 0 (``RunConfig.mask_invalid_steps``)."""
-    mask_loop_steps: bool = True
-    """The good continuation's loop repeats get weight 0 (``RunConfig.mask_loop_steps``)."""
 
     @classmethod
-    def of_run(cls, run_config: RunConfig) -> SpliceConfig:
-        """The run's ``splice`` settings with its loss-masking rule (the one good samples follow)."""
-        return replace(
-            cls.from_data(run_config.splice),
-            mask_invalid_steps=run_config.mask_invalid_steps,
-            mask_loop_steps=run_config.mask_loop_steps,
-        )
+    def of_run(cls, run_config: RunConfig) -> tuple[SpliceConfig, LossMasking]:
+        """The run's ``splice`` settings and its loss-masking rule (the one good samples follow)."""
+        masking = LossMasking(run_config.mask_invalid_steps, run_config.mask_loop_steps)
+        return cls.from_data(run_config.splice), masking
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None) -> SpliceConfig:
@@ -177,13 +179,13 @@ class SpliceHandlers:
         pair = await self._pair(marked.pair_id)
         if pair is None:
             raise LookupError(f"splice: no PairFound in stream {pair_stream(marked.pair_id)}")
-        config = SpliceConfig()
+        config, masking = SpliceConfig(), LossMasking()
         model_ref: str | None = None
         try:
             if pair.run_id is not None:
                 run_config, model_ref = await run_context(self.store, pair.run_id, pair.iteration)
-                config = SpliceConfig.of_run(run_config)
-            outcome = await self._splice(pair, marked, config, model_ref)
+                config, masking = SpliceConfig.of_run(run_config)
+            outcome = await self._splice(pair, marked, config, model_ref, masking=masking)
         except (SpliceError, ReflectionError) as exc:
             outcome = RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"splice: {exc}")
         if isinstance(outcome, RevisionRejected):
@@ -243,6 +245,7 @@ class SpliceHandlers:
         config: SpliceConfig,
         model_ref: str | None,
         reflection: Reflection | None = None,
+        masking: LossMasking | None = None,
     ) -> RevisionMaterialized | RevisionRejected:
         """Splice ``pair`` at ``marked.transition_index``; ``reflection`` given (a reviewer's) is used
         as it is, otherwise one is chosen as ``config`` says."""
@@ -284,8 +287,9 @@ class SpliceHandlers:
         }
         if pair.source == "trace":
             provenance["trace_id"] = pair.bad_leaf_id
+        masking = masking or LossMasking()
         masked, provenance["loss_masked"] = revision_masks(
-            path, mask_invalid_steps=config.mask_invalid_steps, mask_loop_steps=config.mask_loop_steps
+            path, mask_invalid_steps=masking.invalid_steps, mask_loop_steps=masking.loop_steps
         )
         if len(masked) == len(path.good):
             return RevisionRejected(
