@@ -276,10 +276,19 @@ def shared_passes(policy: Policy, enabled: bool) -> Iterator[None]:
         setattr(policy, "batch_invariant", before)  # noqa: B010
 
 
+def by_task(results: Sequence[EpisodeResult], success_threshold: float) -> dict[str, dict[str, Any]]:
+    """``summarize`` per task (the unit of bench/paper.py's intervals and paired tests)."""
+    groups: dict[str, list[EpisodeResult]] = {}
+    for result in results:
+        groups.setdefault(result.task_id, []).append(result)
+    return {task: summarize(group, success_threshold=success_threshold) for task, group in groups.items()}
+
+
 def _summary(
     policy: Policy, task_ids: Sequence[str], results: Sequence[EpisodeResult], cfg: EvalConfig
 ) -> dict[str, Any]:
     metrics = summarize(results, success_threshold=cfg.success_threshold)
+    metrics["by_task"] = by_task(results, cfg.success_threshold)
     metrics["model_version"] = policy.model_version
     metrics["tasks"] = list(task_ids)
     metrics["episodes_per_task"] = cfg.episodes_per_task
@@ -367,6 +376,7 @@ async def evaluate(
         metrics["recovery"] = summarize(recovered, success_threshold=cfg.success_threshold)
         metrics["recovery"]["set_id"] = recovery_set_id(prefixes)
         metrics["recovery"]["prefixes"] = len(prefixes)
+        metrics["recovery"]["by_task"] = by_task(recovered, cfg.success_threshold)
         metrics["recovery"]["seeds"] = k
     else:
         metrics["recovery"] = summarize([])

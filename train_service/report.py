@@ -65,6 +65,8 @@ def _row(label: str, metrics: dict[str, Any], revision_length: float | None) -> 
         "recovery_success": recovery.get("success_rate"),
         "recovery_episodes": recovery.get("episodes"),
         "recovery_prefixes": recovery.get("prefixes"),
+        "by_task": metrics.get("by_task"),
+        "recovery_by_task": recovery.get("by_task"),
         "recovery_seeds": recovery.get("seeds"),
         "recovery_set_id": recovery.get("set_id"),
         "revision_length_mean": revision_length,
