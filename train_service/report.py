@@ -192,6 +192,14 @@ def report_markdown(report: dict[str, Any]) -> str:
     if datasets:
         out.append("## Datasets")
         out.append("")
+        search = config.get("search") or {}
+        out.append(
+            f"Pairs per tree: at most {search.get('max_pairs_per_tree', 8)}, chosen by pair_selection "
+            f"**{search.get('pair_selection', 'stratified')}** (core/domain/pairs.py); rejected: pairs that "
+            "became no revision sample, by reason (a splice whose replay ended early or fell short of the "
+            "good reward, a critic refusal, ...)."
+        )
+        out.append("")
         out.append(
             "| iteration | trees | pairs | revision samples | verified / pairs | good trajectories "
             "| revision len | rejected (by reason) |"

@@ -335,3 +335,19 @@ def test_revision_masks_rejected_and_loop_steps_of_the_good_continuation() -> No
         "invalid": 0,
         "loop": 0,
     }
+
+
+def test_rejection_kinds_count_reasons_without_their_numbers() -> None:
+    from core.domain.splice import rejection_kind
+
+    assert rejection_kind("unverified: the episode ended at step 3, before the last action") == (
+        "unverified: ended early"
+    )
+    assert rejection_kind("unverified: replay reward 0.000 is below the good reward 1.000") == (
+        "unverified: reward below the good path's"
+    )
+    assert rejection_kind("unverified: something else") == "unverified: other"
+    assert rejection_kind("replay failed: connection refused") == "replay failed"
+    assert rejection_kind("critic: no_error_found: ...") == "critic"
+    assert rejection_kind("splice: nothing to train: every step ...") == "splice"
+    assert rejection_kind("") == "unknown"
