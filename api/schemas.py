@@ -464,6 +464,13 @@ class RunConfigIn(_Strict):
         "mixing ratio (general samples = round(A * (1 - eta) / eta)); 1 = agent data only.",
     )
     general_data: str | None = Field(None, max_length=1000, description="General chat data file (JSONL).")
+    max_general: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description="At most this many general samples per iteration (null: eta's count); with the warm "
+        "start's judge set as general data, a small replay of judge examples.",
+    )
     mask_invalid_steps: bool = Field(
         True, description="Good trajectories: env-rejected turns get loss weight 0 (kept as context)."
     )

@@ -202,6 +202,7 @@ class RunEffects:
                 config=DatasetConfig(
                     alpha_schedule=config.alpha_schedule,
                     eta=config.eta,
+                    max_general=config.max_general,
                     seed=config.seed,
                     mask_invalid_steps=config.mask_invalid_steps,
                     mask_loop_steps=config.mask_loop_steps,
