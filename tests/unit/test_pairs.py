@@ -3,11 +3,10 @@ stratified rule (the default) and the deepest rule (the baseline), the cap."""
 
 from __future__ import annotations
 
-from core.domain.events import NodeRecord
-from core.domain.mcts import SearchTree
 import pytest
 
-from core.domain.mcts import SearchConfig, SearchConfigError
+from core.domain.events import NodeRecord
+from core.domain.mcts import SearchConfig, SearchConfigError, SearchTree
 from core.domain.pairs import bad_leaves, candidate_pairs, good_leaves, path_trajectory, select_pairs
 
 
