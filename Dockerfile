@@ -31,6 +31,7 @@ RUN groupadd --system --gid 10001 agentr \
 
 WORKDIR /app
 COPY pyproject.toml README.md alembic.ini ./
+COPY agentr ./agentr
 COPY core ./core
 COPY api ./api
 COPY search_service ./search_service

@@ -54,8 +54,8 @@ def _line(metric: str, ours: float, baseline: float, unit: str, ratio: float) ->
 
 def _setup(quick: bool, home: Path) -> tuple[str, str, list[str], list[str], Any]:
     """(model folder, env URI, held-out goals, seen goals, EvalConfig) of the demo or --quick run."""
-    from core.cli.demo import RunOptions, plan_run
-    from core.cli.warm_start import prepare_model
+    from agentr.cli.demo import RunOptions, plan_run
+    from agentr.cli.warm_start import prepare_model
     from core.domain.config import RunConfig
     from core.envs.registry import open_env
     from train_service.evaluation import EvalConfig, held_out_tasks

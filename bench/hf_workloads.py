@@ -64,7 +64,7 @@ def in_home(home: str, main: Callable[[Path], Coroutine[Any, Any, None]]) -> Non
 
 def workloads(quick: bool, home: Path, trees: int) -> tuple[str, dict[str, Work], dict[str, Any]]:
     """(model folder, {"evaluation": work, "search": work}, what they run) of the demo or --quick."""
-    from core.cli.demo import RunOptions, plan_run
+    from agentr.cli.demo import RunOptions, plan_run
     from core.domain.config import RunConfig
     from core.domain.eval_protocol import episode_seed
     from core.domain.mcts import SearchConfig

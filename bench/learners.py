@@ -10,7 +10,7 @@ throughput).
 
 ``method_variant`` / ``value_variant`` give ``bench/paper.py`` the run configurations of the DPO,
 ArCHer (offline / online) and Agent-R-with-value-critic arms on the same budget (the trainer
-settings from ``core.cli.methods.learner_train``, shared with ``agentr run --method``);
+settings from ``agentr.cli.methods.learner_train``, shared with ``agentr run --method``);
 ``value_critic_match`` gives ``bench/critic.py`` the value critic's agreement with the TextCraft
 oracle on a run's pairs.
 
@@ -33,14 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def method_variant(config: dict[str, Any], method: str, mode: str = "offline") -> dict[str, Any]:
     """A whole run configuration for ``bench/paper.py``: ``config`` (the Agent-R SFT variant's) with
-    its ``train`` replaced by ``method``'s trainer on the SAME budget (``core.cli.methods.learner_train``,
+    its ``train`` replaced by ``method``'s trainer on the SAME budget (``agentr.cli.methods.learner_train``,
     the rule ``agentr run --method`` uses too: ``time_budget_s``, ``batch_size``, ``max_length``,
     ``learning_rate`` carried over; ArCHer runs until the time budget ends it) and the cheapest critic
     (``direct``: neither DPO nor ArCHer trains on revisions; the search, pairs and trees are the
     same). ``method``: ``dpo`` or ``archer`` (``mode`` offline | online)."""
     import copy
 
-    from core.cli.methods import learner_train, schedule_critic
+    from agentr.cli.methods import learner_train, schedule_critic
 
     if method not in ("dpo", "archer"):
         raise ValueError(f"method_variant: method must be dpo or archer, got {method!r}")
@@ -139,9 +139,9 @@ def compare(home: Path, iterations: int, seed: int, out: Path | None) -> int:
     """Agent-R SFT vs DPO vs ArCHer (offline, online) vs Agent-R with the value critic: the same
     ``agentr run --quick`` configuration (model, goals, seeds, time budget), only the learner /
     critic differ. The value critic uses the archer_offline run's iteration-0 critic."""
-    from core.cli.demo import RunOptions, plan_run
-    from core.cli.embedded_run import embedded_settings, run_config
-    from core.cli.warm_start import prepare_model
+    from agentr.cli.demo import RunOptions, plan_run
+    from agentr.cli.embedded_run import embedded_settings, run_config
+    from agentr.cli.warm_start import prepare_model
 
     settings, home = embedded_settings(home)
     plan = plan_run(RunOptions(quick=True, iterations=iterations, seed=seed))

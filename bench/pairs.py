@@ -2,7 +2,7 @@
 
 The scripted noisy expert (search_service/noisy_expert.py: the TextCraft expert solver with seeded
 mistakes; model-free, so the bench takes seconds) searches every goal of the default ``agentr run``
-(core.cli.demo: its goals, its environment and its search settings - candidates, descents, depth,
+(agentr.cli.demo: its goals, its environment and its search settings - candidates, descents, depth,
 pair cap) once per seed. From EACH finished tree both rules keep at most ``max_pairs_per_tree``
 pairs (core.domain.pairs.select_pairs), so the two rules see the very same candidates.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.cli.demo import RunOptions, plan_run  # noqa: E402
+from agentr.cli.demo import RunOptions, plan_run  # noqa: E402
 from core.domain.events import NewEvent  # noqa: E402
 from core.domain.mcts import SearchConfig, SearchTree  # noqa: E402
 from core.domain.pairs import select_pairs  # noqa: E402

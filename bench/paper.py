@@ -194,7 +194,7 @@ def _cpu_seconds() -> float:
 
 def run_variant(settings: Any, home: Path, variant: str, config: dict[str, Any]) -> dict[str, Any]:
     """Run one variant's ``agentr run`` in this process; its result with wall, CPU and load."""
-    from core.cli.embedded_run import run_config
+    from agentr.cli.embedded_run import run_config
 
     load_before = os.getloadavg()[0]
     t0, c0 = time.monotonic(), _cpu_seconds()
@@ -356,9 +356,9 @@ def main() -> int:
     args = _args()
     if args.print_stored:
         return print_stored(args)
-    from core.cli.demo import RunOptions, plan_run
-    from core.cli.embedded_run import embedded_settings
-    from core.cli.warm_start import prepare_model
+    from agentr.cli.demo import RunOptions, plan_run
+    from agentr.cli.embedded_run import embedded_settings
+    from agentr.cli.warm_start import prepare_model
 
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="agentr-paper-"))
     settings, home = embedded_settings(home)

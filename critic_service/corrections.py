@@ -33,7 +33,7 @@ from core.domain.review import HUMAN_CORRECTED, fold_pair
 from core.domain.splice import SpliceError
 from core.runtime.service import HandlerResult
 from critic_service.service import run_context
-from critic_service.splice_service import SERVICE_NAME, LossMasking, SpliceConfig, SpliceHandlers
+from critic_service.splicer import SERVICE_NAME, LossMasking, SpliceConfig, SpliceHandlers
 
 log = logging.getLogger(__name__)
 HUMAN_TEMPLATE_ID = "human"

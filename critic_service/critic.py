@@ -39,8 +39,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from core.domain.critic import (
-    LABEL_WORDS,
-    LABELS,
     CriticInputError,
     direct_verdicts,
     fell_back,
@@ -57,12 +55,12 @@ from core.domain.events import StepVerdict
 from core.domain.reflections import DEFAULT_TEMPLATES
 from core.domain.trajectory import Message, Trajectory
 from core.llm.context import context_limit, fit_prompt
+from core.llm.judge_prompt import LABEL_TEXTS, judge_conversation
 from core.llm.ports import ContextWindow, Policy
 from core.llm.prompts import JUDGE_QUESTION, build_messages
 
 Strategy = Literal["model", "direct", "rules", "reflect", "value", "first"]
 STRATEGIES: tuple[Strategy, ...] = ("model", "direct", "rules", "reflect", "value", "first")
-LABEL_TEXTS: tuple[str, ...] = tuple(LABEL_WORDS[label] for label in LABELS)
 MAX_REFLECT_MARGIN = 10.0
 
 __all__ = ["JUDGE_QUESTION", "LABEL_TEXTS", "STRATEGIES", "CriticConfig", "Critique", "critique"]
@@ -162,27 +160,6 @@ def label_token_counts(policy: object, labels: Sequence[str]) -> dict[str, int]:
 
 def normalised_verdict(step_index: int, summed: dict[str, float], counts: dict[str, int]) -> StepVerdict:
     return verdict_from_scores(step_index, normalise_label_scores(summed, counts))
-
-
-def label_reserve(policy: object) -> int:
-    """Tokens to leave for the longest label after the prompt (0 when the context is unknown)."""
-    if context_limit(policy) is None:
-        return 0
-    return max(cast(ContextWindow, policy).count_tokens(label) for label in LABEL_TEXTS)
-
-
-def judge_conversation(path: Trajectory, step_index: int, policy: object | None = None) -> list[Message]:
-    """The conversation asking about ``path.steps[step_index]`` (history through its observation).
-
-    With a ``policy`` that tells its context length, the oldest whole steps are dropped until the
-    prompt and the longest label fit (the judged step and the question are always kept).
-    """
-    history = build_messages(path.instruction, path.task, path.steps[:step_index])
-    judged = build_messages("", "", path.steps[step_index : step_index + 1])[2:]
-    question = [*judged, Message("user", JUDGE_QUESTION)]
-    if policy is None:
-        return [*history, *question]
-    return fit_prompt(policy, history, reserve=label_reserve(policy), suffix=question)
 
 
 def supports_prefix_reuse(policy: Any) -> bool:

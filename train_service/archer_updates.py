@@ -43,7 +43,7 @@ from train_service.value_model import (
 )
 
 if TYPE_CHECKING:
-    from train_service.archer import ArcherConfig
+    from train_service.archer_config import ArcherConfig
 
 
 def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:

@@ -9,7 +9,7 @@ pass every searched / evaluated task id to exclude, and the held-out ``test`` sp
 so no searched or held-out task's own path is ever shown. This brings the model's judging close to a
 learned rule (the oracle's); the report measures it against the oracle, next to Direct-Revision.
 
-An example is ``critic_service.critic.judge_conversation(path, k)`` + the assistant answer ``Good`` /
+An example is ``core.llm.judge_prompt.judge_conversation(path, k)`` + the assistant answer ``Good`` /
 ``Bad`` (weight 1; every earlier assistant turn is context at weight 0), where ``path`` is:
 
 - **Good**: the expert's first ``k + 1`` steps (every expert step is progress for the oracle);
@@ -44,7 +44,7 @@ from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
 from core.envs.textcraft import TextCraftEnv, solve, split_task_ids
 from core.envs.textcraft.oracle import TextCraftOracle
 from core.envs.textcraft.recipes import display_name
-from critic_service.critic import judge_conversation
+from core.llm.judge_prompt import judge_conversation
 from train_service.warm_start import expert_thought
 
 log = logging.getLogger(__name__)
@@ -339,7 +339,7 @@ def judge_phase(
 ) -> Any:
     """Fine-tune ``model_dir`` on the judge samples alone into ``out`` (a ``TrainReport``), for
     ``steps`` optimizer steps (default ``JUDGE_PHASE_STEPS``; the default demo takes
-    ``core.cli.demo.DEMO_JUDGE_PHASE_STEPS``), under bfloat16 autocast with ``mixed_bf16``
+    ``agentr.cli.demo.DEMO_JUDGE_PHASE_STEPS``), under bfloat16 autocast with ``mixed_bf16``
     (``SFTConfig.mixed_bf16``).
 
     Why a phase of its own: a judge example trains ONE answer token after ~250 tokens of context,

@@ -6,7 +6,7 @@ group (``torchrun``, optionally through ``accelerate launch`` with a DeepSpeed /
 * ``inline`` (default): ``train_service.sft.train_sft`` runs in the calling process (the embedded
   run's thread, or the Celery worker, which then trains itself).
 * ``torchrun``: the caller stays a dispatcher. It writes the job to ``<out_dir>.launch/job.json`` and
-  starts ``python -m torch.distributed.run --standalone --nproc_per_node N -m train_service.launcher
+  starts ``python -m torch.distributed.run --standalone --nproc_per_node N -m train_service.rank
   job.json`` (or ``accelerate launch --config_file FILE --num_processes N ...`` when
   ``accelerate_config`` is set) as a NEW process group. Every rank runs the same ``train_sft``;
   transformers' Trainer does DDP (gloo on CPU, NCCL on CUDA) and rank 0 alone writes the checkpoint
@@ -75,7 +75,7 @@ class LaunchSettings:
 
 
 def _command(settings: LaunchSettings, job_file: Path) -> list[str]:
-    entry = ["-m", "train_service.launcher", str(job_file)]
+    entry = ["-m", "train_service.rank", str(job_file)]
     if settings.accelerate_config:
         return [
             sys.executable,
@@ -201,32 +201,3 @@ def _failure_lines(tail: list[str]) -> str:
     errors = [line.strip() for line in tail if _ERROR_LINE.match(line)]
     unique = list(dict.fromkeys(errors))[-3:]
     return "\n".join([*unique, *tail[-8:]])
-
-
-def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def _main(job_file: str) -> int:
-    """One rank of a torchrun launch: train, rank 0 writes ``result_file``."""
-    from core.runtime.logging import configure_logging
-    from train_service.celery_app import run_train_iteration
-
-    configure_logging(os.environ.get("AGENTR_LOG_LEVEL", "INFO"), False)
-    job = json.loads(Path(job_file).read_text())
-    result_file = Path(job.pop("result_file"))
-    rank = _rank()
-
-    def progress(step: int, max_steps: int, loss: float | None) -> None:
-        if rank == 0:
-            payload = json.dumps({"step": step, "max_steps": max_steps, "loss": loss})
-            print(PROGRESS_PREFIX + payload, flush=True)
-
-    result = run_train_iteration(**job, on_step=progress)
-    if rank == 0:
-        result_file.write_text(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1]))

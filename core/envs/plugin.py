@@ -35,7 +35,7 @@ from typing import Any
 from core.envs.base import Env, EnvError, StepResult, UnknownTask
 
 GROUP = "agentr.envs"
-AGENTR_PACKAGES = ("core", "api", "search_service", "critic_service", "train_service")
+AGENTR_PACKAGES = ("agentr", "core", "api", "search_service", "critic_service", "train_service")
 DEFAULT_INSTRUCTION = "You are an agent in a text environment. Reply with one action per turn."
 
 

@@ -15,9 +15,10 @@ import json
 from typing import Any
 
 from core.domain.trajectory import ToolCall
+from core.formats.errors import TraceFormatError, require
 from core.formats.import_openai import arguments_text
-from core.formats.importing import TraceFormatError, Turn, check_tools, require
 from core.formats.otlp import json_text
+from core.formats.turns import Turn, check_tools
 
 INPUT = "gen_ai.input.messages"
 OUTPUT = "gen_ai.output.messages"

@@ -17,7 +17,8 @@ import json
 from typing import Any
 
 from core.domain.trajectory import ToolCall
-from core.formats.importing import Conversation, TraceFormatError, Turn, check_tools, require
+from core.formats.errors import TraceFormatError, require
+from core.formats.turns import Conversation, Turn, check_tools
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 LEGACY_HINT = "send tool_calls (and role tool with tool_call_id), or set format=openai-legacy"

@@ -34,8 +34,9 @@ from typing import Any
 
 from core.domain.trajectory import tool_action
 from core.formats import genai, openinference
-from core.formats.importing import Conversation, TraceFormatError, Turn, require
+from core.formats.errors import TraceFormatError, require
 from core.formats.otlp import SpanRecord, group_by_trace, json_text, span_from_json, spans_from_otlp_json
+from core.formats.turns import Conversation, Turn
 
 OPERATION = "gen_ai.operation.name"
 OUTCOME_KEY, REWARD_KEY, TASK_KEY = "agentr.outcome", "agentr.reward", "agentr.task_key"

@@ -15,8 +15,9 @@ import json
 from typing import Any
 
 from core.domain.trajectory import ToolCall
+from core.formats.errors import TraceFormatError, require
 from core.formats.import_openai import arguments_text
-from core.formats.importing import Conversation, TraceFormatError, Turn, check_tools, require
+from core.formats.turns import Conversation, Turn, check_tools
 
 _SPEAKERS = {
     "system": "system",

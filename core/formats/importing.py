@@ -24,12 +24,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from core.domain.ids import derived_id
 from core.domain.trajectory import Step, ToolCall, ToolResult, Trajectory, tool_action
+from core.formats import import_openai, import_otel, import_sharegpt
 from core.formats.errors import TraceFormatError, require
 from core.formats.outcome import OUTCOME_HINT, Outcome, parse_outcome
+from core.formats.turns import Conversation, Turn, check_tools
 
 __all__ = [
     "FORMATS",
@@ -48,41 +50,6 @@ __all__ = [
     "turns_to_trajectory",
 ]
 FORMATS = ("openai", "openai-legacy", "otel", "otlp", "sharegpt")
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One message in a format-neutral shape.
-
-    ``tool_call_id`` None on a tool turn means the format gave no id: it answers the oldest call still
-    waiting for a result (pairing by order). ``alternatives`` are the n>1 choices not continued with.
-    """
-
-    role: Literal["system", "user", "assistant", "tool"]
-    text: str
-    path: str  # where it came from, for error messages
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_call_id: str | None = None
-    name: str = ""  # tool turns: the function's name when the format gives it
-    is_error: bool = False  # tool turns: the tool reported a failure
-    reasoning: str = ""  # assistant turns: reasoning text (kept, not trained on unless asked)
-    alternatives: tuple[str, ...] = ()
-
-    def identity(self) -> tuple[Any, ...]:
-        """What makes two turns the same message (for de-duplicating replayed history)."""
-        calls = tuple((c.call_id, c.name, c.canonical()) for c in self.tool_calls)
-        return (self.role, " ".join(self.text.split()), calls, self.tool_call_id)
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """What a format parser returns for one trace: its turns, tool definitions and envelope hints
-    found inside the trace itself (e.g. OTLP attributes; the item's own fields take precedence)."""
-
-    turns: list[Turn]
-    tools: tuple[dict[str, Any], ...] = ()
-    envelope: dict[str, Any] = field(default_factory=dict)
-    path: str = ""
 
 
 @dataclass(frozen=True)
@@ -117,30 +84,6 @@ def split_react(text: str) -> tuple[str, str]:
 
 
 _ACTION_LINE = re.compile(r"^\s*action\s*:", re.IGNORECASE | re.MULTILINE)
-
-
-def check_tools(raw: Any, path: str) -> tuple[dict[str, Any], ...]:
-    """OpenAI tool definitions ``[{"type": "function", "function": {"name", ...}}]`` (legacy bare
-    function objects ``{"name", "parameters"}`` are wrapped)."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise TraceFormatError(path, 'expected a list of {"type": "function", "function": {...}} definitions')
-    out = []
-    for index, tool in enumerate(raw):
-        tpath = f"{path}[{index}]"
-        if not isinstance(tool, dict):
-            raise TraceFormatError(tpath, "expected an object")
-        if "function" not in tool and isinstance(tool.get("name"), str):
-            tool = {"type": "function", "function": dict(tool)}
-        function = require(tool, "function", tpath, dict)
-        require(function, "name", f"{tpath}.function", str)
-        if tool.get("type", "function") != "function":
-            raise TraceFormatError(
-                f"{tpath}.type", f"only function tools are supported, got {tool['type']!r}"
-            )
-        out.append({"type": "function", "function": dict(function)})
-    return tuple(out)
 
 
 def turns_to_trajectory(
@@ -276,8 +219,6 @@ def _envelope(
 
 
 def _conversations(items: list[Any], fmt: str) -> list[tuple[dict[str, Any], Conversation]]:
-    from core.formats import import_openai, import_otel, import_sharegpt
-
     out: list[tuple[dict[str, Any], Conversation]] = []
     if fmt == "otlp":
         for envelope, conversation in import_otel.parse_otlp_exports(items):

@@ -18,8 +18,9 @@ import re
 from typing import Any
 
 from core.domain.trajectory import ToolCall
+from core.formats.errors import TraceFormatError
 from core.formats.import_openai import arguments_text
-from core.formats.importing import TraceFormatError, Turn, check_tools
+from core.formats.turns import Turn, check_tools
 
 SPAN_KIND = "openinference.span.kind"
 _MESSAGE_KEY = re.compile(r"^llm\.(input|output)_messages\.(\d+)\.message\.(.+)$")

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from core.formats.importing import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require
 
 StatusCode = Literal["UNSET", "OK", "ERROR"]
 _STATUS_BY_NUMBER: dict[int, StatusCode] = {0: "UNSET", 1: "OK", 2: "ERROR"}

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from core.bus.inprocess import InProcessBus
-from core.bus.relay import Relay, RelayStore
+from core.runtime.relay import Relay, RelayStore
 from core.runtime.service import Service
 from core.runtime.settings import Settings, load_settings
 from core.runtime.worker import Worker, WorkerStore

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from itertools import groupby
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core.store.projectors import datasets, runs, samples, search
 from core.store.projectors._sql import Item, Projector
+from core.store.rows import row_to_event
 from core.store.tables import PROJECTION_TABLES, events
-
-if TYPE_CHECKING:
-    from core.store.sql import SqlEventStore
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +35,14 @@ PROJECTORS: dict[str, Projector] = {
 REPLAY_PAGE = 2000
 
 
+class ReplayStore(Protocol):
+    """What ``rebuild`` needs of the event store (``core.store.sql.SqlEventStore`` is one)."""
+
+    async def last_position(self) -> int: ...
+
+    def write_transaction(self) -> AbstractAsyncContextManager[AsyncConnection]: ...
+
+
 async def apply(conn: AsyncConnection, items: Sequence[Item]) -> None:
     """Project ``(recorded, decoded event)`` pairs, in order, on ``conn``'s transaction."""
     for event_type, group in groupby(items, key=lambda item: item[0].event_type):
@@ -44,13 +51,11 @@ async def apply(conn: AsyncConnection, items: Sequence[Item]) -> None:
             await projector(conn, list(group))
 
 
-async def rebuild(store: SqlEventStore, progress: Callable[[int, int], None] | None = None) -> int:
+async def rebuild(store: ReplayStore, progress: Callable[[int, int], None] | None = None) -> int:
     """Empty the projection tables and replay every event; returns the number of events replayed.
 
     ``progress(done, total)`` is called after each page.
     """
-    from core.store.sql import row_to_event
-
     total = await store.last_position()
     replayed = 0
     async with store.write_transaction() as conn:

@@ -26,16 +26,19 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Row, func, select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from core.domain.events import DomainEvent, Metadata, NewEvent, RecordedEvent
-from core.domain.serde import from_dict, to_dict
+from core.domain.serde import to_dict
 from core.store import bulk, projections
 from core.store.ports import AlreadyProcessed, ConcurrencyConflict, EventStore
+from core.store.rows import row_to_event
 from core.store.tables import checkpoints, tracking
 from core.store.tables import events as events_table
+
+__all__ = ["APPEND_LOCK_KEY", "CommitListener", "SqlEventStore", "row_to_event"]
 
 log = logging.getLogger(__name__)
 
@@ -47,27 +50,6 @@ CommitListener = Callable[[int], None]
 
 def _metadata_dict(metadata: Metadata) -> dict[str, Any]:
     return {k: v for k, v in to_dict(metadata).items() if v is not None}
-
-
-def _aware(ts: datetime) -> datetime:
-    # SQLite hands back naive datetimes; everything is written in UTC.
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
-
-
-def row_to_event(row: Row[Any]) -> RecordedEvent:
-    """Build the envelope of one ``events`` row."""
-    m = row._mapping
-    return RecordedEvent(
-        event_id=m["event_id"],
-        stream_id=m["stream_id"],
-        stream_version=m["stream_version"],
-        event_type=m["event_type"],
-        event_version=m["event_version"],
-        data=m["data"],
-        metadata=from_dict(Metadata, m["metadata"] or {}),
-        recorded_at=_aware(m["recorded_at"]),
-        position=m["position"],
-    )
 
 
 class SqlEventStore:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from core.cli import app as cli_app
+from agentr.cli import app as cli_app
 from core.domain import events as ev
 from core.domain.events import Metadata, NewEvent
 from core.domain.ids import run_stream

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
-from core.cli import app as cli_app
+from agentr.cli import app as cli_app
 from core.store.factory import open_store
 from tests.api.conftest import ADMIN_KEY
 from tests.api.seed import critique_trace

@@ -340,7 +340,7 @@ async def test_a_project_can_name_its_trace_critic(api: ApiHarness) -> None:
 def test_cli_uploads_an_otlp_file_and_sets_an_outcome(served: str, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from core.cli import app as cli_app
+    from agentr.cli import app as cli_app
 
     def run(*args: str) -> str:
         result = CliRunner().invoke(cli_app, list(args), catch_exceptions=False)

@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.bus.redis_streams import RedisStreamsBus
-from core.bus.relay import Relay
 from core.domain.serde import from_dict
 from core.domain.trajectory import TrainingSample
+from core.runtime.relay import Relay
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.projections import rebuild

@@ -40,9 +40,9 @@ def quick_tiny_model(
     home: Path, seed: int = 0, warm_start_steps: int = QUICK_WARM_START_STEPS
 ) -> tuple[str, dict[str, Any]]:
     """(model folder, run config) of ``agentr run --quick``: the tiny model built and warm-started by
-    ``core.cli.warm_start.prepare_model`` (cached under ``home/models``: a second call reuses it)."""
-    from core.cli.demo import RunOptions, plan_run
-    from core.cli.warm_start import prepare_model
+    ``agentr.cli.warm_start.prepare_model`` (cached under ``home/models``: a second call reuses it)."""
+    from agentr.cli.demo import RunOptions, plan_run
+    from agentr.cli.warm_start import prepare_model
 
     plan = plan_run(RunOptions(quick=True, iterations=1, seed=seed, warm_start_steps=warm_start_steps))
     ref = prepare_model(plan, home, seed)

@@ -3,7 +3,7 @@ AGENTR_HOME, the real tiny model warm-started by the command itself (or by the s
 runs: the home's models folder is theirs, tests/conftest.py ``quick_models``). Iteration 0 trains with DPO on
 the pairs its search found: the event log's ModelTrained, the checkpoint's meta.json, report.json
 and the printed summary all say dpo, the DPO dataset holds one preference example per pair, and
-the plan's DPO settings (core.cli.methods) are what the trainer ran with."""
+the plan's DPO settings (agentr.cli.methods) are what the trainer ran with."""
 
 from __future__ import annotations
 

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from core.cli.up import SERVICES, plan, service_args
-from core.runtime.process import WORKER_NAMES, load_service_factory
+from agentr.cli.up import SERVICES, plan, service_args
+from agentr.process import WORKER_NAMES, load_service_factory
 from core.runtime.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -261,8 +261,8 @@ def test_base_stage_services_import_without_torch() -> None:
         "for name in ('torch', 'transformers', 'tokenizers', 'peft', 'accelerate', 'datasets',\n"
         "             'scienceworld'):\n"
         "    sys.modules[name] = None\n"
-        "import api.app, core.bus.relay, core.store.migrate, core.cli\n"
-        "from core.runtime.process import load_service_factory\n"
+        "import api.app, core.runtime.relay, core.store.migrate, agentr.cli\n"
+        "from agentr.process import load_service_factory\n"
         "load_service_factory('splice')\n"
         "import train_service.celery_app\n"
         "print('ok')\n"

@@ -9,7 +9,7 @@ and the search worker is SIGKILLed in the middle of it and restarted: the run st
 dataset has the same samples as the undisturbed one - no duplicates, no losses.
 
 The model is the tiny one ``agentr run --quick`` builds and warm-starts (built once per test session
-through ``core.cli.warm_start``, cached in the session's tmp folder): it searches, judges the pairs
+through ``agentr.cli.warm_start``, cached in the session's tmp folder): it searches, judges the pairs
 (critic strategy ``model``) and is fine-tuned by the Celery trainer, then evaluated. The comparison is
 exact because sampling seeds are per conversation (a tree samples the same whatever else the search
 worker batches with it, before or after a restart) and the CPU model is batch-invariant

@@ -8,16 +8,9 @@ import torch
 
 from core.domain.critic import label_from_scores
 from core.domain.trajectory import Step, Trajectory
+from core.llm.judge_prompt import LABEL_TEXTS, judge_conversation, label_reserve
 from core.llm.prompts import JUDGE_QUESTION
-from critic_service.critic import (
-    LABEL_TEXTS,
-    CriticConfig,
-    critique,
-    judge_batched,
-    judge_conversation,
-    judge_prefix,
-    label_reserve,
-)
+from critic_service.critic import CriticConfig, critique, judge_batched, judge_prefix
 
 TEXTS = [
     "Crafting commands: craft 4 oak planks using 1 oak logs. Goal: craft stick.",

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from core.bus.redis_streams import RedisStreamsBus
-from core.bus.relay import Relay
 from core.domain.config import RunConfig
 from core.domain.events import (
     FirstErrorMarked,
@@ -33,6 +32,7 @@ from core.domain.reflections import Reflection, choose_reflection
 from core.domain.trajectory import Trajectory
 from core.envs.textcraft import TextCraftEnv
 from core.llm.ports import Completion, PolicyError
+from core.runtime.relay import Relay
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store

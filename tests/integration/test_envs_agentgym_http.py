@@ -28,7 +28,7 @@ def start_server(env_uri: str, startup_s: float = 60.0) -> tuple[ServedProcess, 
         [
             sys.executable,
             "-c",
-            "from core.cli import main; main()",
+            "from agentr.cli import main; main()",
             "env",
             "serve",
             env_uri,

@@ -48,7 +48,7 @@ def test_entry_point_opens_the_example_with_options() -> None:
 
 def test_env_check_passes_on_the_example_through_the_cli() -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "from core.cli import main; main()", "env", "check", "lock"],
+        [sys.executable, "-c", "from agentr.cli import main; main()", "env", "check", "lock"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -110,8 +110,8 @@ class RandomLockActor:
 
 
 async def test_example_env_searched_and_spliced_in_a_data_only_run(tmp_path: Path) -> None:
+    from agentr.process import build_service
     from core.runtime.embedded import run_embedded
-    from core.runtime.process import build_service
     from core.runtime.settings import load_settings
     from core.store.factory import open_store
     from search_service.service import build_service as build_search

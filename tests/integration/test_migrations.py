@@ -12,7 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 from typer.testing import CliRunner
 
-from core.cli.db import db_app
+from agentr.cli.db import db_app
 from core.store import migrate
 from core.store.factory import make_engine
 from core.store.tables import metadata

@@ -412,7 +412,7 @@ def test_cli_rebuild_restores_lost_read_models(store_url: str) -> None:
     from sqlalchemy import delete
     from typer.testing import CliRunner
 
-    from core.cli.db import db_app
+    from agentr.cli.db import db_app
 
     url = store_url
 

@@ -18,8 +18,8 @@ from prometheus_client import REGISTRY
 
 from core.bus.inprocess import InProcessBus
 from core.bus.redis_streams import RedisStreamsBus
-from core.bus.relay import Relay
 from core.domain.events import DomainEvent, NewEvent, register
+from core.runtime.relay import Relay
 from core.store.factory import open_store
 from core.store.sql import SqlEventStore
 from tests.support import free_port

@@ -11,12 +11,12 @@ from collections import Counter
 
 import pytest
 
+from agentr.process import build_service
 from core.domain.config import RunConfig
 from core.domain.events import NewEvent, RunFailed, RunRequested
 from core.domain.ids import run_stream
 from core.domain.runs import fold
 from core.runtime.embedded import run_embedded
-from core.runtime.process import build_service
 from core.runtime.settings import load_settings
 from core.store.factory import open_store
 from train_service.service import build_service as build_train

@@ -11,7 +11,6 @@ import pytest
 from sqlalchemy import select
 
 from core.bus.redis_streams import RedisStreamsBus
-from core.bus.relay import Relay
 from core.domain.events import (
     GoodTrajectoryFound,
     LeafRecorded,
@@ -27,6 +26,7 @@ from core.domain.events import (
 )
 from core.domain.ids import new_id, tree_stream
 from core.domain.mcts import SearchConfig
+from core.runtime.relay import Relay
 from core.runtime.settings import load_settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 from core.bus.redis_streams import RedisStreamsBus
-from core.bus.relay import Relay
 from core.domain.config import RunConfig
 from core.domain.events import (
     FirstErrorMarked,
@@ -30,6 +29,7 @@ from core.domain.events import (
     TreeCompleted,
 )
 from core.domain.ids import derived_id, new_id, pair_stream, run_stream, tree_stream
+from core.runtime.relay import Relay
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker

@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy import select
 
 from core.bus.redis_streams import RedisStreamsBus
-from core.bus.relay import Relay
 from core.domain.events import (
     Metadata,
     NewEvent,
@@ -26,6 +25,7 @@ from core.domain.events import (
 from core.domain.ids import derived_id, new_id, pair_stream, project_stream, trace_stream
 from core.formats.importing import parse_traces
 from core.llm.ports import PolicyError
+from core.runtime.relay import Relay
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store

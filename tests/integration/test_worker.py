@@ -24,9 +24,9 @@ from prometheus_client import REGISTRY
 from core.bus.inprocess import InProcessBus
 from core.bus.ports import BusMessage
 from core.bus.redis_streams import RedisStreamsBus
-from core.bus.relay import Relay
 from core.domain.events import DomainEvent, MessageDeadLettered, NewEvent, RecordedEvent, caused_by, register
 from core.runtime.embedded import run_embedded
+from core.runtime.relay import Relay
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.runtime.worker import DEAD_LETTER_STREAM, Worker

@@ -48,7 +48,9 @@ def server(tiny_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     script = Path(sys.executable).with_name("agentr")  # the installed console script `agentr`
-    agentr = [str(script)] if script.exists() else [sys.executable, "-c", "from core.cli import main; main()"]
+    agentr = (
+        [str(script)] if script.exists() else [sys.executable, "-c", "from agentr.cli import main; main()"]
+    )
     base = f"http://127.0.0.1:{port}/v1"
     with start_http_process(
         [*agentr, "model", "serve", str(tiny_folder), "--port", str(port), "--device", "cpu"],

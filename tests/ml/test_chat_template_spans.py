@@ -222,7 +222,7 @@ def test_folder_problems_at_submission(folder: Path, tmp_path: Path) -> None:
 def test_agentr_run_refuses_a_model_folder_whose_template_is_unusable(folder: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from core.cli import app
+    from agentr.cli import app
 
     model = tmp_path / "stateful"
     model.mkdir()

@@ -1,14 +1,14 @@
 """The warm start leaves its judge set next to the model, and `agentr run`'s default demo (only it,
 with --judge-mix) mixes that set into every iteration's SFT as general data: a real tiny model warm-started by
-``core.cli.warm_start.prepare_model`` (a few steps), the file read back by the run's reader."""
+``agentr.cli.warm_start.prepare_model`` (a few steps), the file read back by the run's reader."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
-from core.cli.demo import DEMO_JUDGE_PHASE_STEPS, RunOptions, plan_run
-from core.cli.warm_start import prepare_model
+from agentr.cli.demo import DEMO_JUDGE_PHASE_STEPS, RunOptions, plan_run
+from agentr.cli.warm_start import prepare_model
 from core.domain.config import RunConfig
 from core.envs.registry import open_env
 from core.formats.export import read_general_chat

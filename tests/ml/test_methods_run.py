@@ -37,7 +37,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _run(home: Path, config: dict[str, Any]) -> tuple[int, list[Any], str]:
-    from core.cli.embedded_run import embedded_settings, run_config
+    from agentr.cli.embedded_run import embedded_settings, run_config
     from core.store.factory import open_store
 
     settings, resolved = embedded_settings(home)
@@ -54,7 +54,7 @@ def _run(home: Path, config: dict[str, Any]) -> tuple[int, list[Any], str]:
 
 
 async def _rebuilt(home: Path, run_id: str, manifest: dict[str, Any]) -> tuple[Any, ...]:
-    from core.cli.embedded_run import embedded_settings
+    from agentr.cli.embedded_run import embedded_settings
     from core.domain.serde import from_dict
     from core.domain.transitions import TransitionManifest, rebuild_transitions
     from core.store.factory import open_store

@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from core.cli import app
+from agentr.cli import app
 from core.llm.hf import HFPolicy
 from core.llm.model_import import IMPORT_FILE, ModelImportError, import_model, read_import
 from core.llm.tiny import build_tiny_model

@@ -145,7 +145,7 @@ async def test_a_tree_searches_the_same_alone_or_beside_other_trees(
 def test_model_folder_is_the_quick_runs_warm_start(quick: tuple[str, dict[str, Any]]) -> None:
     folder, config = quick
     # a real checkpoint: weights and meta.json written by the SFT trainer. The warm start has two
-    # phases (core/cli/warm_start.py): expert episodes mixed with judge examples, whose step count
+    # phases (agentr/cli/warm_start.py): expert episodes mixed with judge examples, whose step count
     # grows by 1 / (1 - JUDGE_SHARE) so the expert text seen is unchanged, then the judge phase on top.
     meta = read_meta(folder)
     assert meta.iteration == -1 and meta.dataset_id.startswith("judge-phase:")

@@ -15,7 +15,7 @@ sys.path.insert(0, str(BENCH))
 import paper  # noqa: E402
 import paper_table  # noqa: E402
 
-from core.cli.demo import RunOptions, plan_run  # noqa: E402
+from agentr.cli.demo import RunOptions, plan_run  # noqa: E402
 from core.domain.config import RunConfig  # noqa: E402
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from core.cli.demo import DEMO_GOALS, DEMO_HELD_OUT, RunOptions, plan_run
+from agentr.cli.demo import DEMO_GOALS, DEMO_HELD_OUT, RunOptions, plan_run
 from core.envs.textcraft import TextCraftEnv
 
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
+from agentr.process import SERVICE_MODULES, build_service
 from core.domain import events as ev
 from core.domain import ids, trajectory
 from core.domain.serde import to_dict
-from core.runtime.process import SERVICE_MODULES, build_service
 from core.runtime.settings import load_settings
 from core.runtime.worker import DEAD_LETTER_STREAM
 from core.store.factory import open_store
@@ -56,18 +56,19 @@ DOCUMENTED_CLASSES: dict[str, dict[str, type]] = {
 #: Producer names of the doc -> the source files (or folders) where that part of the system lives.
 PRODUCER_SOURCES: dict[str, tuple[str, ...]] = {
     "api": ("api/",),
-    "cli": ("core/cli/",),
+    "cli": ("agentr/cli/",),
     "search": ("search_service/",),
     "critic": ("critic_service/service.py", "critic_service/critic.py", "critic_service/reflector.py"),
     "splice": (
         "critic_service/splice_service.py",
+        "critic_service/splicer.py",
         "critic_service/good_traces.py",
         "critic_service/corrections.py",
     ),
     "train": ("train_service/", "core/domain/runs.py"),
     "worker runtime": ("core/runtime/", "core/bus/"),
 }
-SCANNED = ("api", "core", "search_service", "critic_service", "train_service")
+SCANNED = ("agentr", "api", "core", "search_service", "critic_service", "train_service")
 
 STREAM_FUNCTIONS: tuple[Callable[[str], str], ...] = (
     ids.run_stream,

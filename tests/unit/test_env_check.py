@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from core.cli import app
+from agentr.cli import app
 from core.envs.base import EnvError
 from core.envs.contract import check_env
 from core.envs.registry import open_env
@@ -80,7 +80,9 @@ def test_python_uris_refuse_what_is_not_an_env() -> None:
     ):
         open_env("python:torch.hub:load?repo_or_dir=someone/repo")  # API input must not call into torch
     with pytest.raises(EnvError, match="core is agentr itself"):
-        open_env("python:core.cli:main")
+        open_env("python:core.domain.ids:new_id")
+    with pytest.raises(EnvError, match="agentr is agentr itself"):
+        open_env("python:agentr.cli:main")
     with pytest.raises(EnvError, match="private names"):
         open_env("python:tests.broken_env:_COUNTER")
     with pytest.raises(EnvError, match="cannot import no_such_pkg"):

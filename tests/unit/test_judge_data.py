@@ -9,7 +9,7 @@ from core.domain.critic import LABEL_WORDS
 from core.domain.trajectory import Message, TrainingSample
 from core.envs.textcraft import TextCraftEnv, split_task_ids
 from core.envs.textcraft.oracle import TextCraftOracle
-from critic_service.critic import judge_conversation
+from core.llm.judge_prompt import judge_conversation
 from train_service.judge_data import (
     MISTAKE_KINDS,
     JudgeDataError,

@@ -1,5 +1,5 @@
 """``agentr run --method``: the option's parsing and its usage errors (the real command, exit 2
-naming the bad value), the demo plan's trainer settings per learner (``core.cli.methods``: the
+naming the bad value), the demo plan's trainer settings per learner (``agentr.cli.methods``: the
 plan's SFT budget carried over, the rule ``bench/learners.method_variant`` shares), a schedule's
 merged train section and its notes, the critic a schedule needs, and the training summary."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from core.cli.demo import DEMO_ARCHER_ROUNDS, QUICK_ARCHER_ROUNDS, RunOptions, plan_run
-from core.cli.methods import parse_methods
+from agentr.cli.demo import DEMO_ARCHER_ROUNDS, QUICK_ARCHER_ROUNDS, RunOptions, plan_run
+from agentr.cli.methods import parse_methods
 from core.domain.config import RunConfig
 from core.runtime.cpu_features import native_bf16
 from train_service.report import report_markdown, training_markdown

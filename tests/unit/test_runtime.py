@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 import pytest
 
+from agentr.process import WorkerSetupError, load_service_factory, run_process
 from core.bus.inprocess import InProcessBus
 from core.bus.ports import Bus
 from core.bus.redis_streams import RedisStreamsBus
-from core.bus.relay import Relay
 from core.domain.events import DomainEvent, NewEvent, register
 from core.runtime.logging import configure_logging
-from core.runtime.process import WorkerSetupError, load_service_factory, run_process
+from core.runtime.relay import Relay
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings, load_settings
 from core.runtime.worker import Worker, consumer_name

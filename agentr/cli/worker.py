@@ -31,9 +31,9 @@ def register(app: typer.Typer) -> None:
         """
         import asyncio
 
+        from agentr.process import WorkerSetupError, run_process
         from core.runtime.logging import configure_logging
         from core.runtime.metrics import serve_metrics
-        from core.runtime.process import WorkerSetupError, run_process
         from core.runtime.settings import load_settings
 
         settings = load_settings()

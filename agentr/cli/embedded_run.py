@@ -14,9 +14,9 @@ from typing import Any
 
 from rich.console import Console
 
-from core.cli.demo import RunOptions, plan_run
-from core.cli.run_report import write_run_report
-from core.cli.warm_start import prepare_model
+from agentr.cli.demo import RunOptions, plan_run
+from agentr.cli.run_report import write_run_report
+from agentr.cli.warm_start import prepare_model
 
 console = Console(stderr=True)
 
@@ -183,11 +183,11 @@ async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any])
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from sqlalchemy import select
 
+    from agentr.process import build_service
     from core.domain.config import RunConfig
     from core.domain.ids import run_stream
     from core.domain.runs import fold
     from core.runtime.embedded import run_embedded
-    from core.runtime.process import build_service
     from core.store.tables import iterations
     from train_service.service import build_service as build_train
 

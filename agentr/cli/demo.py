@@ -2,7 +2,7 @@
 ``--quick`` configurations (environment URIs, search / train / evaluation settings, the tiny model's
 shape and warm-start budget) and ``plan_run``, which turns options into a ``Plan``. Under
 ``--method dpo|archer|SCHEDULE`` the plan's SFT settings become each learner's
-(``core.cli.methods``: the rule ``bench/learners.py`` uses too), with ArCHer's rounds fixed here.
+(``agentr.cli.methods``: the rule ``bench/learners.py`` uses too), with ArCHer's rounds fixed here.
 
 How the demo was tuned (2 shared CPU cores, trees inspected in the run's SQLite store): a warm start
 of 300 s (261 steps) on the searched goals made the model perfect and peaked, so every expansion's
@@ -86,7 +86,7 @@ class RunOptions:
     resume: str = ""
     train_from: str = ""  # local weights of a served --model URL (RunConfig.train["model_path"])
     judge_mix: bool = False  # --judge-mix: keep the warm start's judge examples in every iteration
-    method: tuple[str, ...] = ("sft",)  # --method: the learner schedule (core.cli.methods.parse_methods)
+    method: tuple[str, ...] = ("sft",)  # --method: the learner schedule (agentr.cli.methods.parse_methods)
     # --bf16 auto|on|off: train with fp32 weights under bfloat16 autocast (None = auto: where the
     # CPU has native bfloat16 matmuls, core.runtime.cpu_features; never under --quick)
     mixed_bf16: bool | None = None
@@ -132,7 +132,7 @@ REAL_MODEL_WARM_START_LR = 1e-4
 REAL_MODEL_TRAIN = {"learning_rate": 5e-5, "epochs": 2.0}
 
 # ArCHer's rounds per iteration under --method archer (each round: 5 critic updates, then 3 actor
-# updates once the 5 critic-only warm-up rounds are done; core.cli.methods.learner_train). A fixed
+# updates once the 5 critic-only warm-up rounds are done; agentr.cli.methods.learner_train). A fixed
 # amount, like SFT's epochs: the time budget stays a safety cap. Measured at load 4-5
 # (docs/learners.md): --quick 10 rounds = 50 critic + 15 actor updates in 18 s; the demo model,
 # 12 rounds = 60 critic + 21 actor updates in 74 s on 2 goals' trees (more transitions take
@@ -150,7 +150,7 @@ def plan_run(opts: RunOptions) -> Plan:
     makes the expansions branch into wrong recipes / counts, so every iteration's trees hold both
     successes and failures, hence pairs and revision samples.
     """
-    from core.cli.methods import schedule_critic, schedule_train
+    from agentr.cli.methods import schedule_critic, schedule_train
     from core.domain.config import RunConfig
 
     env = opts.env or (QUICK_ENV if opts.quick else DEMO_ENV)

@@ -77,7 +77,7 @@ async def run_process(
     """Run worker ``name`` until SIGTERM/SIGINT (or, with ``burst``, until idle); returns messages
     handled (events published, for the relay)."""
     from core.bus.redis_streams import RedisStreamsBus
-    from core.bus.relay import Relay
+    from core.runtime.relay import Relay
     from core.runtime.worker import Worker
     from core.store.factory import open_store
 

@@ -1,6 +1,6 @@
 """Owns the ``agentr`` command line: the root Typer app and the registration of its command groups.
 
-Each command module (``core/cli/<name>.py``) exposes ``register(app)``; heavy imports (torch,
+Each command module (``agentr/cli/<name>.py``) exposes ``register(app)``; heavy imports (torch,
 transformers, FastAPI) happen inside the commands so ``agentr --help`` stays fast.
 """
 
@@ -23,7 +23,7 @@ app = typer.Typer(
 
 def _register_all() -> None:
     for name in COMMAND_MODULES:
-        importlib.import_module(f"core.cli.{name}").register(app)
+        importlib.import_module(f"agentr.cli.{name}").register(app)
 
 
 _register_all()

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from core.cli.demo import Plan
+from agentr.cli.demo import Plan
 from core.runtime.torch_threads import in_training_phase
 
 console = Console(stderr=True)

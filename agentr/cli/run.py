@@ -6,9 +6,9 @@ the in-process bus, and the search, critic, splice and train services in ONE pro
 warm-starts it on expert TextCraft episodes, both cached under ``<home>/models`` by a key of their
 settings (the same command reproduces them). Progress bars follow the store's read models; at the
 end the report (JSON, Markdown, PNG) is written to ``<home>/runs/<run id>/``. The work itself lives in
-``core.cli.demo`` (plan), ``core.cli.warm_start`` (model), ``core.cli.embedded_run`` (loop),
-``core.cli.run_report`` (report), ``core.cli.methods`` (``--method``: the learner of each iteration)
-and ``core.cli.eval_export`` (imported inside the commands, so ``agentr --help`` stays fast).
+``agentr.cli.demo`` (plan), ``agentr.cli.warm_start`` (model), ``agentr.cli.embedded_run`` (loop),
+``agentr.cli.run_report`` (report), ``agentr.cli.methods`` (``--method``: the learner of each iteration)
+and ``agentr.cli.eval_export`` (imported inside the commands, so ``agentr --help`` stays fast).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import enum
 
 import typer
 
-from core.cli.demo import DEMO_ENV, QUICK_ENV
-from core.cli.methods import METHOD_HELP, parse_methods
+from agentr.cli.demo import DEMO_ENV, QUICK_ENV
+from agentr.cli.methods import METHOD_HELP, parse_methods
 
 
 class Precision(enum.StrEnum):
@@ -117,8 +117,8 @@ def register(app: typer.Typer) -> None:
         splicing -> training (SFT, or --method dpo / archer) -> evaluation, for N iterations, on the
         embedded SQLite store, with progress bars and a final report (JSON + Markdown + PNG under
         <home>/runs/RUN_ID/); the summary names each iteration's learner."""
-        from core.cli.demo import RunOptions
-        from core.cli.embedded_run import run_command
+        from agentr.cli.demo import RunOptions
+        from agentr.cli.embedded_run import run_command
 
         options = RunOptions(
             model=model,
@@ -170,7 +170,7 @@ def register(app: typer.Typer) -> None:
         """Evaluate a model with seeded episodes on a stratified choice of tasks: average reward,
         success rate, average steps, dead loops and invalid-action rate (episodes are batched: one
         model call per turn)."""
-        from core.cli.eval_export import eval_command
+        from agentr.cli.eval_export import eval_command
 
         raise typer.Exit(
             eval_command(
@@ -198,6 +198,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Export an iteration's dataset (revision samples + good trajectories >= alpha + general data
         mixed with eta) as OpenAI fine-tuning JSONL, ShareGPT/AgentGym JSONL or Parquet."""
-        from core.cli.eval_export import export_command
+        from agentr.cli.eval_export import export_command
 
         raise typer.Exit(export_command(run_id, iteration, fmt, output, home))

@@ -1,0 +1,72 @@
+"""Owns the format-neutral conversation every trace parser produces: ``Turn`` (one message),
+``Conversation`` (a trace's turns, tool definitions and envelope hints) and ``check_tools`` (OpenAI
+tool definitions, checked). ``core.formats.importing`` turns a ``Conversation`` into a trajectory; the
+parsers (``import_openai``, ``import_sharegpt``, ``import_otel`` with ``genai`` and
+``openinference``) build them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from core.domain.trajectory import ToolCall
+from core.formats.errors import TraceFormatError, require
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message in a format-neutral shape.
+
+    ``tool_call_id`` None on a tool turn means the format gave no id: it answers the oldest call still
+    waiting for a result (pairing by order). ``alternatives`` are the n>1 choices not continued with.
+    """
+
+    role: Literal["system", "user", "assistant", "tool"]
+    text: str
+    path: str  # where it came from, for error messages
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str = ""  # tool turns: the function's name when the format gives it
+    is_error: bool = False  # tool turns: the tool reported a failure
+    reasoning: str = ""  # assistant turns: reasoning text (kept, not trained on unless asked)
+    alternatives: tuple[str, ...] = ()
+
+    def identity(self) -> tuple[Any, ...]:
+        """What makes two turns the same message (for de-duplicating replayed history)."""
+        calls = tuple((c.call_id, c.name, c.canonical()) for c in self.tool_calls)
+        return (self.role, " ".join(self.text.split()), calls, self.tool_call_id)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What a format parser returns for one trace: its turns, tool definitions and envelope hints
+    found inside the trace itself (e.g. OTLP attributes; the item's own fields take precedence)."""
+
+    turns: list[Turn]
+    tools: tuple[dict[str, Any], ...] = ()
+    envelope: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+
+def check_tools(raw: Any, path: str) -> tuple[dict[str, Any], ...]:
+    """OpenAI tool definitions ``[{"type": "function", "function": {"name", ...}}]`` (legacy bare
+    function objects ``{"name", "parameters"}`` are wrapped)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise TraceFormatError(path, 'expected a list of {"type": "function", "function": {...}} definitions')
+    out = []
+    for index, tool in enumerate(raw):
+        tpath = f"{path}[{index}]"
+        if not isinstance(tool, dict):
+            raise TraceFormatError(tpath, "expected an object")
+        if "function" not in tool and isinstance(tool.get("name"), str):
+            tool = {"type": "function", "function": dict(tool)}
+        function = require(tool, "function", tpath, dict)
+        require(function, "name", f"{tpath}.function", str)
+        if tool.get("type", "function") != "function":
+            raise TraceFormatError(
+                f"{tpath}.type", f"only function tools are supported, got {tool['type']!r}"
+            )
+        out.append({"type": "function", "function": dict(function)})
+    return tuple(out)

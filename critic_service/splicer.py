@@ -1,0 +1,399 @@
+"""Owns splicing a pair into a revision sample and the iteration's dataset signal (the handlers of
+the splice worker; ``critic_service.splice_service`` wires them into the worker).
+
+- ``FirstErrorMarked`` -> ``RevisionMaterialized`` (or ``RevisionRejected`` with the reason): the
+  pair is spliced (core.domain.splice) with a reflection chosen from the pair id (``reflection:
+  template``, the default) or written by the iteration's model (``reflection: model``, see
+  ``critic_service.reflector``; template fallback recorded as ``model|fallback:<id>``); where the pair names
+  an environment and task, the spliced action sequence is replayed there: ``verified`` says whether it
+  still reaches the good path's reward, and the sample keeps the observations the environment really
+  returned. Unverified samples are kept or dropped by ``RunConfig.splice["keep_unverified"]``.
+- On every event that can complete an iteration (``TreeCompleted``, ``SearchFailed``,
+  ``RevisionMaterialized``, ``RevisionRejected``) the iteration is checked AFTER that event has been
+  committed: when every tree of ``IterationStarted.tree_ids`` is completed or failed and every pair
+  is revised or rejected, ``IterationDatasetReady`` (deterministic dataset id) or
+  ``IterationDatasetEmpty`` is appended to the run's stream, once (derived event id; the store skips
+  an id it already holds). The check never runs inside the handler that produces an outcome: that
+  handler's events are not committed yet, so with two replicas (or concurrency > 1) both handlers
+  of the last two events could see "not ready" and the wakeup would be lost. Checking after each
+  commit means whichever relevant event commits last is followed by a check that sees all of them.
+  The event is built from committed projections only (``built_from.last_position`` is the highest
+  store position among the dataset's samples), so concurrent checks emit identical contents.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import func, select
+
+from core.domain.config import RunConfig
+from core.domain.events import (
+    FirstErrorMarked,
+    IterationDatasetEmpty,
+    IterationDatasetReady,
+    Metadata,
+    NewEvent,
+    PairFound,
+    RecordedEvent,
+    RevisionMaterialized,
+    RevisionRejected,
+    SearchFailed,
+    TreeCompleted,
+    caused_by,
+)
+from core.domain.good_samples import revision_masks
+from core.domain.ids import derived_id, pair_stream, run_stream
+from core.domain.reflections import (
+    DEFAULT_TEMPLATES,
+    Reflection,
+    ReflectionError,
+    choose_reflection,
+    model_or_template,
+    pair_choice_key,
+)
+from core.domain.splice import SplicedPath, SpliceError, revision_sample, splice_path
+from core.domain.trajectory import Step
+from core.envs.base import Env, EnvError
+from core.llm.ports import Policy, PolicyError
+from core.runtime.service import HandlerResult
+from core.runtime.settings import Settings
+from core.store.ports import EventStore
+from critic_service.reflector import ReflectionRequest, model_reflections
+from critic_service.service import PolicyCache, open_model, run_context
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = "splice"
+REWARD_TOLERANCE = 1e-6
+
+
+def _open_env(uri: str) -> Env:
+    from core.envs.registry import open_env
+
+    return open_env(uri)
+
+
+@dataclass(frozen=True)
+class LossMasking:
+    """The run's weight-0 rule for the good continuation of a revision sample
+    (``RunConfig.mask_invalid_steps`` / ``mask_loop_steps``; core.domain.good_samples.revision_masks)."""
+
+    invalid_steps: bool = True
+    loop_steps: bool = True
+
+
+@dataclass(frozen=True)
+class SpliceConfig:
+    verify: bool = True
+    """Replay the spliced actions in the environment when the pair names one."""
+    keep_unverified: bool = False
+    """Keep a sample whose replay does not reach the good reward (marked verified=False)."""
+    reflections: dict[str, str] | None = None
+    """Reflection templates (id -> sentence); None = core.domain.reflections.DEFAULT_TEMPLATES."""
+    reflection: Literal["template", "model"] = "template"
+    """Where the reflection sentence comes from: a template, or the iteration's model (with fallback)."""
+
+    @classmethod
+    def of_run(cls, run_config: RunConfig) -> tuple[SpliceConfig, LossMasking]:
+        """The run's ``splice`` settings and its loss-masking rule (the one good samples follow)."""
+        masking = LossMasking(run_config.mask_invalid_steps, run_config.mask_loop_steps)
+        return cls.from_data(run_config.splice), masking
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any] | None) -> SpliceConfig:
+        data = dict(data or {})
+        templates = data.get("reflections")
+        source = data.get("reflection", "template")
+        if source not in ("template", "model"):
+            raise ReflectionError(f"splice.reflection: unknown source {source!r} (template, model)")
+        return cls(
+            verify=bool(data.get("verify", True)),
+            keep_unverified=bool(data.get("keep_unverified", False)),
+            reflections=dict(templates) if templates else None,
+            reflection=source,
+        )
+
+
+@dataclass(frozen=True)
+class Replay:
+    verified: bool
+    path: SplicedPath  # with the environment's observations when the replay ran to the end
+    reason: str = ""
+
+
+async def replay(env: Env, task_id: str, path: SplicedPath, good_reward: float | None) -> Replay:
+    """Re-execute ``path.actions`` from ``reset(task_id)``; verified = the final reward reaches the
+    good path's reward (and the episode did not end before the last action)."""
+    await env.reset(task_id)
+    observed: list[Step] = []
+    actions = path.actions
+    for index, action in enumerate(actions):
+        result = await env.step(action)
+        observed.append(
+            Step("", action, result.observation, reward=result.reward, done=result.done, valid=result.valid)
+        )
+        if result.done and index < len(actions) - 1:
+            return Replay(False, path, f"the episode ended at step {index}, before the last action")
+    replayed = path.with_observations(observed)
+    target = 1.0 if good_reward is None else good_reward
+    final = observed[-1].reward if observed else 0.0
+    if final + REWARD_TOLERANCE < target:
+        return Replay(False, replayed, f"replay reward {final:.3f} is below the good reward {target:.3f}")
+    return Replay(True, replayed)
+
+
+class SpliceHandlers:
+    def __init__(
+        self,
+        settings: Settings,
+        store: EventStore,
+        env_opener: Callable[[str], Env],
+        policies: PolicyCache | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.env_opener = env_opener
+        self.policies = policies or PolicyCache(open_model)
+
+    async def _pair(self, pair_id: str) -> PairFound | None:
+        for recorded in await self.store.read_stream(pair_stream(pair_id)):
+            if isinstance(recorded.event, PairFound):
+                return recorded.event
+        return None
+
+    async def on_first_error(self, recorded: RecordedEvent) -> HandlerResult:
+        marked = recorded.event
+        assert isinstance(marked, FirstErrorMarked)
+        meta = caused_by(recorded, SERVICE_NAME)
+        pair = await self._pair(marked.pair_id)
+        if pair is None:
+            raise LookupError(f"splice: no PairFound in stream {pair_stream(marked.pair_id)}")
+        config, masking = SpliceConfig(), LossMasking()
+        model_ref: str | None = None
+        try:
+            if pair.run_id is not None:
+                run_config, model_ref = await run_context(self.store, pair.run_id, pair.iteration)
+                config, masking = SpliceConfig.of_run(run_config)
+            outcome = await self._splice(pair, marked, config, model_ref, masking=masking)
+        except (SpliceError, ReflectionError) as exc:
+            outcome = RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"splice: {exc}")
+        if isinstance(outcome, RevisionRejected):
+            log.warning("splice: pair %s rejected: %s", pair.pair_id, outcome.reason)
+            event = NewEvent(
+                pair_stream(pair.pair_id), outcome, meta, derived_id(SERVICE_NAME, "rej", pair.pair_id)
+            )
+        else:
+            log.info(
+                "splice: pair %s -> sample %s (revision length %d, verified %s)",
+                pair.pair_id, outcome.sample_id, outcome.revision_length, outcome.verified,
+            )  # fmt: skip
+            event = NewEvent(
+                pair_stream(pair.pair_id), outcome, meta, derived_id(SERVICE_NAME, "rev", pair.pair_id)
+            )
+        # No iteration check here: ``event`` is not committed yet (see the module docstring); the
+        # post-commit check runs in ``on_progress`` when this outcome is delivered.
+        return HandlerResult([event])
+
+    async def _reflection(
+        self, pair: PairFound, marked: FirstErrorMarked, config: SpliceConfig, model_ref: str | None
+    ) -> Reflection:
+        templates = config.reflections or DEFAULT_TEMPLATES
+        wrong = pair.bad.steps[marked.transition_index]
+        key = pair_choice_key(
+            pair.task_key,
+            pair.shared_steps,
+            [s.action for s in pair.bad.steps],
+            [s.action for s in pair.good.steps],
+        )
+        if config.reflection == "template":
+            return choose_reflection(key, wrong.action, templates)
+        if not model_ref:
+            reflection, _ = model_or_template(None, key, wrong.action, templates)
+            log.warning("splice: pair %s: no model to reflect with; %s", pair.pair_id, reflection.template_id)
+            return reflection
+        try:
+            policy: Policy = self.policies.get(model_ref)
+        except (PolicyError, OSError, ValueError) as exc:
+            reflection, _ = model_or_template(None, key, wrong.action, templates)
+            log.warning(
+                "splice: pair %s: cannot open %s (%s); %s",
+                pair.pair_id,
+                model_ref,
+                exc,
+                reflection.template_id,
+            )
+            return reflection
+        request = ReflectionRequest(pair.pair_id, pair.bad.task, wrong.action, wrong.observation, key)
+        (reflection,) = await model_reflections(policy, [request], templates)
+        return reflection
+
+    async def _splice(
+        self,
+        pair: PairFound,
+        marked: FirstErrorMarked,
+        config: SpliceConfig,
+        model_ref: str | None,
+        reflection: Reflection | None = None,
+        masking: LossMasking | None = None,
+    ) -> RevisionMaterialized | RevisionRejected:
+        """Splice ``pair`` at ``marked.transition_index``; ``reflection`` given (a reviewer's) is used
+        as it is, otherwise one is chosen as ``config`` says."""
+        path = splice_path(pair.bad, pair.good, pair.shared_steps, marked.transition_index)
+        if reflection is None:  # t' checked by splice_path first
+            reflection = await self._reflection(pair, marked, config, model_ref)
+        verified: bool | None = None
+        if config.verify and pair.env_uri and pair.task_id is not None:
+            env = self.env_opener(pair.env_uri)
+            try:
+                result = await replay(env, pair.task_id, path, pair.good.reward)
+            except EnvError as exc:
+                return RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"replay failed: {exc}")
+            finally:
+                await env.close()
+            verified = result.verified
+            path = result.path
+            if not verified and not config.keep_unverified:
+                return RevisionRejected(
+                    pair.pair_id, pair.run_id, pair.iteration, f"unverified: {result.reason}"
+                )
+        provenance: dict[str, Any] = {
+            "pair_id": pair.pair_id,
+            "source": pair.source,
+            "run_id": pair.run_id,
+            "iteration": pair.iteration,
+            "tree_id": pair.tree_id,
+            "bad_leaf_id": pair.bad_leaf_id,
+            "good_leaf_id": pair.good_leaf_id,
+            "divergence_node_id": pair.divergence_node_id,
+            "shared_steps": pair.shared_steps,
+            "transition_index": marked.transition_index,
+            "critic_strategy": marked.strategy,
+            "model_version": marked.model_version,
+            "template_id": reflection.template_id,
+            "reflection": reflection.text,
+            "verified": verified,
+            "task_key": pair.task_key,
+        }
+        if pair.source == "trace":
+            provenance["trace_id"] = pair.bad_leaf_id
+        masking = masking or LossMasking()
+        masked, provenance["loss_masked"] = revision_masks(
+            path, mask_invalid_steps=masking.invalid_steps, mask_loop_steps=masking.loop_steps
+        )
+        if len(masked) == len(path.good):
+            return RevisionRejected(
+                pair.pair_id,
+                pair.run_id,
+                pair.iteration,
+                "splice: nothing to train: every step of the good continuation was rejected by the "
+                "environment or repeats a loop (weight 0)",
+            )
+        sample_id = derived_id("revision", pair.pair_id)
+        sample = revision_sample(
+            sample_id, pair.bad, pair.good, path, reflection.text, provenance, masked=masked
+        )
+        return RevisionMaterialized(
+            sample_id=sample_id,
+            pair_id=pair.pair_id,
+            run_id=pair.run_id,
+            iteration=pair.iteration,
+            sample=sample,
+            template_id=reflection.template_id,
+            revision_length=path.revision_length,
+            verified=verified,
+        )
+
+    async def on_progress(self, recorded: RecordedEvent) -> HandlerResult:
+        """TreeCompleted / SearchFailed / RevisionMaterialized / RevisionRejected, once committed:
+        maybe the iteration is now complete."""
+        event = recorded.event
+        assert isinstance(event, TreeCompleted | SearchFailed | RevisionMaterialized | RevisionRejected)
+        if event.run_id is None:
+            return HandlerResult()
+        return HandlerResult(
+            await self._iteration_check(event.run_id, event.iteration, caused_by(recorded, SERVICE_NAME))
+        )
+
+    async def _iteration_check(self, run_id: str, iteration: int, meta: Metadata) -> list[NewEvent]:
+        """The iteration's dataset event when it is complete, from committed projections only."""
+        from core.store.tables import iterations, pairs, samples
+
+        engine = self.store.engine  # type: ignore[attr-defined]
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(iterations).where(
+                        iterations.c.run_id == run_id, iterations.c.iteration == iteration
+                    )
+                )
+            ).first()
+            if row is None:
+                return []
+            rejected = (
+                await conn.execute(
+                    select(func.count()).where(
+                        pairs.c.run_id == run_id, pairs.c.iteration == iteration, pairs.c.status == "rejected"
+                    )
+                )
+            ).scalar_one()
+            sample_rows = (
+                await conn.execute(
+                    select(samples.c.kind, samples.c.data, samples.c.position).where(
+                        samples.c.run_id == run_id, samples.c.iteration == iteration
+                    )
+                )
+            ).all()
+        trees_finished = row.trees_done + row.trees_failed
+        if trees_finished < row.trees_expected or row.revisions + rejected < row.pairs:
+            return []
+        revisions = row.revisions
+        good_positions = [
+            position
+            for kind, data, position in sample_rows
+            if kind == "good" and (data.get("reward") or 0.0) >= row.alpha
+        ]
+        revision_positions = [position for kind, _, position in sample_rows if kind == "revision"]
+        goods = len(good_positions)
+        run_config, _ = await run_context(self.store, run_id, iteration)
+        stream = run_stream(run_id)
+        if revisions + goods == 0:
+            reason = (
+                f"iteration {iteration}: {row.trees_done} tree(s) completed, {row.trees_failed} failed, "
+                f"{row.pairs} pair(s) with {rejected} rejected, and no good trajectory "
+                f"reached alpha {row.alpha}"
+            )
+            empty = IterationDatasetEmpty(run_id, iteration, reason)
+            log.info("splice: run %s %s", run_id, reason)
+            return [NewEvent(stream, empty, meta, derived_id(SERVICE_NAME, "dataset", run_id, iteration))]
+        from core.domain.datasets import general_count
+
+        general = general_count(revisions + goods, run_config.eta) if run_config.general_data else 0
+        ready = IterationDatasetReady(
+            run_id=run_id,
+            iteration=iteration,
+            dataset_id=derived_id("dataset", run_id, iteration),
+            revision_samples=revisions,
+            good_samples=goods,
+            general_samples=general,
+            built_from={
+                "alpha": row.alpha,
+                "eta": run_config.eta,
+                "general_data": run_config.general_data,
+                "trees_done": row.trees_done,
+                "trees_failed": row.trees_failed,
+                "pairs": row.pairs,
+                "rejected": rejected,
+                "last_position": max(good_positions + revision_positions, default=0),
+            },
+        )
+        log.info(
+            "splice: run %s iteration %d dataset ready: %d revisions, %d good",
+            run_id,
+            iteration,
+            revisions,
+            goods,
+        )
+        return [NewEvent(stream, ready, meta, derived_id(SERVICE_NAME, "dataset", run_id, iteration))]
