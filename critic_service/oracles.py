@@ -2,7 +2,10 @@
 against, where the environment has one.
 
 TextCraft has one (``core.envs.textcraft.oracle``: the first step after the divergence that the
-environment rejects or that takes no step toward any plan the expert solver accepts). Other
+environment rejects or that takes no step toward any plan the expert solver accepts), in process
+(``textcraft?...``) and over HTTP (``agentgym+http://HOST:PORT/textcraft``): a served task is judged
+in process under the goal its first observation names (``goal:NAME``; the path's ``task`` is that
+observation), so its index on the server never has to mean the same goal as ours. Other
 environments have none: ``oracle_index`` returns None. A path the oracle cannot judge (a task it
 does not know, a replay that contradicts the recorded observations) also gives None, logged with the
 reason — the oracle scores the critic, it never blocks the pair.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from core.domain.trajectory import Trajectory
 from core.envs.base import Env, EnvError
@@ -23,6 +27,13 @@ def _open_env(uri: str) -> Env:
     from core.envs.registry import open_env
 
     return open_env(uri)
+
+
+def served_textcraft(env_uri: str) -> bool:
+    """Whether ``env_uri`` names a TextCraft server (``agentgym+http(s)://HOST:PORT/.../textcraft``)."""
+    if not env_uri.startswith(("agentgym+http://", "agentgym+https://")):
+        return False
+    return urlsplit(env_uri).path.rstrip("/").rsplit("/", 1)[-1] == "textcraft"
 
 
 class Oracles:
@@ -46,6 +57,10 @@ class Oracles:
                     env = None
                 if isinstance(env, TextCraftEnv):
                     oracle = TextCraftOracle(env)
+            elif served_textcraft(env_uri):
+                from core.envs.textcraft.oracle import TextCraftOracle
+
+                oracle = TextCraftOracle()  # judged in process by goal (module docstring)
             self._oracles[env_uri] = oracle
         return self._oracles[env_uri]
 
@@ -62,6 +77,14 @@ class Oracles:
         from core.envs.textcraft.oracle import OracleError, TextCraftOracle
 
         assert isinstance(oracle, TextCraftOracle)
+        if served_textcraft(env_uri):
+            from core.envs.textcraft.remote import oracle_task_id
+
+            by_goal = oracle_task_id(path.task)
+            if by_goal is None:
+                log.warning("oracle: task %s not judged: its first observation names no goal", task_id)
+                return None
+            task_id = by_goal
         try:
             return oracle.first_error(
                 task_id,

@@ -128,8 +128,14 @@ def tasks(
         raise typer.Exit(2) from exc
     goal_of = getattr(opened, "goal_of", None)
     for task_id in ids:
+        goal = None
         if opened.name == "textcraft" and callable(goal_of):
-            console.print(f"{task_id}\tgoal:{goal_of(task_id).removeprefix('minecraft:')}", markup=False)
+            try:
+                goal = goal_of(task_id)
+            except EnvError:  # a served TextCraft knows a goal only once the task was reset
+                goal = None
+        if goal is not None:
+            console.print(f"{task_id}\tgoal:{goal.removeprefix('minecraft:')}", markup=False)
         else:
             console.print(task_id, markup=False)
 

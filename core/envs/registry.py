@@ -5,14 +5,18 @@ Forms (options are URL query parameters):
 - ``textcraft`` — options ``distractors`` (0-10+, default 10), ``split`` (default split of
   ``task_ids()``: train / test / demo / all), ``goal`` (comma-separated goal names, e.g.
   ``goal=stone_pickaxe,oak_planks``: the default tasks become ``goal:stone_pickaxe``, ...),
-  ``max_steps`` (default 50);
+  ``max_steps`` (default 50), ``rules`` (``agentr``, default, or ``agentgym``: AgentGym's goal ids,
+  splits, observations, messages and open-ended episodes, core.envs.textcraft.env), ``listing`` (with
+  rules=agentgym: a file naming the recipe files in the order an AgentGym server listed them; default
+  this machine's ``os.listdir`` order);
 - ``sciworld`` — options ``max_steps`` (default 100), ``simplifications`` (e.g. ``easy``);
 - ``agentgym+http://HOST:PORT/NAME`` (or ``agentgym+https://``) — NAME is textcraft, sciworld,
   webshop, alfworld, babyai (their protocol profiles: core.envs.agentgym_profiles) or any other
   name (the generic profile); options ``timeout`` (s), ``retries``, ``backoff`` (s),
   ``action_prefix`` (default empty: bare actions, as AgentGym's clients send), ``max_steps``,
   ``tasks`` (``START-END``, inclusive, the ids of split ``all``/``test`` when the client cannot know
-  them), and for alfworld ``world_type`` (Text / Embody / Hybrid). The server's base URL is
+  them; textcraft and sciworld know theirs: ``core.envs.sciworld_tasks`` holds ScienceWorld's), and
+  for alfworld ``world_type`` (Text / Embody / Hybrid). The server's base URL is
   everything before ``/NAME``.
 - ``python:package.module:factory?key=value`` — a Python environment (core.envs.plugin); every
   option is passed to the factory as a string keyword argument;
@@ -25,9 +29,13 @@ A malformed URI, an unknown environment or an unknown / badly typed option raise
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
 from core.envs.base import Env, EnvError
+
+if TYPE_CHECKING:
+    from core.envs.textcraft.recipes import RecipeBook
 
 BUILTIN = ("textcraft", "sciworld")
 
@@ -91,10 +99,17 @@ def open_env(uri: str) -> Env:
         split = options.take("split", "") or None
         goals = tuple(g.strip() for g in options.take("goal", "").split(",") if g.strip())
         max_steps = int(options.take_number("max_steps", 50))
-        options.finish(name, "distractors, split, goal, max_steps")
+        rules = options.take("rules", "agentr")
+        listing = options.take("listing", "")
+        options.finish(name, "distractors, split, goal, max_steps, rules, listing")
         if goals and split:
             raise EnvError(f"environment URI {uri!r}: give either split or goal, not both")
-        return TextCraftEnv(distractors=distractors, max_steps=max_steps, split=split, goals=goals)
+        book = None
+        if listing:
+            book = _listing_book(uri, listing, rules)
+        return TextCraftEnv(
+            distractors=distractors, max_steps=max_steps, split=split, goals=goals, rules=rules, book=book
+        )
     if name == "sciworld":
         from core.envs.sciworld import SciWorldEnv
 
@@ -110,6 +125,23 @@ def open_env(uri: str) -> Env:
     registered = entry_point_names()
     known = ", ".join([*BUILTIN, *registered, "agentgym+http://...", "python:package.module:factory"])
     raise EnvError(f"unknown environment {name!r} in URI {uri!r} (known: {known})")
+
+
+def _listing_book(uri: str, listing: str, rules: str) -> RecipeBook:
+    """The recipe book in the order a listing file names (one recipe file name per line)."""
+    from pathlib import Path
+
+    from core.envs.textcraft.recipes import agentgym_book
+
+    if rules != "agentgym":
+        raise EnvError(f"environment URI {uri!r}: listing= orders goals as AgentGym does; add rules=agentgym")
+    try:
+        names = [
+            line.strip() for line in Path(listing).read_text(encoding="utf-8").splitlines() if line.strip()
+        ]
+    except OSError as exc:
+        raise EnvError(f"environment URI {uri!r}: cannot read the recipe listing {listing!r}: {exc}") from exc
+    return agentgym_book(names)
 
 
 def _open_agentgym(uri: str) -> Env:
@@ -151,15 +183,22 @@ def _open_agentgym(uri: str) -> Env:
     max_steps = 50
     if name == "textcraft":
         from core.envs.textcraft import INSTRUCTION, recipe_book, split_task_ids
+        from core.envs.textcraft.recipes import agentgym_book
 
+        rules = options.take("rules", "agentr")  # agentgym: a server in AgentGym's order, their splits
+        if rules not in ("agentr", "agentgym"):
+            raise EnvError(f"environment URI {uri!r}: rules={rules!r} must be agentr or agentgym")
+        allowed += ", rules"
         instruction = INSTRUCTION
-        book = recipe_book()
+        book = agentgym_book() if rules == "agentgym" else recipe_book()
         splits = {s: split_task_ids(book, s) for s in ("train", "test", "demo", "all")}
     elif name == "sciworld":
         from core.envs.sciworld import INSTRUCTION as SCIWORLD_INSTRUCTION
+        from core.envs.sciworld_tasks import sciworld_task_ids
 
         instruction = SCIWORLD_INSTRUCTION
         max_steps = 100
+        splits = {s: sciworld_task_ids(s) for s in ("train", "dev", "test", "all")}
     max_steps = int(options.take_number("max_steps", max_steps))
     if tasks:
         try:
@@ -170,7 +209,12 @@ def _open_agentgym(uri: str) -> Env:
         splits = {**splits, "all": ids, "test": ids}
     options.finish(name, allowed)
     base_url = f"{transport}://{parts.netloc}{prefix}"
-    return AgentGymEnv(
+    session: type[AgentGymEnv] = AgentGymEnv
+    if name == "textcraft":  # the expert and the oracle, from the goal in the first observation
+        from core.envs.textcraft.remote import RemoteTextCraftEnv
+
+        session = RemoteTextCraftEnv
+    return session(
         base_url,
         name,
         instruction=instruction,

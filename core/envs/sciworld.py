@@ -64,17 +64,21 @@ class SciWorldEnv:
             raise EnvError(f"sciworld: could not start the ScienceWorld Java server: {exc}") from exc
         self.max_steps = max_steps
         self.simplifications = simplifications
-        self.games: list[tuple[str, int]] = []
-        for task_key, task_name in self._env.tasks.items():
-            if task_key in AGENTGYM_EXCLUDED_TASKS:
-                continue
-            count = int(self._env.get_max_variations(task_name))
-            self.games.extend((task_name, variation) for variation in range(count))
-        self._splits: dict[str, list[str]] | None = None
+        from core.envs.sciworld_tasks import TASK_VARIATIONS
+
+        # recorded, not asked: asking loads every task and changes this simulator's later episodes
+        self.games: list[tuple[str, int]] = [
+            (task_name, variation) for task_name, count in TASK_VARIATIONS for variation in range(count)
+        ]
         self.task_id: str | None = None
         self.done = False
         self.score = 0
         self._closed = False
+
+    @property
+    def simulator(self) -> Any:
+        """The ``scienceworld.ScienceWorldEnv`` behind this adapter (the server's hint endpoints)."""
+        return self._env
 
     # ---- tasks -----------------------------------------------------------------------------------
     def game(self, task_id: str) -> tuple[str, int]:
@@ -89,11 +93,12 @@ class SciWorldEnv:
             return [str(i) for i in range(len(self.games))]
         if split not in ("train", "dev", "test"):
             raise EnvError(f"sciworld: unknown split {split!r} (known: train, dev, test, all)")
-        if self._splits is None:
-            self._splits = self._load_splits()
-        return list(self._splits[split])
+        from core.envs.sciworld_tasks import sciworld_task_ids
 
-    def _load_splits(self) -> dict[str, list[str]]:
+        return sciworld_task_ids(split)  # recorded (core.envs.sciworld_tasks): the simulator stays fresh
+
+    def simulator_splits(self) -> dict[str, list[str]]:
+        """The splits as this simulator states them (loads every task: tests check the recorded table)."""
         server = self._env.server
         index = {game: i for i, game in enumerate(self.games)}
         splits: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
@@ -115,13 +120,14 @@ class SciWorldEnv:
             self._env.load(task_name, variation, self.simplifications)
             look = str(self._env.server.step("look around"))
             description = str(self._env.server.getTaskDescription())
+            score = int(round(100 * float(self._env.server.getScore())))
         except Exception as exc:
             raise EnvError(
                 f"sciworld: could not load task {task_id} ({task_name} #{variation}): {exc}"
             ) from exc
         self.task_id = str(int(task_id))
         self.done = False
-        self.score = 0
+        self.score = score  # the look-around's points (0 on every task we know)
         return f"{description}\n\n{look}"
 
     def step_sync(self, action: str) -> StepResult:

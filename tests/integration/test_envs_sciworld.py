@@ -10,7 +10,7 @@ import pytest
 
 from core.envs.base import EnvError, UnknownTask
 from core.envs.registry import open_env
-from core.envs.sciworld import SciWorldEnv
+from core.envs.sciworld import AGENTGYM_EXCLUDED_TASKS, SciWorldEnv
 from tests.integration.test_envs_agentgym_http import start_server
 
 needs_java = pytest.mark.skipif(
@@ -43,6 +43,24 @@ def test_agentgym_game_index(sciworld: SciWorldEnv) -> None:
     splits = {s: sciworld.task_ids(s) for s in ("train", "dev", "test")}
     assert sum(len(ids) for ids in splits.values()) == 4639
     assert not set(splits["train"]) & set(splits["test"])
+    # the recorded tables (a client lists tasks from them with no Java; the adapter never asks its
+    # own simulator) are the simulator's own answers
+    from core.envs.sciworld_tasks import GAMES, TASK_VARIATIONS
+
+    asked = SciWorldEnv()
+    try:
+        simulator = asked.simulator
+        counted = [
+            (name, int(simulator.get_max_variations(name)))
+            for key, name in simulator.tasks.items()
+            if key not in AGENTGYM_EXCLUDED_TASKS
+        ]
+        assert counted == list(TASK_VARIATIONS) and GAMES == len(sciworld.games) == 4639
+        assert asked.simulator_splits() == splits
+    finally:
+        asked.close_sync()
+    served = open_env("agentgym+http://127.0.0.1:9/sciworld")  # no server needed to list tasks
+    assert served.task_ids() == splits["test"] and len(served.task_ids("all")) == 4639
 
 
 @needs_java

@@ -22,6 +22,19 @@ The observation lists the goal's recipe tree plus up to ``distractors`` (default
 the same ingredients, in an order fixed by the task id (``random.Random("textcraft:<id>")`` is seeded
 with a string, which Python hashes with SHA-512, so it does not depend on PYTHONHASHSEED).
 ``reward`` is the task's score so far: 1.0 once the goal has been crafted, else 0.0.
+
+``rules="agentgym"`` (URI ``textcraft?rules=agentgym``) plays by AgentGym's TextCraft server instead
+(WooooDyy/AgentGym ``agentenv-textcraft``, read, not copied): goal ids in their order
+(``recipes.agentgym_book``: depth, then the recipe folder's listing order); splits ``test`` = ids
+0-99 and ``train`` = 100-543 (``demo``: 12 depth-1 and 4 depth-2 train ids, spread); the first
+observation built by their procedure (their recipe tree walk with repeats, up to 10 sampled uses of
+every ingredient, 10 distractors drawn and the lines shuffled by a ``random.Random(42)``, as their
+reset seeds the global generator with 42) except that where they iterate a Python ``set`` of recipe
+lines (an order that changes with the process's string-hash seed) we keep first-seen order; their
+messages to the letter (``Could not find a valid recipe for ItemTagWithCount(...)``, ``Could not find
+enough items to craft None`` for a tag); and their episode: the step that crafts the goal answers
+reward 1 and done, every other step reward 0 and not done, stepping on after the goal is allowed, and
+the environment cuts no episode short (``max_steps`` is left to the client, as their server leaves it).
 """
 
 from __future__ import annotations
@@ -30,7 +43,14 @@ import random
 import re
 
 from core.envs.base import EnvError, StepResult, UnknownTask
-from core.envs.textcraft.recipes import RecipeBook, display_name, item_id_of, recipe_book
+from core.envs.textcraft.recipes import (
+    Recipe,
+    RecipeBook,
+    agentgym_book,
+    display_name,
+    item_id_of,
+    recipe_book,
+)
 
 INSTRUCTION = (
     "You craft Minecraft items from the given crafting commands. Reply with one action per turn:\n"
@@ -44,6 +64,11 @@ _GET = re.compile(r"get ([0-9]+) (.*)")
 _INVENTORY = re.compile(r"inventory")
 _COUNT = re.compile(r"([0-9]+) (.*)")
 
+RULES = ("agentr", "agentgym")
+AGENTGYM_TEST = 100  # AgentGym's test ids are 0-99 (AgentEval's textcraft split), the rest train
+AGENTGYM_MAX_DISTRACTORS = 10
+AGENTGYM_USES_SAMPLED = 10
+AGENTGYM_SEED = 42
 TEST_PER_DEPTH = {1: 25, 2: 40, 3: 24, 4: 11}
 DEMO_PER_DEPTH = {1: 12, 2: 4}
 SPLITS = ("train", "test", "demo", "all")
@@ -59,11 +84,15 @@ def _spread(ids: list[int], n: int) -> list[int]:
 
 
 def split_task_ids(book: RecipeBook, split: str) -> list[str]:
-    """Task ids of a named split (see the module docstring for how each is drawn)."""
+    """Task ids of a named split (see the module docstring for how each is drawn); a book in
+    AgentGym's order (``book.listing``) has AgentGym's splits."""
     by_depth: dict[int, list[int]] = {}
     for index, goal in enumerate(book.goals):
         by_depth.setdefault(book.depth[goal], []).append(index)
-    test = sorted(i for d, n in TEST_PER_DEPTH.items() for i in _spread(by_depth.get(d, []), n))
+    if book.listing is not None:
+        test = list(range(min(AGENTGYM_TEST, len(book.goals))))
+    else:
+        test = sorted(i for d, n in TEST_PER_DEPTH.items() for i in _spread(by_depth.get(d, []), n))
     if split == "test":
         chosen = test
     elif split in ("train", "demo"):
@@ -96,12 +125,18 @@ class TextCraftEnv:
         split: str | None = None,
         book: RecipeBook | None = None,
         goals: tuple[str, ...] = (),
+        rules: str = "agentr",
     ) -> None:
         if distractors < 0:
             raise EnvError(f"textcraft: distractors must be >= 0, got {distractors}")
         if max_steps < 1:
             raise EnvError(f"textcraft: max_steps must be >= 1, got {max_steps}")
-        self.book = book or recipe_book()
+        if rules not in RULES:
+            raise EnvError(f"textcraft: rules must be one of {', '.join(RULES)}, got {rules!r}")
+        self.rules = rules
+        # AgentGym's episode (module docstring); ``agentr env serve`` sets it on any TextCraft it serves
+        self.open_ended = rules == "agentgym"
+        self.book = book or (agentgym_book() if rules == "agentgym" else recipe_book())
         self.distractors = distractors
         self.max_steps = max_steps
         self.default_split = split
@@ -116,6 +151,7 @@ class TextCraftEnv:
         self.steps = 0
         self.done = False
         self.reward = 0.0
+        self._crafted_goal = False
 
     # ---- tasks -----------------------------------------------------------------------------------
     def task_ids(self, split: str | None = None) -> list[str]:
@@ -157,6 +193,8 @@ class TextCraftEnv:
         """The first observation of ``task_id`` (pure function of the id and ``distractors``)."""
         index = self.index_of(task_id)
         goal = self.book.goals[index]
+        if self.rules == "agentgym":
+            return self._agentgym_observation(goal)
         tree = self.book.tree(goal)
         in_tree = {recipe.text for recipe in tree}
         pool: dict[str, None] = {}
@@ -171,6 +209,34 @@ class TextCraftEnv:
         rng.shuffle(lines)
         return "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(lines), display_name(goal))
 
+    def _agentgym_observation(self, goal: str) -> str:
+        """AgentGym's first observation of ``goal`` (module docstring: first-seen order for their sets)."""
+        rng = random.Random(AGENTGYM_SEED)
+        walked = self._walk(goal, frozenset())
+        sampled: list[Recipe] = []
+        for recipe in walked:
+            for ing in recipe.inputs:
+                uses = self.book.uses.get(ing.name)
+                if uses:
+                    sampled.extend(rng.sample(uses, min(len(uses), AGENTGYM_USES_SAMPLED)))
+        lines = list(dict.fromkeys(r.text for r in walked))
+        shown = set(lines)
+        pool = list(dict.fromkeys(r.text for r in sampled if r.text not in shown))
+        lines += rng.sample(pool, min(len(pool), AGENTGYM_MAX_DISTRACTORS, self.distractors))
+        rng.shuffle(lines)
+        return "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(lines), display_name(goal))
+
+    def _walk(self, name: str, path: frozenset[str]) -> list[Recipe]:
+        """Their recipe-tree walk: an item's recipes, then each ingredient's walk (repeats kept)."""
+        if name in path:
+            return []
+        recipes = self.book.recipes_for(name)
+        out = list(recipes)
+        for recipe in recipes:
+            for ing in recipe.inputs:
+                out.extend(self._walk(ing.name, path | {name}))
+        return out
+
     # ---- episode ---------------------------------------------------------------------------------
     def reset_sync(self, task_id: str) -> str:
         observation = self._observations.get(task_id)
@@ -182,18 +248,20 @@ class TextCraftEnv:
         self.steps = 0
         self.done = False
         self.reward = 0.0
+        self._crafted_goal = False
         return observation
 
     def step_sync(self, action: str) -> StepResult:
         if self.goal is None:
             raise EnvError("textcraft: step() before reset()")
+        if self.open_ended:
+            return self._open_ended_step(action)
         if self.done:
             return StepResult("The episode is over.", self.reward, True, valid=False, raw_score=self.reward)
         self.steps += 1
-        text = action.strip()
         valid = True
         try:
-            observation = self._execute(text)
+            observation = self._execute(action)
         except _ActionFailed as failure:
             observation = str(failure)
             valid = False
@@ -203,7 +271,25 @@ class TextCraftEnv:
             info["truncated"] = True
         return StepResult(observation, self.reward, self.done, valid=valid, raw_score=self.reward, info=info)
 
+    def _open_ended_step(self, action: str) -> StepResult:
+        """One step of AgentGym's episode: reward 1 and done only on the step that crafts the goal."""
+        self.steps += 1
+        self._crafted_goal = False
+        valid = True
+        try:
+            observation = self._execute(action)
+        except _ActionFailed as failure:
+            observation, valid = str(failure), False
+        crafted = self._crafted_goal
+        self.done = False  # their episode never ends on the server's side
+        if crafted:
+            self.reward = 1.0
+        reward = 1.0 if crafted else 0.0
+        return StepResult(observation, reward, crafted, valid=valid, raw_score=reward)
+
     def _execute(self, action: str) -> str:
+        if self.rules == "agentr":
+            action = action.strip()
         match = _CRAFT.match(action)
         if match:
             return self._craft(match.group(1), match.group(2))
@@ -238,7 +324,8 @@ class TextCraftEnv:
             given.append((item_id_of(counted.group(2)), int(counted.group(1))))
         for item, count in given:
             if item in book.tags or self.inventory.get(item, 0) < count:
-                raise _ActionFailed(f"Could not find enough items to craft {output}")
+                shown = "None" if self.rules == "agentgym" and output in book.tags else output
+                raise _ActionFailed(f"Could not find enough items to craft {shown}")
         for recipe in book.item_recipes.get(output, []) if output not in book.tags else []:
             remaining = list(given)
             matched = True
@@ -263,7 +350,16 @@ class TextCraftEnv:
                 if output == self.goal:
                     self.done = True
                     self.reward = 1.0
+                    self._crafted_goal = True
                 return f"Crafted {recipe.output_count} {output}"
+        if self.rules == "agentgym":  # their message shows their dataclass (what they typed)
+            typed = _COUNT.match(output_text)
+            count = int(typed.group(1)) if typed else 1
+            tag, item = (f"'{output}'", "None") if output in book.tags else ("None", f"'{output}'")
+            raise _ActionFailed(
+                "Could not find a valid recipe for ItemTagWithCount(item_tag=ItemTag("
+                f"tag={tag}, item_id={item}), count={count})"
+            )
         raise _ActionFailed(f"Could not find a valid recipe for {display_name(output)}")
 
     # ---- Env port ----------------------------------------------------------------------------------

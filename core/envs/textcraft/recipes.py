@@ -9,15 +9,21 @@ a dependency cycle dropped, ingredient tags with no craftable member turned into
 (hence tag-named raw materials such as ``oak logs``) — but reads the files in sorted order and never
 iterates a set, so every derived list is the same in every process and for every PYTHONHASHSEED.
 
-Goals: every item with a recipe (544 of them), sorted by crafting depth and then by id, as AgentGym
-indexes them by depth (AgentGym's order within a depth follows directory listing order and is not
-reproducible; ours sorts by id).
+Goals: every item with a recipe (544 of them), sorted by crafting depth and then by id. AgentGym's
+TextCraft server reads the recipe files in ``os.listdir`` order and sorts its goals by depth only
+(stably), so within a depth its ids follow the file system's listing of the recipes folder (on ext4
+the order of a hash of the names, seeded per file system). ``RecipeBook(dir, listing=...)`` loads in a
+given listing order and indexes goals exactly as their server does for that listing;
+``agentgym_book()`` uses the listing of the installed data folder on this machine, which is what
+their server (reading the same 860 file names) sees on the same file system.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -73,7 +79,8 @@ def textcraft_data_dir() -> Path:
 class RecipeBook:
     """All recipes, the item / tag vocabulary, crafting depths and the goal list (read-only)."""
 
-    def __init__(self, recipes_dir: Path) -> None:
+    def __init__(self, recipes_dir: Path, listing: Sequence[str] | None = None) -> None:
+        self.listing = tuple(listing) if listing is not None else None  # AgentGym's order when given
         self.item_recipes: dict[str, list[Recipe]] = {}
         self.tag_recipes: dict[str, list[Recipe]] = {}
         self.items: set[str] = set()  # membership only, never iterated
@@ -83,7 +90,10 @@ class RecipeBook:
         self.depth: dict[str, int] = {}
         for name in sorted(self.item_recipes):
             self.min_depth(name)
-        self.goals: list[str] = sorted(self.item_recipes, key=lambda item: (self.depth[item], item))
+        if self.listing is None:
+            self.goals: list[str] = sorted(self.item_recipes, key=lambda item: (self.depth[item], item))
+        else:  # AgentGym's: by depth, stably over the order the listing loaded the items in
+            self.goals = sorted(self.item_recipes, key=lambda item: self.depth[item])
         self.tag_members: dict[str, list[str]] = {}
         for item, tag in sorted(self.item_tag.items()):
             self.tag_members.setdefault(tag, []).append(item)
@@ -95,7 +105,16 @@ class RecipeBook:
 
     # ---- loading ---------------------------------------------------------------------------------
     def _load(self, recipes_dir: Path) -> None:
-        files = sorted(recipes_dir.glob("*.json"))
+        if self.listing is None:
+            files = sorted(recipes_dir.glob("*.json"))
+        else:
+            files = [recipes_dir / name for name in self.listing]
+            missing = [f.name for f in files if not f.is_file()]
+            if missing or len(set(self.listing)) != len(self.listing):
+                raise EnvError(
+                    f"textcraft: the recipe listing names files that are not in {recipes_dir} or names "
+                    f"one twice: {missing[:5]}"
+                )
         if not files:
             raise EnvError(f"textcraft: no recipe files in {recipes_dir}")
         closure: dict[str, set[str]] = {}
@@ -224,6 +243,24 @@ class RecipeBook:
 
 
 _BOOK: RecipeBook | None = None
+_AGENTGYM_BOOKS: dict[tuple[str, ...], RecipeBook] = {}
+
+
+def recipes_listing() -> list[str]:
+    """The recipe file names in ``os.listdir`` order of the installed data folder (what AgentGym's
+    server iterates on this machine's file system)."""
+    folder = textcraft_data_dir() / "recipes"
+    return [name for name in os.listdir(folder) if name.endswith(".json")]
+
+
+def agentgym_book(listing: Sequence[str] | None = None) -> RecipeBook:
+    """The recipe book loaded in AgentGym's order: ``listing`` (file names) or this machine's
+    ``recipes_listing()``; one per listing per process."""
+    key = tuple(listing if listing is not None else recipes_listing())
+    book = _AGENTGYM_BOOKS.get(key)
+    if book is None:
+        book = _AGENTGYM_BOOKS[key] = RecipeBook(textcraft_data_dir() / "recipes", listing=key)
+    return book
 
 
 def recipe_book() -> RecipeBook:
