@@ -1,6 +1,6 @@
 """Owns the trace-dataset and listing commands: ``agentr datasets create|list|download`` and
 ``agentr traces list``, over HTTP against a running ``agentr serve`` (same ``--api`` / ``--key``
-options as agentr.cli.client).
+options as agentr.cli.api_client).
 
 ``datasets create NAME`` builds a named, versioned dataset from a query (``--task-key``,
 ``--source``, ``--kind``, ``--outcome``, ``--strategy``, ``--since``, ``--until``, ``--trace``,
@@ -18,7 +18,8 @@ from typing import Any
 
 import typer
 
-from agentr.cli.client import ApiOption, KeyOption, _call, _check, _client, traces_app
+from agentr.cli.api_client import ApiOption, KeyOption, _call, _check, _client
+from agentr.cli.client_traces import traces_app
 
 datasets_app = typer.Typer(help="Build, list and download named trace datasets.", no_args_is_help=True)
 
