@@ -372,7 +372,9 @@ class TreeSearch:
             )
             event = GoodTrajectoryFound(sample_id, req.tree_id, req.run_id, req.iteration, leaf, trajectory)
             out.append(self._new(event, leaf))
-        pairs = select_pairs(tree, config.alpha, config.beta, config.max_pairs_per_tree)
+        pairs = select_pairs(
+            tree, config.alpha, config.beta, config.max_pairs_per_tree, config.pair_selection
+        )
         for spec in pairs:
             pair_id = derived_id(req.tree_id, "pair", spec.bad_leaf_id, spec.good_leaf_id)
             found = PairFound(

@@ -35,7 +35,6 @@ from api.reads import external_traces
 from api.sanitize import (
     InflateError,
     JsonRefused,
-    TooDeep,
     inflate,
     json_problem,
     loads_bounded,

@@ -36,6 +36,11 @@ class SearchSettings(_Strict):
     temperature: float | None = Field(None, ge=0, le=5, description="Sampling temperature of expansion.")
     max_tokens: int | None = Field(None, ge=1, le=8192, description="Token cap of one generated turn.")
     max_pairs_per_tree: int | None = Field(None, ge=0, le=10_000, description="Cap on pairs per tree.")
+    pair_selection: Literal["stratified", "deepest"] | None = Field(
+        None,
+        description="Which pairs the cap keeps: stratified (spread over bad-suffix lengths and "
+        "divergence depths, the default) or deepest (the deepest divergences first: the baseline).",
+    )
     record_terminal_children: bool | None = Field(
         None, description="Record a child whose step ended the episode as a leaf at once (true)."
     )
@@ -49,7 +54,12 @@ class CriticSettings(_Strict):
         description="model: the actor judges each bad action (the paper); direct: the last action "
         "(Direct-Revision baseline); rules: invalid actions, loops and tool errors; reflect: the step "
         "after which the actor finds a reflection most likely; value: the first step whose ArCHer "
-        "advantage is below value_threshold.",
+        "advantage is below value_threshold; first: the first action after the divergence (a baseline).",
+    )
+    compare_reflect: bool | None = Field(
+        None,
+        description="Also record the reflect strategy's t' on every search pair, with the same model, "
+        "for the run report's critic baselines (true).",
     )
     value_threshold: float | None = Field(
         None, ge=-1e6, le=1e6, description="value: t' is the first step with advantage below this (0)."
@@ -257,6 +267,13 @@ class EvaluationSettings(_Strict):
         description="The starting model's failed held-out episodes, truncated at seeded random steps, "
         "continued by every model (8).",
     )
+    recovery_seeds: int | None = Field(
+        None,
+        ge=1,
+        le=100,
+        description="Seeded continuations of each recovery prefix, each with max_steps actions after "
+        "the prefix (3).",
+    )
     success_threshold: float | None = Field(None, ge=0, le=1, description="Reward counted as success (1.0).")
     baseline: bool | None = Field(None, description="Also evaluate the starting model (true).")
     seen_tasks: bool | None = Field(None, description="Also evaluate on the searched tasks (true).")
@@ -314,6 +331,13 @@ class RunConfigIn(_Strict):
         "mixing ratio (general samples = round(A * (1 - eta) / eta)); 1 = agent data only.",
     )
     general_data: str | None = Field(None, max_length=1000, description="General chat data file (JSONL).")
+    max_general: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description="At most this many general samples per iteration (null: eta's count); with the warm "
+        "start's judge set as general data, a small replay of judge examples.",
+    )
     mask_invalid_steps: bool = Field(
         True, description="Good trajectories: env-rejected turns get loss weight 0 (kept as context)."
     )

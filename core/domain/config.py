@@ -170,6 +170,11 @@ class RunConfig:
     general data training is agent-only and the dataset manifest notes it (core/domain/datasets.py)."""
     general_data: str | None = None
     """Path to general chat data (ShareGPT or OpenAI JSONL); None = no general data."""
+    max_general: int | None = None
+    """At most this many general samples per iteration (None: eta's count, up to what the data
+    holds). With the warm start's judge set as the general data (``agentr run --judge-mix``), a
+    small cap makes it a small replay of judge examples: the critic keeps its judging at a bounded
+    cost (the manifest's ``note`` says when the cap binds)."""
     mask_invalid_steps: bool = True
     """In good trajectories, assistant turns the environment rejected get loss weight 0 (kept as context)."""
     mask_loop_steps: bool = True
