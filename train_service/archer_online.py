@@ -32,7 +32,6 @@ checkpoint) reuses them instead of playing again.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import shutil
@@ -40,12 +39,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import torch
-
-from core.domain.events import EpisodePlayed, Metadata, NewEvent
-from core.domain.ids import episodes_stream
+from core.domain.events import EpisodePlayed
 from core.domain.replay import (
     ReplayBuffer,
     Slot,
@@ -60,6 +56,14 @@ from core.domain.transitions import Transition, TransitionConfig
 from core.envs.base import Env
 from train_service.archer import ActorWithCritic
 from train_service.archer_config import ArcherConfig
+from train_service.archer_rounds import (
+    LATEST,
+    EpisodeLog,
+    StoreEpisodeLog,
+    load_round,
+    rounds_dir,
+    save_round,
+)
 from train_service.archer_updates import ArcherLearner
 from train_service.checkpoint import CheckpointMeta, existing_checkpoint, write_checkpoint
 from train_service.evaluation import EvalConfig, play_episodes
@@ -67,42 +71,8 @@ from train_service.hf_trainer import StepReport, TrainingCancelled, TrainReport
 
 log = logging.getLogger(__name__)
 
-ROUNDS_DIR = "rounds"
-LATEST = "latest"
-LEARNER_STATE = "learner.pt"
-ROUND_META = "round.json"
 ALGORITHMS = ("archer", "reinforce", "filtered_bc")
 SUCCESS = 1.0  # an episode's final reward that counts as a success
-
-
-class EpisodeLog(Protocol):
-    """Where the online learner's episodes are recorded (the event log in production)."""
-
-    async def read(self, buffer: str) -> list[EpisodePlayed]: ...
-
-    async def append_round(self, buffer: str, records: Sequence[EpisodePlayed], expected: int) -> None:
-        """Append one round's records atomically; ``expected``: how many records the stream holds
-        (a concurrent or repeated append of the same round fails instead of recording it twice)."""
-        ...
-
-
-class StoreEpisodeLog:
-    """``EpisodeLog`` over the event store (``core.store``): one stream per buffer."""
-
-    def __init__(self, store: Any, project_id: str | None = None) -> None:
-        self.store = store
-        self.project_id = project_id
-
-    async def read(self, buffer: str) -> list[EpisodePlayed]:
-        recorded = await self.store.read_stream(episodes_stream(buffer))
-        return [r.event for r in recorded if isinstance(r.event, EpisodePlayed)]
-
-    async def append_round(self, buffer: str, records: Sequence[EpisodePlayed], expected: int) -> None:
-        stream = episodes_stream(buffer)
-        meta = Metadata(producer="train", project_id=self.project_id)
-        await self.store.append(  # stream versions are 0-based: an empty stream is at -1
-            [NewEvent(stream, r, meta) for r in records], expected_versions={stream: expected - 1}
-        )
 
 
 @dataclass(frozen=True)
@@ -113,52 +83,6 @@ class OnlineSetup:
     env_opener: Callable[[], Env]
     task_ids: tuple[str, ...]
     episode_log: EpisodeLog
-
-
-def _rounds_dir(out: Path) -> Path:
-    return out.parent / f".{out.name}.{ROUNDS_DIR}"
-
-
-def save_round(learner: ArcherLearner, folder: Path, state: dict[str, Any]) -> None:
-    """The learner's whole state after a round, replacing the previous round's (atomic rename)."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.parent / f".{folder.name}.part"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    torch.save(
-        {
-            "actor": learner.actor.state_dict(),
-            "critic": learner.critic.state_dict(),
-            "target": learner.target.state_dict(),
-            "actor_opt": learner.actor_opt.state_dict(),
-            "critic_opt": learner.critic_opt.state_dict(),
-            "rng": learner.rng.getstate(),
-            "torch_rng": torch.get_rng_state(),
-        },
-        tmp / LEARNER_STATE,
-    )
-    (tmp / ROUND_META).write_text(json.dumps(state, indent=1, sort_keys=True))
-    old = folder.parent / f".{folder.name}.old"
-    shutil.rmtree(old, ignore_errors=True)
-    if folder.exists():
-        folder.rename(old)
-    tmp.rename(folder)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def load_round(learner: ArcherLearner, folder: Path) -> dict[str, Any] | None:
-    """Restore the learner from ``folder`` (None when there is no saved round)."""
-    if not (folder / LEARNER_STATE).is_file() or not (folder / ROUND_META).is_file():
-        return None
-    data = torch.load(folder / LEARNER_STATE, weights_only=False)
-    learner.actor.load_state_dict(data["actor"])
-    learner.critic.load_state_dict(data["critic"])
-    learner.target.load_state_dict(data["target"])
-    learner.actor_opt.load_state_dict(data["actor_opt"])
-    learner.critic_opt.load_state_dict(data["critic_opt"])
-    learner.rng.setstate(data["rng"])
-    torch.set_rng_state(data["torch_rng"])
-    return dict(json.loads((folder / ROUND_META).read_text()))
 
 
 def _actor_policy(learner: ArcherLearner, round_index: int) -> Any:
@@ -271,7 +195,7 @@ async def train_archer_online_async(
     if not setup.task_ids:
         raise ValueError("online ArCHer needs at least one training task to play")
     learner = ArcherLearner(model_path, cfg)
-    latest = _rounds_dir(out) / LATEST
+    latest = rounds_dir(out) / LATEST
     buf = buffer_id(run_id, iteration)
     logged = await setup.episode_log.read(buf)
     saved = load_round(learner, latest)
@@ -448,7 +372,7 @@ async def train_archer_online_async(
         metrics=metrics,
     )
     path = write_checkpoint(ActorWithCritic(learner.actor, learner.critic), learner.tokenizer, out, meta)
-    shutil.rmtree(_rounds_dir(out), ignore_errors=True)
+    shutil.rmtree(rounds_dir(out), ignore_errors=True)
     log.info(
         "online ArCHer: %d rounds, %d episodes, %d env steps, %d critic / %d actor updates: checkpoint %s",
         len(rounds),
