@@ -305,7 +305,15 @@ async def _calibration(checkpoint: str, env_uri: str, tasks: list[str], seed: in
 
 
 def online_comparison(
-    home: Path, *, quick: bool, seeds: int, rounds: int, episodes: int, max_steps: int, last: int
+    home: Path,
+    *,
+    quick: bool,
+    seeds: int,
+    rounds: int,
+    episodes: int,
+    max_steps: int,
+    last: int,
+    model: str = "",
 ) -> int:
     """ArCHer (online) vs trajectory-level REINFORCE vs online filtered BC: the same warm-started
     model, training tasks, rollout schedule and seeds; success of the rollouts against environment
@@ -323,7 +331,7 @@ def online_comparison(
 
     settings, home = embedded_settings(home)
     plan = plan_run(RunOptions(quick=quick, iterations=1, seed=0))
-    model = prepare_model(plan, home, 0)
+    model = model or prepare_model(plan, home, 0)  # --model: an already warm-started folder
     env_uri = str(plan.config["env"])
     env = open_env(env_uri)
     tasks = select_tasks(
@@ -463,6 +471,11 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=8, help="--online: episodes per round (8)")
     parser.add_argument("--max-steps", type=int, default=6, help="--online: actions per episode (6)")
     parser.add_argument("--last", type=int, default=2, help="--online: rounds in the final estimate (2)")
+    parser.add_argument(
+        "--model",
+        default="",
+        help="--online: a warm-started model folder to start from (default: build the plan's)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     iterations = 1 if args.quick else args.iterations
@@ -472,6 +485,7 @@ def main() -> None:
             online_comparison(
                 home,
                 quick=not args.demo,
+                model=args.model,
                 seeds=args.seeds,
                 rounds=args.rounds,
                 episodes=args.episodes,
