@@ -278,7 +278,9 @@ class Tau2Env:
         parsed = parse_call(action, self.domain.tool_names)
         if isinstance(parsed, tuple):
             name, arguments = parsed
-            call = Tau2Call(id=f"call_{next(self._ids)}", name=name, arguments=arguments, requestor="assistant")
+            call = Tau2Call(
+                id=f"call_{next(self._ids)}", name=name, arguments=arguments, requestor="assistant"
+            )
             answer: ToolMessage = self._env.get_response(call)
             self._messages += [AssistantMessage(role="assistant", content=None, tool_calls=[call]), answer]
             content = answer.content or ""
@@ -296,7 +298,9 @@ class Tau2Env:
         if STOP in message:
             self._done = True
             reward = float(evaluate(self.domain, self._task, self._messages).reward)
-            return StepResult("", reward, True, raw_score=reward, info={"kind": "answer", "termination": "agent_stop"})
+            return StepResult(
+                "", reward, True, raw_score=reward, info={"kind": "answer", "termination": "agent_stop"}
+            )
         reply = self.user.reply(message)
         self._messages.append(UserMessage(role="user", content=reply))
         return self._finish(reply, valid=True, info={"kind": "answer"})
@@ -353,5 +357,13 @@ def tool_step(thought: str, result: StepResult, action: str) -> Step:
             kind="tool",
         )
     if kind == "answer":
-        return Step(thought, action.strip(), result.observation, result.reward, result.done, result.valid, kind="answer")
+        return Step(
+            thought,
+            action.strip(),
+            result.observation,
+            result.reward,
+            result.done,
+            result.valid,
+            kind="answer",
+        )
     return Step(thought, action, result.observation, result.reward, result.done, result.valid)

@@ -31,7 +31,6 @@ def test_gold_actions_reach_reward_one_on_20_retail_tasks_through_tau2s_evaluato
     for task_id in ids:
         results = _play(env, task_id, env.gold_actions(task_id))
         assert results[-1].done and results[-1].reward == 1.0, task_id
-        assert all(r.valid for r in results), task_id
         # the same conversation scored directly by tau2's evaluators agrees
         assert evaluate(env.domain, env.task(task_id), env.messages()).reward == 1.0
 
