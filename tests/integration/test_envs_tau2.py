@@ -23,6 +23,7 @@ def _play(env: Tau2Env, task_id: str, actions: list[str]) -> list:
     return asyncio.run(run())
 
 
+@pytest.mark.slow
 def test_gold_actions_reach_reward_one_on_20_retail_tasks_through_tau2s_evaluator() -> None:
     env = open_env("tau2:retail?max_steps=100")
     assert isinstance(env, Tau2Env)
