@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("tau2.environment.environment")
 
-from core.domain.mcts import SearchConfig  # noqa: E402
 from core.domain.events import PairFound  # noqa: E402
+from core.domain.mcts import SearchConfig  # noqa: E402
 from core.domain.splice import SplicedPath, revision_sample, splice_path  # noqa: E402
 from core.envs.tau2 import Tau2Env, tool_step  # noqa: E402
 from search_service.engine import TreeRequest, TreeSearch  # noqa: E402
