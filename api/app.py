@@ -3,7 +3,8 @@
 ``create_app(settings)`` wires routers, error handlers and middleware; the store (and Redis, when
 ``AGENTR_REDIS_URL`` is set) are opened in the lifespan, never at import, and closed on shutdown;
 the lifespan also warms pyarrow up so the first Parquet download is not slowed by its start.
-Routes: /healthz, /readyz, /metrics, /openapi.json, the web UI at /ui, and everything else under /v1.
+Routes: /healthz, /readyz, /metrics, /openapi.json, the web UI at /ui, and everything else under /v1
+(the capture proxy under /v1/proxy/openai/v1, api/proxy).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from api.deps import ApiServices
 from api.errors import install_error_handlers
 from api.idempotency import IdempotentReplay, replay_handler
 from api.middleware import AccessLogMiddleware, ApiMetrics, BodyLimitMiddleware, JsonSanitizeMiddleware
+from api.proxy.routes import ProxySettings, load_proxy_settings, start_proxy
+from api.proxy.routes import router as proxy_router
 from api.ratelimit import RateLimits
 from api.routes import (
     datasets,
@@ -47,11 +50,14 @@ Authenticate with `Authorization: Bearer <key>`. Keys belong to one project and 
 """
 
 
-def create_app(settings: Settings, *, create_tables: bool | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, *, create_tables: bool | None = None, proxy_settings: ProxySettings | None = None
+) -> FastAPI:
     """The API app for ``settings``.
 
     ``create_tables``: create missing tables at start-up; default only for the embedded SQLite
-    database (PostgreSQL schemas come from ``agentr db upgrade``).
+    database (PostgreSQL schemas come from ``agentr db upgrade``). ``proxy_settings``: the capture
+    proxy's (default: from ``AGENTR_PROXY_*``).
     """
     metrics = ApiMetrics()
 
@@ -78,6 +84,7 @@ def create_app(settings: Settings, *, create_tables: bool | None = None) -> Fast
         app.state.services = ApiServices(
             settings=settings, store=store, metrics=metrics, redis=redis, limits=limits
         )
+        app.state.proxy = start_proxy(proxy_settings or load_proxy_settings(), app.state.services)
         log.info(
             "api started",
             extra={"database": store.dialect, "redis": bool(redis), "admin_key": bool(settings.admin_key)},
@@ -85,6 +92,7 @@ def create_app(settings: Settings, *, create_tables: bool | None = None) -> Fast
         try:
             yield
         finally:
+            await app.state.proxy.close()  # queued calls go to the spool
             app.state.services = None
             if redis is not None:
                 await redis.aclose()
@@ -104,10 +112,11 @@ def create_app(settings: Settings, *, create_tables: bool | None = None) -> Fast
     app.add_exception_handler(IdempotentReplay, replay_handler)
     for module in (health, projects, runs, trees, datasets, traces, otlp, listings, events, review, samples):
         app.include_router(module.router)
+    app.include_router(proxy_router)  # the capture proxy (api/proxy): OpenAI-compatible, records traces
     app.include_router(ui_router)  # the web UI at /ui (api/ui): static pages over the /v1 API
     # add_middleware wraps: the last added runs first. Access log outermost, so 413s are logged too;
     # the sanitiser inside the body limit, so it only ever buffers a bounded body.
-    app.add_middleware(JsonSanitizeMiddleware)
+    app.add_middleware(JsonSanitizeMiddleware, max_inflated=settings.max_body_bytes)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AccessLogMiddleware, metrics=metrics)
     return app

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from api.schemas import Timestamp, _Strict
 from core.domain.trace_datasets import MAX_SAMPLES, DatasetQuery
 
-DatasetFormat = Literal["openai", "sharegpt", "parquet", "samples"]
+DatasetFormat = Literal["openai", "sharegpt", "parquet", "samples", "dpo", "prm"]
 Kind = Literal["revision", "good"]
 Source = Literal["traces", "runs"]
 _KINDS: tuple[Kind, ...] = ("revision", "good")
@@ -122,6 +122,10 @@ class DatasetEntryOut(BaseModel):
 
 class DatasetOut(DatasetSummaryOut):
     entries: list[DatasetEntryOut] = Field(description="The samples in download order.")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What the download lacks, naming the samples (e.g. tool calls without tool definitions).",
+    )
 
 
 class DatasetPage(BaseModel):
@@ -148,6 +152,7 @@ class TraceSummaryOut(BaseModel):
     transition_index: int | None = None
     strategy: str | None = None
     sample_id: str | None = None
+    reason: str | None = None
     created_at: datetime
 
 

@@ -146,9 +146,15 @@ async def iter_dataset(
 
 async def jsonl_bytes(samples_iter: AsyncIterator[TrainingSample], fmt: str) -> AsyncIterator[bytes]:
     """OpenAI or ShareGPT JSONL, batched into chunks of about 64 KiB."""
+    async for chunk in chunked(aiter_lines(samples_iter, fmt)):
+        yield chunk
+
+
+async def chunked(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    """Lines joined into chunks of about 64 KiB."""
     buffer: list[str] = []
     size = 0
-    async for line in aiter_lines(samples_iter, fmt):
+    async for line in lines:
         buffer.append(line)
         size += len(line)
         if size >= 65536:

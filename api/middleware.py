@@ -19,7 +19,17 @@ from urllib.parse import parse_qsl
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.sanitize import MAX_DEPTH, JsonProblem, TooDeep, json_problem, loads_bounded, text_problem
+from api.sanitize import (
+    MAX_DEPTH,
+    InflateError,
+    JsonProblem,
+    TooDeep,
+    inflate,
+    json_problem,
+    loads_bounded,
+    replace_nul,
+    text_problem,
+)
 
 access_log = logging.getLogger("agentr.api.access")
 
@@ -163,16 +173,24 @@ async def _refuse(scope: Scope, send: Send, field: str, message: str) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
+TRACE_INGEST_PATHS = ("/v1/traces", "/v1/otlp/v1/traces")
+
+
 class JsonSanitizeMiddleware:
     """Refuses, with 422 naming the field, a JSON body holding lone surrogates, NUL characters or
     nesting past ``api.sanitize.MAX_DEPTH`` (JSON inside strings included), before any handler runs.
+    Trace ingestion (``TRACE_INGEST_PATHS``) keeps NUL characters as U+FFFD instead, and lists where
+    in ``request.state.nul_replaced`` for the route to record on the trace; a ``Content-Encoding: gzip``
+    (or deflate) upload to ``POST /v1/traces`` is inflated here, bounded by ``max_inflated`` (413 past
+    it, 400 when it is not valid gzip).
 
     Runs inside ``BodyLimitMiddleware``, so the body it buffers is already bounded. Bodies that are
     not JSON at all are passed on unchanged (the route's own parser answers those).
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, max_inflated: int = 10_000_000) -> None:
         self.app = app
+        self.max_inflated = max_inflated
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -197,10 +215,34 @@ class JsonSanitizeMiddleware:
             chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
         body = b"".join(chunks)
+        headers = dict(scope.get("headers", []))
+        encoding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
+        if scope.get("path") == "/v1/traces" and encoding in ("gzip", "deflate"):
+            try:  # a gzip upload is inflated here (bounded), so the route sees plain JSON
+                body = inflate(body, encoding, self.max_inflated)
+            except InflateError as exc:
+                start, payload = _json_error(
+                    exc.status,
+                    "payload_too_large" if exc.status == 413 else "bad_request",
+                    str(exc),
+                    scope.get("state", {}).get("request_id", ""),
+                    None,
+                )
+                await send(start)
+                await send({"type": "http.response.body", "body": payload})
+                return
+            scope["headers"] = [(k, v) for k, v in scope.get("headers", []) if k != b"content-encoding"]
         problem: JsonProblem | None = None
         if body.strip():
             try:
-                problem = json_problem(loads_bounded(body))
+                parsed = loads_bounded(body)
+                if scope["method"] == "POST" and scope.get("path") in TRACE_INGEST_PATHS:
+                    # a trace keeps its NUL characters as U+FFFD, recorded on it by the route
+                    parsed, replaced = replace_nul(parsed)
+                    if replaced:
+                        body = json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+                        scope.setdefault("state", {})["nul_replaced"] = replaced
+                problem = json_problem(parsed)
             except TooDeep:
                 problem = JsonProblem("", f"nested deeper than {MAX_DEPTH} levels")
             except ValueError:

@@ -6,7 +6,9 @@ integer outside its column's range, text that is not valid Unicode, a timestamp 
 database can hold) answers 422 naming ``cursor`` and never reaches the database. The next page is
 ``WHERE (k1, k2) > (v1, v2)`` (or ``<`` for descending lists), so pages stay consistent while rows
 are added and never cost an OFFSET scan. ``keyset_page`` runs one such page
-of any list route: cursor in, rows and the next cursor out.
+of any list route: cursor in, rows and the next cursor out. ``known_query_only`` (a dependency of
+list routes) answers 422 naming any query parameter the route does not define, instead of ignoring
+it and listing everything (``?external_id=`` on a route without that filter).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import Query
+from fastapi import Query, Request
+from fastapi.dependencies.models import Dependant
 from sqlalchemy import BigInteger, ColumnElement, Integer, RowMapping, Select, SmallInteger, and_, or_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -155,3 +158,27 @@ async def keyset_page(
     page = rows[:limit]
     next_cursor = encode_cursor([_to_wire(page[-1][key.name]) for key in keys]) if len(rows) > limit else None
     return page, next_cursor
+
+
+def _query_names(dependant: Dependant) -> set[str]:
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def known_query_only(request: Request) -> None:
+    """422 naming the query parameters the matched route does not define."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    unknown = sorted(set(request.query_params) - _query_names(dependant))
+    if unknown:
+        known = ", ".join(sorted(_query_names(dependant))) or "none"
+        message = f"unknown query parameter (this list takes: {known})"
+        raise ApiError(
+            422,
+            f"unknown query parameter(s) {', '.join(unknown)} (this list takes: {known})",
+            fields=[{"field": f"query.{name}", "message": message} for name in unknown],
+        )

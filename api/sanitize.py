@@ -12,6 +12,10 @@ Every JSON request body (``SanitizeMiddleware`` in api/middleware.py) and every 
   that starts with ``{`` or ``[`` and parses as JSON is walked as if it were inline, so an importer
   that parses it later never meets a depth it cannot handle.
 
+Production traces are the exception for NUL: a NUL in an ingested trace (``POST /v1/traces``, the
+OTLP receiver) is replaced by U+FFFD and the replacement recorded (``replace_nul``), because a log that
+holds one is exactly what was produced, not a client mistake to refuse.
+
 The walk is iterative (an explicit stack), so a hostile document cannot exhaust the interpreter's
 recursion limit here either; ``json.loads`` itself raises RecursionError on absurd depths, which
 ``loads_bounded`` turns into the same refusal.
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,3 +119,66 @@ def loads_bounded(raw: bytes | str) -> Any:
         return json.loads(raw)
     except RecursionError:
         raise TooDeep(f"nested deeper than {MAX_DEPTH} levels") from None
+
+
+NUL_REPLACEMENT = "\ufffd"
+_ESCAPED_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")  # \u0000 not preceded by an escaped backslash
+
+
+def replace_nul(value: Any, path: str = "") -> tuple[Any, list[str]]:
+    """``value`` with every NUL character in its strings (and object keys) replaced by U+FFFD, and the
+    paths where that happened (``traces[0].messages[2].content``)."""
+    found: list[str] = []
+
+    def walk(item: Any, where: str) -> Any:
+        if isinstance(item, str):
+            if "\x00" in item:
+                found.append(where)
+                item = item.replace("\x00", NUL_REPLACEMENT)
+            if "\\u0000" in item and item.lstrip()[:1] in ("{", "["):  # JSON text inside the string
+                escaped, count = _ESCAPED_NUL.subn(r"\1\\ufffd", item)
+                if count:
+                    found.append(where)
+                    item = escaped
+            return item
+        if isinstance(item, dict):
+            out = {}
+            for key, child in item.items():
+                clean_key = walk(key, where) if isinstance(key, str) else key
+                out[clean_key] = walk(child, _join(where, str(clean_key)))
+            return out
+        if isinstance(item, list):
+            return [walk(child, _join(where, index)) for index, child in enumerate(item)]
+        if isinstance(item, tuple):
+            return tuple(walk(child, _join(where, index)) for index, child in enumerate(item))
+        return item
+
+    return walk(value, path), found
+
+
+def nul_note(paths: list[str]) -> str:
+    """The note recorded on a trace whose text held NUL characters."""
+    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    return f"NUL characters (which the database cannot store) replaced by U+FFFD at {shown}"
+
+
+class InflateError(ValueError):
+    """A compressed body that cannot be inflated (400) or inflates past the limit (413)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def inflate(body: bytes, encoding: str, limit: int) -> bytes:
+    """A ``Content-Encoding: gzip`` / ``deflate`` body inflated, refusing more than ``limit`` bytes
+    once inflated (a small body on the wire cannot become a large one in memory)."""
+    window = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    inflater = zlib.decompressobj(window)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InflateError(400, f"body: not valid {encoding} ({exc})") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise InflateError(413, f"body: more than {limit} bytes once decompressed")
+    return out

@@ -17,6 +17,7 @@ query the same way as the build and lists what would differ.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC
 from importlib.metadata import PackageNotFoundError, version
@@ -41,6 +42,7 @@ from core.domain.trace_datasets import (
     SampleFacts,
     check_name,
     facts_from_provenance,
+    missing_tool_definitions,
     plan_dataset,
     rebuild_check,
 )
@@ -135,7 +137,7 @@ async def plan(
     query = query.validated()
     position = await log_position(engine)
     candidates = await _collect(iter_facts(engine, project_id, position))
-    return plan_dataset(
+    manifest = plan_dataset(
         project_id=project_id,
         name=name,
         version=await next_version(engine, project_id, name),
@@ -145,6 +147,8 @@ async def plan(
         code_version=code_version(),
         allow_empty=allow_empty,
     )
+    warning = missing_tool_definitions([s async for s in iter_dataset_samples(engine, manifest)])
+    return dataclasses.replace(manifest, warnings=(warning,)) if warning else manifest
 
 
 def created_event(project_id: str, manifest: DatasetManifest) -> tuple[DatasetCreated, str]:

@@ -21,6 +21,7 @@ from core.domain.events import (
     TraceIngested,
     TraceOutcomeSet,
     caused_by,
+    current_trace,
 )
 from core.domain.ids import derived_id, trace_stream
 from core.domain.trajectory import Trajectory
@@ -78,11 +79,13 @@ class GoodTraceHandlers:
         assert isinstance(outcome, TraceOutcomeSet)
         if outcome.outcome != "success":
             return HandlerResult()
-        for earlier in await self.store.read_stream(trace_stream(outcome.trace_id)):
-            trace = earlier.event
-            if isinstance(trace, TraceIngested):
-                if not trace.trajectory.steps:
-                    return HandlerResult()
-                meta = caused_by(recorded, PRODUCER)
-                return HandlerResult([good_trace_event(trace, outcome.reward, meta)])
+        # the trace with the latest conversation the capture proxy recorded (api/proxy)
+        trace = current_trace(
+            [earlier.event for earlier in await self.store.read_stream(trace_stream(outcome.trace_id))]
+        )
+        if trace is not None:
+            if not trace.trajectory.steps:
+                return HandlerResult()
+            meta = caused_by(recorded, PRODUCER)
+            return HandlerResult([good_trace_event(trace, outcome.reward, meta)])
         raise LookupError(f"splice: no TraceIngested in {trace_stream(outcome.trace_id)}")

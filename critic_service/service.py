@@ -6,7 +6,9 @@
   paths do not share the stated prefix -> ``RevisionRejected`` with the reason.
 - ``TraceIngested`` -> for a failed trace, ``TraceCritiqued`` (strategy from settings: rules by
   default, model when ``AGENTR_CRITIC_MODEL`` is set); a failed and a successful trace of the same
-  project and task key -> ``PairFound`` (source "trace", divergence = longest common prefix of actions).
+  project and task key -> ``PairFound`` (source "trace", divergence = longest common prefix of actions;
+  paired by task KEY, the task texts may differ: the sample keeps the failed trace's task text); a
+  failed trace with no usable partner -> ``TraceUnpaired`` with the reason.
   The partners are looked up in the ``traces`` projection (project, task key, outcome), and only
   their streams are read: the cost does not grow with the number of traces stored.
   The strategy is the upload's ``critic`` choice, else the project's (``ProjectCreated``), else
@@ -22,7 +24,6 @@ The critic for a search pair is the iteration's actor: the ``model_ref`` of its 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +45,9 @@ from core.domain.events import (
     TraceCritiqued,
     TraceIngested,
     TraceOutcomeSet,
+    TraceUnpaired,
     caused_by,
+    current_trace,
 )
 from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
@@ -124,7 +127,7 @@ class CriticHandlers:
             critic_data = {"strategy": self.settings.critic_trace_strategy}
             model_ref = self.settings.critic_model
         try:
-            check_pair(pair.bad, pair.good, pair.shared_steps)
+            check_pair(pair.bad, pair.good, pair.shared_steps, same_task=pair.source != "trace")
             failed = None
             if pair.source == "trace" and pair.bad_leaf_id:
                 failed = await self._trace_state(pair.bad_leaf_id)
@@ -235,17 +238,11 @@ class CriticHandlers:
         return partners
 
     async def _trace_state(self, trace_id: str) -> TraceIngested | None:
-        """The trace as ingested, with the outcome (and reward) a later TraceOutcomeSet gave it."""
-        state: TraceIngested | None = None
-        for recorded in await self.store.read_stream(trace_stream(trace_id)):
-            event = recorded.event
-            if isinstance(event, TraceIngested):
-                state = event
-            elif isinstance(event, TraceOutcomeSet) and state is not None:
-                reward = event.reward if event.reward is not None else state.trajectory.reward
-                trajectory = dataclasses.replace(state.trajectory, reward=reward)
-                state = dataclasses.replace(state, outcome=event.outcome, trajectory=trajectory)
-        return state
+        """The trace as ingested (with the latest conversation the capture proxy recorded), with the
+        outcome (and reward) a later TraceOutcomeSet gave it."""
+        return current_trace(
+            [recorded.event for recorded in await self.store.read_stream(trace_stream(trace_id))]
+        )
 
     async def _trace_critic(self, trace: TraceIngested) -> tuple[CriticConfig, Policy | None]:
         """The critic for a failed trace: the upload's choice, else the project's (ProjectCreated),
@@ -275,7 +272,13 @@ class CriticHandlers:
         return await self.store.stream_version(pair_stream(_trace_pair_id(failed_trace_id))) >= 0
 
     async def _pairs_for(self, trace: TraceIngested, meta: Metadata) -> list[NewEvent]:
-        """Pair failed and successful traces of the same project and task key (one pair per failure)."""
+        """Pair failed and successful traces of the same project and task key (one pair per failure).
+
+        Traces pair by task KEY, not by task text: two traces of one task rarely share their first
+        user message byte for byte. The sample keeps the failed trace's own task text and instruction
+        (``core.domain.splice.revision_sample``). Among the candidates the one sharing the longest
+        action prefix wins (ties: the earliest ingested). A failure with steps that finds no usable
+        partner gets ``TraceUnpaired`` saying why."""
         partners = await self._partners(trace)
         if trace.outcome == "failure":
             wanted = [(trace, partners)]
@@ -291,11 +294,11 @@ class CriticHandlers:
                 shared = longest_common_prefix(failed.trajectory.steps, good.trajectory.steps)
                 if shared >= len(failed.trajectory.steps) or shared >= len(good.trajectory.steps):
                     continue  # no action after the divergence on one side: nothing to revise
-                if failed.trajectory.task != good.trajectory.task:
-                    continue
                 if best is None or shared > best[0]:
                     best = (shared, good)
             if best is None:
+                if failed.trajectory.steps:
+                    out.append(self._unpaired(failed, candidates, trace, meta))
                 continue
             shared, good = best
             pair = PairFound(
@@ -317,6 +320,29 @@ class CriticHandlers:
             )
             out.append(self._new(pair_stream(pair_id), pair, meta, "pair", failed.trace_id))
         return out
+
+    def _unpaired(
+        self, failed: TraceIngested, candidates: list[TraceIngested], cause: TraceIngested, meta: Metadata
+    ) -> NewEvent:
+        key = failed.task_key
+        if not candidates:
+            reason = (
+                f"no successful trace with task key {key!r} in this project yet; it pairs when one is "
+                "ingested (or a waiting trace of that key gets outcome success)"
+            )
+        else:
+            reason = (
+                f"{len(candidates)} successful trace(s) with task key {key!r}, but each takes the "
+                "same actions as this one up to the end of the shorter path: no step after the divergence "
+                "to revise"
+            )
+        event = TraceUnpaired(
+            trace_id=failed.trace_id, task_key=key, reason=reason, candidates=len(candidates)
+        )
+        log.info("critic: trace %s unpaired: %s", failed.trace_id, reason)
+        return self._new(
+            trace_stream(failed.trace_id), event, meta, "unpaired", f"{failed.trace_id}:{cause.trace_id}"
+        )
 
     @staticmethod
     def _new(stream: str, event: Any, meta: Metadata, kind: str, key: str) -> NewEvent:

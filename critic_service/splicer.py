@@ -223,7 +223,9 @@ class SpliceHandlers:
     ) -> RevisionMaterialized | RevisionRejected:
         """Splice ``pair`` at ``marked.transition_index``; ``reflection`` given (a reviewer's) is used
         as it is, otherwise one is chosen as ``config`` says."""
-        path = splice_path(pair.bad, pair.good, pair.shared_steps, marked.transition_index)
+        path = splice_path(
+            pair.bad, pair.good, pair.shared_steps, marked.transition_index, same_task=pair.source != "trace"
+        )
         if reflection is None:  # t' checked by splice_path first
             reflection = await self._reflection(pair, marked, config, model_ref)
         verified: bool | None = None
@@ -261,6 +263,8 @@ class SpliceHandlers:
         }
         if pair.source == "trace":
             provenance["trace_id"] = pair.bad_leaf_id
+            if pair.bad.task != pair.good.task:  # matched by task key; the sample keeps the failed task
+                provenance["good_task"] = pair.good.task
         sample_id = derived_id("revision", pair.pair_id)
         sample = revision_sample(sample_id, pair.bad, pair.good, path, reflection.text, provenance)
         return RevisionMaterialized(

@@ -23,9 +23,18 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from core.llm.context import context_limit
-from core.llm.ports import Completion, ContextWindow, Conversation, Policy, Seeds, conversation_seeds
+from core.llm.ports import (
+    Completion,
+    ContextWindow,
+    Conversation,
+    Policy,
+    Seeds,
+    conversation_seeds,
+    sample_turns,
+)
 
-SampleKey = tuple[int, float, int, tuple[str, ...] | None, bool]
+# (n, temperature, max_tokens, stop, logprobs, constrained)
+SampleKey = tuple[int, float, int, tuple[str, ...] | None, bool, bool]
 
 
 @dataclass
@@ -33,6 +42,7 @@ class _Call:
     conversations: Sequence[Conversation]
     seeds: list[int] | None  # one per conversation
     future: asyncio.Future[list[list[Completion]]]
+    actions: list[Sequence[str] | None] | None = None  # constrained calls: one list per conversation
 
 
 @dataclass
@@ -99,13 +109,49 @@ class BatchingPolicy:
         stop: Sequence[str] | None = None,
         logprobs: bool = False,
     ) -> list[list[Completion]]:
+        return await self._enqueue(conversations, n, temperature, max_tokens, seed, stop, logprobs, None)
+
+    async def sample_actions(
+        self,
+        conversations: Sequence[Conversation],
+        actions: Sequence[Sequence[str] | None],
+        n: int = 1,
+        temperature: float = 1.0,
+        max_tokens: int = 64,
+        seed: Seeds = None,
+        logprobs: bool = False,
+    ) -> list[list[Completion]]:
+        if len(actions) != len(conversations):
+            raise ValueError(f"{len(actions)} action lists for {len(conversations)} conversations")
+        return await self._enqueue(
+            conversations, n, temperature, max_tokens, seed, None, logprobs, list(actions)
+        )
+
+    async def _enqueue(
+        self,
+        conversations: Sequence[Conversation],
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        seed: Seeds,
+        stop: Sequence[str] | None,
+        logprobs: bool,
+        actions: list[Sequence[str] | None] | None,
+    ) -> list[list[Completion]]:
         if not conversations:
             return []
         seeds = conversation_seeds(seed, len(conversations))  # ValueError here, not in the batch
-        key: SampleKey = (n, float(temperature), max_tokens, tuple(stop) if stop else None, logprobs)
+        key: SampleKey = (
+            n,
+            float(temperature),
+            max_tokens,
+            tuple(stop) if stop else None,
+            logprobs,
+            actions is not None,
+        )
         future: asyncio.Future[list[list[Completion]]] = asyncio.get_running_loop().create_future()
         calls = self._pending.setdefault(key, [])
-        calls.append(_Call(conversations, seeds, future))
+        calls.append(_Call(conversations, seeds, future, actions))
         self.stats.calls += 1
         waiting = sum(len(c.conversations) for c in calls)
         if waiting >= self.max_batch:
@@ -130,22 +176,35 @@ class BatchingPolicy:
             task.add_done_callback(self._running.discard)
 
     async def _run(self, key: SampleKey, calls: list[_Call]) -> None:
-        n, temperature, max_tokens, stop, logprobs = key
+        n, temperature, max_tokens, stop, logprobs, constrained = key
         conversations = [conv for call in calls for conv in call.conversations]
         self.stats.backend_calls += 1
         self.stats.conversations += len(conversations)
         self.stats.largest_batch = max(self.stats.largest_batch, len(conversations))
         self.stats.history = (self.stats.history + [len(conversations)])[-1000:]
         try:
-            results = await self.inner.sample(
-                conversations,
-                n=n,
-                temperature=temperature,
-                max_tokens=max_tokens,
-                seed=batch_seeds(calls),
-                stop=list(stop) if stop else None,
-                logprobs=logprobs,
-            )
+            if constrained:
+                actions = [a for call in calls for a in (call.actions or [None] * len(call.conversations))]
+                results = await sample_turns(
+                    self.inner,
+                    conversations,
+                    actions,
+                    n=n,
+                    temperature=temperature,
+                    max_tokens=max_tokens,
+                    seed=batch_seeds(calls),
+                    logprobs=logprobs,
+                )
+            else:
+                results = await self.inner.sample(
+                    conversations,
+                    n=n,
+                    temperature=temperature,
+                    max_tokens=max_tokens,
+                    seed=batch_seeds(calls),
+                    stop=list(stop) if stop else None,
+                    logprobs=logprobs,
+                )
             if len(results) != len(conversations):
                 raise RuntimeError(
                     f"policy returned {len(results)} results for {len(conversations)} conversations"

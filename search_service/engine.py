@@ -16,7 +16,9 @@ children are re-selected), for bench/search.py's comparison only. Each descent's
 (``NodesExpanded``, ``LeafRecorded``, ``RolloutFinished``) are handed to the sink together (one
 append per descent), so a descent is stored whole or not at all. Prompts fit
 the policy's context (``core.llm.context.fit_prompt``: oldest whole steps dropped, room left for
-``max_tokens``) when the policy tells its context length.
+``max_tokens``) when the policy tells its context length. With ``constrain_actions`` an
+expansion asks the node's state for its valid actions (``EnvStates.valid_actions``) and samples its
+candidates' Action lines among them (``core.llm.ports.sample_turns``; free where the env lists none).
 
 The in-memory tree is the domain ``SearchTree`` updated by applying exactly the events written, so
 the tree in the store and the tree searched cannot drift apart. Event ids are derived from the tree
@@ -64,7 +66,7 @@ from core.domain.pairs import good_leaves, path_trajectory, select_pairs
 from core.domain.trajectory import Step
 from core.envs.base import Env
 from core.llm.context import fit_prompt
-from core.llm.ports import Policy
+from core.llm.ports import Policy, sample_turns
 from core.llm.prompts import ParsedAction, build_messages, parse_action
 from search_service.env_states import Candidate, EnvStates
 
@@ -111,6 +113,7 @@ class SearchStats:
     env_seconds: float = 0.0  # time in env resets/steps/clones
     leaves_recorded: int = 0  # terminal children recorded on the way (LeafRecorded)
     exhausted: bool = False  # the root was exhausted before the descent budget was spent
+    constrained_expansions: int = 0  # expansions whose Action lines were limited to valid actions
 
 
 class TreeSearch:
@@ -277,9 +280,18 @@ class TreeSearch:
         steps = [Step(n.thought, n.action, n.observation, n.reward, n.done, n.valid) for n in path[1:]]
         messages = build_messages(self.env.instruction, self.task, steps)
         prompt = fit_prompt(self.policy, messages, reserve=self.config.max_tokens)
+        actions: list[str] | None = None
+        if self.config.constrain_actions:
+            env_started = time.perf_counter()
+            actions = await self.states.valid_actions(node_id, [(n.node_id, n.action) for n in path[1:]])
+            self.stats.env_seconds += time.perf_counter() - env_started
+            if actions:
+                self.stats.constrained_expansions += 1
         policy_started = time.perf_counter()
-        completions = await self.policy.sample(
+        completions = await sample_turns(
+            self.policy,
             [prompt],
+            [actions] if actions else None,
             n=self.config.n_candidates,
             temperature=self.config.temperature,
             max_tokens=self.config.max_tokens,

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.envs.base import Env, EnvError, StepResult
+from core.envs.base import Env, EnvError, StepResult, valid_actions_of
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,25 @@ class EnvStates:
         if self.can_clone:
             return await self._expand_by_clone(node_id, path, candidates)
         return await self._expand_by_replay(path, candidates)
+
+    async def valid_actions(self, node_id: str, path: Sequence[tuple[str, str]]) -> list[str] | None:
+        """The valid actions in the state of ``node_id`` (``core.envs.base.valid_actions_of``; None
+        when the environment cannot list them). Clone mode asks the node's snapshot (restoring one
+        and keeping it for the expansion); replay mode resets and replays ``path`` first."""
+        if self.can_clone:
+            snapshot = self.snapshots.get(node_id)
+            if snapshot is None:
+                snapshot = self.snapshots[node_id] = await self._restore(path)
+            return await valid_actions_of(snapshot)
+        if not callable(getattr(self.env, "valid_actions", None)):
+            return None
+        await self.env.reset(self.task_id)
+        self.resets += 1
+        for _, action in path:
+            await self.env.step(action)
+            self.steps += 1
+            self.replay_steps += 1
+        return await valid_actions_of(self.env)
 
     async def _expand_by_clone(
         self, node_id: str, path: Sequence[tuple[str, str]], candidates: Sequence[Candidate]

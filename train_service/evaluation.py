@@ -27,6 +27,9 @@ rounding). Measured (bench/evaluation.py, same episodes and seeds side by side):
 up to 12 turns dominates and padding every prompt to the turn's longest one costs more than
 the per-prompt passes save; hence the default.
 
+With ``constrain_actions`` each turn's Action line is sampled among the episode's valid actions
+(``core.llm.ports.sample_turns``; an environment that lists none for a state is sampled freely).
+
 An answer without a parseable ``Action:`` is an invalid action (the
 environment is not touched; the agent is told so). Metrics come from ``core.domain.metrics``; dead
 loops and invalid actions are counted on the model's own actions only (a replayed prefix does not
@@ -52,8 +55,8 @@ from core.domain.eval_protocol import (
 )
 from core.domain.metrics import EpisodeResult, summarize
 from core.domain.trajectory import Step
-from core.envs.base import Env
-from core.llm.ports import Policy
+from core.envs.base import Env, valid_actions_of
+from core.llm.ports import Policy, sample_turns
 from core.llm.prompts import build_prompt, parse_action
 
 log = logging.getLogger(__name__)
@@ -91,6 +94,9 @@ class EvalConfig:
     shared_passes: run each turn's prompts in shared forward passes of a local policy (module
         docstring: deterministic per seed; cheaper only for short prompts); False (default) =
         batch-invariant passes, every episode exactly as if played alone.
+    constrain_actions: each turn's Action line is sampled among the episode's valid actions (the
+        env's ``valid_actions()``; free where it lists none) by constrained decoding
+        (docs/constrained-decoding.md); False (default) = free decoding. Recorded in the metrics.
     """
 
     max_steps: int = PAPER_MAX_ROUNDS
@@ -105,6 +111,7 @@ class EvalConfig:
     seen_max_tasks: int | None = None
     stratify: bool = True
     shared_passes: bool = False
+    constrain_actions: bool = False
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.max_tokens < 1:
@@ -217,8 +224,11 @@ async def play(
             progress(sum(e.finished for e in episodes), total)
         while live := [e for e in episodes if not e.finished]:
             prompts = [build_prompt(e.instruction, e.task, e.steps, budget, measure or len) for e in live]
-            completions = await policy.sample(
+            actions = [await valid_actions_of(e.env) for e in live] if cfg.constrain_actions else None
+            completions = await sample_turns(
+                policy,
                 prompts,
+                actions,
                 n=1,
                 temperature=cfg.temperature,
                 max_tokens=cfg.max_tokens,
@@ -277,6 +287,7 @@ def _summary(
     metrics["episodes_per_task"] = cfg.episodes_per_task
     metrics["max_steps"] = cfg.max_steps
     metrics["temperature"] = cfg.temperature
+    metrics["constrain_actions"] = cfg.constrain_actions
     return metrics
 
 

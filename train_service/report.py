@@ -56,6 +56,7 @@ def _row(label: str, metrics: dict[str, Any], revision_length: float | None) -> 
         "episodes_per_task": metrics.get("episodes_per_task"),
         "max_steps": metrics.get("max_steps"),
         "temperature": metrics.get("temperature"),
+        "constrain_actions": metrics.get("constrain_actions"),
         "success_rate": metrics.get("success_rate"),
         "avg_reward": metrics.get("avg_reward"),
         "avg_steps": metrics.get("avg_steps"),
@@ -98,6 +99,7 @@ def collect_report(
         "reason": state.reason,
         "final_model_ref": state.final_model_ref,
         "config": state.config.to_data(),
+        "constrain_actions": constrain_settings(state.config.search, state.config.evaluation),
         "iterations": [
             {
                 "iteration": it.iteration,
@@ -112,6 +114,15 @@ def collect_report(
             for it in state.iterations
         ],
         "rows": rows,
+    }
+
+
+def constrain_settings(search: dict[str, Any], evaluation: dict[str, Any]) -> dict[str, bool]:
+    """Whether the run's search and evaluation decode with constrained actions (their configs'
+    ``constrain_actions``, default off; docs/constrained-decoding.md)."""
+    return {
+        "search": bool(search.get("constrain_actions", False)),
+        "evaluation": bool(evaluation.get("constrain_actions", False)),
     }
 
 
@@ -144,6 +155,14 @@ def report_markdown(report: dict[str, Any]) -> str:
         out.append(f"reason: {report['reason']}")
     rows = report["rows"]
     config = report.get("config") or {}
+    constrained = report.get("constrain_actions") or constrain_settings(
+        config.get("search") or {}, config.get("evaluation") or {}
+    )
+    search_on, eval_on = ("on" if constrained[k] else "off" for k in ("search", "evaluation"))
+    out.append(
+        "constrained decoding (Action line among the env's valid actions): "
+        f"search {search_on}, evaluation {eval_on}"
+    )
     if not rows:
         out += ["", "(no evaluation yet)", ""]
     else:

@@ -6,8 +6,8 @@ I/O behind it for the train service:
 * ``task_ids`` / ``eval_task_ids``: the tasks of ``RunConfig.tasks`` or the environment's split
   (cut to ``max_tasks``); evaluation tasks likewise from ``eval_tasks`` / ``eval_split``.
 * ``write_dataset``: the iteration's samples read from the store's ``samples`` read model, mixed by
-  ``core.domain.datasets.build_dataset`` (alpha of the iteration, eta, general data) and written as
-  ``<home>/runs/<run>/datasets/iter-<i>.jsonl`` (internal ``samples`` format) + ``.manifest.json``.
+  ``core.domain.datasets.build_dataset`` and written as ``<home>/runs/<run>/datasets/iter-<i>.jsonl``
+  + ``.manifest.json`` (``train_service.run_datasets.RunDatasets``, which ``RunEffects`` extends).
 * ``train``: the iteration's learner (``RunConfig.train_method(i)``: ``train.method``, a string or
   one method per iteration) on its dataset (SFT's above, or ``train_service.methods``' pairs /
   transitions), from the iteration's model folder, or from ``train.model_path`` when that model is a
@@ -26,20 +26,15 @@ I/O behind it for the train service:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from core.domain.config import RunConfig
-from core.domain.datasets import Candidate, DatasetConfig, DatasetError, build_dataset
+from core.domain.datasets import DatasetError
 from core.domain.events import IterationEvaluated, ModelTrained, TrainingFailed
-from core.domain.good_samples import trajectory_to_sample
 from core.domain.ids import derived_id
 from core.domain.runs import EvaluateModel, RunState, TrainModel
-from core.domain.serde import from_dict
-from core.domain.trajectory import TrainingSample, Trajectory
 from core.envs.base import Env
 from core.llm.ports import Policy
 from core.runtime.settings import Settings
@@ -51,15 +46,14 @@ from train_service.evaluation import (
     revision_lengths,
 )
 from train_service.launcher import LaunchFailed
+from train_service.run_datasets import BadTrainingInput, RunDatasets
+
+__all__ = ["BadTrainingInput", "EvalProgress", "RunEffects", "TrainProgress", "select_tasks"]
 
 log = logging.getLogger(__name__)
 
 TrainProgress = Callable[[int, int, float | None], None]  # (step, max_steps, loss)
 EvalProgress = Callable[[str, int, int], None]  # (model label, finished episodes, total)
-
-
-class BadTrainingInput(Exception):
-    """The iteration cannot be trained as configured; the run fails with this message."""
 
 
 def _open_env(uri: str) -> Env:
@@ -81,7 +75,7 @@ def select_tasks(env: Env, explicit: tuple[str, ...], split: str, cap: int | Non
     return ids
 
 
-class RunEffects:
+class RunEffects(RunDatasets):
     def __init__(
         self,
         settings: Settings,
@@ -134,115 +128,6 @@ class RunEffects:
             return held_out_tasks(env, searched, cfg.seen_max_tasks, cfg.stratify)
         finally:
             await env.close()
-
-    def run_dir(self, run_id: str) -> Path:
-        return Path(self.settings.home).resolve() / "runs" / run_id
-
-    # ---------------------------------------------------------------------------- dataset
-    async def load_samples(
-        self, run_id: str, iteration: int, config: RunConfig | None = None
-    ) -> tuple[list[Candidate], list[Candidate]]:
-        """Revision and good candidates of an iteration; good trajectories become samples with the
-        run's weight-0 rule for rejected steps and loop repeats (defaults when ``config`` is None)."""
-        mask = {
-            "mask_invalid_steps": config.mask_invalid_steps if config else True,
-            "mask_loop_steps": config.mask_loop_steps if config else True,
-        }
-        from sqlalchemy import select
-
-        from core.store.tables import samples
-
-        async with self.store.engine.connect() as conn:
-            rows = (
-                (
-                    await conn.execute(
-                        select(samples)
-                        .where(samples.c.run_id == run_id, samples.c.iteration == iteration)
-                        .order_by(samples.c.position, samples.c.sample_id)
-                    )
-                )
-                .mappings()
-                .all()
-            )
-        revisions: list[Candidate] = []
-        good: list[Candidate] = []
-        for row in rows:
-            if row["kind"] == "good":
-                sample = trajectory_to_sample(from_dict(Trajectory, row["data"]), row["sample_id"], **mask)
-                good.append(Candidate(sample, row["position"], row["template_id"]))
-            elif row["kind"] == "revision":
-                revisions.append(
-                    Candidate(from_dict(TrainingSample, row["data"]), row["position"], row["template_id"])
-                )
-        return revisions, good
-
-    async def write_dataset(
-        self, state: RunState, iteration: int, dataset_id: str
-    ) -> tuple[Path, dict[str, Any]]:
-        """The iteration's dataset file (samples JSONL) and a summary of its manifest."""
-        from core.formats.export import file_fingerprint, read_general_chat, write_jsonl
-
-        config = state.config
-        revisions, good = await self.load_samples(state.run_id, iteration, config)
-        general: list[TrainingSample] = []
-        source = None
-        if config.general_data:
-            try:
-                general = list(read_general_chat(config.general_data))
-            except FileNotFoundError as exc:
-                raise BadTrainingInput(str(exc)) from None
-            source = file_fingerprint(config.general_data)
-        try:
-            built = build_dataset(
-                run_id=state.run_id,
-                iteration=iteration,
-                revisions=revisions,
-                good=good,
-                general=general,
-                config=DatasetConfig(
-                    alpha_schedule=config.alpha_schedule,
-                    eta=config.eta,
-                    seed=config.seed,
-                    mask_invalid_steps=config.mask_invalid_steps,
-                    mask_loop_steps=config.mask_loop_steps,
-                    include_revisions=config.include_revisions,
-                ),
-                general_source=source,
-            )
-        except DatasetError as exc:
-            raise BadTrainingInput(str(exc)) from None
-        m = built.manifest
-        if m.note:
-            log.info("run %s iteration %d dataset: %s", state.run_id, iteration, m.note)
-        log.info(
-            "run %s iteration %d dataset: agent share %.3f (eta %s); good-sample turns at weight 0: "
-            "%d rejected by the environment, %d loop repeats",
-            state.run_id,
-            iteration,
-            m.agent_share,
-            config.eta,
-            m.masked_invalid_steps,
-            m.masked_loop_steps,
-        )
-        folder = self.run_dir(state.run_id) / "datasets"
-        path = folder / f"iter-{iteration}.jsonl"
-        await asyncio.to_thread(write_jsonl, path, built.samples, "samples")
-        from core.domain.serde import to_dict
-
-        manifest = {"dataset_id": dataset_id, **to_dict(built.manifest)}
-        (folder / f"iter-{iteration}.manifest.json").write_text(
-            json.dumps(manifest, indent=1, sort_keys=True)
-        )
-        counts = {"revision": 0, "good": 0, "general": 0}
-        for sample in built.samples:
-            counts[sample.kind] = counts.get(sample.kind, 0) + 1
-        masked = {"invalid": m.masked_invalid_steps, "loop": m.masked_loop_steps}
-        return path, {
-            "content_id": m.dataset_id,
-            "samples": counts,
-            "agent_share": m.agent_share,
-            "masked_good_steps": masked,
-        }
 
     # ---------------------------------------------------------------------------- training
     def _celery_app(self) -> Any:

@@ -10,7 +10,7 @@ import importlib
 
 import typer
 
-COMMAND_MODULES = ("db", "worker", "env", "model", "run", "serve", "client", "datasets", "up")
+COMMAND_MODULES = ("db", "worker", "env", "model", "run", "serve", "proxy", "client", "datasets", "up")
 
 app = typer.Typer(
     name="agentr",

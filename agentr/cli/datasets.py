@@ -1,6 +1,6 @@
 """Owns the trace-dataset and listing commands: ``agentr datasets create|list|download`` and
 ``agentr traces list``, over HTTP against a running ``agentr serve`` (same ``--api`` / ``--key``
-options as agentr.cli.client).
+options as agentr.cli.api_client).
 
 ``datasets create NAME`` builds a named, versioned dataset from a query (``--task-key``,
 ``--source``, ``--kind``, ``--outcome``, ``--strategy``, ``--since``, ``--until``, ``--trace``,
@@ -12,13 +12,13 @@ and follow the API's cursors to the end (or ``--limit`` items).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from agentr.cli.client import ApiOption, KeyOption, _call, _check, _client, traces_app
+from agentr.cli.api_client import ApiOption, KeyOption, _call, _check, _client
+from agentr.cli.client_traces import traces_app
 
 datasets_app = typer.Typer(help="Build, list and download named trace datasets.", no_args_is_help=True)
 
@@ -106,36 +106,24 @@ def datasets_list(
 @datasets_app.command("download")
 def datasets_download(
     dataset_id: str = typer.Argument(..., help="The dataset id (from datasets create / list)."),
-    out: Path = typer.Option(..., "--out", "-o", help="File to write (replaced atomically)."),
-    fmt: str = typer.Option("openai", "--format", help="openai, sharegpt, samples or parquet."),
+    out: Path = typer.Option(..., "--out", "-o", help="File (or hf folder) to write (replaced atomically)."),
+    fmt: str = typer.Option(
+        "openai",
+        "--format",
+        help="openai, sharegpt, samples, parquet; dpo, prm (from the pairs behind its revision samples); "
+        "tokenized (Parquet for --model), hf (a datasets folder). See docs/datasets.md.",
+    ),
+    model: str | None = typer.Option(None, "--model", help="Tokenizer for tokenized / hf (folder or id)."),
+    max_length: int = typer.Option(1024, "--max-length", min=1, help="Tokens per sample (as the trainer)."),
     api: str = ApiOption,
     key: str = KeyOption,
 ) -> None:
     """Stream a dataset into a file (a temporary file, renamed when complete)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.part")
+    from agentr.cli.client_runs import download_as
 
-    def download() -> int:
-        with (
-            _client(api, key) as client,
-            client.stream("GET", f"/v1/datasets/{dataset_id}/download", params={"format": fmt}) as response,
-        ):
-            if response.status_code >= 400:
-                response.read()
-                _check(response)
-            written = 0
-            with tmp.open("wb") as handle:
-                for chunk in response.iter_bytes():
-                    handle.write(chunk)
-                    written += len(chunk)
-            os.replace(tmp, out)
-            return written
-
-    try:
-        size = _call(download)
-    finally:
-        tmp.unlink(missing_ok=True)
-    typer.echo(f"wrote {out} ({size} bytes, {fmt})")
+    path = f"/v1/datasets/{dataset_id}/download"
+    written = download_as(api, key, path, {}, fmt, out, model, max_length, f"dataset {dataset_id}")
+    typer.echo(f"wrote {out} ({written}, {fmt})")
 
 
 @traces_app.command("list")

@@ -21,6 +21,12 @@ the warm start 167 s vs 247 s; the two warm starts are different models (the bfl
 more before iteration 0), so their reports differ. Session 5's machine ran the fp32 plan in
 18 min 54 s: these machines differ by about 2x. ``--quick`` (64-hidden model, 300 warm-start steps, 2 goals,
 temperature 1.2) finds 2 pairs in iteration 0 with its fixed seeds, in ~20 s.
+
+Constrained decoding (docs/constrained-decoding.md): the default demo searches and evaluates with
+``constrain_actions`` on, so the model's Action line is always one of the state's valid TextCraft
+actions and its errors are decisions (wrong items, distractor crafts, loops) instead of
+unparseable commands. ``--quick`` (pinned by its fixed-seed tests) and ``--env`` / ``--model`` runs
+keep free decoding unless their config sets the fields.
 """
 
 from __future__ import annotations
@@ -250,6 +256,9 @@ def plan_run(opts: RunOptions) -> Plan:
             "trains no SFT iteration"
         )
     tasks = opts.tasks or (DEMO_GOALS if demo else ())
+    if demo:  # constrained decoding: the Action line among the state's valid actions (module docstring)
+        search = {**search, "constrain_actions": True}
+        evaluation = {**evaluation, "constrain_actions": True}
     config = RunConfig(
         env=env,
         model=opts.model,

@@ -87,15 +87,25 @@ def eval_command(
 # --------------------------------------------------------------------------------------------
 
 
-def export_command(run_id: str, iteration: int, fmt: str, output: str, home: str) -> int:
+def export_command(
+    run_id: str,
+    iteration: int,
+    fmt: str,
+    output: str,
+    home: str,
+    model: str | None = None,
+    max_length: int = 1024,
+) -> int:
+    from agentr.cli.export_formats import LOCAL_FORMATS, PAIR_FORMATS
     from core.runtime.settings import load_settings
 
-    if fmt not in ("openai", "sharegpt", "parquet"):
-        console.print(f"[red]unknown format {fmt!r}[/red]: choose openai, sharegpt or parquet")
+    known = ("openai", "sharegpt", "parquet", *PAIR_FORMATS, *LOCAL_FORMATS)
+    if fmt not in known:
+        console.print(f"[red]unknown format {fmt!r}[/red]: choose {', '.join(known)}")
         return 2
     settings = load_settings(**({"home": Path(home)} if home else {}))
     try:
-        count = asyncio.run(_export(settings, run_id, iteration, fmt, Path(output)))
+        count = asyncio.run(_export(settings, run_id, iteration, fmt, Path(output), model, max_length))
     except (LookupError, ValueError, FileNotFoundError) as exc:
         console.print(f"[red]cannot export:[/red] {exc}")
         return 2
@@ -103,7 +113,10 @@ def export_command(run_id: str, iteration: int, fmt: str, output: str, home: str
     return 0
 
 
-async def _export(settings: Any, run_id: str, iteration: int, fmt: str, output: Path) -> int:
+async def _export(
+    settings: Any, run_id: str, iteration: int, fmt: str, output: Path, model: str | None, max_length: int
+) -> int:
+    from agentr.cli.export_formats import LOCAL_FORMATS, PAIR_FORMATS, pair_lines_from_store, write_local
     from core.domain.ids import run_stream
     from core.domain.runs import fold
     from core.formats.export import write_jsonl, write_parquet
@@ -118,6 +131,10 @@ async def _export(settings: Any, run_id: str, iteration: int, fmt: str, output: 
         state = fold(run_id, [r.event for r in history])
         if state.iteration(iteration) is None:
             raise LookupError(f"run {run_id} has no iteration {iteration}")
+        if fmt in PAIR_FORMATS:
+            from agentr.cli.export_formats import write_records_jsonl
+
+            return write_records_jsonl(output, await pair_lines_from_store(store, run_id, iteration, fmt))
         effects = RunEffects(settings, store)
         from core.domain.datasets import DatasetConfig, build_dataset
         from core.formats.export import read_general_chat
@@ -139,6 +156,8 @@ async def _export(settings: Any, run_id: str, iteration: int, fmt: str, output: 
                 include_revisions=state.config.include_revisions,
             ),
         )
+        if fmt in LOCAL_FORMATS:
+            return write_local(fmt, built.samples, output, model, max_length)
         if fmt == "parquet":
             return write_parquet(output, built.samples)
         return write_jsonl(output, built.samples, fmt)

@@ -18,6 +18,7 @@ import enum
 import typer
 
 from agentr.cli.demo import DEMO_ENV, QUICK_ENV
+from agentr.cli.export_formats import FORMAT_HELP
 from agentr.cli.methods import METHOD_HELP, parse_methods
 
 
@@ -192,12 +193,19 @@ def register(app: typer.Typer) -> None:
     def export(
         run_id: str = typer.Argument(..., help="The run's id."),
         iteration: int = typer.Argument(..., min=0, help="The iteration (0-based)."),
-        fmt: str = typer.Option("openai", "--format", "-f", help="openai | sharegpt | parquet"),
-        output: str = typer.Option(..., "--output", "-o", help="File to write (written atomically)."),
+        fmt: str = typer.Option("openai", "--format", "-f", help=FORMAT_HELP),
+        output: str = typer.Option(..., "--output", "-o", help="File (or hf folder) to write, atomically."),
         home: str = typer.Option("", "--home", help="Data folder (default $AGENTR_HOME or .agentr)."),
+        model: str | None = typer.Option(
+            None, "--model", help="Tokenizer for tokenized / hf (folder or id)."
+        ),
+        max_length: int = typer.Option(
+            1024, "--max-length", min=1, help="Tokens per sample (as the trainer)."
+        ),
     ) -> None:
         """Export an iteration's dataset (revision samples + good trajectories >= alpha + general data
-        mixed with eta) as OpenAI fine-tuning JSONL, ShareGPT/AgentGym JSONL or Parquet."""
+        mixed with eta) as OpenAI fine-tuning JSONL, ShareGPT/AgentGym JSONL, Parquet, pre-tokenised
+        Parquet or a Hugging Face datasets folder; or its pairs and trees as DPO / PRM records."""
         from agentr.cli.eval_export import export_command
 
-        raise typer.Exit(export_command(run_id, iteration, fmt, output, home))
+        raise typer.Exit(export_command(run_id, iteration, fmt, output, home, model, max_length))

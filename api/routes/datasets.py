@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query
@@ -18,6 +19,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from api import pair_exports
 from api import trace_datasets as builds
 from api.dataset_schemas import (
     DatasetEntryOut,
@@ -32,12 +34,13 @@ from api.datasets import iter_dataset, jsonl_bytes, parquet_bytes
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error, not_found
 from api.idempotency import Idempotency, idempotency
-from api.pagination import cursor_param, keyset_page, limit_param
+from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
 from api.reads import owned_row
 from api.routes.runs import RunId, run_row
 from api.schemas import ERROR_RESPONSES, ID_PATTERN, ExportFormat
 from api.writes import append, new_event
 from core.domain.trace_datasets import DatasetManifest, DatasetQueryError
+from core.formats.pair_records import PAIR_FORMATS
 from core.store.tables import datasets, iterations
 
 router = APIRouter(prefix="/v1", tags=["datasets"], responses=ERROR_RESPONSES)
@@ -47,6 +50,9 @@ _MEDIA = {
     "sharegpt": ("application/x-ndjson", "jsonl"),
     "parquet": ("application/vnd.apache.parquet", "parquet"),
     "samples": ("application/x-ndjson", "jsonl"),
+    "dpo": ("application/x-ndjson", "jsonl"),  # api/pair_exports.py
+    "prm": ("application/x-ndjson", "jsonl"),
+    "prm-values": ("application/x-ndjson", "jsonl"),
 }
 DatasetId = Path(pattern=ID_PATTERN, description="The dataset id (from POST /v1/datasets).")
 _DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -80,7 +86,12 @@ _DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
 async def download_dataset(
     run_id: str = RunId,
     iteration: int = Path(ge=0, le=10_000, description="0-based iteration."),
-    format: ExportFormat = Query("openai", description="openai, sharegpt or parquet."),
+    format: ExportFormat = Query(
+        "openai",
+        description="openai, sharegpt or parquet (samples); dpo (OpenAI preference JSONL from the "
+        "iteration's pairs), prm (TRL stepwise supervision from first errors) or prm-values (from "
+        "the search trees' Q values): docs/datasets.md.",
+    ),
     partial: bool = Query(False, description="Export what exists before the dataset is ready."),
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
@@ -107,12 +118,17 @@ async def download_dataset(
             f"the dataset of iteration {iteration} is not ready (iteration status {it['status']}); "
             "pass partial=true to export what exists so far",
         )
-    samples = iter_dataset(
-        svc.store.engine, project_id=project_id, run_id=run_id, iteration=iteration, alpha=it["alpha"]
-    )
     media_type, suffix = _MEDIA[format]
-    counted = _count(samples, svc, format)
-    body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
+    body: AsyncIterator[bytes]
+    if format in PAIR_FORMATS:
+        counter = svc.metrics.export_rows.labels(format)
+        body = pair_exports.iteration_body(svc.store, project_id, run_id, iteration, format, counter)
+    else:
+        samples = iter_dataset(
+            svc.store.engine, project_id=project_id, run_id=run_id, iteration=iteration, alpha=it["alpha"]
+        )
+        counted = _count(samples, svc, format)
+        body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
     name = f"{run_id}-iteration{iteration}-{format}.{suffix}"
     headers = {"Content-Disposition": f'attachment; filename="{name}"'}
     if it["dataset_id"] is not None:
@@ -168,7 +184,9 @@ async def create_dataset(
 
     async def answer(conn: AsyncConnection) -> tuple[int, Any]:
         row = await owned_row(conn, datasets, "dataset_id", manifest.dataset_id, project_id, "dataset")
-        out = DatasetOut(**_summary(row).model_dump(), entries=_entries(manifest))
+        out = DatasetOut(
+            **_summary(row).model_dump(), entries=_entries(manifest), warnings=list(manifest.warnings)
+        )
         return 201, out.model_dump(mode="json")
 
     # the Idempotency-Key is claimed in the append's transaction, with the answer read there
@@ -184,7 +202,12 @@ async def create_dataset(
     return out
 
 
-@router.get("/datasets", response_model=DatasetPage, summary="List the project's datasets, newest first")
+@router.get(
+    "/datasets",
+    response_model=DatasetPage,
+    dependencies=[Depends(known_query_only)],
+    summary="List the project's datasets, newest first",
+)
 async def list_datasets(
     cursor: str | None = Depends(cursor_param),
     name: str | None = Query(None, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"),
@@ -214,7 +237,9 @@ async def get_dataset(
     svc: ApiServices = Depends(services),
 ) -> Any:
     row, manifest = await _dataset(svc, principal.project(), dataset_id)
-    return DatasetOut(**_summary(row).model_dump(), entries=_entries(manifest))
+    return DatasetOut(
+        **_summary(row).model_dump(), entries=_entries(manifest), warnings=list(manifest.warnings)
+    )
 
 
 @router.get(
@@ -225,13 +250,21 @@ async def get_dataset(
 )
 async def download_named_dataset(
     dataset_id: str = DatasetId,
-    format: DatasetFormat = Query("openai", description="openai, sharegpt, samples or parquet."),
+    format: DatasetFormat = Query(
+        "openai",
+        description="openai, sharegpt, samples or parquet; dpo (OpenAI preference JSONL) or prm (TRL "
+        "stepwise supervision) from the pairs behind the dataset's revision samples.",
+    ),
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
     row, manifest = await _dataset(svc, principal.project(), dataset_id)
-    counted = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
-    body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
+    body: AsyncIterator[bytes]
+    if format in PAIR_FORMATS:
+        body = pair_exports.dataset_body(svc.store, manifest, format, svc.metrics.export_rows.labels(format))
+    else:
+        counted = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
+        body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
     media_type, suffix = _MEDIA[format]
     name = f"{row['name']}-v{row['version']}-{format}.{suffix}"
     headers = {

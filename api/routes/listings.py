@@ -1,9 +1,10 @@
 """Owns the project-wide listings of production traces and bad/good pairs (filters, keyset pages).
 
 ``GET /v1/traces``: the project's traces, newest first, filtered by task key, outcome, status,
-source format and creation time. ``GET /v1/pairs``: every pair of the project (from traces and
-from runs), filtered by source, task key, status, critic strategy and run. Both read the
-``traces`` / ``pairs`` read models, one keyset page per request.
+source format, the producer's id (``external_id``) and creation time. ``GET /v1/pairs``: every pair
+of the project (from traces and from runs), filtered by source, task key, status, critic strategy
+and run. Both read the ``traces`` / ``pairs`` read models, one keyset page per request. A query
+parameter neither route defines is a 422 naming it (``known_query_only``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from sqlalchemy import select
 
 from api.dataset_schemas import TracePage, TraceSummaryOut
 from api.deps import ApiServices, Principal, require, services
-from api.pagination import cursor_param, keyset_page, limit_param
+from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
 from api.schemas import ERROR_RESPONSES, ID_PATTERN, PairOut, PairPage, Timestamp
 from core.store.tables import pairs, traces
 
-router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, dependencies=[Depends(known_query_only)])
 
 _KEY = Query(None, min_length=1, max_length=200, description="Only this task key.")
 
@@ -34,6 +35,12 @@ async def list_traces(
     ),
     status: str | None = Query(None, pattern="^[a-z_]{1,32}$", description="Only traces in this status."),
     source_format: str | None = Query(None, pattern="^[a-z0-9_-]{1,32}$", description="Only this format."),
+    external_id: str | None = Query(
+        None,
+        min_length=1,
+        max_length=200,
+        description="Only the trace the producer sent with this id (`id`; OTLP: the 32-hex trace id).",
+    ),
     since: Timestamp | None = Query(None, description="Only traces created at or after this time."),
     until: Timestamp | None = Query(None, description="Only traces created before this time."),
     limit: int = Depends(limit_param),
@@ -46,6 +53,7 @@ async def list_traces(
         (traces.c.outcome, outcome),
         (traces.c.status, status),
         (traces.c.source_format, source_format),
+        (traces.c.external_id, external_id),
     ):
         if value is not None:
             query = query.where(column == value)

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error
 from api.idempotency import Idempotency, idempotency
-from api.pagination import cursor_param, keyset_page, limit_param
+from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
 from api.reads import owned_row
 from api.schemas import (
     ERROR_RESPONSES,
@@ -87,7 +87,9 @@ async def submit_run(
     return await _accept(svc, idem, project_id, run_id, event, "requested")
 
 
-@router.get("", response_model=RunPage, summary="List runs, newest first")
+@router.get(
+    "", response_model=RunPage, dependencies=[Depends(known_query_only)], summary="List runs, newest first"
+)
 async def list_runs(
     cursor: str | None = Depends(cursor_param),
     status: str | None = Query(None, pattern="^[a-z_]{1,32}$", description="Only runs in this status."),

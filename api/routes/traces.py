@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -23,7 +23,9 @@ from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError
 from api.errors import field_error as make_field_error
 from api.idempotency import Idempotency, idempotency
-from api.reads import owned_row
+from api.reads import external_trace, external_traces, owned_row
+from api.routes.otlp import otlp_trace_id
+from api.sanitize import nul_note
 from api.schemas import (
     ERROR_RESPONSES,
     ID_PATTERN,
@@ -38,10 +40,10 @@ from api.schemas import (
     TraceOutcomesOut,
 )
 from api.writes import append, new_event
-from core.domain.events import NewEvent, TraceCritiqued, TraceIngested, TraceOutcomeSet
+from core.domain.events import ModelCallRecorded, NewEvent, TraceCritiqued, TraceIngested, TraceOutcomeSet
 from core.domain.ids import derived_id, trace_stream
 from core.domain.serde import to_dict
-from core.formats.importing import TraceFormatError, parse_outcome, parse_traces
+from core.formats.importing import ImportedTrace, TraceFormatError, parse_outcome, parse_traces, with_note
 from core.store.tables import samples, traces
 
 router = APIRouter(prefix="/v1/traces", tags=["traces"], responses=ERROR_RESPONSES)
@@ -49,6 +51,7 @@ router = APIRouter(prefix="/v1/traces", tags=["traces"], responses=ERROR_RESPONS
 
 @router.post("", status_code=202, response_model=TraceAccepted, summary="Ingest a batch of production traces")
 async def ingest_traces(
+    request: Request,
     body: TraceBatchIn,
     principal: Principal = Depends(require("ingest")),
     idem: Idempotency = Depends(idempotency),
@@ -65,49 +68,114 @@ async def ingest_traces(
         imported = parse_traces(body.trace_dicts(), body.format)
     except TraceFormatError as exc:
         raise make_field_error(f"body.{exc.path}", exc.problem) from None
+    imported = _with_nul_notes(imported, getattr(request.state, "nul_replaced", None), body.format)
     new_events = []
-    trace_ids = []
-    for index, item in enumerate(imported):
-        trace_id = idem.new_id("trace", index)
-        trace_ids.append(trace_id)
-        event = TraceIngested(
-            trace_id=trace_id,
-            project_id=project_id,
-            task_key=item.task_key,
-            trajectory=item.trajectory,
-            outcome=item.outcome,
-            source_format=item.source_format,
-            external_id=item.external_id,
-            critic_strategy=body.critic.strategy if body.critic is not None else None,
-            critic_model=body.critic.model if body.critic is not None else None,
-        )
-        new_events.append(
-            new_event(
-                trace_stream(trace_id),
-                event,
+    trace_ids: list[str] = []
+    replayed: list[str] = []
+    expected: dict[str, int] = {}
+    first_seen: dict[str, int] = {}
+    async with svc.store.engine.connect() as conn:
+        known = await external_traces(conn, project_id, [i.external_id for i in imported if i.external_id])
+        for index, item in enumerate(imported):
+            if item.external_id is None:
+                trace_id = idem.new_id("trace", index)
+            else:
+                if item.external_id in first_seen:
+                    raise make_field_error(
+                        f"body.traces[{index}].id",
+                        f"external id {item.external_id!r} appears twice in the batch (first as trace "
+                        f"{first_seen[item.external_id]}); send each trace once",
+                    )
+                first_seen[item.external_id] = index
+                existing = known.get(item.external_id)
+                if existing is not None:  # a re-send: an idempotent replay, not a copy
+                    trace_ids.append(existing)
+                    replayed.append(existing)
+                    continue
+                trace_id = otlp_trace_id(project_id, item.external_id)  # the same id through both doors
+                expected[trace_stream(trace_id)] = -1  # a concurrent re-send conflicts instead of copying
+            trace_ids.append(trace_id)
+            event = TraceIngested(
+                trace_id=trace_id,
                 project_id=project_id,
-                event_id=idem.new_id("event", index),
-                correlation_id=trace_id,
+                task_key=item.task_key,
+                trajectory=item.trajectory,
+                outcome=item.outcome,
+                source_format=item.source_format,
+                external_id=item.external_id,
+                critic_strategy=body.critic.strategy if body.critic is not None else None,
+                critic_model=body.critic.model if body.critic is not None else None,
             )
-        )
+            new_events.append(
+                new_event(
+                    trace_stream(trace_id),
+                    event,
+                    project_id=project_id,
+                    event_id=idem.new_id("event", index)
+                    if item.external_id is None
+                    else derived_id("trace-ingested", trace_id),
+                    correlation_id=trace_id,
+                )
+            )
+    stored = [t for t in trace_ids if t not in replayed]
     waiting = [t for t, item in zip(trace_ids, imported, strict=True) if item.outcome == "unknown"]
-    message = f"{len(trace_ids) - len(waiting)} trace(s) with an outcome go on to the critic and splicer"
+    waiting = [t for t in waiting if t in stored]
+    message = f"{len(stored) - len(waiting)} trace(s) with an outcome go on to the critic and splicer"
     if waiting:
         message += (
             f"; {len(waiting)} without an outcome wait for one: PATCH /v1/traces/{{id}} "
             '{"outcome": "success" | "failure" | reward} (or PATCH /v1/traces for many)'
         )
-    out = TraceAccepted(trace_ids=trace_ids, waiting_for_outcome=waiting, message=message).model_dump(
-        mode="json"
-    )
-    await append(svc, new_events, idem=idem, answer=(202, out))
+    if replayed:
+        message += (
+            f"; {len(replayed)} already stored under the same external id: replayed, not copied "
+            "(set a later outcome with PATCH /v1/traces/{id} or PATCH /v1/traces)"
+        )
+    out = TraceAccepted(
+        trace_ids=trace_ids, waiting_for_outcome=waiting, replayed=replayed, message=message
+    ).model_dump(mode="json")
+    if not new_events:
+        return out
+    await append(svc, new_events, expected, idem=idem, answer=(202, out))
     return out
 
 
+def _with_nul_notes(imported: list[ImportedTrace], paths: list[str] | None, fmt: str) -> list[ImportedTrace]:
+    """Record on each trace where NUL characters were replaced (api.middleware; ``traces[i]...``
+    paths; an OTLP batch's paths name export requests, so every trace of it gets the note)."""
+    if not paths:
+        return imported
+    out = []
+    for index, item in enumerate(imported):
+        mine = [p.removeprefix("traces").lstrip(".") for p in paths]
+        if fmt != "otlp":
+            mine = [p for p in paths if p.startswith(f"traces[{index}]")]
+        if mine:
+            item = with_note(item, nul_note(mine))
+        out.append(item)
+    return out
+
+
+async def _trace_row(conn: AsyncConnection, project_id: str, reference: str) -> Any:
+    """The trace row for ``reference``: an agentr trace id, else the producer's id (external id; for
+    OTLP traces the 32-hex trace id); 404 when neither names a trace of the project."""
+    query = select(traces).where(traces.c.project_id == project_id, traces.c.trace_id == reference)
+    row = (await conn.execute(query)).mappings().first()
+    if row is None:
+        by_external = await external_trace(conn, project_id, reference)
+        if by_external is not None:
+            return await owned_row(conn, traces, "trace_id", by_external, project_id, "trace")
+        raise ApiError(
+            404, f"trace {reference} not found (neither a trace id nor an external id in this project)"
+        )
+    return row
+
+
 async def _outcome_event(
-    conn: AsyncConnection, project_id: str, trace_id: str, body: TraceOutcomeIn, path: str, svc: ApiServices
+    conn: AsyncConnection, project_id: str, reference: str, body: TraceOutcomeIn, path: str, svc: ApiServices
 ) -> tuple[TraceOutcomeOut, NewEvent | None, int]:
-    row = await owned_row(conn, traces, "trace_id", trace_id, project_id, "trace")
+    row = await _trace_row(conn, project_id, reference)
+    trace_id = row["trace_id"]
     value = body.outcome.model_dump() if isinstance(body.outcome, OutcomeIn) else body.outcome
     try:
         outcome, reward = parse_outcome(value, body.reward, path)
@@ -166,16 +234,17 @@ async def set_trace_outcomes(
 ) -> Any:
     seen: set[str] = set()
     for index, item in enumerate(body.outcomes):
-        if item.trace_id in seen:
+        if item.reference in seen:
+            field = "trace_id" if item.trace_id is not None else "external_id"
             raise make_field_error(
-                f"body.outcomes[{index}].trace_id", f"{item.trace_id} appears twice; send it once"
+                f"body.outcomes[{index}].{field}", f"{item.reference} appears twice; send it once"
             )
-        seen.add(item.trace_id)
+        seen.add(item.reference)
     outs, new_events, expected = [], [], {}
     async with svc.store.engine.connect() as conn:
         for index, item in enumerate(body.outcomes):
             out, event, version = await _outcome_event(
-                conn, principal.project(), item.trace_id, item, f"body.outcomes[{index}]", svc
+                conn, principal.project(), item.reference, item, f"body.outcomes[{index}]", svc
             )
             outs.append(out)
             if event is not None:
@@ -205,7 +274,10 @@ async def get_trace(
     critique = None
     for recorded in await svc.store.read_stream(trace_stream(trace_id)):
         event = recorded.event
-        if isinstance(event, TraceIngested):
+        # the capture proxy's later calls (ModelCallRecorded) carry the trace's latest conversation
+        if isinstance(event, TraceIngested) or (
+            isinstance(event, ModelCallRecorded) and event.trajectory is not None
+        ):
             trajectory = to_dict(event.trajectory)
         elif isinstance(event, TraceCritiqued):
             critique = CritiqueOut(
@@ -221,6 +293,9 @@ async def get_trace(
         source_format=row["source_format"],
         external_id=row["external_id"],
         status=row["status"],
+        reason=row["reason"],
+        pair_id=row["pair_id"],
+        sample_id=row["sample_id"],
         transition_index=row["transition_index"],
         created_at=row["created_at"],
         trajectory=trajectory,

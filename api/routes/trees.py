@@ -16,7 +16,7 @@ from sqlalchemy import RowMapping, Table, select
 
 from api.datasets import row_to_sample
 from api.deps import ApiServices, Principal, require, services
-from api.pagination import CURSOR_DESCRIPTION, CURSOR_PATTERN, keyset_page, limit_param
+from api.pagination import CURSOR_DESCRIPTION, CURSOR_PATTERN, keyset_page, known_query_only, limit_param
 from api.reads import owned_row
 from api.routes.runs import RunId, run_row
 from api.schemas import (
@@ -109,13 +109,23 @@ async def get_tree(
     return TreeOut(**_tree_summary(row), nodes=node_list)
 
 
-@router.get("/runs/{run_id}/trees", response_model=TreePage, summary="A run's trees")
+@router.get(
+    "/runs/{run_id}/trees",
+    response_model=TreePage,
+    dependencies=[Depends(known_query_only)],
+    summary="A run's trees",
+)
 async def list_trees(listing: RunListing = Depends(run_listing)) -> Any:
     page, next_cursor = await listing.page(trees, [trees.c.iteration, trees.c.tree_id])
     return TreePage(items=[TreeSummaryOut(**_tree_summary(r)) for r in page], next_cursor=next_cursor)
 
 
-@router.get("/runs/{run_id}/pairs", response_model=PairPage, summary="A run's bad/good pairs")
+@router.get(
+    "/runs/{run_id}/pairs",
+    response_model=PairPage,
+    dependencies=[Depends(known_query_only)],
+    summary="A run's bad/good pairs",
+)
 async def list_pairs(listing: RunListing = Depends(run_listing)) -> Any:
     page, next_cursor = await listing.page(pairs, [pairs.c.iteration, pairs.c.pair_id])
     return PairPage(
@@ -139,7 +149,12 @@ def sample_out(row: Any) -> SampleOut:
     )
 
 
-@router.get("/runs/{run_id}/samples", response_model=SamplePage, summary="A run's samples (revision, good)")
+@router.get(
+    "/runs/{run_id}/samples",
+    response_model=SamplePage,
+    dependencies=[Depends(known_query_only)],
+    summary="A run's samples (revision, good)",
+)
 async def list_samples(
     listing: RunListing = Depends(run_listing),
     kind: str | None = Query(None, pattern="^(revision|good)$", description="revision or good."),

@@ -1,8 +1,8 @@
 """Owns RunConfig: everything a Run needs to know, with documented defaults (pure, stdlib only).
 
 A Run is N iterations of search -> critic -> splice -> dataset -> train -> evaluate. The API accepts
-this shape (api/schemas.py mirrors it with pydantic for validation and OpenAPI), RunRequested carries
-it serialised, and every worker reads it back with ``RunConfig.from_data``.
+this shape (api/schemas/run_config.py mirrors it with pydantic for validation and OpenAPI),
+RunRequested carries it serialised, and every worker reads it back with ``RunConfig.from_data``.
 
 Served starting models: ``model`` may be an OpenAI-compatible base URL (``http://HOST:PORT/v1#name``,
 vLLM or ``agentr model serve``). Search, critic and the starting model's evaluation then talk to that

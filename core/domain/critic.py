@@ -296,9 +296,14 @@ def text_error_signal(text: str) -> str | None:
 def invalid_signal(step: Step) -> str | None:
     """Why this step looks like an invalid action / tool error, or None.
 
-    Tool steps: a result the tool (or its span's ERROR status) marked ``is_error``, or a result whose
-    text is an error (exception, HTTP-style code, JSON error shape). Text steps: the observation.
+    Tool steps: a call whose arguments are not a JSON object (malformed, kept verbatim), a result the
+    tool (or its span's ERROR status) marked ``is_error``, or a result whose text is an error
+    (exception, HTTP-style code, JSON error shape). Text steps: the observation.
     """
+    for call in step.tool_calls:
+        if call.malformed:
+            shown = call.arguments.strip()[:80]
+            return f"tool call {call.name!r} has arguments that are not a JSON object: {shown!r}"
     for result in step.tool_results:
         if result.is_error:
             who = result.name or result.call_id

@@ -69,6 +69,9 @@ class SearchConfig:
     record_terminal_children: True (default) = every terminal child is a leaf when it is created and
         closed nodes are never selected (see the module docstring). False = the old leaf-only rule,
         kept only as the baseline that bench/search.py measures against; do not use it otherwise.
+    constrain_actions: expansions sample the Action line from the node's valid actions (the env's
+        ``valid_actions()``; free where it lists none) by constrained decoding
+        (docs/constrained-decoding.md); False (default) = free decoding.
     """
 
     n_candidates: int = 4
@@ -82,8 +85,13 @@ class SearchConfig:
     max_pairs_per_tree: int = 8
     seed: int = 0
     record_terminal_children: bool = True
+    constrain_actions: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.constrain_actions, bool):
+            raise SearchConfigError(
+                f"search config: constrain_actions must be true or false, got {self.constrain_actions!r}"
+            )
         if not isinstance(self.record_terminal_children, bool):
             raise SearchConfigError(
                 "search config: record_terminal_children must be true or false, "

@@ -19,8 +19,10 @@ per call (``tool_call_id``, the result's content); an ``answer`` step is one ass
 content is the answer text. In tool conversations the reflection is the start of the first good
 assistant message's content (before its thought, or before the answer text), never a fake call.
 Tool messages and observations are always weight 0. An empty observation after the last step is
-not emitted (no empty trailing user turn); a system message is emitted only for a non-empty
-instruction.
+not emitted (no empty trailing user turn), nor are tool messages for the last step's calls that got
+no result (no invented empty result; ``_drop_unanswered``); a system message is emitted only for a
+non-empty instruction. Tool-call ids are unique within every conversation (``unique_tool_call_ids``:
+a deterministic remap of ids a spliced path reuses).
 """
 
 from __future__ import annotations
@@ -77,9 +79,12 @@ class SplicedPath:
         return SplicedPath(prefix=tuple(merged[:a]), bad=tuple(merged[a:b]), good=tuple(merged[b:]))
 
 
-def check_pair(bad: Trajectory, good: Trajectory, shared_steps: int) -> None:
-    """Raise ``SpliceError`` unless both paths share the task and the first ``shared_steps`` actions."""
-    if bad.task != good.task:
+def check_pair(bad: Trajectory, good: Trajectory, shared_steps: int, *, same_task: bool = True) -> None:
+    """Raise ``SpliceError`` unless both paths share the task and the first ``shared_steps`` actions.
+
+    ``same_task=False`` (production-trace pairs, matched by task key): the task texts may differ; the
+    sample keeps the failed path's own task text and instruction (``revision_sample``)."""
+    if same_task and bad.task != good.task:
         raise SpliceError("the bad and good paths have different tasks")
     if shared_steps < 0:
         raise SpliceError(f"shared_steps must be >= 0, got {shared_steps}")
@@ -97,9 +102,11 @@ def check_pair(bad: Trajectory, good: Trajectory, shared_steps: int) -> None:
             )
 
 
-def splice_path(bad: Trajectory, good: Trajectory, shared_steps: int, transition: int) -> SplicedPath:
+def splice_path(
+    bad: Trajectory, good: Trajectory, shared_steps: int, transition: int, *, same_task: bool = True
+) -> SplicedPath:
     """Cut and join the two paths (checks the pair and that t' lies after the divergence)."""
-    check_pair(bad, good, shared_steps)
+    check_pair(bad, good, shared_steps, same_task=same_task)
     if not shared_steps <= transition < len(bad.steps):
         raise SpliceError(
             f"transition index {transition} is outside the bad path's steps after the divergence "
@@ -168,10 +175,58 @@ def conversation(
     messages.append(Message("user", task, 0))
     for index, (step, weight, prefix) in enumerate(steps):
         turn, observation = step_messages(step, weight, prefix, formatter)
+        if index == len(steps) - 1:
+            turn = _drop_unanswered(step, turn)
         messages.extend(turn)
         if observation is not None and (index < len(steps) - 1 or observation.content.strip()):
             messages.append(observation)
-    return tuple(messages)
+    return unique_tool_call_ids(messages)
+
+
+def _drop_unanswered(step: Step, turn: list[Message]) -> list[Message]:
+    """The last step's calls that got no result end the conversation unanswered: no tool message is
+    invented for them (in the middle of a conversation the chat format needs one, so it stays)."""
+    if step.kind != "tool" or step.observation.strip():
+        return turn
+    answered = {r.call_id for r in step.tool_results}
+    return [m for m in turn if m.role != "tool" or m.tool_call_id in answered]
+
+
+def unique_tool_call_ids(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """The same messages with every tool-call id unique within the conversation.
+
+    A spliced sample joins paths from separate conversations, which may reuse ids (``call_1`` is
+    ``lookup_customer`` in the bad prefix and ``get_order`` in the good continuation). A call whose id
+    was already used earlier gets ``{id}_{n}`` (the smallest n >= 2 not used), and the tool messages
+    answering it (the next ones naming that id, in order) follow; ids used once are unchanged, so the
+    remap is deterministic and a conversation without collisions is returned as it is."""
+    used: set[str] = set()
+    waiting: dict[str, list[str]] = {}  # original id -> the ids given to its calls not yet answered
+    out: list[Message] = []
+    changed = False
+    for message in messages:
+        if message.tool_calls:
+            calls = []
+            for call in message.tool_calls:
+                new_id = call.call_id
+                if new_id in used:
+                    n = 2
+                    while f"{call.call_id}_{n}" in used:
+                        n += 1
+                    new_id = f"{call.call_id}_{n}"
+                    changed = True
+                used.add(new_id)
+                waiting.setdefault(call.call_id, []).append(new_id)
+                calls.append(replace(call, call_id=new_id) if new_id != call.call_id else call)
+            message = replace(message, tool_calls=tuple(calls))
+        elif message.role == "tool" and message.tool_call_id is not None:
+            queue = waiting.get(message.tool_call_id)
+            if queue:
+                new_id = queue.pop(0)
+                if new_id != message.tool_call_id:
+                    message = replace(message, tool_call_id=new_id)
+        out.append(message)
+    return tuple(out) if changed else tuple(messages)
 
 
 def revision_messages(
@@ -198,8 +253,12 @@ def revision_sample(
     provenance: dict[str, Any] | None = None,
     formatter: Callable[[str, str], str] = format_assistant,
 ) -> TrainingSample:
-    """The revision TrainingSample (reward = the good path's reward)."""
-    messages = revision_messages(good.instruction or bad.instruction, good.task, path, reflection, formatter)
+    """The revision TrainingSample (reward = the good path's reward).
+
+    The context is the FAILED path's own instruction and task text (the prompt under which the error
+    was made; for search pairs both paths share them, for trace pairs matched by task key they may
+    differ in wording), falling back to the good path's instruction when the failed one has none."""
+    messages = revision_messages(bad.instruction or good.instruction, bad.task, path, reflection, formatter)
     return TrainingSample(
         sample_id=sample_id,
         kind="revision",

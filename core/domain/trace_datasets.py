@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from core.domain.ids import derived_id
+from core.domain.trajectory import TrainingSample
 
 SOURCES: tuple[str, ...] = ("traces", "runs")
 KINDS: tuple[str, ...] = ("revision", "good")
@@ -220,6 +221,7 @@ class DatasetManifest:
     entries: tuple[DatasetEntry, ...]
     code_version: str
     export_version: int = EXPORT_VERSION
+    warnings: tuple[str, ...] = ()  # what a download of these samples lacks (missing_tool_definitions)
 
     @property
     def template_ids(self) -> tuple[str, ...]:
@@ -328,3 +330,18 @@ def rebuild_check(manifest: DatasetManifest, candidates: Iterable[SampleFacts]) 
     if not problems and tuple(again) != manifest.entries:
         problems.append("the same samples come out in a different order or from different events")
     return problems
+
+
+def missing_tool_definitions(samples: Iterable[TrainingSample]) -> str | None:
+    """The warning for samples that call tools but carry no tool definitions (the traces they came
+    from sent none): a fine-tuning file needs a ``tools`` list for them, and agentr does not invent
+    one. Names the samples (the first 20), or None when every sample with calls has definitions."""
+    lacking = [s.sample_id for s in samples if not s.tools and any(m.tool_calls for m in s.messages)]
+    if not lacking:
+        return None
+    shown = ", ".join(lacking[:20]) + (f" and {len(lacking) - 20} more" if len(lacking) > 20 else "")
+    return (
+        f"{len(lacking)} sample(s) call tools but carry no tool definitions (their traces sent none), so "
+        f"their records have tool_calls and no tools list: {shown}; send the definitions with the traces "
+        "(tools, gen_ai.tool.definitions, llm.tools) to have them exported"
+    )

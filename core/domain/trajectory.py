@@ -42,7 +42,19 @@ class ToolCall:
 
     call_id: str
     name: str
-    arguments: str  # JSON text (an object), exactly as the model produced it or canonicalised
+    arguments: str  # JSON text (an object) as the model produced it or canonicalised; kept verbatim if not
+
+    @property
+    def malformed(self) -> bool:
+        """The arguments are not a JSON object: kept verbatim as the model produced them (an error
+        signal for the rules critic), never repaired."""
+        text = self.arguments.strip()
+        if not text:
+            return False
+        try:
+            return not isinstance(json.loads(text), dict)
+        except json.JSONDecodeError:
+            return True
 
     def canonical(self) -> str:
         """``name({"k": v})`` with sorted keys (``name()`` without arguments); for path comparison."""

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from core.envs.agentgym_profiles import Profile, profile_for
+from core.envs.agentgym_profiles import Profile, profile_for, webshop_actions
 from core.envs.base import EnvError, StepResult, UnknownTask
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,7 @@ class AgentGymEnv:
         self._env_id: Any = None
         self.done = False
         self.task_id: str | None = None
+        self._available: list[str] | None = None  # "payload" profiles: the last answer's list
 
     # ---- transport -------------------------------------------------------------------------------
     async def _send(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> httpx.Response:
@@ -180,6 +181,7 @@ class AgentGymEnv:
         body = self.profile.reset_request(self._env_id, index, self.options)
         payload = await self._request("POST", "/reset", json=body)
         self.done = False
+        self._available = _listed_actions(payload)
         if self.profile.observation_after_reset:
             return await self.observation()
         return self.profile.first_observation(payload)
@@ -194,6 +196,7 @@ class AgentGymEnv:
         except (ValueError, TypeError, KeyError) as exc:
             raise EnvError(f"agentgym {self.name}: unexpected /step answer: {exc}") from exc
         self.done = reading.done
+        self._available = _listed_actions(payload)
         valid = reading.valid if reading.valid is not None else True
         return StepResult(
             reading.observation,
@@ -213,6 +216,22 @@ class AgentGymEnv:
         payload = await self._request("GET", "/observation", params={self.id_key: self._env_id})
         return payload if isinstance(payload, str) else str(payload.get("observation", payload))
 
+    async def valid_actions(self) -> list[str] | None:
+        """The server's valid actions for the current state, where it publishes them (the profile's
+        ``actions_source``, core.envs.agentgym_profiles); None where it does not, or once done."""
+        if self._env_id is None or self.done:
+            return None
+        source = self.profile.actions_source
+        if source == "payload":
+            return None if self._available is None else list(self._available)
+        if source == "webshop":
+            payload = await self._request("GET", "/available_actions", params={self.id_key: self._env_id})
+            try:
+                return webshop_actions(payload)
+            except ValueError as exc:
+                raise EnvError(f"agentgym {self.name}: unexpected /available_actions answer: {exc}") from exc
+        return None
+
     async def clone(self) -> None:
         return None
 
@@ -223,3 +242,9 @@ class AgentGymEnv:
         finally:
             self._env_id = None
             await self._client.aclose()
+
+
+def _listed_actions(payload: Any) -> list[str] | None:
+    """The ``available_actions`` list of a reset / step answer, when it has one."""
+    actions = payload.get("available_actions") if isinstance(payload, dict) else None
+    return [str(a) for a in actions] if isinstance(actions, list) else None

@@ -37,6 +37,13 @@ before sending; our side parses the ReAct answer the same way). Per profile:
   and is not a normalised score, so it is not used). Invalid actions answer ``The action is not
   recognized. Please check valid actions.`` or a reason such as ``There is a barrier in front of you,
   you can't move forward.``. No ``/close`` and no ``/observation``.
+- valid actions (the Env port's optional ``valid_actions``, for constrained decoding): ALFWorld
+  sends ``available_actions`` with every reset and step (kept as the state's list); WebShop has
+  ``GET /available_actions?env_idx=`` -> ``{"has_search_bar", "clickables"}`` (``click[X]`` per
+  clickable; a page with the search bar takes free text, so it has no list: None). TextCraft,
+  BabyAI and the generic profile publish no actions endpoint (None); SciWorld's ``GET
+  /action_hint`` gives action TEMPLATES and objects, not the valid combinations, so it is not used
+  (None; the in-process ``sciworld`` env lists the simulator's valid combinations).
 - ``generic`` (any other NAME): textcraft's shapes (``id`` / ``data_idx``, ``observation`` /
   ``reward`` in 0-1 / ``done``), ``score`` 0-100 used when present, ``POST /close`` tried (404
   tolerated), a ``valid`` field honoured when present.
@@ -91,6 +98,9 @@ class Profile:
     reset_body: Callable[[Profile, Any, int, dict[str, str]], dict[str, Any]] | None = None
     reset_text: Callable[[Any], str] | None = None
     step_reading: Callable[[Profile, Any], Reading] | None = None
+    # where the valid actions of a state come from: "payload" (``available_actions`` in the reset /
+    # step answers), "webshop" (``GET /available_actions``), None (the server does not say)
+    actions_source: str | None = None
 
     def reset_request(self, env_id: Any, index: int, options: dict[str, str]) -> dict[str, Any]:
         if self.reset_body is not None:
@@ -200,6 +210,7 @@ PROFILES: dict[str, Profile] = {
         observation_after_reset=True,
         reset_body=_webshop_reset_body,
         step_reading=_webshop_step,
+        actions_source="webshop",
     ),
     "alfworld": Profile(
         "alfworld",
@@ -208,6 +219,7 @@ PROFILES: dict[str, Profile] = {
         invalid_markers=("Nothing happens.",),
         reset_body=_alfworld_reset_body,
         reset_text=_alfworld_reset_text,
+        actions_source="payload",
     ),
     "babyai": Profile(
         "babyai",
@@ -234,3 +246,13 @@ def profile_for(name: str) -> Profile:
 def profile_options(name: str) -> tuple[str, ...]:
     """URI options specific to one profile."""
     return ("world_type",) if name == "alfworld" else ()
+
+
+def webshop_actions(payload: Any) -> list[str] | None:
+    """WebShop's ``/available_actions`` answer as actions: ``click[X]`` per clickable; None on a page
+    with the search bar (``search[...]`` takes free text, which no list covers)."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("clickables"), list):
+        raise ValueError(f"expected {{'has_search_bar', 'clickables'}}, got {str(payload)[:200]}")
+    if payload.get("has_search_bar"):
+        return None
+    return [f"click[{c}]" for c in payload["clickables"]]

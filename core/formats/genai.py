@@ -4,8 +4,9 @@ The GenAI semantic conventions: ``gen_ai.input.messages`` / ``gen_ai.output.mess
 lists) of ``{"role", "parts"}`` with parts ``text`` (``content``), ``tool_call`` (``id``, ``name``,
 ``arguments``), ``tool_call_response`` (``id``, ``response``) and ``reasoning`` (``content``);
 ``gen_ai.system_instructions`` (also the spelling ``gen_ai.system.instructions``) as text parts or plain
-text; ``gen_ai.tool.definitions`` as the tool list. Any other part type (blob, file, uri) is refused
-naming the part and what to send.
+text; ``gen_ai.tool.definitions`` as the tool list. Media parts (``blob``, ``file``, ``uri``, with their
+``modality``) are kept as typed placeholders (``[image part: image/png]``); any other part type is
+refused naming the part and what to send.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from core.domain.trajectory import ToolCall
 from core.formats.errors import TraceFormatError, require
 from core.formats.import_openai import arguments_text
 from core.formats.otlp import json_text
-from core.formats.turns import Turn, check_tools
+from core.formats.turns import Turn, check_tools, media_detail, placeholder
 
 INPUT = "gen_ai.input.messages"
 OUTPUT = "gen_ai.output.messages"
 SYSTEM_KEYS = ("gen_ai.system_instructions", "gen_ai.system.instructions")
 TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 _ROLES = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
-_PART_HINT = "send text, tool_call, tool_call_response or reasoning parts"
+_PART_HINT = "send text, tool_call, tool_call_response, reasoning, blob, file or uri parts"
 
 
 def decoded(value: Any, path: str) -> list[Any]:
@@ -88,6 +89,10 @@ def message_turns(message: Any, path: str) -> list[Turn]:
                     tool_call_id=None if call_id in (None, "") else str(call_id),
                 )
             )
+        elif kind in ("blob", "file", "uri", "image", "audio", "video"):
+            # media parts (GenAI conventions: blob / file / uri with a modality) are typed placeholders
+            modality = part.get("modality") if isinstance(part.get("modality"), str) else kind
+            texts.append(placeholder(str(modality), media_detail(part)))
         else:
             raise TraceFormatError(f"{ppath}.type", f"unsupported part type {kind!r} ({_PART_HINT})")
     if responses:
@@ -149,3 +154,94 @@ def tools(attributes: dict[str, Any], path: str) -> tuple[dict[str, Any], ...]:
         except json.JSONDecodeError as exc:
             raise TraceFormatError(kpath, f"not valid JSON ({exc.msg})") from None
     return check_tools(raw, kpath)
+
+
+# --------------------------------------------------------------------------------------------
+# Content on span events
+# --------------------------------------------------------------------------------------------
+
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+LEGACY_EVENTS = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+    "gen_ai.choice": "assistant",
+}
+
+
+def details_attributes(events: Any) -> dict[str, Any]:
+    """The attributes of a span's ``gen_ai.client.inference.operation.details`` event (the GenAI
+    conventions' opt-in event carrying the same ``gen_ai.input.messages`` / ``gen_ai.output.messages``
+    / ``gen_ai.system_instructions`` as the inference span), or {}."""
+    for event in events:
+        if event.get("name") == DETAILS_EVENT and isinstance(event.get("attributes"), dict):
+            return dict(event["attributes"])
+    return {}
+
+
+def _event_body(attributes: dict[str, Any]) -> dict[str, Any]:
+    """A legacy event's body: its attributes, or a JSON object in ``body`` / ``gen_ai.event.content``."""
+    for key in ("body", "gen_ai.event.content", "event.body"):
+        raw = attributes.get(key)
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except json.JSONDecodeError:
+                raw = {"content": raw}
+        if isinstance(raw, dict):
+            return raw
+    return attributes
+
+
+def legacy_event_messages(events: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(input, output) OpenAI-shaped messages from the per-message span events of the GenAI
+    conventions up to v1.36 (``gen_ai.system.message``, ``gen_ai.user.message``,
+    ``gen_ai.assistant.message``, ``gen_ai.tool.message`` in the input; ``gen_ai.choice`` the output,
+    its ``message`` holding ``content`` / ``tool_calls``)."""
+    inputs: list[dict[str, Any]] = []
+    outputs: list[dict[str, Any]] = []
+    for event in events:
+        role = LEGACY_EVENTS.get(str(event.get("name")))
+        if role is None:
+            continue
+        body = _event_body(event.get("attributes") or {})
+        if event.get("name") == "gen_ai.choice":
+            message = body.get("message")
+            if isinstance(message, str):
+                try:
+                    message = json.loads(message)
+                except json.JSONDecodeError:
+                    message = {"content": message}
+            if not isinstance(message, dict):
+                message = body
+            outputs.append({"role": "assistant", **_openai_fields(message)})
+            continue
+        message = {"role": role, **_openai_fields(body)}
+        if role == "tool" and body.get("id") is not None:
+            message["tool_call_id"] = str(body["id"])
+        inputs.append(message)
+    return inputs, outputs
+
+
+def _openai_fields(body: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"content": body.get("content")}
+    calls = body.get("tool_calls")
+    if isinstance(calls, str):
+        try:
+            calls = json.loads(calls)
+        except json.JSONDecodeError:
+            calls = None
+    if isinstance(calls, list) and calls:
+        out["tool_calls"] = [
+            {
+                "id": str(c.get("id") or f"call-{n}"),
+                "type": "function",
+                "function": dict(
+                    c.get("function") or {"name": c.get("name", ""), "arguments": c.get("arguments")}
+                ),
+            }
+            for n, c in enumerate(calls)
+            if isinstance(c, dict)
+        ]
+    return out

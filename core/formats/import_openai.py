@@ -3,7 +3,9 @@
 Accepts roles system / developer (as system), user, assistant (text ``content`` and/or ``tool_calls``
 with ``function.arguments`` as a JSON string or object; reasoning text in ``reasoning_content`` or
 ``reasoning``) and tool (``tool_call_id``; without one it answers the oldest call still waiting).
-``content`` may be a string, null, or a list of ``{"type": "text", "text": ...}`` parts.
+``content`` may be a string, null, or a list of parts: ``text`` parts are the text; any other part
+(``image_url``, ``input_audio``, ``file``) is kept as a typed placeholder (``[image part: image/png]``).
+Tool-call ``arguments`` that are not a JSON object are kept verbatim (``ToolCall.malformed``).
 
 ``legacy=True`` (format ``openai-legacy``) also accepts the deprecated function-calling shape: an
 assistant ``function_call: {name, arguments}`` and role ``function`` results (``name``, no id), plus
@@ -18,7 +20,7 @@ from typing import Any
 
 from core.domain.trajectory import ToolCall
 from core.formats.errors import TraceFormatError, require
-from core.formats.turns import Conversation, Turn, check_tools
+from core.formats.turns import Conversation, Turn, check_tools, media_detail, placeholder
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 LEGACY_HINT = "send tool_calls (and role tool with tool_call_id), or set format=openai-legacy"
@@ -34,29 +36,26 @@ def content_text(content: Any, path: str) -> str:
         for index, part in enumerate(content):
             part_path = f"{path}[{index}]"
             kind = require(part, "type", part_path, str)
-            if kind not in ("text", "input_text", "output_text"):
-                raise TraceFormatError(
-                    f"{part_path}.type", f"only text parts are supported, got {kind!r} (send type text)"
+            if kind in ("text", "input_text", "output_text"):
+                texts.append(require(part, "text", part_path, str))
+            elif kind == "refusal" and isinstance(part.get("refusal"), str):
+                texts.append(part["refusal"])
+            else:  # image_url, input_image, input_audio, file, ...: a typed placeholder, not a refusal
+                texts.append(
+                    placeholder(kind.removeprefix("input_").removesuffix("_url"), media_detail(part))
                 )
-            texts.append(require(part, "text", part_path, str))
         return "\n".join(texts)
     raise TraceFormatError(path, f"expected a string or a list of text parts, got {type(content).__name__}")
 
 
 def arguments_text(raw: Any, path: str) -> str:
-    """Tool-call arguments as JSON text (an object); a JSON string is validated, an object dumped."""
+    """Tool-call arguments as text: a string exactly as sent (malformed JSON is the model's own error,
+    kept and flagged by ``ToolCall.malformed``, which the rules critic reads as an error signal), an
+    object dumped as JSON."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return "{}"
     if isinstance(raw, str):
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(
-                path, f"not valid JSON ({exc.msg}); send the arguments as a JSON object"
-            ) from None
-        if not isinstance(value, dict):
-            raise TraceFormatError(path, f"expected a JSON object, got {type(value).__name__}")
-        return raw
+        return raw  # kept verbatim, also when it is not a JSON object (ToolCall.malformed flags it)
     if isinstance(raw, dict):
         return json.dumps(raw, ensure_ascii=False)
     raise TraceFormatError(path, "must be a JSON string or an object")

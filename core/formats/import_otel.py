@@ -6,7 +6,10 @@ span is read:
 
 - OpenTelemetry GenAI conventions (core.formats.genai): input / output messages, system
   instructions, tool definitions; reasoning parts are kept on the step, not trained on unless asked;
-- OpenInference attributes (core.formats.openinference).
+- GenAI content on span events: the ``gen_ai.client.inference.operation.details`` event, or the
+  legacy per-message events (``gen_ai.user.message``, ..., ``gen_ai.choice``; core.formats.genai);
+- OpenInference attributes, flat or nested (core.formats.openinference);
+- OpenLLMetry ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*`` (core.formats.openllmetry).
 
 Each span's input replays the history, so messages are de-duplicated by identity (role, text, tool
 calls, tool call id; the n-th copy of a message in a span's input is the n-th copy already read). Several
@@ -20,8 +23,9 @@ replayed is taken from ``gen_ai.tool.call.result`` (or the error message).
 
 Envelope hints read from the spans (root span first, then the others, then resource attributes):
 ``agentr.outcome`` (success | failure | unknown, a reward number, true/false, or the JSON text of
-``{"success", "reward"}``), ``agentr.reward``, ``agentr.task_key``; with no outcome attribute the root
-span's status decides (ERROR -> failure, OK -> success, unset -> unknown).
+``{"success", "reward"}``), ``agentr.reward``, ``agentr.task_key`` (else ``gen_ai.conversation.id``);
+with no outcome attribute the root span's status decides (ERROR -> failure, OK -> success, unset ->
+unknown).
 """
 
 from __future__ import annotations
@@ -33,13 +37,14 @@ from dataclasses import replace
 from typing import Any
 
 from core.domain.trajectory import tool_action
-from core.formats import genai, openinference
+from core.formats import genai, import_openai, openinference, openllmetry
 from core.formats.errors import TraceFormatError, require
 from core.formats.otlp import SpanRecord, group_by_trace, json_text, span_from_json, spans_from_otlp_json
 from core.formats.turns import Conversation, Turn
 
 OPERATION = "gen_ai.operation.name"
 OUTCOME_KEY, REWARD_KEY, TASK_KEY = "agentr.outcome", "agentr.reward", "agentr.task_key"
+CONVERSATION_KEY = "gen_ai.conversation.id"
 
 
 # --------------------------------------------------------------------------------------------
@@ -86,9 +91,17 @@ def _is_tool_span(span: SpanRecord) -> bool:
 
 
 def _span_turns(span: SpanRecord) -> tuple[list[Turn], list[Turn]] | None:
-    """(input turns incl. system instructions, output turns) of a model-call span, or None."""
+    """(input turns incl. system instructions, output turns) of a model-call span, or None.
+
+    Read in this order: GenAI message attributes on the span, else on its
+    ``gen_ai.client.inference.operation.details`` event; OpenInference (flat or nested); OpenLLMetry
+    ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*``; the legacy per-message GenAI events."""
     attrs = span.attributes
     path = f"{span.path}.attributes"
+    if genai.INPUT not in attrs and genai.OUTPUT not in attrs:
+        details = genai.details_attributes(span.events)
+        if details:
+            attrs, path = details, f"{span.path}.events.{genai.DETAILS_EVENT}.attributes"
     if genai.INPUT in attrs or genai.OUTPUT in attrs:
         inputs = genai.system_turns(attrs, path) + genai.messages(attrs, genai.INPUT, path)
         return inputs, genai.messages(attrs, genai.OUTPUT, path)
@@ -97,6 +110,14 @@ def _span_turns(span: SpanRecord) -> tuple[list[Turn], list[Turn]] | None:
             openinference.messages(attrs, "input", path),
             openinference.messages(attrs, "output", path),
         )
+    if openllmetry.has_messages(attrs):
+        return openllmetry.messages(attrs, "prompt", path), openllmetry.messages(attrs, "completion", path)
+    inputs_raw, outputs_raw = genai.legacy_event_messages(span.events)
+    if inputs_raw or outputs_raw:
+        epath = f"{span.path}.events"
+        inputs = import_openai.parse({"messages": inputs_raw}, epath).turns if inputs_raw else []
+        outputs = import_openai.parse({"messages": outputs_raw}, epath).turns if outputs_raw else []
+        return inputs, outputs
     return None
 
 
@@ -233,6 +254,11 @@ def _hints(spans: list[SpanRecord], trace_id: str) -> dict[str, Any]:
             hints["reward"] = attrs[REWARD_KEY]
         if "task_key" not in hints and TASK_KEY in attrs:
             hints["task_key"] = attrs[TASK_KEY]
+    if "task_key" not in hints:  # the GenAI conversation id groups the traces of one task by default
+        for attrs, _path in sources:
+            if isinstance(attrs.get(CONVERSATION_KEY), str) and attrs[CONVERSATION_KEY].strip():
+                hints["task_key"] = attrs[CONVERSATION_KEY]
+                break
     if "outcome" not in hints and "reward" not in hints and roots:
         status = roots[0].status_code
         hints["outcome"] = {"ERROR": "failure", "OK": "success"}.get(status, "unknown")
@@ -265,20 +291,19 @@ def conversation_from_spans(spans: Sequence[SpanRecord], path: str, trace_id: st
         got = _span_turns(span)
         if got is not None:
             chat.append((span, *got))
-        for tool in genai.tools(span.attributes, f"{span.path}.attributes") + openinference.tools(
-            span.attributes, f"{span.path}.attributes"
-        ):
+        apath = f"{span.path}.attributes"
+        found = genai.tools(span.attributes, apath) + openinference.tools(span.attributes, apath)
+        for tool in found + openllmetry.tools(span.attributes, apath):
             tools.setdefault(tool["function"]["name"], tool)
     if not chat:
         first = spans[0]
-        hint = ""
-        if any(k.startswith(("gen_ai.prompt", "gen_ai.completion", "llm.prompts")) for k in first.attributes):
-            hint = " (the deprecated gen_ai.prompt.* / gen_ai.completion.* attributes are not supported)"
         raise TraceFormatError(
             f"{first.path}.attributes.{genai.INPUT}",
-            f"missing: no span carries model messages{hint}; send gen_ai.input.messages / "
-            "gen_ai.output.messages (OpenTelemetry GenAI, content capture on) or OpenInference "
-            "llm.input_messages.* / llm.output_messages.*",
+            "missing: no span carries model messages, so this is not an agent trace agentr models; send "
+            "gen_ai.input.messages / gen_ai.output.messages (OpenTelemetry GenAI, content capture on, as "
+            "attributes or on the gen_ai.client.inference.operation.details event), OpenInference "
+            "llm.input_messages / llm.output_messages, or OpenLLMetry gen_ai.prompt.N.* / "
+            "gen_ai.completion.N.*",
         )
     conversation = _pair_ids(_assemble(chat))
     conversation = _join_tool_spans(conversation, tool_spans)

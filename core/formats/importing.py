@@ -3,8 +3,9 @@
 Formats (DESIGN §6, docs/traces.md): ``openai`` (chat messages with ``tool_calls`` and ``tool`` role),
 ``openai-legacy`` (the same plus the deprecated ``function_call`` / role ``function``), ``otel``
 (one trace per item: ``{"spans": [...]}`` or ``{"resourceSpans": [...]}`` with OpenTelemetry GenAI or
-OpenInference attributes), ``otlp`` (OTLP/JSON export requests, split into traces by trace id) and
-``sharegpt`` (ShareGPT / AgentGym ``conversations``; LLaMA-Factory ``function_call`` / ``observation``).
+OpenInference attributes), ``otlp`` (OTLP/JSON export requests, split into traces by trace id),
+``sharegpt`` (ShareGPT / AgentGym ``conversations``; LLaMA-Factory ``function_call`` / ``observation``),
+``openai-responses`` (Responses API items) and ``langfuse`` (``{trace, observations}``).
 Each parser turns a trace into neutral ``Turn`` objects; ``turns_to_trajectory`` turns those into one
 ``Trajectory`` the same way for every format, so one conversation gives the same trajectory whatever
 format it arrived in.
@@ -13,7 +14,8 @@ A batch is all-or-nothing: the first malformed field raises ``TraceFormatError``
 the path and what to send instead, e.g. ``traces[3].messages[5].role: unknown role 'robot' (send
 system, user, assistant or tool)``; nothing is returned half-parsed.
 
-Trace envelope (every format): ``task_key`` (optional; default = a hash of the task text), ``outcome``
+Trace envelope (every format): ``task_key`` (optional; default: AgentGym's ``item_id``, the spans'
+``gen_ai.conversation.id``, else a hash of the task text), ``outcome``
 (``"success" | "failure" | "unknown"``, a reward number in [0, 1] (success only at 1), a boolean, or
 ``{"success": bool, "reward": number}``; default unknown), ``reward`` (optional, in [0, 1]), ``id``
 (optional external id), ``metadata`` (optional object).
@@ -28,7 +30,7 @@ from typing import Any
 
 from core.domain.ids import derived_id
 from core.domain.trajectory import Step, ToolCall, ToolResult, Trajectory, tool_action
-from core.formats import import_openai, import_otel, import_sharegpt
+from core.formats import import_langfuse, import_openai, import_otel, import_responses, import_sharegpt
 from core.formats.errors import TraceFormatError, require
 from core.formats.outcome import OUTCOME_HINT, Outcome, parse_outcome
 from core.formats.turns import Conversation, Turn, check_tools
@@ -48,8 +50,9 @@ __all__ = [
     "require",
     "split_react",
     "turns_to_trajectory",
+    "with_note",
 ]
-FORMATS = ("openai", "openai-legacy", "otel", "otlp", "sharegpt")
+FORMATS = ("openai", "openai-legacy", "openai-responses", "otel", "otlp", "sharegpt", "langfuse")
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,12 @@ def _envelope(
     else:
         outcome, reward = parse_outcome(hints.get("outcome"), hints.get("reward"), hints.get("path", path))
     task_key = item.get("task_key", hints.get("task_key"))
+    if (
+        task_key is None
+        and isinstance(item.get("item_id"), str | int)
+        and not isinstance(item["item_id"], bool)
+    ):
+        task_key = str(item["item_id"])  # AgentGym's AgentTraj records name their task item_id
     if task_key is None:
         task_key = derived_id("task", trajectory.task)
     elif not isinstance(task_key, str) or not task_key.strip():
@@ -230,6 +239,10 @@ def _conversations(items: list[Any], fmt: str) -> list[tuple[dict[str, Any], Con
             raise TraceFormatError(path, f"expected an object, got {type(item).__name__}")
         if fmt in ("openai", "openai-legacy"):
             conversation = import_openai.parse(item, path, legacy=fmt == "openai-legacy")
+        elif fmt == "openai-responses":
+            conversation = import_responses.parse(item, path)
+        elif fmt == "langfuse":
+            conversation = import_langfuse.parse(item, path)
         elif fmt == "otel":
             conversation = import_otel.parse_item(item, path)
         else:
@@ -276,3 +289,21 @@ def imported(item: dict[str, Any], conversation: Conversation, fmt: str) -> Impo
         tools=trajectory.tools,
     )
     return ImportedTrace(task_key, trajectory, outcome, fmt, external_id, dict(metadata))
+
+
+def with_note(item: ImportedTrace, note: str) -> ImportedTrace:
+    """``item`` with ``note`` added to its trajectory's ``provenance["notes"]`` (what was changed on the
+    way in, e.g. characters the database cannot hold)."""
+    provenance = dict(item.trajectory.provenance)
+    provenance["notes"] = [*provenance.get("notes", []), note]
+    trajectory = Trajectory(
+        task=item.trajectory.task,
+        instruction=item.trajectory.instruction,
+        steps=item.trajectory.steps,
+        reward=item.trajectory.reward,
+        provenance=provenance,
+        tools=item.trajectory.tools,
+    )
+    return ImportedTrace(
+        item.task_key, trajectory, item.outcome, item.source_format, item.external_id, item.metadata
+    )

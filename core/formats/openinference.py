@@ -5,7 +5,9 @@ OpenInference (Arize) flattens lists with zero-based indices:
 {type,text}`` / ``.message.tool_calls.<k>.tool_call.{id,function.name,function.arguments}`` /
 ``.message.tool_call_id`` / ``.message.name``; ``llm.output_messages.<i>...`` likewise (several output
 messages are n>1 choices); ``llm.tools.<i>.tool.json_schema`` holds a tool definition as JSON text.
-``openinference.span.kind`` is ``LLM`` for model calls and ``TOOL`` for tool executions (``tool.name``,
+Nested lists (Phoenix span JSON: ``"llm.input_messages": [{"message.role": ...}]``) are flattened
+to those keys first (``flat``). ``openinference.span.kind`` is ``LLM`` for model calls and ``TOOL``
+for tool executions (``tool.name``,
 ``input.value`` = the arguments, ``output.value`` = the result). Tool result messages usually carry no
 ``tool_call_id``: they are paired with the calls by order.
 """
@@ -20,7 +22,7 @@ from typing import Any
 from core.domain.trajectory import ToolCall
 from core.formats.errors import TraceFormatError
 from core.formats.import_openai import arguments_text
-from core.formats.turns import Turn, check_tools
+from core.formats.turns import Turn, check_tools, media_detail, placeholder
 
 SPAN_KIND = "openinference.span.kind"
 _MESSAGE_KEY = re.compile(r"^llm\.(input|output)_messages\.(\d+)\.message\.(.+)$")
@@ -45,8 +47,39 @@ def _call_id(name: str, arguments: str) -> str:
     return f"call-{digest}"
 
 
+def flat(attributes: dict[str, Any]) -> dict[str, Any]:
+    """OpenInference attributes with nested lists and objects flattened to the dotted, zero-indexed
+    keys of the spec: Phoenix's span JSON export writes ``llm.input_messages`` as a list of
+    ``{"message.role", "message.content", "message.tool_calls": [...]}`` objects (or fully nested
+    ``{"llm": {"input_messages": [{"message": {...}}]}}``); both become ``llm.input_messages.0.message.role``.
+    Keys outside ``llm`` are left as they are (GenAI ``gen_ai.input.messages`` stays a list)."""
+    if not any(
+        key == "llm" or (key.startswith("llm.") and isinstance(value, list | dict))
+        for key, value in attributes.items()
+    ):
+        return attributes
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and not (prefix.endswith(".json_schema") or prefix.endswith(".arguments")):
+            for key, child in value.items():
+                walk(f"{prefix}.{key}", child)
+        elif isinstance(value, list) and not prefix.endswith(".json_schema"):
+            for index, child in enumerate(value):
+                walk(f"{prefix}.{index}", child)
+        else:
+            out[prefix] = value
+
+    for key, value in attributes.items():
+        if key == "llm" or key.startswith("llm."):
+            walk(key, value)
+        else:
+            out[key] = value
+    return out
+
+
 def has_messages(attributes: dict[str, Any]) -> bool:
-    return any(_MESSAGE_KEY.match(key) for key in attributes)
+    return any(_MESSAGE_KEY.match(key) for key in flat(attributes))
 
 
 def is_llm_span(attributes: dict[str, Any]) -> bool:
@@ -79,6 +112,7 @@ def _indexed(fields: dict[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
 
 def messages(attributes: dict[str, Any], direction: str, path: str) -> list[Turn]:
     """The input or output messages of an LLM span as turns (``direction``: input | output)."""
+    attributes = flat(attributes)
     turns = []
     for index, fields in sorted(_nested(attributes, direction).items()):
         mpath = f"{path}.llm.{direction}_messages.{index}.message"
@@ -92,14 +126,13 @@ def messages(attributes: dict[str, Any], direction: str, path: str) -> list[Turn
         text = fields.get("content")
         if text is None:
             parts = []
-            for j, part in sorted(_indexed(fields, "contents").items()):
+            for _, part in sorted(_indexed(fields, "contents").items()):
                 kind = part.get("message_content.type", "text")
-                if kind != "text":
-                    raise TraceFormatError(
-                        f"{mpath}.contents.{j}.message_content.type",
-                        f"unsupported content type {kind!r} (send text contents)",
-                    )
-                parts.append(str(part.get("message_content.text", "")))
+                if kind == "text":
+                    parts.append(str(part.get("message_content.text", "")))
+                else:  # an image content (message_content.image.image.url): a typed placeholder
+                    url = part.get("message_content.image.image.url")
+                    parts.append(placeholder(str(kind), media_detail({"url": url})))
             text = "\n".join(parts)
         if not isinstance(text, str):
             text = json.dumps(text, sort_keys=True)
@@ -136,6 +169,7 @@ def messages(attributes: dict[str, Any], direction: str, path: str) -> list[Turn
 
 
 def tools(attributes: dict[str, Any], path: str) -> tuple[dict[str, Any], ...]:
+    attributes = flat(attributes)
     found = []
     for key, value in sorted(attributes.items()):
         match = _TOOL_KEY.match(key)

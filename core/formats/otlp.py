@@ -9,7 +9,8 @@ lists whose values are ``AnyValue`` objects (``stringValue``, ``boolValue``, ``i
 is the enum number (0 unset, 1 ok, 2 error; the names ``STATUS_CODE_ERROR`` are accepted too).
 
 OTLP/protobuf (what ``opentelemetry-exporter-otlp-proto-http`` POSTs as ``application/x-protobuf``) is
-decoded with the ``opentelemetry-proto`` package into the same records.
+decoded with the ``opentelemetry-proto`` package into the same records (``core.formats.otlp_protobuf``;
+the record itself, ``SpanRecord``, and its checks are ``core.formats.spans``'; all re-exported here).
 
 Loose span objects (the older ``{"spans": [...]}`` upload) use the same field names in camelCase or
 snake_case, with ``attributes`` either a ``KeyValue`` list or a plain object.
@@ -18,79 +19,32 @@ snake_case, with ``attributes`` either a ``KeyValue`` list or a plain object.
 from __future__ import annotations
 
 import base64
-import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any
 
 from core.formats.errors import TraceFormatError, require
+from core.formats.otlp_protobuf import spans_from_protobuf
+from core.formats.spans import (
+    _STATUS_BY_NAME,
+    _STATUS_BY_NUMBER,
+    SpanRecord,
+    StatusCode,
+    _remote_parent,
+    group_by_trace,
+    json_text,
+)
 
-StatusCode = Literal["UNSET", "OK", "ERROR"]
-_STATUS_BY_NUMBER: dict[int, StatusCode] = {0: "UNSET", 1: "OK", 2: "ERROR"}
-HAS_IS_REMOTE, IS_REMOTE = 0x100, 0x200  # OTLP SpanFlags: the is-remote bit is known / set
-
-
-def _remote_parent(flags: Any) -> bool:
-    try:
-        value = int(flags or 0)
-    except (TypeError, ValueError):
-        return False
-    return bool(value & HAS_IS_REMOTE and value & IS_REMOTE)
-
-
-_STATUS_BY_NAME: dict[str, StatusCode] = {
-    "STATUS_CODE_UNSET": "UNSET",
-    "STATUS_CODE_OK": "OK",
-    "STATUS_CODE_ERROR": "ERROR",
-    "UNSET": "UNSET",
-    "OK": "OK",
-    "ERROR": "ERROR",
-}
-
-
-@dataclass(frozen=True)
-class SpanRecord:
-    """One span, decoded; ``path`` says where it came from (for error messages)."""
-
-    trace_id: str
-    span_id: str
-    parent_span_id: str  # "" for a root span
-    name: str
-    start_ns: int | None
-    end_ns: int | None
-    attributes: dict[str, Any]
-    status_code: StatusCode = "UNSET"
-    status_message: str = ""
-    events: tuple[dict[str, Any], ...] = ()  # {"name", "attributes"} (e.g. "exception" events)
-    resource: dict[str, Any] = field(default_factory=dict)
-    path: str = ""
-    parent_is_remote: bool = False  # OTLP flags: the parent lives in another service (a local root)
-
-    @property
-    def is_local_root(self) -> bool:
-        """No parent, or a parent in another process (OTLP ``flags`` is-remote bits), or marked
-        complete by the application (attribute ``agentr.trace.complete`` = true)."""
-        return (
-            not self.parent_span_id
-            or self.parent_is_remote
-            or self.attributes.get("agentr.trace.complete") is True
-        )
-
-    def to_data(self) -> dict[str, Any]:
-        """JSON-ready fields (a shallow copy: the decoded values already are plain JSON values)."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["events"] = list(self.events)
-        return data
-
-    @classmethod
-    def from_data(cls, data: dict[str, Any]) -> SpanRecord:
-        return cls(**{**data, "events": tuple(data.get("events", ()))})
-
-
-# --------------------------------------------------------------------------------------------
-# OTLP/JSON
-# --------------------------------------------------------------------------------------------
+__all__ = [
+    "SpanRecord",
+    "StatusCode",
+    "any_value",
+    "group_by_trace",
+    "json_text",
+    "key_values",
+    "span_from_json",
+    "spans_from_otlp_json",
+    "spans_from_protobuf",
+]
 
 
 def any_value(value: Any, path: str) -> Any:
@@ -288,116 +242,3 @@ def spans_from_otlp_json(payload: Any, path: str = "body") -> list[SpanRecord]:
                     raise TraceFormatError(f"{spath}.spans[{index}].traceId", "missing")
                 out.append(record)
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# OTLP/protobuf
-# --------------------------------------------------------------------------------------------
-
-
-def _proto_any(value: Any, path: str) -> Any:
-    kind = value.WhichOneof("value")
-    if kind is None:
-        return None
-    raw = getattr(value, kind)
-    if kind == "array_value":
-        return [_proto_any(v, f"{path}.arrayValue.values[{i}]") for i, v in enumerate(raw.values)]
-    if kind == "kvlist_value":
-        return {kv.key: _proto_any(kv.value, f"{path}.kvlistValue.{kv.key}") for kv in raw.values}
-    if kind == "bytes_value":
-        return base64.b64encode(raw).decode("ascii")  # JSON-ready, as OTLP/JSON encodes it
-    if kind == "double_value" and not math.isfinite(raw):
-        raise TraceFormatError(f"{path}.doubleValue", f"not a finite number: {raw!r}")
-    return raw
-
-
-def _proto_attributes(entries: Any, path: str) -> dict[str, Any]:
-    return {kv.key: _proto_any(kv.value, f"{path}.{kv.key}") for kv in entries}
-
-
-def spans_from_protobuf(body: bytes) -> list[SpanRecord]:
-    """A protobuf-encoded ``ExportTraceServiceRequest`` -> every span in it."""
-    from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    try:
-        request = ExportTraceServiceRequest.FromString(body)
-    except DecodeError as exc:
-        raise TraceFormatError(
-            "body", f"not a protobuf ExportTraceServiceRequest ({exc}); send OTLP/protobuf or OTLP/JSON"
-        ) from None
-    out: list[SpanRecord] = []
-    for r_index, block in enumerate(request.resource_spans):
-        resource = _proto_attributes(block.resource.attributes, f"body.resourceSpans[{r_index}].resource")
-        for s_index, scope in enumerate(block.scope_spans):
-            for index, span in enumerate(scope.spans):
-                path = f"body.resourceSpans[{r_index}].scopeSpans[{s_index}].spans[{index}]"
-                if not span.trace_id:
-                    raise TraceFormatError(f"{path}.traceId", "missing")
-                record = SpanRecord(
-                    trace_id=span.trace_id.hex(),
-                    span_id=span.span_id.hex(),
-                    parent_span_id=span.parent_span_id.hex(),
-                    name=span.name,
-                    start_ns=span.start_time_unix_nano or None,
-                    end_ns=span.end_time_unix_nano or None,
-                    attributes=_proto_attributes(span.attributes, f"{path}.attributes"),
-                    status_code=_STATUS_BY_NUMBER.get(span.status.code, "UNSET"),
-                    status_message=span.status.message,
-                    events=tuple(
-                        {
-                            "name": e.name,
-                            "attributes": _proto_attributes(e.attributes, f"{path}.events[{n}]"),
-                        }
-                        for n, e in enumerate(span.events)
-                    ),
-                    resource=resource,
-                    path=path,
-                    parent_is_remote=bool(span.parent_span_id) and _remote_parent(span.flags),
-                )
-                check_storable(record)
-                out.append(record)
-    return out
-
-
-def _nul_path(value: Any, path: str) -> str | None:
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _nul_path(key, path) or _nul_path(item, f"{path}.{key}")
-            if found:
-                return found
-    if isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            found = _nul_path(item, f"{path}[{index}]")
-            if found:
-                return found
-    return None
-
-
-def check_storable(span: SpanRecord) -> None:
-    """Refuse text PostgreSQL cannot store (a NUL character), naming where it is."""
-    for key in ("name", "status_message", "attributes", "events", "resource"):
-        found = _nul_path(getattr(span, key), f"{span.path}.{key}")
-        if found:
-            raise TraceFormatError(
-                found, "holds a NUL character (\\u0000), which cannot be stored: remove it"
-            )
-
-
-def group_by_trace(spans: Sequence[SpanRecord]) -> dict[str, list[SpanRecord]]:
-    """Spans grouped by trace id, in first-seen order of the trace ids."""
-    groups: dict[str, list[SpanRecord]] = {}
-    for span in spans:
-        groups.setdefault(span.trace_id, []).append(span)
-    return groups
-
-
-def json_text(value: Any) -> str:
-    """A value as compact JSON text (strings stay as they are)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)

@@ -1,8 +1,9 @@
 """Owns the format-neutral conversation every trace parser produces: ``Turn`` (one message),
-``Conversation`` (a trace's turns, tool definitions and envelope hints) and ``check_tools`` (OpenAI
-tool definitions, checked). ``core.formats.importing`` turns a ``Conversation`` into a trajectory; the
-parsers (``import_openai``, ``import_sharegpt``, ``import_otel`` with ``genai`` and
-``openinference``) build them."""
+``Conversation`` (a trace's turns, tool definitions and envelope hints), ``check_tools`` (OpenAI
+tool definitions, checked) and ``placeholder`` (the typed text kept for a non-text content part).
+``core.formats.importing`` turns a ``Conversation`` into a trajectory; the parsers (``import_openai``,
+``import_sharegpt``, ``import_responses``, ``import_langfuse``, ``import_otel`` with ``genai``,
+``openinference`` and ``openllmetry``) build them."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ class Conversation:
 
 def check_tools(raw: Any, path: str) -> tuple[dict[str, Any], ...]:
     """OpenAI tool definitions ``[{"type": "function", "function": {"name", ...}}]`` (legacy bare
-    function objects ``{"name", "parameters"}`` are wrapped)."""
+    function objects ``{"name", "parameters"}`` and flattened ``{"type": "function", "name", ...}``
+    definitions are wrapped; a ``type`` key never stays inside the function object)."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -61,12 +63,40 @@ def check_tools(raw: Any, path: str) -> tuple[dict[str, Any], ...]:
         if not isinstance(tool, dict):
             raise TraceFormatError(tpath, "expected an object")
         if "function" not in tool and isinstance(tool.get("name"), str):
-            tool = {"type": "function", "function": dict(tool)}
+            # a flattened definition ({type, name, parameters}): its type belongs outside the function
+            tool = {
+                "type": tool.get("type", "function"),
+                "function": {k: v for k, v in tool.items() if k != "type"},
+            }
         function = require(tool, "function", tpath, dict)
         require(function, "name", f"{tpath}.function", str)
         if tool.get("type", "function") != "function":
             raise TraceFormatError(
                 f"{tpath}.type", f"only function tools are supported, got {tool['type']!r}"
             )
-        out.append({"type": "function", "function": dict(function)})
+        out.append({"type": "function", "function": {k: v for k, v in function.items() if k != "type"}})
     return tuple(out)
+
+
+def placeholder(kind: str, detail: str = "") -> str:
+    """The typed placeholder kept in the text for a content part agentr does not train on (an image,
+    audio, a file): ``[image part: image/png]``. The part is kept as a marker of what the model saw,
+    never dropped and never refused."""
+    return f"[{kind} part: {detail}]" if detail else f"[{kind} part]"
+
+
+def media_detail(part: dict[str, Any]) -> str:
+    """A short description of a non-text part: its MIME type or an http(s) URL (data URLs and inline
+    bytes are not kept)."""
+    for key in ("mime_type", "mimeType", "media_type", "format"):
+        if isinstance(part.get(key), str) and part[key]:
+            return str(part[key])
+    for key in ("image_url", "url", "uri", "file_url"):
+        value = part.get(key)
+        if isinstance(value, dict):
+            value = value.get("url")
+        if isinstance(value, str) and value.startswith(("http://", "https://")) and len(value) <= 300:
+            return value
+        if isinstance(value, str) and value.startswith("data:"):
+            return value[5:].split(";", 1)[0].split(",", 1)[0] or "inline data"
+    return ""

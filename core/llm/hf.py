@@ -47,6 +47,10 @@ evaluation no gain (docs/results.md); on SmolLM2-135M (longer kernels) two threa
 the same --quick evaluation and search 1.41x faster, identical samples (bench/decode_threads.py
 --model). Set it for a model of that size or larger.
 
+Constrained actions: ``sample_actions`` (the ActionConstrained capability, core.llm.ports) limits
+each conversation's Action line to a list of valid actions by a token prefix-trie; the Thought
+stays free (core/llm/hf_decoding.py's docstring says how; docs/constrained-decoding.md why).
+
 This module owns the policy itself (loading, rendering, the Policy port's argument checks); the
 torch work lives in ``core.llm.hf_decoding`` (decoding loop) and ``core.llm.hf_scoring`` (label and
 prompt log-probabilities), which ``HFPolicy`` inherits; ``Sample`` and ``PromptLogprobs`` are
@@ -65,6 +69,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from core.llm.action_trie import ActionConstraint
 from core.llm.chat_template import hf_messages
 from core.llm.hf_decoding import Sample
 from core.llm.hf_folder import check_folder, resolve_dtype, weights_fingerprint
@@ -234,6 +239,33 @@ class HFPolicy(HFScoring):
         prompts = [self.render(c) for c in conversations]
         return await self.sample_texts(prompts, n, temperature, max_tokens, seed, stop, logprobs)
 
+    async def sample_actions(
+        self,
+        conversations: Sequence[Conversation],
+        actions: Sequence[Sequence[str] | None],
+        n: int = 1,
+        temperature: float = 1.0,
+        max_tokens: int = 64,
+        seed: Seeds = None,
+        logprobs: bool = False,
+    ) -> list[list[Completion]]:
+        """``sample`` with each conversation's Action line constrained to ``actions[i]`` (None or
+        empty: free) by a token prefix-trie (core/llm/hf_decoding.py's docstring; the
+        ActionConstrained capability of core.llm.ports)."""
+        if len(actions) != len(conversations):
+            raise ValueError(f"{len(actions)} action lists for {len(conversations)} conversations")
+        prompts = [self.render(c) for c in conversations]
+        samples = await self.generate(
+            prompts, n, temperature, max_tokens, seed, None, logprobs, actions=actions
+        )
+        return [[s.completion for s in row] for row in samples]
+
+    def encode_many(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of several texts (no special tokens), in one tokenizer call."""
+        if not texts:
+            return []
+        return [list(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
     async def sample_texts(
         self,
         prompts: Sequence[str],
@@ -258,9 +290,11 @@ class HFPolicy(HFScoring):
         stop: Sequence[str] | None = None,
         logprobs: bool = False,
         top_logprobs: int = 0,
+        actions: Sequence[Sequence[str] | None] | None = None,
     ) -> list[list[Sample]]:
         """Samples with token ids and, when ``top_logprobs`` > 0, the best alternatives per token.
-        A prompt is a text (encoded without special tokens) or a list of token ids."""
+        A prompt is a text (encoded without special tokens) or a list of token ids. ``actions``: per
+        prompt, the actions its Action line is constrained to (None or empty: free)."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if max_tokens < 1:
@@ -288,6 +322,16 @@ class HFPolicy(HFScoring):
                     f"model's context of {self.max_positions} "
                     "(truncate with core.llm.prompts.truncate_messages)"
                 )
+        constraints: list[ActionConstraint | None] | None = None
+        if actions is not None:
+            if len(actions) != len(prompts):
+                raise ValueError(f"{len(actions)} action lists for {len(prompts)} prompts")
+            constraints = [
+                ActionConstraint(listed, self.encode_many)
+                if listed and any(a.strip() for a in listed)
+                else None
+                for listed in actions
+            ]
         return await asyncio.to_thread(
             self._sample_blocking,
             encoded,
@@ -298,6 +342,7 @@ class HFPolicy(HFScoring):
             tuple(stop or ()),
             logprobs,
             top_logprobs,
+            constraints,
         )
 
     async def score_labels(

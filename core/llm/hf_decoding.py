@@ -1,7 +1,20 @@
 """Owns the hf backend's decoding loop: left padding, the cached forward pass, the prefill of one
 prompt through the cross-call prefix cache (``core.llm.kv_prefix``), and sampling over the KV cache
 with prefix reuse and per-prompt generators (see core/llm/hf.py's docstring for the determinism and
-batch-invariance rules). ``HFPolicy`` inherits it; nothing else should."""
+batch-invariance rules). ``HFPolicy`` inherits it; nothing else should.
+
+Constrained rows (a prompt given an ``ActionConstraint``, core.llm.action_trie): the Thought is
+sampled freely except that the end-of-turn token is masked (an answer must reach its Action line);
+once the decoded text holds the ``Action:`` marker, every token is sampled from the model's
+next-token distribution RENORMALISED over the tokens the trie allows at the row's node (logits of
+the others set to -inf; greedy takes the best allowed token), an action's end node also allowing
+end-of-turn and newline, and a node without children ending the answer. A token that completes the
+marker AND carries text past it (``": get"`` in one token) is taken back and this step's token is
+re-picked from the same logits under the trie of the marker's remainder + action. When the tokens
+left are no more than the longest forced ``\nAction: <action>`` path, the marker is forced, so an
+answer always ends in a valid action when ``max_tokens`` can hold one. Log-probabilities reported
+are the model's raw ones (unmasked). Rows without a constraint decode exactly as before.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from core.llm.action_trie import ActionConstraint, TokenTrie, marker_span
 from core.llm.kv_prefix import ROOT, PrefixCache, layer_tensors
 from core.llm.ports import Completion
 
@@ -26,6 +40,19 @@ class Sample:
     token_ids: list[int]
     top: list[list[tuple[int, float]]]  # per generated token: (token id, raw log-prob), best first
     end: tuple[int, float, list[tuple[int, float]]] | None = None  # end-of-turn token, its log-prob, top
+
+
+@dataclass
+class _Guide:
+    """One constrained row's place: free Thought (``trie`` None) or a node of a trie."""
+
+    constraint: ActionConstraint
+    forced_depth: int
+    trie: TokenTrie | None = None
+    node: int = 0
+
+    def enter(self, trie: TokenTrie) -> None:
+        self.trie, self.node = trie, 0
 
 
 class HFDecoding:
@@ -170,17 +197,35 @@ class HFDecoding:
         stop: tuple[str, ...],
         want_logprobs: bool,
         top_logprobs: int,
+        constraints: Sequence[ActionConstraint | None] | None = None,
     ) -> list[list[Sample]]:
         per_chunk = 1 if self.batch_invariant else max(1, self.max_batch_rows // n)
+        every: list[ActionConstraint | None] = (
+            list(constraints) if constraints is not None else [None] * len(encoded)
+        )
         chunks = [
-            (encoded[start : start + per_chunk], seeds[start : start + per_chunk])
+            (
+                encoded[start : start + per_chunk],
+                seeds[start : start + per_chunk],
+                every[start : start + per_chunk],
+            )
             for start in range(0, len(encoded), per_chunk)
         ]
 
-        def decode(chunk: tuple[list[list[int]], list[int]]) -> list[list[Sample]]:
+        def decode(
+            chunk: tuple[list[list[int]], list[int], list[ActionConstraint | None]],
+        ) -> list[list[Sample]]:
             with self._torch.inference_mode():  # thread-local: entered in the thread that decodes
                 return self._decode_chunk(
-                    chunk[0], chunk[1], n, temperature, max_tokens, stop, want_logprobs, top_logprobs
+                    chunk[0],
+                    chunk[1],
+                    n,
+                    temperature,
+                    max_tokens,
+                    stop,
+                    want_logprobs,
+                    top_logprobs,
+                    chunk[2] if any(c is not None for c in chunk[2]) else None,
                 )
 
         with self._lock:
@@ -200,6 +245,65 @@ class HFDecoding:
             self._decode_pool, self._decode_pool_size = pool, workers
         return pool
 
+    # ---- constrained rows (module docstring) -------------------------------------------------------
+    def _terminators(self) -> set[int]:
+        """Tokens that end an answer at an action's end: end-of-turn and the newline token."""
+        found = getattr(self, "_terminator_ids", None)
+        if found is None:
+            newline = self.tokenizer("\n", add_special_tokens=False)["input_ids"]
+            found = set(self.eos_ids) | ({int(newline[0])} if len(newline) == 1 else set())
+            self._terminator_ids = found
+        return found
+
+    def _guide_mask(
+        self, logits: Any, row: int, guide: _Guide, generated: list[int], max_tokens: int
+    ) -> None:
+        """Mask ``logits[row]`` to what the row may emit next; force the marker when the tokens
+        left can only just hold an action line."""
+        if guide.trie is None and max_tokens - len(generated) <= guide.forced_depth:
+            text = self.tokenizer.decode(generated, skip_special_tokens=True)
+            guide.enter(guide.constraint.trie(guide.constraint.forced_prefix(text)))
+        if guide.trie is None:  # free Thought: it may not end the turn before its Action line
+            logits[row, list(self.eos_ids)] = float("-inf")
+            return
+        allowed = guide.trie.allowed(guide.node)
+        if guide.trie.ends[guide.node]:
+            allowed = allowed + sorted(self._terminators() - set(allowed))
+        self._restrict(logits, row, allowed)
+
+    def _restrict(self, logits: Any, row: int, allowed: list[int]) -> None:
+        index = self._torch.tensor(allowed, dtype=self._torch.long, device=logits.device)
+        kept = logits[row, index].clone()
+        logits[row] = float("-inf")
+        logits[row, index] = kept
+
+    def _guide_marker(
+        self, guide: _Guide, token: int, generated: list[int], logits: Any, temperature: float, generator: Any
+    ) -> tuple[int, bool]:
+        """A free row sampled ``token``: enter the trie when the text now holds the marker. A token
+        carrying text past the marker is taken back and re-picked from ``logits`` under the trie of
+        the marker's remainder. Returns the token to emit and whether it is the trie's first token
+        (False: free text, the marker's last token included)."""
+        before = self.tokenizer.decode(generated, skip_special_tokens=True)
+        text = self.tokenizer.decode([*generated, token], skip_special_tokens=True)
+        span = marker_span(text)
+        if span is None:
+            return token, False
+        if span[1] == len(text):  # the marker ends with this token: the trie starts at the next
+            guide.enter(guide.constraint.trie(""))
+            return token, False
+        if text.startswith(before) and span[1] > len(before):
+            remainder = text[len(before) : span[1]]
+        else:  # the marker was complete before this token (cannot happen: checked every step)
+            remainder = guide.constraint.forced_prefix(before)
+        guide.enter(guide.constraint.trie(remainder))
+        masked = logits[None, :].clone()
+        self._restrict(masked, 0, guide.trie.allowed(0) if guide.trie is not None else [])
+        if temperature == 0:
+            return int(masked[0].argmax()), True
+        probs = self._torch.softmax(masked[0] / temperature, dim=-1)
+        return int(self._torch.multinomial(probs, 1, generator=generator)), True
+
     def _decode_chunk(
         self,
         prompts: list[list[int]],
@@ -210,6 +314,7 @@ class HFDecoding:
         stop: tuple[str, ...],
         want_logprobs: bool,
         top_logprobs: int,
+        constraints: Sequence[ActionConstraint | None] | None = None,
     ) -> list[list[Sample]]:
         torch = self._torch
         generators = []
@@ -232,12 +337,24 @@ class HFDecoding:
         texts: list[str | None] = [None] * rows  # set when a stop string ended the row
         finish = ["length"] * rows
         done = [False] * rows
+        guides: list[_Guide | None] = [None] * rows
+        if constraints is not None:
+            for row in range(rows):
+                constraint = constraints[row // n]
+                if constraint is not None:
+                    guides[row] = _Guide(constraint, constraint.forced_depth())
         for _ in range(max_tokens):
             step_logits = logits[:, -1, :].float()
+            pick_logits = step_logits
+            if constraints is not None:
+                pick_logits = step_logits.clone()
+                for row, guide in enumerate(guides):
+                    if guide is not None and not done[row]:
+                        self._guide_mask(pick_logits, row, guide, generated[row], max_tokens)
             if temperature == 0:
-                chosen = step_logits.argmax(dim=-1)
+                chosen = pick_logits.argmax(dim=-1)
             else:
-                probs = torch.softmax(step_logits / temperature, dim=-1)
+                probs = torch.softmax(pick_logits / temperature, dim=-1)
                 draws = [
                     torch.multinomial(probs[p * n : (p + 1) * n], 1, generator=generators[p]).squeeze(-1)
                     for p in range(len(prompts))
@@ -258,6 +375,29 @@ class HFDecoding:
                 if done[row]:
                     continue
                 token = chosen_list[row]
+                guide = guides[row]
+                walk = guide is not None and guide.trie is not None  # this token follows the trie
+                if guide is not None and guide.trie is None:  # free Thought: did it reach "Action:"?
+                    picked, walk = self._guide_marker(
+                        guide, token, generated[row], step_logits[row], temperature, generators[row // n]
+                    )
+                    if picked != token:  # re-picked under the trie: its own log-probability
+                        token = chosen_list[row] = picked
+                        lp_list[row] = float(all_logprobs[row, token])
+                if guide is not None and walk and guide.trie is not None:
+                    node = guide.trie.step(guide.node, token)
+                    if node is None:  # an end-of-turn / newline token at an action's end
+                        done[row], finish[row] = True, "stop"
+                        if token in self.eos_ids:
+                            ends[row] = (token, lp_list[row], step_top[row])
+                        continue
+                    guide.node = node
+                    generated[row].append(token)
+                    token_logprobs[row].append(lp_list[row])
+                    tops[row].append(step_top[row])
+                    if not guide.trie.children[node]:  # a whole action and nothing can follow
+                        done[row], finish[row] = True, "stop"
+                    continue
                 if token in self.eos_ids:
                     done[row], finish[row] = True, "stop"
                     ends[row] = (token, lp_list[row], step_top[row])
@@ -272,7 +412,7 @@ class HFDecoding:
                         texts[row], done[row], finish[row] = text[:cut], True, "stop"
             if all(done):
                 break
-            feed = chosen.clone()
+            feed = torch.tensor(chosen_list, dtype=torch.long, device=chosen.device)
             for row in range(rows):
                 if done[row]:
                     feed[row] = self.pad_id

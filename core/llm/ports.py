@@ -14,6 +14,13 @@ conversation's samples depend only on its own seed and its own text, never on wh
 conversations share the call, so a caller that batches other callers' conversations together
 (``search_service.batching``) passes each conversation's own seed and changes no result.
 ``conversation_seeds`` turns either form into the per-conversation list.
+
+A policy MAY also implement ``ActionConstrained`` (optional, duck-typed): ``sample_actions``, which
+samples ReAct turns whose Action line is one of a given list of valid actions (the Thought stays
+free): the ``hf`` backend by a token prefix-trie, the ``openai`` backend by vLLM's structured
+outputs. ``sample_turns`` is how callers ask: free sampling without actions, constrained sampling
+with them, and ``CannotConstrain`` when the policy has no such capability
+(docs/constrained-decoding.md).
 """
 
 from __future__ import annotations
@@ -48,6 +55,10 @@ def conversation_seeds(seed: Seeds, count: int) -> list[int] | None:
 
 class PolicyError(Exception):
     """A model backend failed: names the backend/server/folder and what came back."""
+
+
+class CannotConstrain(PolicyError):
+    """Constrained decoding was asked of a policy or server that cannot constrain its output."""
 
 
 @dataclass(frozen=True)
@@ -104,3 +115,58 @@ class ContextWindow(Protocol):
     def count_tokens(self, text: str) -> int:
         """Tokens of one message's text (the ``measure`` for truncation)."""
         ...
+
+
+@runtime_checkable
+class ActionConstrained(Protocol):
+    """Optional Policy capability: turns whose Action line is one of the given valid actions."""
+
+    async def sample_actions(
+        self,
+        conversations: Sequence[Conversation],
+        actions: Sequence[Sequence[str] | None],
+        n: int = 1,
+        temperature: float = 1.0,
+        max_tokens: int = 64,
+        seed: Seeds = None,
+        logprobs: bool = False,
+    ) -> list[list[Completion]]:
+        """Like ``Policy.sample``; conversation ``i``'s Action line is one of ``actions[i]`` (None or
+        empty: free for that conversation)."""
+        ...
+
+
+async def sample_turns(
+    policy: Policy,
+    conversations: Sequence[Conversation],
+    actions: Sequence[Sequence[str] | None] | None,
+    *,
+    n: int = 1,
+    temperature: float = 1.0,
+    max_tokens: int = 64,
+    seed: Seeds = None,
+    logprobs: bool = False,
+) -> list[list[Completion]]:
+    """ReAct turns from ``policy``: free when ``actions`` is None or lists nothing for any
+    conversation, else constrained (``ActionConstrained``); CannotConstrain when the policy has no
+    ``sample_actions``."""
+    if actions is None or not any(actions):
+        return await policy.sample(
+            conversations, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed, logprobs=logprobs
+        )
+    method = getattr(policy, "sample_actions", None)
+    if not callable(method):
+        raise CannotConstrain(
+            f"policy {policy.model_version} cannot constrain its actions (it has no sample_actions): "
+            "use the hf backend or a vLLM server, or set constrain_actions to false"
+        )
+    result: list[list[Completion]] = await method(
+        conversations,
+        actions,
+        n=n,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        seed=seed,
+        logprobs=logprobs,
+    )
+    return result

@@ -3,7 +3,9 @@
 * a local folder (``./models/tiny``, ``/abs/path``) -> :class:`core.llm.hf.HFPolicy`
 * ``http(s)://host:port/v1`` -> :class:`core.llm.openai_compat.OpenAIPolicy`; name the model with
   ``#model-name`` or ``?model=model-name`` (else the server's only model is used). An API key comes
-  from ``api_key`` or the ``OPENAI_API_KEY`` environment variable.
+  from ``api_key`` or the ``OPENAI_API_KEY`` environment variable. ``?structured=guided`` sends
+  constrained decoding as an older vLLM's ``guided_regex`` (default: ``structured_outputs``;
+  core/llm/openai_compat.py).
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ def open_policy(
     if ref.startswith(("http://", "https://")):
         from core.llm.openai_compat import OpenAIPolicy
 
+        structured = parse_qs(urlsplit(ref).query).get("structured")
+        if structured:  # ?structured=guided: an older vLLM's guided_* fields (constrained decoding)
+            ref = _without_query_key(ref, "structured")
+            openai_options.setdefault("structured_field", structured[0])
         base, model = split_openai_ref(ref)
         key = api_key or os.environ.get("OPENAI_API_KEY")
         return OpenAIPolicy(base, model, key, **openai_options)
@@ -53,3 +59,9 @@ def open_policy(
     from core.llm.hf import HFPolicy
 
     return HFPolicy.from_folder(Path(ref), device=device, dtype=dtype)
+
+
+def _without_query_key(ref: str, key: str) -> str:
+    parts = urlsplit(ref)
+    query = {k: v[0] for k, v in parse_qs(parts.query).items() if k != key}
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))

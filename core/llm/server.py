@@ -1,7 +1,12 @@
 """Owns ``agentr model serve``: a small OpenAI-compatible HTTP server over the hf backend.
 
 Endpoints (OpenAI wire format): ``GET /v1/models``, ``POST /v1/chat/completions`` (n, seed,
-temperature, max_tokens, stop, logprobs, top_logprobs) and ``POST /v1/completions`` (prompt as text,
+temperature, max_tokens, stop, logprobs, top_logprobs; ``stream`` answers Server-Sent Events, one
+``chat.completion.chunk`` per token after the whole completion is generated, then ``data: [DONE]``,
+with a final usage chunk under ``stream_options.include_usage``; vLLM's ``return_token_ids`` adds
+``prompt_token_ids`` and each choice's ``token_ids``; messages may be tool calls and tool
+results, rendered through the chat template, and ``tools`` / ``tool_choice`` are accepted: the model
+answers text, this server parses no tool calls out of it) and ``POST /v1/completions`` (prompt as text,
 texts, token ids or lists of token ids; n, seed, temperature, max_tokens, stop, echo, logprobs: with
 ``echo`` it returns the prompt's token log-probabilities, which exact label scoring uses), plus vLLM's
 ``POST /tokenize`` (``prompt`` or chat ``messages`` with ``add_generation_prompt``; answers
@@ -13,16 +18,17 @@ Requests run one at a time on the model (HFPolicy's lock); the event loop stays 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
-from core.domain.trajectory import Message
+from core.domain.trajectory import Message, ToolCall
 from core.llm.hf import HFPolicy, Sample
 from core.llm.ports import PolicyError
 
@@ -38,6 +44,37 @@ class ChatMessage(BaseModel):
     content: str
 
 
+class ChatToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: dict[str, Any]
+
+
+class ChatTurn(BaseModel):
+    """A chat-completions message: text, an assistant's tool calls, or a tool result."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ChatToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def to_message(self) -> Message:
+        content = self.content
+        if isinstance(content, list):
+            content = "".join(str(part.get("text", "")) for part in content)
+        calls = tuple(
+            ToolCall(
+                call_id=call.id,
+                name=str(call.function.get("name", "")),
+                arguments=str(call.function.get("arguments") or "{}"),
+            )
+            for call in self.tool_calls or ()
+        )
+        role = "system" if self.role == "developer" else self.role
+        return Message(role, content or "", tool_calls=calls, tool_call_id=self.tool_call_id, name=self.name)
+
+
 class TokenizeRequest(BaseModel):
     """vLLM's ``/tokenize`` body: ``prompt`` (text) or ``messages`` (rendered with the chat template)."""
 
@@ -50,7 +87,12 @@ class TokenizeRequest(BaseModel):
 
 class ChatRequest(BaseModel):
     model: str
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatTurn] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    return_token_ids: bool = False  # vLLM's extension: prompt_token_ids + each choice's token_ids
     n: int = Field(1, ge=1, le=64)
     temperature: float = Field(1.0, ge=0.0, le=10.0)
     max_tokens: int | None = Field(None, ge=1, le=8192)
@@ -142,9 +184,9 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
         }
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatRequest) -> dict[str, Any]:
+    async def chat(body: ChatRequest) -> Any:
         check_model(body.model)
-        conversation = [Message(m.role, m.content) for m in body.messages]
+        conversation = [m.to_message() for m in body.messages]
         max_tokens = body.max_completion_tokens or body.max_tokens or 64
         top = body.top_logprobs or 0
         prompt_ids = policy.encode(policy.render(conversation))
@@ -171,9 +213,11 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
             }
             if body.logprobs:
                 choice["logprobs"] = {"content": _chat_logprobs(sample, token_text)}
+            if body.return_token_ids:
+                choice["token_ids"] = list(sample.token_ids)
             choices.append(choice)
         generated = sum(s.completion.tokens for s in samples[0])
-        return {
+        answer = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -181,6 +225,14 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
             "choices": choices,
             "usage": _usage(len(prompt_ids), generated),
         }
+        if body.return_token_ids:
+            answer["prompt_token_ids"] = list(prompt_ids)
+        if not body.stream:
+            return answer
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        return StreamingResponse(
+            _sse(_chunks(answer, samples[0], token_text, include_usage)), media_type="text/event-stream"
+        )
 
     vocab = len(tokenizer)
 
@@ -291,6 +343,84 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
         }
 
     return app
+
+
+def _chunks(
+    answer: dict[str, Any], samples: list[Sample], token_text: Any, include_usage: bool
+) -> list[dict[str, Any]]:
+    """``answer`` as OpenAI ``chat.completion.chunk`` objects: per choice a role chunk, one chunk per
+    generated token (its text, and its logprobs entry when asked), a finish chunk; then usage."""
+    head = {key: answer[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    chunks: list[dict[str, Any]] = []
+    for choice, sample in zip(answer["choices"], samples, strict=True):
+        index = choice["index"]
+        chunks.append(
+            head
+            | {
+                "choices": [
+                    {
+                        "index": index,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            }
+        )
+        lp_entries = (choice.get("logprobs") or {}).get("content") or []
+        for piece, positions in _token_pieces(sample, token_text):
+            entries = [lp_entries[p] for p in positions if p < len(lp_entries)]
+            lp = {"content": entries} if entries else None
+            chunks.append(
+                head
+                | {
+                    "choices": [
+                        {"index": index, "delta": {"content": piece}, "logprobs": lp, "finish_reason": None}
+                    ]
+                }
+            )
+        chunks.append(
+            head
+            | {
+                "choices": [
+                    {"index": index, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}
+                ]
+            }
+        )
+    if include_usage:
+        chunks.append(head | {"choices": [], "usage": answer["usage"]})
+    return chunks
+
+
+def _token_pieces(sample: Sample, token_text: Any) -> list[tuple[str, list[int]]]:
+    """The completion's text cut at token boundaries (pieces join to exactly the text), each with the
+    positions of its tokens; a token whose bytes end mid-character joins the next one, as a streaming
+    detokeniser does."""
+    text = sample.completion.text
+    pieces: list[tuple[str, list[int]]] = []
+    consumed = 0
+    pending, positions = "", []
+    for position, token_id in enumerate(sample.token_ids):
+        pending += token_text(token_id)
+        positions.append(position)
+        if "\ufffd" in pending[-1:]:
+            continue
+        if text.startswith(pending, consumed):
+            pieces.append((pending, positions))
+            consumed += len(pending)
+            pending, positions = "", []
+    if consumed < len(text) or positions:  # stop strings, special tokens: the rest in one piece
+        if pieces and consumed >= len(text):
+            pieces[-1] = (pieces[-1][0], pieces[-1][1] + positions)
+        else:
+            pieces.append((text[consumed:], positions))
+    return pieces
+
+
+async def _sse(chunks: list[dict[str, Any]]) -> Any:
+    for chunk in chunks:
+        yield f"data: {json.dumps(chunk)}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 def _chat_logprobs(sample: Sample, token_text: Any) -> list[dict[str, Any]]:

@@ -236,6 +236,10 @@ traces = Table(
     Column("strategy", String(16), nullable=True),
     Column("sample_id", String(36), nullable=True),
     Column("created_at", Timestamp, nullable=False),
+    Column("pair_id", String(36), nullable=True),  # the pair made for this failed trace
+    Column("reason", Text, nullable=True),  # why a failed trace did not pair or its pair was rejected
+    # the producer's id is a key: one trace per (project, external id), across both doors
+    UniqueConstraint("project_id", "external_id"),
 )
 
 datasets = Table(

@@ -11,6 +11,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import datasets
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
@@ -73,6 +74,10 @@ def test_trace_and_dataset_commands(served: str, pg_url: str, tmp_path: Path) ->
     parquet = tmp_path / "out" / "cli.parquet"
     _run("datasets", "download", dataset_id, "--out", str(parquet), "--format", "parquet", *auth)
     assert pq.read_table(parquet).column("sample_id").to_pylist() == [sample_id]
+    folder = tmp_path / "out" / "cli-hf"  # a Hugging Face datasets folder, made by the CLI
+    _run("datasets", "download", dataset_id, "--out", str(folder), "--format", "hf", *auth)
+    (row,) = datasets.load_from_disk(str(folder))
+    assert row["sample_id"] == sample_id and [m["weight"] for m in row["messages"]][-1] == 1
     assert not list(out.parent.glob(".*.part"))
 
     empty = CliRunner().invoke(cli_app, ["datasets", "create", "none", "--trace", "nope", *auth])

@@ -180,8 +180,9 @@ async def test_trace_batches_are_all_or_nothing_and_read_back_with_critique(api:
         assert await conn.scalar(select(func.count()).select_from(traces)) == 0
         before = await conn.scalar(select(func.count()).select_from(events))
 
+    # two traces (each producer id once: the same id twice in one batch is a 422, issue 27)
     accepted = await api.client.post(
-        "/v1/traces", json={"format": "openai", "traces": [good, good]}, headers=key
+        "/v1/traces", json={"format": "openai", "traces": [good, {**good, "id": "ext-2"}]}, headers=key
     )
     assert accepted.status_code == 202
     trace_ids = accepted.json()["trace_ids"]

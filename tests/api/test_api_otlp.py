@@ -60,21 +60,25 @@ async def test_otlp_json_split_over_requests_is_ingested_once_its_root_arrives(a
     assert len(await _trace_rows(api)) == 1
 
 
-async def test_bad_otlp_bodies_are_refused_naming_the_field_and_nothing_is_stored(api: ApiHarness) -> None:
-    _, key = await _ingest_key(api)
-    async with api.store.engine.connect() as conn:
-        before = len((await conn.execute(select(events.c.position))).all())
+async def test_a_trace_it_cannot_read_is_reported_and_the_rest_of_the_export_stored(api: ApiHarness) -> None:
+    project, key = await _ingest_key(api)
     good = agent_trace(TRACE_A)
     broken = agent_trace("0af7651916cd43dd8448eb211c80319c")
-    broken[1]["attributes"][3]["value"] = {"stringValue": '[{"role": "user", "parts": [{"type": "blob"}]}]'}
+    broken[1]["attributes"][3]["value"] = {"stringValue": '[{"role": "user", "parts": [{"type": "text"'}
     response = await api.client.post(ENDPOINT, json=export(*good, *broken), headers=key)
-    assert response.status_code == 422, response.text
-    field = response.json()["fields"][0]
+    assert response.status_code == 200, response.text
+    partial = response.json()["partialSuccess"]  # OTLP/HTTP partial success: count + why
+    assert partial["rejectedSpans"] == str(len(broken))
     assert (
-        field["field"]
-        == "body.resourceSpans[0].scopeSpans[0].spans[7].attributes.gen_ai.input.messages[0].parts[0].type"
-    )
-    assert "send text, tool_call, tool_call_response or reasoning parts" in field["message"]
+        "trace 0af7651916cd43dd8448eb211c80319c: 6 span(s) not stored: "
+        "body.resourceSpans[0].scopeSpans[0].spans[7].attributes.gen_ai.input.messages: not valid JSON"
+    ) in partial["errorMessage"]
+    assert [r["trace_id"] for r in await _trace_rows(api)] == [otlp_trace_id(project, TRACE_A)]
+    async with api.store.engine.connect() as conn:
+        before = len((await conn.execute(select(events.c.position))).all())
+    # what is not an OTLP export at all is still refused whole
+    not_otlp = await api.client.post(ENDPOINT, json={"spans": []}, headers=key)
+    assert not_otlp.status_code == 422 and "resourceSpans" in not_otlp.text, not_otlp.text
     wrong_type = await api.client.post(ENDPOINT, content=b"x", headers={**key, "Content-Type": "text/plain"})
     assert wrong_type.status_code == 415 and "application/x-protobuf" in wrong_type.text
     garbage = await api.client.post(
@@ -251,6 +255,63 @@ def test_opentelemetry_sdk_exporter_protobuf_to_live_serve(served: str) -> None:
     assert final["kind"] == "answer" and final["action"] == "Refund failed."
 
 
+def test_sdk_batch_of_an_http_server_trace_and_an_agent_trace_stores_the_agent_trace(served: str) -> None:
+    """The same SDK's BatchSpanProcessor sends an HTTP server trace (no GenAI content) and a GenAI agent
+    trace in ONE export: the agent trace is stored, the HTTP one reported in partialSuccess."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    project = httpx.post(f"{served}/v1/projects", json={"name": "mixed"}, headers=admin).json()["project_id"]
+    key = httpx.post(
+        f"{served}/v1/projects/{project}/keys", json={"scopes": ["ingest", "read"]}, headers=admin
+    ).json()["key"]
+    auth = {"Authorization": f"Bearer {key}"}
+    results: list[tuple[int, SpanExportResult]] = []
+
+    class Recording(OTLPSpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            result = super().export(spans)
+            results.append((len(spans), result))
+            return result
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "shop"}))
+    provider.add_span_processor(
+        BatchSpanProcessor(
+            Recording(endpoint=f"{served}{ENDPOINT}", headers=auth), schedule_delay_millis=60_000
+        )
+    )
+    tracer = provider.get_tracer("shop")
+    with tracer.start_as_current_span("GET /orders/{id}", kind=SpanKind.SERVER) as http:
+        http.set_attribute("http.request.method", "GET")
+        http.set_attribute("url.path", "/orders/7")
+        http.set_attribute("http.response.status_code", 200)
+        http_hex = format(http.get_span_context().trace_id, "032x")
+    with tracer.start_as_current_span("invoke_agent support") as root:
+        root.set_attribute("gen_ai.operation.name", "invoke_agent")
+        with tracer.start_as_current_span("chat m", kind=SpanKind.CLIENT) as chat:
+            chat.set_attribute("gen_ai.operation.name", "chat")
+            user = {"role": "user", "parts": [{"type": "text", "content": "Where is order 7?"}]}
+            answer = {"role": "assistant", "parts": [{"type": "text", "content": "It ships today."}]}
+            chat.set_attribute("gen_ai.input.messages", json.dumps([user]))
+            chat.set_attribute("gen_ai.output.messages", json.dumps([answer]))
+        root.set_status(Status(StatusCode.OK))
+        agent_hex = format(root.get_span_context().trace_id, "032x")
+    provider.shutdown()  # flushes the batch: one export with both traces
+    assert results == [(3, SpanExportResult.SUCCESS)]
+    stored = httpx.get(f"{served}/v1/traces/{otlp_trace_id(project, agent_hex)}", headers=auth)
+    assert stored.status_code == 200, stored.text
+    assert (stored.json()["outcome"], stored.json()["trajectory"]["task"]) == ("success", "Where is order 7?")
+    assert (
+        httpx.get(f"{served}/v1/traces/{otlp_trace_id(project, http_hex)}", headers=auth).status_code == 404
+    )
+    listed = httpx.get(f"{served}/v1/traces", headers=auth).json()["items"]
+    assert [t["external_id"] for t in listed] == [agent_hex]
+
+
 async def test_upload_naming_the_model_critic_needs_the_model(api: ApiHarness) -> None:
     _, key = await _ingest_key(api)
     trace = {
@@ -281,13 +342,15 @@ async def test_gzip_bodies_are_inflated_within_the_body_limit(api: ApiHarness) -
     assert broken.status_code == 400 and "not valid gzip" in broken.text
 
 
-async def test_a_malformed_span_is_refused_when_it_arrives_not_when_its_root_does(api: ApiHarness) -> None:
+async def test_a_malformed_span_is_reported_when_it_arrives_not_when_its_root_does(api: ApiHarness) -> None:
     _, key = await _ingest_key(api)
     children = agent_trace(TRACE_A)[1:]
     children[0]["attributes"][3]["value"] = {"stringValue": "[{"}
-    refused = await api.client.post(ENDPOINT, json=export(*children), headers=key)
-    assert refused.status_code == 422
-    assert refused.json()["fields"][0]["field"].endswith("spans[0].attributes.gen_ai.input.messages")
+    answer = await api.client.post(ENDPOINT, json=export(*children), headers=key)
+    assert answer.status_code == 200, answer.text
+    partial = answer.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == str(len(children))
+    assert "spans[0].attributes.gen_ai.input.messages: not valid JSON" in partial["errorMessage"]
     async with api.store.engine.connect() as conn:
         assert not (
             await conn.execute(select(events.c.position).where(events.c.event_type == "OtlpSpansBuffered"))

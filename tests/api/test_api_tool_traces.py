@@ -87,7 +87,8 @@ async def test_failed_and_successful_tool_traces_make_one_native_revision_sample
     assert [s["kind"] for s in failed["trajectory"]["steps"]] == ["tool", "tool", "answer"]
     listed = (await api.client.get("/v1/traces", params={"task_key": TASK_KEY}, headers=key)).json()
     assert {t["trace_id"] for t in listed["items"]} == {failed_id, ok_id}
-    assert [t["outcome"] for t in listed["items"] if t["sample_id"]] == ["failure"]
+    # both show their sample: the failure its revision, the success its good sample
+    assert sorted(t["outcome"] for t in listed["items"] if t["sample_id"]) == ["failure", "success"]
     only_ok = (await api.client.get("/v1/traces", params={"outcome": "success"}, headers=key)).json()
     assert [t["trace_id"] for t in only_ok["items"]] == [ok_id]
     pairs = (await api.client.get("/v1/pairs", params={"source": "trace"}, headers=key)).json()["items"]
@@ -197,9 +198,12 @@ async def test_trace_dataset_downloads_are_byte_identical_after_a_rebuild(
     again = {fmt: await _download(api, key, dataset["dataset_id"], fmt) for fmt in first}
     assert again == first
 
-    # more traces later: the dataset does not change; the same name builds version 2 with them
+    # more traces later (another producer id: the same one again would be a replay, not a new trace):
+    # the dataset does not change; the same name builds version 2 with them
     more = await api.client.post(
-        "/v1/traces", json={"format": "openai", "traces": [successful_trace()]}, headers=key
+        "/v1/traces",
+        json={"format": "openai", "traces": [{**successful_trace(), "id": "ext-ok-2"}]},
+        headers=key,
     )
     assert more.status_code == 202
     await settle()

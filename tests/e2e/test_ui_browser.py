@@ -106,7 +106,9 @@ def test_ui_pages_over_a_real_run(
             page.goto(f"{base}/ui/#/runs/{run_id}")
             page.wait_for_selector("#iterations tbody tr")
             assert page.locator("#run-status").inner_text() == "completed"
-            assert page.locator("#iterations button.download").count() == 3  # openai, sharegpt, parquet
+            assert (
+                page.locator("#iterations button.download").count() == 6
+            )  # openai, sharegpt, parquet, dpo, prm, prm-values
             assert page.locator("#pairs tbody tr").count() == len(pairs)
             shot(page, screens, "run")
 

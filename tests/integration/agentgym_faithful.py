@@ -221,6 +221,15 @@ def webshop_app() -> tuple[FastAPI, list[tuple[str, Any]]]:
         # anything else: WebShop performs nothing and shows the same page
         return {"state": state["page"], "reward": reward, "done": done, "info": None}
 
+    @app.get("/available_actions")
+    def available_actions(env_idx: int) -> dict[str, Any]:
+        # theirs: {"has_search_bar", "clickables"} of the current page
+        page = str(pages[env_idx]["page"])
+        if page.startswith("WebShop"):
+            return {"has_search_bar": True, "clickables": ["search"]}
+        clickables = [c.strip() for c in page.split("[SEP]") if c.strip() in ("B01", "Buy Now")]
+        return {"has_search_bar": False, "clickables": ["back to search", *clickables]}
+
     @app.post("/close")
     def close(body: _WSClose) -> dict[str, bool]:
         return {"closed": pages.pop(body.env_idx, None) is not None}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.envs.base import EnvError, UnknownTask
+from core.envs.base import EnvError, UnknownTask, valid_actions_of
 from core.envs.registry import open_env
 from core.envs.textcraft import TextCraftEnv, solve
 from tests.integration import agentgym_faithful as faithful
@@ -178,5 +178,40 @@ async def test_generic_profile_and_server_errors_name_the_servers_words() -> Non
             env._env_id = 99  # type: ignore[attr-defined]  # an id the server never issued
             with pytest.raises(EnvError, match="server error on /step: The id 99 is not valid."):
                 await env.step("inventory")
+        finally:
+            await env.close()
+
+
+async def test_valid_actions_where_the_server_publishes_them() -> None:
+    """ALFWorld's reset / step answers carry ``available_actions``; WebShop has ``GET
+    /available_actions`` (no list on a page with the search bar); TextCraft's server has none."""
+    app, log = faithful.alfworld_app()
+    with faithful.serve(app) as base:
+        env = open_env(f"agentgym+{base}/alfworld?tasks=0-1")
+        try:
+            await env.reset("0")
+            assert await valid_actions_of(env) == faithful.ALF_ROOM
+            await env.step("go to countertop 1")
+            await env.step("take apple 1 from countertop 1")
+            assert await valid_actions_of(env) == [*faithful.ALF_ROOM, "put apple 1 in/on fridge 1"]
+        finally:
+            await env.close()
+    app, log = faithful.webshop_app()
+    with faithful.serve(app) as base:
+        env = open_env(f"agentgym+{base}/webshop?tasks=0-9")
+        try:
+            await env.reset("3")
+            assert await valid_actions_of(env) is None  # the search bar takes free text
+            await env.step("search[red shoes]")
+            assert await valid_actions_of(env) == ["click[back to search]", "click[B01]"]
+        finally:
+            await env.close()
+        assert [q for p, q in log if p == "/available_actions"] == [{"env_idx": "48950000"}] * 2
+    app, log = faithful.textcraft_app()
+    with faithful.serve(app) as base:
+        env = open_env(f"agentgym+{base}/textcraft?tasks=0-9")
+        try:
+            await env.reset("1")
+            assert await valid_actions_of(env) is None
         finally:
             await env.close()

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.envs.base import EnvError, UnknownTask
+from core.envs.base import MAX_VALID_ACTIONS, EnvError, UnknownTask
 from core.envs.registry import open_env
 from core.envs.sciworld import AGENTGYM_EXCLUDED_TASKS, SciWorldEnv
 from tests.integration.test_envs_agentgym_http import start_server
@@ -90,6 +90,20 @@ async def test_invalid_action_and_failure(sciworld: SciWorldEnv) -> None:
     assert (failed.raw_score, failed.reward, failed.done) == (-100, 0.0, True)
     assert failed.info.get("failed") is True
     assert await sciworld.clone() is None
+
+
+@needs_java
+async def test_valid_actions_are_the_simulators_combinations_and_accepted(sciworld: SciWorldEnv) -> None:
+    await sciworld.reset("0")
+    listed = await sciworld.valid_actions()
+    assert listed is not None and 0 < len(listed) <= MAX_VALID_ACTIONS and len(set(listed)) == len(listed)
+    assert {"look around", "inventory", "look at kitchen"} <= set(listed)
+    for action in listed[:3] + listed[-3:]:
+        await sciworld.reset("0")
+        assert (await sciworld.step(action)).valid, action
+    await sciworld.reset("0")
+    await sciworld.step("focus on agent")  # fails the task: the episode is over
+    assert await sciworld.valid_actions() is None
 
 
 @needs_java

@@ -165,7 +165,9 @@ async def test_a_tool_error_is_found_and_an_outcome_set_later_triggers_the_criti
     assert critiqued.transition_index == 0
     assert "account locked" in critiqued.verdicts[0].reason
     row = await _row(store, waiting)
-    assert (row.outcome, row.status, row.transition_index) == ("failure", "critiqued", 0)
+    # critiqued at step 0; no successful trace of its task key to pair with yet, and the row says so
+    assert (row.outcome, row.status, row.transition_index) == ("failure", "unpaired", 0)
+    assert row.reason.startswith("no successful trace with task key 'balance-7'")
 
 
 async def test_the_model_critic_named_by_the_project_or_the_upload_judges_traces(

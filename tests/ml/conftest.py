@@ -58,6 +58,6 @@ def server(tiny_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         what="agentr model serve",
         env=env,
         log_path=tmp_path_factory.mktemp("serve") / "serve.log",
-        timeout_s=90,
+        timeout_s=240,  # a loaded shared machine can take minutes to import torch and load
     ):
         yield base

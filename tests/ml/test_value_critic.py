@@ -10,7 +10,7 @@ import pytest
 
 from core.domain.trajectory import Step, Trajectory
 from critic_service.critic import CriticConfig, CriticConfigError, critique
-from critic_service.value_critic import StepValue, ValueScorer, value_verdicts
+from critic_service.strategies.value import StepValue, ValueScorer, value_verdicts
 from tests.ml.learner_data import hand_transitions, tiny_learner_model
 from train_service.archer import ArcherConfig, train_archer
 

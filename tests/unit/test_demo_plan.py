@@ -57,3 +57,22 @@ def test_bf16_option_sets_mixed_precision_for_the_warm_start_and_every_training(
     assert plan_run(RunOptions(quick=True)).mixed_bf16 is False
     assert plan_run(RunOptions(quick=True, mixed_bf16=True)).mixed_bf16 is True
     assert plan_run(RunOptions()).mixed_bf16 is native_bf16()  # no CUDA here
+
+
+def test_default_demo_decodes_with_constrained_actions_and_says_so() -> None:
+    from core.domain.config import RunConfig
+    from core.domain.mcts import SearchConfig
+    from train_service.evaluation import EvalConfig
+    from train_service.report import constrain_settings, report_markdown
+
+    config = RunConfig.from_data(plan_run(RunOptions()).config)
+    assert SearchConfig.from_dict(config.search).constrain_actions is True
+    assert EvalConfig.from_data(config.evaluation).constrain_actions is True
+    assert constrain_settings(config.search, config.evaluation) == {"search": True, "evaluation": True}
+    for opts in (RunOptions(quick=True), RunOptions(env="textcraft?distractors=2")):
+        other = RunConfig.from_data(plan_run(opts).config)
+        assert constrain_settings(other.search, other.evaluation) == {"search": False, "evaluation": False}
+    report = {"run_id": "r", "status": "running", "rows": [], "config": config.to_data()}
+    assert "constrained decoding (Action line among the env's valid actions): search on, evaluation on" in (
+        report_markdown(report)
+    )

@@ -15,7 +15,9 @@ import pytest
 from core.domain import events as ev
 from core.domain.events import UnknownEventType, all_event_types, decode
 
-CATALOG = {name: cls for name, cls in all_event_types().items() if cls.__module__ == ev.__name__}
+CATALOG = {
+    name: cls for name, cls in all_event_types().items() if cls.__module__.startswith(ev.__name__ + ".")
+}
 
 
 def sample_value(tp: Any, depth: int = 0) -> Any:

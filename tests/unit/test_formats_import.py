@@ -210,8 +210,8 @@ def _broken(path_fn: Any) -> dict[str, Any]:
         ),
         (
             "openai",
-            _broken(lambda t: t["messages"][2]["tool_calls"][0]["function"].update(arguments="{oops")),
-            "traces[3].messages[2].tool_calls[0].function.arguments: not valid JSON",
+            _broken(lambda t: t["messages"][2]["tool_calls"][0]["function"].update(arguments=5)),
+            "traces[3].messages[2].tool_calls[0].function.arguments: must be a JSON string or an object",
         ),
         (
             "openai",
@@ -242,13 +242,13 @@ def _broken(path_fn: Any) -> dict[str, Any]:
                 "spans": [
                     {
                         "attributes": {
-                            "gen_ai.input.messages": [{"role": "user", "parts": [{"type": "image"}]}]
+                            "gen_ai.input.messages": [{"role": "user", "parts": [{"type": "hologram"}]}]
                         }
                     }
                 ]
             },
             "traces[3].spans[0].attributes.gen_ai.input.messages[0].parts[0].type: "
-            "unsupported part type 'image'",
+            "unsupported part type 'hologram'",
         ),
         (
             "openai",

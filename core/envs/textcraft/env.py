@@ -39,6 +39,7 @@ the environment cuts no episode short (``max_steps`` is left to the client, as t
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 
@@ -72,6 +73,9 @@ AGENTGYM_SEED = 42
 TEST_PER_DEPTH = {1: 25, 2: 40, 3: 24, 4: 11}
 DEMO_PER_DEPTH = {1: 12, 2: 4}
 SPLITS = ("train", "test", "demo", "all")
+CRAFT_VARIANTS = 8  # instantiations of one recipe's generic ingredients listed by valid_actions()
+GET_MULTIPLES = 4  # valid_actions() lists ``get`` of 1..4 times each count a listed recipe asks
+SMALL_GETS = 4  # ... and of 1..4 of any obtainable item
 
 
 class _ActionFailed(Exception):
@@ -189,28 +193,37 @@ class TextCraftEnv:
         """``minecraft:stone_pickaxe`` -> ``stone_pickaxe`` (the NAME of ``goal:NAME``)."""
         return goal.removeprefix("minecraft:")
 
-    def observation_for(self, task_id: str) -> str:
-        """The first observation of ``task_id`` (pure function of the id and ``distractors``)."""
+    def listed_recipes(self, task_id: str) -> list[Recipe]:
+        """The recipes the first observation of ``task_id`` lists, in its order: the goal's recipe
+        tree plus up to ``distractors`` recipes using the same ingredients (seeded by the id)."""
         index = self.index_of(task_id)
         goal = self.book.goals[index]
         if self.rules == "agentgym":
-            return self._agentgym_observation(goal)
+            return self._agentgym_listed(goal)
         tree = self.book.tree(goal)
         in_tree = {recipe.text for recipe in tree}
-        pool: dict[str, None] = {}
+        pool: dict[str, Recipe] = {}
         for recipe in tree:
             for ing in recipe.inputs:
                 for use in self.book.uses.get(ing.name, []):
                     if use.text not in in_tree:
-                        pool[use.text] = None
+                        pool.setdefault(use.text, use)
         rng = random.Random(f"textcraft:{index}")
         candidates = sorted(pool)
-        lines = [r.text for r in tree] + rng.sample(candidates, min(len(candidates), self.distractors))
-        rng.shuffle(lines)
+        chosen = rng.sample(candidates, min(len(candidates), self.distractors))
+        listed = [*tree, *(pool[text] for text in chosen)]
+        rng.shuffle(listed)
+        return listed
+
+    def observation_for(self, task_id: str) -> str:
+        """The first observation of ``task_id`` (pure function of the id and ``distractors``)."""
+        goal = self.book.goals[self.index_of(task_id)]
+        lines = [recipe.text for recipe in self.listed_recipes(task_id)]
         return "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(lines), display_name(goal))
 
-    def _agentgym_observation(self, goal: str) -> str:
-        """AgentGym's first observation of ``goal`` (module docstring: first-seen order for their sets)."""
+    def _agentgym_listed(self, goal: str) -> list[Recipe]:
+        """The recipes of AgentGym's first observation of ``goal``, in its order (module docstring:
+        first-seen order for their sets)."""
         rng = random.Random(AGENTGYM_SEED)
         walked = self._walk(goal, frozenset())
         sampled: list[Recipe] = []
@@ -219,12 +232,15 @@ class TextCraftEnv:
                 uses = self.book.uses.get(ing.name)
                 if uses:
                     sampled.extend(rng.sample(uses, min(len(uses), AGENTGYM_USES_SAMPLED)))
+        by_text: dict[str, Recipe] = {}
+        for recipe in [*walked, *sampled]:
+            by_text.setdefault(recipe.text, recipe)
         lines = list(dict.fromkeys(r.text for r in walked))
         shown = set(lines)
         pool = list(dict.fromkeys(r.text for r in sampled if r.text not in shown))
         lines += rng.sample(pool, min(len(pool), AGENTGYM_MAX_DISTRACTORS, self.distractors))
         rng.shuffle(lines)
-        return "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(lines), display_name(goal))
+        return [by_text[text] for text in lines]
 
     def _walk(self, name: str, path: frozenset[str]) -> list[Recipe]:
         """Their recipe-tree walk: an item's recipes, then each ingredient's walk (repeats kept)."""
@@ -361,6 +377,59 @@ class TextCraftEnv:
                 f"tag={tag}, item_id={item}), count={count})"
             )
         raise _ActionFailed(f"Could not find a valid recipe for {display_name(output)}")
+
+    # ---- action space ------------------------------------------------------------------------------
+    def valid_actions_sync(self) -> list[str] | None:
+        """The actions this state accepts (the ActionSpace capability; None before reset or once done).
+
+        * ``craft``: every listed recipe (the task's crafting commands) that the inventory can make
+          now, a generic ingredient (``planks``) instantiated with each held member that has enough
+          (at most ``CRAFT_VARIANTS`` instantiations per recipe);
+        * ``get N item``: every raw item a listed recipe uses (a generic ingredient's raw members
+          too), ``N`` one of the counts the listed recipes ask of it times 1..``GET_MULTIPLES`` plus
+          1..``SMALL_GETS`` (getting part of an amount again later is allowed);
+        * ``inventory``.
+
+        Each candidate is checked by executing it on a copy of the state, so every listed action is
+        one the environment accepts; choosing a useless one (a distractor's craft, a wrong item, a
+        repeat) stays possible: the errors left are decisions, not syntax.
+        """
+        if self.task_id is None or self.goal is None or self.done:
+            return None
+        book = self.book
+        listed = self.listed_recipes(self.task_id)
+        crafts: list[str] = []
+        amounts: dict[str, set[int]] = {}
+        for recipe in listed:
+            options: list[list[tuple[str, int]]] = []
+            for ing in recipe.inputs:
+                names = book.tag_members.get(ing.name, []) if ing.is_tag else [ing.name]
+                for name in names:
+                    if not book.is_craftable(name) and name not in book.tags and name in book.items:
+                        amounts.setdefault(name, set()).add(ing.count)
+                held = [(n, ing.count) for n in names if self.inventory.get(n, 0) >= ing.count]
+                options.append(held)
+            for combo in itertools.islice(itertools.product(*options), CRAFT_VARIANTS):
+                using = ", ".join(f"{count} {display_name(name)}" for name, count in combo)
+                crafts.append(f"craft {recipe.output_count} {display_name(recipe.output)} using {using}")
+        gets = [
+            f"get {n} {display_name(item)}"
+            for item in sorted(amounts)
+            for n in sorted(
+                {
+                    *range(1, SMALL_GETS + 1),
+                    *(c * k for c in amounts[item] for k in range(1, GET_MULTIPLES + 1)),
+                }
+            )
+        ]
+        accepted: list[str] = []
+        for action in dict.fromkeys([*crafts, *gets, "inventory"]):
+            if self.clone_sync().step_sync(action).valid:
+                accepted.append(action)
+        return accepted
+
+    async def valid_actions(self) -> list[str] | None:
+        return self.valid_actions_sync()
 
     # ---- Env port ----------------------------------------------------------------------------------
     async def reset(self, task_id: str) -> str:

@@ -2,19 +2,21 @@
 
 ``DatasetCreated`` -> a ``datasets`` row (name, version, counts, query, digests; the manifest's
 entries stay in the event, which downloads read). ``GoodTraceSampled`` -> a ``good`` row in
-``samples`` holding the successful trace's trajectory (no run, no tree), like a search's good leaf.
+``samples`` holding the successful trace's trajectory (no run, no tree), like a search's good leaf,
+and its id on the trace's row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core.domain import events as ev
 from core.domain.serde import to_dict
 from core.store.projectors._sql import Item, Projector, upsert
-from core.store.tables import datasets, samples
+from core.store.tables import datasets, samples, traces
 
 
 async def _dataset_created(conn: AsyncConnection, items: Sequence[Item]) -> None:
@@ -57,6 +59,12 @@ async def _good_trace(conn: AsyncConnection, items: Sequence[Item]) -> None:
             "data": to_dict(event.trajectory),
         }
         await upsert(conn, samples, values, update=[])
+        # the trace view shows its good sample (a successful trace is never revised)
+        await conn.execute(
+            update(traces)
+            .where(traces.c.trace_id == event.trace_id, traces.c.sample_id.is_(None))
+            .values(sample_id=event.sample_id)
+        )
 
 
 PROJECTORS: dict[str, Projector] = {

@@ -1,8 +1,11 @@
 """Owns the pairs, samples, traces and dead_letters read models (and their iteration counters).
 
 Pair status: found -> critiqued -> revised | rejected. Trace status: waiting_for_outcome (ingested
-without an outcome, until TraceOutcomeSet) -> ingested -> critiqued | no_error_found -> revised (the
-row's transition_index is then the sample's). ``samples.data`` is the serialised TrainingSample for
+without an outcome, until TraceOutcomeSet) -> ingested -> critiqued | no_error_found | unpaired (no usable
+successful partner yet, ``reason`` says why; back to critiqued when a pair is found) -> revised (the
+row's transition_index is then the sample's) | rejected (its pair was, ``reason`` = the pair's). A
+successful trace's row gets its good sample's id (GoodTraceSampled, core.store.projectors.datasets).
+``samples.data`` is the serialised TrainingSample for
 kind "revision" and the serialised Trajectory for kind "good" (the dataset builder turns it into a
 sample; ``SampleRespliced``, a reviewer's correction re-spliced, replaces the row's data and
 position). A revision belongs to a trace when its sample's provenance names the ``trace_id`` or its pair
@@ -71,6 +74,12 @@ async def _pair_found(conn: AsyncConnection, items: Sequence[Item]) -> None:
         }
         await upsert(conn, pairs, values, update=[])
         await bump_iteration(conn, event.run_id, event.iteration, "pairs")
+        if event.source == "trace" and event.bad_leaf_id:
+            trace_row = traces.c.trace_id == event.bad_leaf_id
+            await conn.execute(update(traces).where(trace_row).values(pair_id=event.pair_id, reason=None))
+            await conn.execute(
+                update(traces).where(trace_row, traces.c.status == "unpaired").values(status="critiqued")
+            )
 
 
 async def _first_error(conn: AsyncConnection, items: Sequence[Item]) -> None:
@@ -171,6 +180,11 @@ async def _revision_rejected(conn: AsyncConnection, items: Sequence[Item]) -> No
             .where(pairs.c.pair_id == event.pair_id)
             .values(status="rejected", reason=event.reason)
         )
+        trace_row = traces.c.pair_id == event.pair_id
+        await conn.execute(update(traces).where(trace_row).values(reason=event.reason))
+        await conn.execute(
+            update(traces).where(trace_row, traces.c.status == "critiqued").values(status="rejected")
+        )
 
 
 async def _trace_ingested(conn: AsyncConnection, items: Sequence[Item]) -> None:
@@ -186,6 +200,19 @@ async def _trace_ingested(conn: AsyncConnection, items: Sequence[Item]) -> None:
             "status": "waiting_for_outcome" if event.outcome == "unknown" else "ingested",
             "created_at": recorded.recorded_at,
         }
+        if event.external_id is not None:
+            holder = (
+                await conn.execute(
+                    select(traces.c.trace_id).where(
+                        traces.c.project_id == event.project_id,
+                        traces.c.external_id == event.external_id,
+                        traces.c.trace_id != event.trace_id,
+                    )
+                )
+            ).scalar()
+            if holder is not None:  # a copy stored before external ids were unique: it loses the key
+                values["external_id"] = None
+                values["reason"] = f"a copy of trace {holder} (same external id {event.external_id!r})"
         await upsert(conn, traces, values, update=[])
 
 
@@ -197,6 +224,18 @@ async def _trace_critiqued(conn: AsyncConnection, items: Sequence[Item]) -> None
             await conn.execute(
                 update(traces).where(traces.c.trace_id == event.trace_id).values(status="no_error_found")
             )
+
+
+async def _trace_unpaired(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    for _recorded, event in items:
+        assert isinstance(event, ev.TraceUnpaired)
+        row = traces.c.trace_id == event.trace_id
+        await conn.execute(update(traces).where(row).values(reason=event.reason))
+        await conn.execute(
+            update(traces)
+            .where(row, traces.c.status.in_(("ingested", "critiqued")), traces.c.pair_id.is_(None))
+            .values(status="unpaired")
+        )
 
 
 async def _trace_outcome(conn: AsyncConnection, items: Sequence[Item]) -> None:
@@ -235,5 +274,6 @@ PROJECTORS: dict[str, Projector] = {
     "TraceIngested": _trace_ingested,
     "TraceCritiqued": _trace_critiqued,
     "TraceOutcomeSet": _trace_outcome,
+    "TraceUnpaired": _trace_unpaired,
     "MessageDeadLettered": _dead_lettered,
 }

@@ -3,7 +3,8 @@
 import { all, download } from "../api.js";
 import { h, table } from "../dom.js";
 
-const FORMATS = [["openai", "jsonl"], ["sharegpt", "jsonl"], ["parquet", "parquet"]];
+// chat samples, then DPO / PRM records from the pairs behind the revision samples (docs/datasets.md)
+const FORMATS = [["openai", "jsonl"], ["sharegpt", "jsonl"], ["parquet", "parquet"], ["dpo", "jsonl"], ["prm", "jsonl"]];
 
 export async function list(main) {
   const items = await all("/v1/datasets", {}, 500);

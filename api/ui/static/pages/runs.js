@@ -11,7 +11,8 @@ const PROGRESS_EVENTS = [
   "ModelTrained", "TrainingFailed", "IterationEvaluated", "RunCompleted", "RunCancelled", "RunFailed",
   "SampleRespliced", "CorrectionRejected",
 ];
-const FORMATS = [["openai", "jsonl"], ["sharegpt", "jsonl"], ["parquet", "parquet"]];
+// chat samples, then DPO / PRM records from the iteration's pairs and trees (docs/datasets.md)
+const FORMATS = [["openai", "jsonl"], ["sharegpt", "jsonl"], ["parquet", "parquet"], ["dpo", "jsonl"], ["prm", "jsonl"], ["prm-values", "jsonl"]];
 
 function debounce(fn, ms) {
   let timer = null;

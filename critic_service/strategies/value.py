@@ -24,9 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.domain.events import StepVerdict
+from core.domain.critic import judged_range, transition_index
+from core.domain.events import CriticStrategyName, StepVerdict
 from core.domain.trajectory import Trajectory
 from core.domain.transitions import action_text, history_messages
+from core.llm.ports import Policy
+from critic_service.strategies.base import CriticConfigError, CriticOptions, Critique
 
 
 @dataclass(frozen=True)
@@ -115,3 +118,34 @@ async def judge_value(
     values = await asyncio.to_thread(scorer.step_values, path, list(steps))
     verdicts, fallback = value_verdicts(values, threshold)
     return verdicts, fallback, scorer.tokens_processed - before
+
+
+@dataclass(frozen=True)
+class ValueStrategy:
+    name: CriticStrategyName = "value"
+    needs_policy: bool = False  # the critic comes from critic.value_model, else the actor's folder
+
+    async def judge(
+        self, options: CriticOptions, path: Trajectory, shared_steps: int, policy: Policy | None
+    ) -> Critique:
+        checkpoint = options.value_model or (folder_of(policy) if policy is not None else None)
+        if checkpoint is None:
+            raise CriticConfigError(
+                "the value strategy needs critic.value_model (an archer checkpoint) or a local actor folder"
+            )
+        judged = list(judged_range(len(path.steps), shared_steps))
+        try:
+            valued, fallback, used = await judge_value(path, judged, checkpoint, options.value_threshold)
+        except (ValueError, OSError) as exc:
+            raise CriticConfigError(f"value critic: {exc}") from exc
+        return Critique(
+            self.name,
+            valued,
+            transition_index(valued, len(path.steps), shared_steps),
+            tokens_processed=used,
+            model_version=checkpoint,
+            fallback=fallback,
+        )
+
+
+STRATEGY = ValueStrategy()

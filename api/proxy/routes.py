@@ -1,0 +1,269 @@
+"""Owns the capture proxy's HTTP side: an OpenAI-compatible endpoint that forwards and records.
+
+``POST /v1/proxy/openai/v1/chat/completions`` forwards the agent's request body byte for byte to
+``{AGENTR_PROXY_UPSTREAM_URL}/chat/completions`` with the upstream's credentials from
+``AGENTR_PROXY_UPSTREAM_KEY`` (never the agent's key, never recorded), and answers the upstream's
+status, content type and body unchanged: JSON, Server-Sent Events relayed chunk by chunk as they
+arrive, and errors. ``GET /v1/proxy/openai/v1/models`` passes the upstream's model list through.
+The agent authenticates with a project key holding the ``ingest`` scope (as ``api_key`` of an
+OpenAI client: ``Authorization: Bearer agr_...``); a verified key is cached for
+``AGENTR_PROXY_AUTH_CACHE_S`` seconds, so calls go on while the database is briefly unreachable (a
+revoked key stops working within that time).
+
+Every answered call (status 200) is handed to the Recorder (api/proxy/recorder.py) after the
+answer is known (for a stream: after its last chunk), grouped by api/proxy/grouping.py; the response
+carries ``X-Agentr-Trace-Id: <trace id>`` so the agent can set the outcome later with
+``PATCH /v1/traces/{trace_id}``. Optional request headers: ``X-Agentr-Trace-Id`` (your id for the
+trace) and ``X-Agentr-Task`` (its task key); both are stripped before forwarding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from api.deps import ApiServices, Principal, authenticate, bearer, services
+from api.errors import ApiError
+from api.proxy.grouping import Conversations, Placement
+from api.proxy.recorder import CallRecord, Recorder, StoreSink
+from core.domain.ids import new_id
+from core.formats.capture import StreamAssembler, answer_message
+
+TRACE_HEADER = "x-agentr-trace-id"
+TASK_HEADER = "x-agentr-task"
+
+
+class ProxySettings(BaseSettings):
+    """The capture proxy's configuration (``AGENTR_PROXY_*``); the upstream's key lives only here."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTR_PROXY_", env_file=None, extra="ignore")
+
+    upstream_url: str | None = Field(
+        None, description="OpenAI-compatible base URL calls are forwarded to (ending in /v1)."
+    )
+    upstream_key: SecretStr | None = Field(None, description="Bearer key for the upstream (never recorded).")
+    spool_dir: Path | None = Field(
+        None, description="Where calls wait while the store is down (default: AGENTR_HOME/proxy-spool)."
+    )
+    timeout_s: float = Field(600.0, gt=0, description="Upstream timeout per call.")
+    auth_cache_s: float = Field(60.0, ge=0, description="How long a verified agent key is trusted.")
+    max_queue: int = Field(10_000, ge=1, description="Calls held in memory before spooling to disk.")
+    store_timeout_s: float = Field(10.0, gt=0, description="A store write slower than this is retried.")
+
+
+def load_proxy_settings(**overrides: object) -> ProxySettings:
+    """``AGENTR_PROXY_*`` from the environment, with ``overrides`` on top."""
+    return ProxySettings(**overrides)  # type: ignore[arg-type]
+
+
+@dataclass
+class ProxyRuntime:
+    """What the proxy routes use, built once per process (``start_proxy``)."""
+
+    settings: ProxySettings
+    client: httpx.AsyncClient | None
+    recorder: Recorder
+    conversations: Conversations = field(default_factory=Conversations)
+    keys: dict[str, tuple[Principal, float]] = field(default_factory=dict)
+
+    async def close(self) -> None:
+        await self.recorder.close()
+        if self.client is not None:
+            await self.client.aclose()
+
+
+def start_proxy(settings: ProxySettings, svc: ApiServices, sink: Any | None = None) -> ProxyRuntime:
+    """The proxy runtime over ``svc.store`` (or ``sink``); its recorder is started."""
+    client = None
+    if settings.upstream_url:
+        headers = {"accept-encoding": "identity"}
+        if settings.upstream_key is not None:
+            headers["authorization"] = f"Bearer {settings.upstream_key.get_secret_value()}"
+        client = httpx.AsyncClient(
+            base_url=settings.upstream_url.rstrip("/"),
+            headers=headers,
+            timeout=httpx.Timeout(settings.timeout_s, connect=10.0),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        )
+    spool = settings.spool_dir or svc.settings.home / "proxy-spool"
+    recorder = Recorder(
+        sink or StoreSink(svc.store, settings.store_timeout_s), spool, max_queue=settings.max_queue
+    )
+    recorder.start()
+    return ProxyRuntime(settings=settings, client=client, recorder=recorder)
+
+
+router = APIRouter(prefix="/v1/proxy/openai/v1", tags=["proxy"])
+
+
+def runtime(request: Request) -> ProxyRuntime:
+    proxy: ProxyRuntime | None = getattr(request.app.state, "proxy", None)
+    if proxy is None or proxy.client is None:
+        raise ApiError(
+            503,
+            "the capture proxy has no upstream: set AGENTR_PROXY_UPSTREAM_URL (an OpenAI-compatible base "
+            "URL such as http://vllm:8000/v1) or run `agentr proxy --upstream URL`",
+            code="unavailable",
+        )
+    return proxy
+
+
+async def agent(
+    request: Request,
+    credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+    proxy: ProxyRuntime = Depends(runtime),
+) -> Principal:
+    """The calling agent's project key (``ingest`` scope), verified once per ``auth_cache_s``."""
+    presented = credentials.credentials if credentials is not None else request.headers.get("x-api-key")
+    digest = hashlib.sha256((presented or "").encode()).hexdigest()
+    cached = proxy.keys.get(digest)
+    now = time.monotonic()
+    if cached is not None and cached[1] > now:
+        return cached[0]
+    principal = await authenticate(request, credentials, services(request))
+    if not principal.allows("ingest"):
+        raise ApiError(403, "this key lacks the 'ingest' scope (the capture proxy records into a project)")
+    principal.project()  # the bootstrap admin has no project: 403
+    if proxy.settings.auth_cache_s > 0:
+        proxy.keys[digest] = (principal, now + proxy.settings.auth_cache_s)
+    return principal
+
+
+def _passthrough(upstream: httpx.Response, content: bytes, trace_id: str | None) -> Response:
+    headers = {TRACE_HEADER: trace_id} if trace_id else {}
+    return Response(
+        content=content,
+        status_code=upstream.status_code,
+        media_type=upstream.headers.get("content-type"),
+        headers=headers,
+    )
+
+
+def _unreachable(proxy: ProxyRuntime, exc: httpx.HTTPError) -> ApiError:
+    return ApiError(
+        502, f"the upstream {proxy.settings.upstream_url} did not answer: {type(exc).__name__}: {exc}"
+    )
+
+
+@router.get("/models", summary="The upstream's model list, passed through")
+async def models(principal: Principal = Depends(agent), proxy: ProxyRuntime = Depends(runtime)) -> Response:
+    assert proxy.client is not None
+    try:
+        upstream = await proxy.client.get("/models")
+    except httpx.HTTPError as exc:
+        raise _unreachable(proxy, exc) from None
+    return _passthrough(upstream, upstream.content, None)
+
+
+@router.post(
+    "/chat/completions",
+    summary="Forward a chat completion to the upstream and record it into a trace",
+    response_class=Response,
+)
+async def chat_completions(
+    request: Request, principal: Principal = Depends(agent), proxy: ProxyRuntime = Depends(runtime)
+) -> Response:
+    assert proxy.client is not None
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    started = time.perf_counter()
+    placement: Placement | None = None
+    project_id = principal.project()
+    if isinstance(body, dict) and isinstance(body.get("messages"), list):
+        placement = proxy.conversations.place(project_id, body["messages"], request.headers.get(TRACE_HEADER))
+    task_key = request.headers.get(TASK_HEADER)
+    trace_id = placement.trace_id if placement is not None else None
+
+    def record(response: dict[str, Any], stream: bool) -> None:
+        if placement is None or not isinstance(body, dict):
+            return
+        proxy.conversations.answered(placement, answer_message(response))
+        proxy.recorder.submit(
+            CallRecord(
+                project_id=project_id,
+                trace_id=placement.trace_id,
+                call_id=new_id(),
+                external_id=placement.external_id,
+                task_key=task_key,
+                body=body,
+                response=response,
+                stream=stream,
+                latency_ms=round((time.perf_counter() - started) * 1000, 3),
+                messages_from=placement.messages_from,
+                extends=placement.extends,
+            )
+        )
+
+    headers = {"content-type": "application/json"}
+    try:
+        if not (isinstance(body, dict) and body.get("stream")):
+            upstream = await proxy.client.post("/chat/completions", content=raw, headers=headers)
+            if upstream.status_code == 200:
+                try:
+                    answer = upstream.json()
+                except ValueError:
+                    answer = None
+                if isinstance(answer, dict):
+                    record(answer, stream=False)
+            return _passthrough(upstream, upstream.content, trace_id)
+        sent = await proxy.client.send(
+            proxy.client.build_request("POST", "/chat/completions", content=raw, headers=headers), stream=True
+        )
+    except httpx.HTTPError as exc:
+        raise _unreachable(proxy, exc) from None
+    if sent.status_code != 200:
+        try:
+            content = await sent.aread()
+        finally:
+            await sent.aclose()
+        return _passthrough(sent, content, trace_id)
+
+    async def relay() -> Any:
+        assembler = StreamAssembler()
+        pending = b""
+        done = False
+        try:
+            async for chunk in sent.aiter_raw():
+                yield chunk
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    line = line.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        done = True
+                        continue
+                    try:
+                        parsed = json.loads(payload)
+                    except ValueError:
+                        continue
+                    if isinstance(parsed, dict):
+                        assembler.feed(parsed)
+        finally:
+            await sent.aclose()
+        if done or any(c.finish_reason for c in assembler.choices.values()):
+            record(assembler.response(), stream=True)
+
+    out_headers = {TRACE_HEADER: trace_id} if trace_id else {}
+    return StreamingResponse(
+        relay(),
+        status_code=200,
+        media_type=sent.headers.get("content-type", "text/event-stream"),
+        headers=out_headers,
+    )

@@ -1,0 +1,372 @@
+"""Owns ``RunConfigIn``, the HTTP mirror of the pure dataclass ``core.domain.config.RunConfig``, and
+its sections (search, critic, splice, train, evaluation settings).
+
+``RunConfigIn`` mirrors ``RunConfig`` field for field (a test checks names and defaults stay in step)
+and adds what a dataclass cannot say: bounds, allowed values, and descriptions for the OpenAPI
+document. ``RunConfigIn.to_domain()`` gives the dataclass that RunRequested carries. Unknown fields
+are rejected everywhere, so a typo is a 422 naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from api.schemas.common import (
+    TaskId,
+    _Strict,
+)
+from core.domain.config import LAUNCH_KEYS, RunConfig, launch_problem
+from core.domain.events import CriticStrategyName
+
+
+class SearchSettings(_Strict):
+    """Overrides of the MCTS configuration; unset fields keep the search service's defaults."""
+
+    n_candidates: int | None = Field(None, ge=1, le=32, description="Actions sampled per expansion (4).")
+    iterations: int | None = Field(None, ge=1, le=1000, description="Descents per tree (8).")
+    max_depth: int | None = Field(None, ge=1, le=200, description="Deepest node of a descent (20).")
+    c_uct: float | None = Field(None, ge=0, le=100, description="UCT exploration constant (0.25).")
+    temperature: float | None = Field(None, ge=0, le=5, description="Sampling temperature of expansion.")
+    max_tokens: int | None = Field(None, ge=1, le=8192, description="Token cap of one generated turn.")
+    max_pairs_per_tree: int | None = Field(None, ge=0, le=10_000, description="Cap on pairs per tree.")
+    record_terminal_children: bool | None = Field(
+        None, description="Record a child whose step ended the episode as a leaf at once (true)."
+    )
+
+
+class CriticSettings(_Strict):
+    """Critic settings (critic_service.critic.CriticConfig)."""
+
+    strategy: CriticStrategyName = Field(
+        "model",
+        description="model: the actor judges each bad action (the paper); direct: the last action "
+        "(Direct-Revision baseline); rules: invalid actions, loops and tool errors; reflect: the step "
+        "after which the actor finds a reflection most likely; value: the first step whose ArCHer "
+        "advantage is below value_threshold.",
+    )
+    value_threshold: float | None = Field(
+        None, ge=-1e6, le=1e6, description="value: t' is the first step with advantage below this (0)."
+    )
+    value_model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="value: an archer checkpoint folder holding critic/ (default: the iteration's actor).",
+    )
+    plan: Literal["auto", "prefix", "batched"] | None = Field(
+        None, description="How `model` runs: auto (default), prefix reuse, or one batched call."
+    )
+    early_exit: bool | None = Field(None, description="Stop judging at the first bad verdict (true).")
+    reflect_margin: float | None = Field(
+        None,
+        ge=0,
+        le=10,
+        description="reflect: t' is the first step whose reflection score (mean log-prob per token) is "
+        "within this margin of the best step's (0, the argmax).",
+    )
+
+
+class SpliceSettings(_Strict):
+    """Splicer settings (critic_service.splice_service.SpliceConfig)."""
+
+    verify: bool = Field(True, description="Replay each revision in the environment when possible.")
+    keep_unverified: bool = Field(False, description="Keep revisions whose replay missed the good reward.")
+    reflection: Literal["template", "model"] | None = Field(
+        None, description="Where the reflection sentence comes from (template, the default, or model)."
+    )
+    reflections: (
+        dict[
+            Annotated[str, Field(min_length=1, max_length=64)],
+            Annotated[str, Field(min_length=1, max_length=2000)],
+        ]
+        | None
+    ) = Field(
+        None, max_length=100, description="Reflection templates (id -> sentence); null = the built-in ones."
+    )
+
+
+class LoraIn(_Strict):
+    """LoRA adapter settings (train_service.sft.LoraSettings)."""
+
+    r: int | None = Field(None, ge=1, le=1024)
+    alpha: int | None = Field(None, ge=1, le=100_000)
+    dropout: float | None = Field(None, ge=0, lt=1)
+    target_modules: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, max_length=100
+    )
+
+
+class TransitionSettings(_Strict):
+    """archer: how the trees become transitions (core.domain.transitions.TransitionConfig)."""
+
+    invalid_action_penalty: float | None = Field(
+        None, ge=0, le=1, description="Subtracted from the reward of an action the environment rejected (0)."
+    )
+    include_open_edges: bool | None = Field(
+        None, description="Keep edges into never-expanded nodes (done false, bootstrapped; true)."
+    )
+
+
+class TrainSettings(_Strict):
+    """Overrides of the SFT configuration (train_service.sft.SFTConfig); unset fields keep its
+    defaults. To add a knob: add it here AND where the trainer reads it."""
+
+    model_path: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="When `model` is a served URL: the local folder with the weights that server serves "
+        "(required unless `data_only`); not allowed with a local `model` folder.",
+    )
+    epochs: float | None = Field(None, gt=0, le=1000, description="Passes over the dataset (1.0).")
+    max_steps: int | None = Field(
+        None, ge=-1, le=10_000_000, description="Optimizer steps; > 0 overrides epochs."
+    )
+    learning_rate: float | None = Field(None, gt=0, le=1, description="Peak AdamW learning rate (5e-4).")
+    lr_scheduler: str | None = Field(
+        None, pattern="^[a-z_]{1,40}$", description="A transformers scheduler name, or time_cosine."
+    )
+    warmup: float | None = Field(None, ge=0, le=1_000_000, description="Warmup steps; in [0, 1) a fraction.")
+    weight_decay: float | None = Field(None, ge=0, le=10)
+    batch_size: int | None = Field(None, ge=1, le=4096)
+    grad_accumulation: int | None = Field(None, ge=1, le=4096)
+    max_length: int | None = Field(None, ge=8, le=1_048_576, description="Tokens per sample (1024).")
+    packing: bool | None = None
+    pack_length: int | None = Field(None, ge=8, le=1_048_576)
+    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    bf16: bool | None = Field(None, description="bfloat16 weights (null: when CUDA supports it).")
+    mixed_bf16: bool | None = Field(
+        None,
+        description="fp32 weights, forward/backward under bfloat16 autocast (fast on a CPU with "
+        "AVX512-BF16 / AMX); not with bf16.",
+    )
+    max_grad_norm: float | None = Field(None, gt=0, le=1e6)
+    time_budget_s: float | None = Field(
+        None, gt=0, le=30 * 24 * 3600, description="Stop training after this."
+    )
+    logging_steps: int | None = Field(None, ge=1, le=1_000_000)
+    lora: LoraIn | None = None
+    launcher: Literal["inline", "torchrun"] | None = Field(
+        None, description="How training starts: inline (in the worker) or torchrun (a process group)."
+    )
+    nproc_per_node: int | None = Field(None, ge=1, le=1024, description="Training processes (torchrun).")
+    accelerate_config: str | None = Field(
+        None, min_length=1, max_length=1000, description="An accelerate config file (DeepSpeed / FSDP)."
+    )
+    master_port: int | None = Field(None, ge=1, le=65535, description="torchrun rendezvous port.")
+    # train.method and the DPO / ArCHer trainer fields (train_service/dpo.py, train_service/archer.py);
+    # a field of another method's trainer is refused (core.domain.config.method_problem)
+    method: (
+        Literal["sft", "dpo", "archer"]
+        | Annotated[list[Literal["sft", "dpo", "archer"]], Field(min_length=1, max_length=100)]
+        | None
+    ) = Field(
+        None,
+        description="The learner: sft (Agent-R SFT, default), dpo (at the divergence node), archer; "
+        "or a list, one per iteration, the last repeating (e.g. [sft, archer]).",
+    )
+    beta: float | None = Field(
+        None, gt=0, le=100, description="dpo: KL strength of the implicit reward (0.1)."
+    )
+    reference: Literal["frozen", "none"] | None = Field(
+        None, description="dpo: frozen starting model as reference (default) or none (reference-free)."
+    )
+    mode: Literal["offline", "online"] | None = Field(
+        None, description="archer: offline (expectile V, AWR actor; default) or online (sampled actions)."
+    )
+    iterations: int | None = Field(None, ge=1, le=1_000_000, description="archer: rounds (40).")
+    warmup_iters: int | None = Field(None, ge=0, le=1_000_000, description="archer: critic-only rounds (20).")
+    critic_epochs: int | None = Field(
+        None, ge=0, le=10_000, description="archer: critic steps per round (5)."
+    )
+    actor_epochs: int | None = Field(None, ge=0, le=10_000, description="archer: actor steps per round (3).")
+    gamma: float | None = Field(None, ge=0, le=1, description="archer: discount per turn (0.95).")
+    tau: float | None = Field(None, gt=0, le=1, description="archer: Polyak rate of the target critic (0.1).")
+    critic_lr: float | None = Field(None, gt=0, le=1, description="archer: critic learning rate (1e-5).")
+    actor_lr: float | None = Field(None, gt=0, le=1, description="archer: actor learning rate (1e-6).")
+    expectile: float | None = Field(None, gt=0, lt=1, description="archer offline: V expectile (0.7).")
+    actor_loss: Literal["auto", "awr", "pg"] | None = Field(
+        None, description="archer: auto (awr offline, pg online), awr or pg."
+    )
+    awr_beta: float | None = Field(None, gt=0, le=100, description="archer: AWR inverse temperature (3).")
+    awr_max_weight: float | None = Field(None, gt=0, le=1e6, description="archer: AWR weight cap (100).")
+    kl_coef: float | None = Field(None, ge=0, le=100, description="archer: KL penalty to the start (0.05).")
+    temperature: float | None = Field(
+        None, gt=0, le=5, description="archer online: sampling temperature (1)."
+    )
+    max_new_tokens: int | None = Field(
+        None, ge=1, le=8192, description="archer online: tokens per action (32)."
+    )
+    head_hidden: int | None = Field(None, ge=1, le=65_536, description="archer: critic head width (1024).")
+    max_state_tokens: int | None = Field(
+        None, ge=8, le=1_048_576, description="archer: critic state tokens (512)."
+    )
+    max_action_tokens: int | None = Field(
+        None, ge=4, le=65_536, description="archer: critic action tokens (64)."
+    )
+    transitions: TransitionSettings | None = Field(None, description="archer: how transitions are read.")
+
+    @model_validator(mode="after")
+    def _launch_settings(self) -> TrainSettings:
+        problem = launch_problem(self.model_dump(exclude_none=True, include=set(LAUNCH_KEYS)))
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+class EvaluationSettings(_Strict):
+    """Overrides of the evaluation (train_service.evaluation.EvalConfig); unset fields keep its
+    defaults."""
+
+    max_steps: int | None = Field(
+        None, ge=1, le=1000, description="Actions per episode (100, the paper's max rounds)."
+    )
+    max_tokens: int | None = Field(None, ge=1, le=8192, description="Generation budget per turn (40).")
+    prompt_budget: int | None = Field(None, ge=16, le=1_048_576, description="Prompt tokens kept (1536).")
+    episodes_per_task: int | None = Field(None, ge=1, le=1000, description="Seeded episodes per task (3).")
+    temperature: float | None = Field(
+        None, ge=0, le=5, description="Sampling temperature of evaluation episodes (0.7; 0 = greedy)."
+    )
+    stratify: bool | None = Field(
+        None, description="Cap held-out tasks by a choice stratified over depths (true), else the first ones."
+    )
+    recovery_episodes: int | None = Field(
+        None,
+        ge=0,
+        le=10_000,
+        description="The starting model's failed held-out episodes, truncated at seeded random steps, "
+        "continued by every model (8).",
+    )
+    success_threshold: float | None = Field(None, ge=0, le=1, description="Reward counted as success (1.0).")
+    baseline: bool | None = Field(None, description="Also evaluate the starting model (true).")
+    seen_tasks: bool | None = Field(None, description="Also evaluate on the searched tasks (true).")
+    seen_max_tasks: int | None = Field(
+        None, ge=1, le=1_000_000, description="At most this many searched tasks evaluated as seen (all)."
+    )
+    shared_passes: bool | None = Field(
+        None,
+        description="A local model runs each turn's prompts in shared forward passes (true: deterministic "
+        "per seed, cheaper only for short prompts); false (default): batch-invariant passes, each "
+        "episode as if played alone.",
+    )
+
+
+class RunConfigIn(_Strict):
+    """The body of POST /v1/runs. Mirrors core.domain.config.RunConfig."""
+
+    env: str = Field(
+        "textcraft",
+        min_length=1,
+        max_length=300,
+        description="Environment URI: textcraft, sciworld, agentgym+http://HOST:PORT/NAME.",
+    )
+    model: str = Field(
+        min_length=1,
+        max_length=1000,
+        description="Starting model: a local model folder or an OpenAI-compatible base URL.",
+    )
+    tasks: list[TaskId] = Field(
+        default_factory=list,
+        max_length=100_000,
+        description="Explicit task ids; empty means `split` (cut to `max_tasks`).",
+    )
+    split: str = Field(
+        "train", min_length=1, max_length=100, description="Named split when `tasks` is empty."
+    )
+    max_tasks: int | None = Field(None, ge=1, le=1_000_000, description="Cap on tasks per iteration.")
+    eval_tasks: list[TaskId] = Field(
+        default_factory=list, max_length=100_000, description="Held-out task ids; empty = `eval_split`."
+    )
+    eval_split: str = Field("test", min_length=1, max_length=100, description="Split used for evaluation.")
+    max_eval_tasks: int | None = Field(20, ge=1, le=1_000_000, description="Cap on evaluation tasks.")
+    iterations: int = Field(3, ge=1, le=100, description="Search -> train iterations.")
+    alpha_schedule: list[Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=lambda: [0.5, 0.7, 1.0],
+        min_length=1,
+        max_length=100,
+        description="Good-trajectory reward threshold per iteration (inclusive); the last value repeats.",
+    )
+    beta: float = Field(0.2, ge=0, le=1, description="A bad leaf's reward is at most good reward - beta.")
+    eta: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="Agent share of the objective eta * L_agent + (1 - eta) * L_general, applied as a "
+        "mixing ratio (general samples = round(A * (1 - eta) / eta)); 1 = agent data only.",
+    )
+    general_data: str | None = Field(None, max_length=1000, description="General chat data file (JSONL).")
+    mask_invalid_steps: bool = Field(
+        True, description="Good trajectories: env-rejected turns get loss weight 0 (kept as context)."
+    )
+    mask_loop_steps: bool = Field(
+        True, description="Good trajectories: repeats of an action loop get loss weight 0 (kept as context)."
+    )
+    include_revisions: bool = Field(
+        True, description="Train on revision samples; false = good trajectories only (an ablation)."
+    )
+    search: SearchSettings = Field(default_factory=lambda: SearchSettings.model_validate({}))
+    critic: CriticSettings = Field(default_factory=lambda: CriticSettings.model_validate({}))
+    splice: SpliceSettings = Field(default_factory=lambda: SpliceSettings.model_validate({}))
+    train: TrainSettings = Field(
+        default_factory=lambda: TrainSettings.model_validate({}),
+        description="Overrides of the SFT configuration (epochs, learning_rate, ...), plus `model_path`: "
+        "when `model` is a served URL, the local folder with the weights that server serves (required "
+        "unless `data_only`); later iterations load the trained checkpoint folder locally.",
+    )
+    evaluation: EvaluationSettings = Field(
+        default_factory=lambda: EvaluationSettings.model_validate({}),
+        description="Overrides of the evaluation (max_steps, max_tokens, recovery_episodes, baseline, ...).",
+    )
+    data_only: bool = Field(False, description="Stop each iteration once its dataset is ready (no training).")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of everything random in the run.")
+
+    @field_validator("alpha_schedule")
+    @classmethod
+    def _alpha_in_unit_interval(cls, schedule: list[float]) -> list[float]:
+        for index, alpha in enumerate(schedule):
+            if not 0.0 <= alpha <= 1.0:
+                raise ValueError(f"alpha_schedule[{index}] = {alpha} is outside [0, 1]")
+        return schedule
+
+    @field_validator("tasks", "eval_tasks")
+    @classmethod
+    def _task_ids_non_empty(cls, ids: list[str]) -> list[str]:
+        for index, task_id in enumerate(ids):
+            if not task_id.strip():
+                raise ValueError(f"task id at index {index} is empty")
+        return ids
+
+    @model_validator(mode="after")
+    def _env_uri_shape(self) -> RunConfigIn:
+        env = self.env
+        if "://" in env and not env.startswith("agentgym+http"):
+            raise ValueError(
+                f"env: unsupported URI scheme in {env!r} (expected agentgym+http://HOST:PORT/NAME)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _served_model_trains_from_local_weights(self) -> RunConfigIn:
+        problem = self.to_domain().training_problem()
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    def to_domain(self) -> RunConfig:
+        data = self.model_dump()
+        data["search"] = self.search.model_dump(exclude_none=True)
+        data["critic"] = self.critic.model_dump(exclude_none=True)
+        data["splice"] = self.splice.model_dump(exclude_none=True)
+        # explicit nulls mean something here (prompt_budget: null = no budget; bf16: null = auto)
+        data["train"] = self.train.model_dump(exclude_unset=True)
+        data["evaluation"] = self.evaluation.model_dump(exclude_unset=True)
+        data["tasks"] = tuple(self.tasks)
+        data["eval_tasks"] = tuple(self.eval_tasks)
+        data["alpha_schedule"] = tuple(self.alpha_schedule)
+        return RunConfig(**data)

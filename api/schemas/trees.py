@@ -1,0 +1,86 @@
+"""Owns the shapes of the tree, pair and sample routes (``/v1/trees``, ``/v1/pairs``,
+``/v1/samples``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    Field,
+)
+
+
+class NodeOut(BaseModel):
+    node_id: str
+    parent_id: str | None
+    depth: int
+    action: str
+    thought: str
+    observation: str
+    reward: float
+    done: bool
+    valid: bool
+    visits: int = Field(description="N(s): leaf outcomes recorded at or below this node.")
+    value_sum: float = Field(description="Sum of the terminal rewards of those outcomes.")
+    q: float | None = Field(description="Mean value Q(s)/N(s); null when unvisited.")
+
+
+class TreeSummaryOut(BaseModel):
+    tree_id: str
+    run_id: str | None
+    iteration: int
+    env_uri: str
+    task_id: str
+    status: str
+    node_count: int = Field(description="Nodes expanded so far.")
+    rollouts: int
+    best_reward: float | None
+    reason: str | None = None
+
+
+class TreeOut(TreeSummaryOut):
+    root_id: str | None = None
+    nodes: list[NodeOut] = Field(default_factory=list, description="Every node, parents before children.")
+
+
+class TreePage(BaseModel):
+    items: list[TreeSummaryOut]
+    next_cursor: str | None = None
+
+
+class PairOut(BaseModel):
+    pair_id: str
+    run_id: str | None
+    iteration: int
+    tree_id: str | None
+    source: str
+    task_key: str
+    status: str
+    shared_steps: int
+    transition_index: int | None = None
+    strategy: str | None = None
+    reason: str | None = None
+
+
+class PairPage(BaseModel):
+    items: list[PairOut]
+    next_cursor: str | None = None
+
+
+class SampleOut(BaseModel):
+    sample_id: str
+    run_id: str | None
+    iteration: int
+    kind: str
+    pair_id: str | None = None
+    tree_id: str | None = None
+    verified: bool | None = None
+    template_id: str | None = None
+    revision_length: int | None = None
+    sample: dict[str, Any] = Field(description="The TrainingSample: messages with loss weights, provenance.")
+
+
+class SamplePage(BaseModel):
+    items: list[SampleOut]
+    next_cursor: str | None = None

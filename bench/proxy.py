@@ -1,0 +1,254 @@
+"""Capture proxy overhead: per-call latency through ``agentr proxy`` vs calling the upstream directly.
+
+Set-up (all real processes on this machine): an upstream OpenAI-compatible server (``--upstream
+URL``, else a minimal one started here: uvicorn answering every chat completion with a fixed
+assistant message after ``--upstream-ms`` milliseconds, so the figure is the proxy's own cost and
+not a model's), ``agentr serve`` to create a project and an ingest key, and ``agentr proxy
+--upstream`` on the same database (embedded SQLite under a temporary AGENTR_HOME, or
+``AGENTR_DATABASE_URL`` when set). Each call sends a 4-message agent conversation (distinct per
+call, so every call is recorded into its own trace).
+
+For 1 and 16 concurrent clients, direct and proxied rounds alternate (``--rounds``, each
+``--calls`` calls per client); per-call latencies are pooled per side. Prints JSON lines:
+``{"metric": "proxy latency p50|p99, C client(s)", "ours": proxied ms, "baseline": direct ms,
+"unit": "ms", "ratio": ours / baseline, "added_ms": ours - baseline}``, then one line saying how
+many calls the proxy recorded (every call must be stored once the proxy is flushed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support import free_port, start_http_process  # noqa: E402
+
+ADMIN_KEY = "bench-admin-key-" + "x" * 16
+UPSTREAM_APP = """
+import asyncio, os, time
+from fastapi import FastAPI
+app = FastAPI()
+DELAY = float(os.environ.get("BENCH_UPSTREAM_MS", "0")) / 1000
+ANSWER = {"role": "assistant", "content": "Thought: the recipe first.\\nAction: get_recipe(oak planks)"}
+
+@app.get("/v1/models")
+async def models():
+    return {"object": "list", "data": [{"id": "bench", "object": "model", "owned_by": "bench"}]}
+
+@app.post("/v1/chat/completions")
+async def chat(body: dict):
+    if DELAY:
+        await asyncio.sleep(DELAY)
+    return {"id": "chatcmpl-bench", "object": "chat.completion", "created": int(time.time()),
+            "model": "bench",
+            "choices": [{"index": 0, "message": ANSWER, "finish_reason": "stop", "logprobs": None}],
+            "usage": {"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52}}
+"""
+
+
+def _agentr() -> list[str]:
+    script = Path(sys.executable).with_name("agentr")
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from agentr.cli import main; main()"]
+
+
+def _messages(client: int, call: int) -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": "You are a crafting agent. Answer with Thought: and Action:."},
+        {"role": "user", "content": f"Goal: craft oak planks (client {client}, call {call})."},
+        {"role": "assistant", "content": "Thought: check the inventory.\nAction: inventory"},
+        {"role": "user", "content": "Inventory: 1 oak log, 2 sticks."},
+    ]
+
+
+async def _round(url: str, key: str, clients: int, calls: int, tag: int) -> list[float]:
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+
+        async def one(client: int) -> None:
+            for call in range(calls):
+                body = {
+                    "model": "bench",
+                    "messages": _messages(client, tag * 100_000 + call),
+                    "max_tokens": 16,
+                }
+                started = time.perf_counter()
+                response = await http.post(
+                    f"{url}/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+                )
+                latencies.append((time.perf_counter() - started) * 1000)
+                response.raise_for_status()
+
+        await asyncio.gather(*(one(c) for c in range(clients)))
+    return latencies
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def _create_key(api: str) -> str:
+    async with httpx.AsyncClient(base_url=api, headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as http:
+        project = (await http.post("/v1/projects", json={"name": "bench-proxy"})).json()["project_id"]
+        key = await http.post(f"/v1/projects/{project}/keys", json={"scopes": ["ingest", "read"]})
+        return str(key.json()["key"])
+
+
+async def _recorded(api: str, key: str) -> int:
+    count, cursor = 0, None
+    async with httpx.AsyncClient(base_url=api, headers={"Authorization": f"Bearer {key}"}) as http:
+        while True:
+            params: dict[str, Any] = {"limit": 200, "source_format": "proxy"}
+            if cursor:
+                params["cursor"] = cursor
+            page = (await http.get("/v1/traces", params=params)).json()
+            count += len(page["items"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--upstream", default=None, help="An OpenAI-compatible /v1 URL (default: start one).")
+    parser.add_argument("--upstream-ms", type=float, default=0.0, help="Delay of the built-in upstream.")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--calls", type=int, default=50, help="Calls per client per round.")
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 15 calls.")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.calls = 2, 15
+    home = Path(tempfile.mkdtemp(prefix="agentr-bench-proxy-"))
+    env = {
+        **os.environ,
+        "AGENTR_HOME": str(home),
+        "AGENTR_ADMIN_KEY": ADMIN_KEY,
+        "AGENTR_LOG_LEVEL": "WARNING",
+    }
+    env |= {
+        "AGENTR_KEY_REQUESTS_PER_S": "0",
+        "AGENTR_AUTH_FAILURES_PER_MIN": "0",
+        "BENCH_UPSTREAM_MS": str(args.upstream_ms),
+    }
+    env.pop("AGENTR_PROXY_UPSTREAM_KEY", None)
+    processes = []
+    try:
+        upstream = args.upstream
+        if upstream is None:
+            (home / "bench_upstream.py").write_text(UPSTREAM_APP)
+            port = free_port()
+            processes.append(
+                start_http_process(
+                    [
+                        sys.executable,
+                        "-m",
+                        "uvicorn",
+                        "bench_upstream:app",
+                        "--port",
+                        str(port),
+                        "--log-level",
+                        "warning",
+                    ],
+                    f"http://127.0.0.1:{port}/v1/models",
+                    what="bench upstream",
+                    env=env,
+                    cwd=home,
+                )
+            )
+            upstream = f"http://127.0.0.1:{port}/v1"
+        api_port, proxy_port = free_port(), free_port()
+        api = f"http://127.0.0.1:{api_port}"
+        processes.append(
+            start_http_process(
+                [*_agentr(), "serve", "--port", str(api_port), "--create-tables"],
+                f"{api}/healthz",
+                what="agentr serve",
+                env=env,
+            )
+        )
+        key = asyncio.run(_create_key(api))
+        proxy_root = f"http://127.0.0.1:{proxy_port}"
+        processes.append(
+            start_http_process(
+                [
+                    *_agentr(),
+                    "proxy",
+                    "--upstream",
+                    upstream,
+                    "--port",
+                    str(proxy_port),
+                    "--spool",
+                    str(home / "spool"),
+                ],
+                f"{proxy_root}/healthz",
+                what="agentr proxy",
+                env=env,
+            )
+        )
+        proxied_url = f"{proxy_root}/v1/proxy/openai/v1"
+        asyncio.run(_round(proxied_url, key, 1, 3, 999))  # warm both paths (connections, key cache)
+        asyncio.run(_round(upstream, key, 1, 3, 998))
+        total = 3  # the proxied warm-up calls
+        for clients in (1, 16):
+            direct: list[float] = []
+            proxied: list[float] = []
+            for r in range(args.rounds):
+                direct += asyncio.run(_round(upstream, key, clients, args.calls, clients * 1000 + 2 * r))
+                proxied += asyncio.run(
+                    _round(proxied_url, key, clients, args.calls, clients * 1000 + 2 * r + 1)
+                )
+            total += clients * args.calls * args.rounds
+            for name, q in (("p50", 0.5), ("p99", 0.99)):
+                ours, base = _pct(proxied, q), _pct(direct, q)
+                print(
+                    json.dumps(
+                        {
+                            "metric": f"proxy latency {name}, {clients} client{'s' if clients > 1 else ''}",
+                            "ours": round(ours, 3),
+                            "baseline": round(base, 3),
+                            "unit": "ms",
+                            "ratio": round(ours / base, 2),
+                            "added_ms": round(ours - base, 3),
+                            "calls": len(proxied),
+                            "mean_ours": round(statistics.fmean(proxied), 3),
+                        }
+                    ),
+                    flush=True,
+                )
+        deadline = time.monotonic() + 120
+        recorded = asyncio.run(_recorded(api, key))
+        while recorded < total and time.monotonic() < deadline:
+            time.sleep(1)
+            recorded = asyncio.run(_recorded(api, key))
+        print(
+            json.dumps(
+                {
+                    "metric": "proxied calls recorded as traces",
+                    "ours": recorded,
+                    "baseline": total,
+                    "unit": "calls",
+                    "ratio": round(recorded / total, 3),
+                }
+            )
+        )
+    finally:
+        for process in reversed(processes):
+            process.stop()
+
+
+if __name__ == "__main__":
+    main()

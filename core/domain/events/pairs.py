@@ -1,0 +1,107 @@
+"""Owns the events of the pair streams (``pair-{pair_id}``): the critic's first error, the splicer's
+revision (or why not), and reviewers' corrections with their re-splice."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from core.domain.events.base import DomainEvent, register, upcaster
+from core.domain.events.values import CriticStrategyName, StepVerdict
+from core.domain.trajectory import TrainingSample
+
+
+@register
+@dataclass(frozen=True)
+class FirstErrorMarked(DomainEvent):
+    event_version: ClassVar[int] = 2
+
+    pair_id: str
+    strategy: CriticStrategyName
+    transition_index: int  # index into bad.steps of the first wrong action (t')
+    verdicts: tuple[StepVerdict, ...]
+    model_version: str = ""
+    tokens_processed: int = 0
+    fallback: bool = False  # no step judged bad: t' fell back to the last action (Direct-Revision)
+    oracle_index: int | None = None  # the environment oracle's first error (None: no oracle / none)
+
+
+@upcaster("FirstErrorMarked", 1)
+def _first_error_marked_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 -> v2: ``fallback`` derived from the verdicts (direct, or no "bad" verdict), no oracle."""
+    verdicts = data.get("verdicts") or []
+    judged_bad = any(isinstance(v, dict) and v.get("label") == "bad" for v in verdicts)
+    data["fallback"] = data.get("strategy") == "direct" or not judged_bad
+    data["oracle_index"] = None
+    return data
+
+
+@register
+@dataclass(frozen=True)
+class RevisionMaterialized(DomainEvent):
+    sample_id: str
+    pair_id: str
+    run_id: str | None
+    iteration: int
+    sample: TrainingSample
+    template_id: str
+    revision_length: int  # bad actions kept after the divergence (through t')
+    verified: bool | None = None  # None: no environment to replay in
+
+
+@register
+@dataclass(frozen=True)
+class RevisionRejected(DomainEvent):
+    pair_id: str
+    run_id: str | None
+    iteration: int
+    reason: str
+
+
+@register
+@dataclass(frozen=True)
+class FirstErrorCorrected(DomainEvent):
+    """A reviewer moved a pair's first-error step (t') and/or rewrote its reflection (human review).
+
+    ``old_*`` are what the sample was spliced with before; ``new_reflection`` None keeps the
+    reflection chosen the usual way (a template for the new wrong action). The splicer re-splices
+    the pair from it (``SampleRespliced``, provenance origin "human-corrected") or says why not
+    (``CorrectionRejected``).
+    """
+
+    pair_id: str
+    correction_id: str
+    reviewer: str  # the review key: "<prefix>" or "<prefix> (<label>)"
+    corrected_at: str  # ISO 8601, the API's clock when the reviewer sent it
+    old_transition_index: int | None
+    new_transition_index: int
+    old_reflection: str
+    new_reflection: str | None = None
+    trace_id: str | None = None  # set when the correction was made on a production trace
+    note: str = ""
+
+
+@register
+@dataclass(frozen=True)
+class SampleRespliced(DomainEvent):
+    """A pair's revision sample re-spliced from a human correction; it replaces the earlier sample."""
+
+    sample_id: str
+    pair_id: str
+    correction_id: str
+    run_id: str | None
+    iteration: int
+    sample: TrainingSample  # provenance: origin "human-corrected", correction_id, corrected_by
+    template_id: str
+    revision_length: int
+    verified: bool | None = None
+
+
+@register
+@dataclass(frozen=True)
+class CorrectionRejected(DomainEvent):
+    """A human correction could not be spliced (e.g. the replay no longer reaches the good reward)."""
+
+    pair_id: str
+    correction_id: str
+    reason: str
