@@ -235,14 +235,13 @@ class Tau2Env:
         self._ids = itertools.count(1)
 
     def task_ids(self, split: str = "test") -> list[str]:
-        every = list(self.domain.tasks)
-        if split in ("all", "base") and split not in self.domain.splits:
-            return every
+        """tau2's split (``train`` / ``test`` / ``base``), or ``all``; a domain without a train/test
+        split file (mock) answers every task for ``train``, ``test`` and ``all``."""
         if split in self.domain.splits:
             return [i for i in self.domain.splits[split] if i in self.domain.tasks]
-        if split == "test" and not self.domain.splits:
-            return every
-        known = ", ".join(sorted({"all", *self.domain.splits}))
+        if split in ("all", "train", "test"):
+            return list(self.domain.tasks)
+        known = ", ".join(sorted({"all", "train", "test", *self.domain.splits}))
         raise EnvError(f"{self.name}: unknown split {split!r} (known: {known})")
 
     def task(self, task_id: str) -> Any:

@@ -101,5 +101,6 @@ def test_uri_errors_name_the_problem() -> None:
         open_env("tau2:mock?colour=red")
     env = open_env("tau2:mock")
     assert env.name == "tau2:mock" and env.task_ids("all")
+    assert env.task_ids("train") == env.task_ids("test") == env.task_ids("all")  # mock has no split file
     with pytest.raises(EnvError, match="unknown split"):
         env.task_ids("nonsense")
