@@ -7,7 +7,8 @@ chat template by the trainer's own code (``train_service.tokenize.tokenize_sampl
 its text and whether it carries loss. The model is the iteration's (the weights it trains from,
 ``RunConfig.train_weights``) unless ``model`` names another model of the project's runs (their
 models, iteration models and checkpoints); anything else is refused, so the API never opens a
-folder a run did not name. Tokenizers are loaded once per folder and kept (a few).
+folder a run did not name. A sample of no run (a trace's) defaults to the project's default model:
+the model of its newest run. Tokenizers are loaded once per folder and kept (a few).
 """
 
 from __future__ import annotations
