@@ -338,21 +338,18 @@ def test_ui_pages_over_a_real_run(
             page.wait_for_selector("#trace-steps tbody tr")
             no_literals(page, "trace (success)")
             # the failed trace's pair: no "step -1" / "node -" when the paths share nothing
-            trace_pair = wait_for(
-                lambda: http.get(f"/v1/traces/{failed_id}", headers=h).json().get("pair_id"),
+            trace_field = lambda trace_id, field: wait_for(  # noqa: E731
+                lambda: http.get(f"/v1/traces/{trace_id}", headers=h).json().get(field),
                 120,
-                "the failed trace's pair",
+                f"{field} of trace {trace_id}",
             )
+            trace_pair = trace_field(failed_id, "pair_id")
             page.goto(f"{base}/ui/#/pairs/{trace_pair}")
             page.wait_for_selector("#pair-diff tbody tr")
             assert "-1" not in page.locator("#divergence").inner_text()
             no_literals(page, "trace pair")
             # a trace's sample (no run): tokens with the project's default model, its newest run's
-            trace_sample = wait_for(
-                lambda: http.get(f"/v1/traces/{success_id}", headers=h).json().get("sample_id"),
-                120,
-                "the successful trace's sample",
-            )
+            trace_sample = trace_field(success_id, "sample_id")
             page.goto(f"{base}/ui/#/samples/{trace_sample}")
             page.wait_for_selector("#tokens .tok, #tokens-error", timeout=60_000)
             assert page.locator("#tokens-error").count() == 0, page.locator("#tokens-error").inner_text()
