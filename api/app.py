@@ -15,9 +15,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.deps import ApiServices
-from api.errors import install_error_handlers
+from api.docs_ui import router as docs_ui_router
+from api.errors import ERROR_LOGGED, install_error_handlers
 from api.idempotency import IdempotentReplay, replay_handler
 from api.middleware import AccessLogMiddleware, ApiMetrics, BodyLimitMiddleware, JsonSanitizeMiddleware
 from api.proxy.routes import ProxySettings, load_proxy_settings, start_proxy
@@ -48,6 +50,29 @@ SFT), follow them, read trees, pairs and samples, download datasets, and ingest 
 Authenticate with `Authorization: Bearer <key>`. Keys belong to one project and carry scopes
 (read, ingest, run, review, admin). POST routes accept an `Idempotency-Key` header.
 """
+
+
+class _HandledErrors:
+    """Outermost ASGI layer: an exception the app's 500 handler has already answered and logged
+    (redacted, api/errors.py) ends here instead of reaching the server, which would log it again
+    with its message (uvicorn's "Exception in ASGI application") and drop the kept-alive connection."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except Exception:
+            if not scope.get("state", {}).get(ERROR_LOGGED):
+                raise
+
+
+class AgentrApi(FastAPI):
+    """FastAPI with ``_HandledErrors`` around Starlette's whole middleware stack."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return _HandledErrors(super().build_middleware_stack())
 
 
 def create_app(
@@ -99,12 +124,12 @@ def create_app(
             await store.close()
             log.info("api stopped")
 
-    app = FastAPI(
+    app = AgentrApi(
         title="agentr",
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # /docs is api.docs_ui: Swagger UI from local files, with a CSP
         redoc_url=None,
         openapi_url="/openapi.json",
     )
@@ -113,6 +138,7 @@ def create_app(
     for module in (health, projects, runs, trees, datasets, traces, otlp, listings, events, review, samples):
         app.include_router(module.router)
     app.include_router(proxy_router)  # the capture proxy (api/proxy): OpenAI-compatible, records traces
+    app.include_router(docs_ui_router)
     app.include_router(ui_router)  # the web UI at /ui (api/ui): static pages over the /v1 API
     # add_middleware wraps: the last added runs first. Access log outermost, so 413s are logged too;
     # the sanitiser inside the body limit, so it only ever buffers a bounded body.

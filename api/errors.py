@@ -39,6 +39,9 @@ _CODES = {
 }
 
 
+ERROR_LOGGED = "agentr_error_logged"
+"""Request-state flag: the 500 handler logged this request's exception (redacted)."""
+
 _HTTP_METHODS = frozenset({"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"})
 
 
@@ -81,6 +84,8 @@ def error_response(
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     request_id = getattr(request.state, "request_id", None) if request is not None else None
+    if status_code == 422 and not fields:  # a 422 always names what to fix (ErrorBody says so)
+        fields = [{"field": "request", "message": detail}]
     body = {
         "error": code or _CODES.get(status_code, "error"),
         "detail": detail,
@@ -198,6 +203,7 @@ def install_error_handlers(app: FastAPI) -> None:
             getattr(request.state, "request_id", "?"),
             redacted_traceback(exc),
         )
+        request.scope.setdefault("state", {})[ERROR_LOGGED] = True  # api.app stops it here
         # Starlette answers this outside the app's middleware: add the request id header here.
         request_id = getattr(request.state, "request_id", None)
         headers = {"x-request-id": request_id} if request_id else None

@@ -23,6 +23,7 @@ from api.sanitize import (
     MAX_DEPTH,
     InflateError,
     JsonProblem,
+    JsonRefused,
     TooDeep,
     inflate,
     json_problem,
@@ -245,6 +246,8 @@ class JsonSanitizeMiddleware:
                 problem = json_problem(parsed)
             except TooDeep:
                 problem = JsonProblem("", f"nested deeper than {MAX_DEPTH} levels")
+            except JsonRefused as exc:
+                problem = JsonProblem("", str(exc))
             except ValueError:
                 problem = None  # not JSON: FastAPI answers 422 json_invalid
         if problem is not None:

@@ -10,7 +10,7 @@ Two limits, both answered with 429 and ``Retry-After`` (whole seconds until a to
 
 A rate of 0 turns a limit off. Buckets live in this process (one API replica); several replicas
 each apply the limit. The client address is the connection's peer (``request.client``); behind a
-reverse proxy, limit there or run uvicorn with ``--proxy-headers`` so the peer is the real client.
+reverse proxy, name it in ``AGENTR_TRUSTED_PROXIES`` (api/server.py) so its X-Forwarded-For is believed.
 At most ``MAX_BUCKETS`` buckets are kept (least recently used dropped first), so memory stays bounded
 under address spraying.
 """

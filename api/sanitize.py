@@ -7,6 +7,7 @@ Every JSON request body (``SanitizeMiddleware`` in api/middleware.py) and every 
 * a string or object key holds a lone UTF-16 surrogate (``"\\ud800"`` is legal JSON but no UTF-8
   text: PostgreSQL's driver fails to encode it) or a NUL character (PostgreSQL text cannot hold it);
 * a number is NaN or Infinity (Python's parser accepts them; JSON and PostgreSQL's jsonb do not);
+* an integer has more than ``MAX_INT_DIGITS`` digits (``loads_bounded``);
 * nesting is deeper than ``MAX_DEPTH`` levels. JSON carried INSIDE a string (OpenAI
   ``tool_calls[].function.arguments``, OTel ``gen_ai.input.messages``, ...) counts too: a string
   that starts with ``{`` or ``[`` and parses as JSON is walked as if it were inline, so an importer
@@ -47,8 +48,27 @@ class JsonProblem:
         return f"{root}{self.path}" if self.path.startswith("[") else f"{root}.{self.path}"
 
 
-class TooDeep(ValueError):
+MAX_INT_DIGITS = 1000
+"""Longest JSON integer accepted (digits). Python refuses to read more than 4,300 (its int-string
+limit, a ValueError deep in a parser); nothing the API stores needs a thousand."""
+
+
+class JsonRefused(ValueError):
+    """``loads_bounded`` met JSON the API refuses before looking at it (its message says why)."""
+
+
+class TooDeep(JsonRefused):
     """``loads_bounded`` met JSON nested deeper than the limit."""
+
+
+class TooLong(JsonRefused):
+    """``loads_bounded`` met an integer with more than ``MAX_INT_DIGITS`` digits."""
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise TooLong(f"holds an integer of more than {MAX_INT_DIGITS} digits")
+    return int(text)
 
 
 def text_problem(text: str) -> str | None:
@@ -114,9 +134,10 @@ def json_problem(value: Any, max_depth: int = MAX_DEPTH) -> JsonProblem | None:
 
 
 def loads_bounded(raw: bytes | str) -> Any:
-    """``json.loads`` that reports absurd nesting as ``TooDeep`` instead of RecursionError."""
+    """``json.loads`` that reports absurd nesting as ``TooDeep`` instead of RecursionError, and an
+    integer past ``MAX_INT_DIGITS`` as ``TooLong`` (never Python's own int-string ValueError)."""
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_int=_bounded_int)
     except RecursionError:
         raise TooDeep(f"nested deeper than {MAX_DEPTH} levels") from None
 

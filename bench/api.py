@@ -19,6 +19,14 @@ known key prefix (ours: one scrypt against the stored hash) and on an unknown pr
 before, a database miss and no hashing at all, 3 ms against 43-54 ms; now a dummy scrypt). Interleaved,
 median per request; ratio = baseline time / ours, which should be close to 1 (no prefix oracle, no
 cheap path). The failed-auth rate limit is off for this server so every request reaches the check.
+
+Per-key request limit (issue 26): a second server configured with a SMALL limit
+(``AGENTR_KEY_REQUESTS_PER_S`` = ``KEY_LIMIT``, burst ``KEY_BURST``) is flooded by ``FLOOD_CLIENTS``
+concurrent clients sending ``GET /v1/runs`` with one key for a fixed time. ours = requests admitted
+per second (200s counted by completion time, from 2 s into the flood, once the burst is spent, to
+its end), baseline = the configured limit, ratio = ours / limit (target close to 1: the limit is
+what is admitted, neither more nor starved); the offered rate and 429 count are in the metric text.
+``--limit-only`` runs just this part (``--quick``: an 8 s flood, else 20 s).
 """
 
 from __future__ import annotations
@@ -192,7 +200,104 @@ async def _rejected_auth(base: str, key: str, requests: int) -> tuple[float, flo
     return statistics.median(known_s), statistics.median(unknown_s)
 
 
-async def main(quick: bool) -> None:
+KEY_LIMIT = 5.0
+KEY_BURST = 5
+FLOOD_CLIENTS = 32
+
+
+async def _key_flood(base: str, key: str, seconds: float) -> tuple[list[float], int, float]:
+    """``FLOOD_CLIENTS`` clients sending ``GET /v1/runs`` with ``key`` as fast as they are answered
+    for ``seconds``: (completion times of the 200s, counted from the start; how many got 429; the
+    seconds until the last answer)."""
+    import httpx
+
+    admitted: list[float] = []
+    refused = 0
+    headers = {"Authorization": f"Bearer {key}"}
+    limits = httpx.Limits(max_connections=FLOOD_CLIENTS, max_keepalive_connections=FLOOD_CLIENTS)
+    async with httpx.AsyncClient(base_url=base, timeout=30, limits=limits) as client:
+        # one request first: the key's scrypt is paid once (then cached), not by 32 at once
+        warm = await client.get("/v1/runs", params={"limit": 1}, headers=headers)
+        if warm.status_code != 200:
+            raise SystemExit(f"flood warm-up: {warm.status_code}: {warm.text[:200]}")
+        await asyncio.sleep(KEY_BURST / KEY_LIMIT)  # the warm-up's token is back: a full burst
+        started = time.perf_counter()
+        deadline = started + seconds
+
+        async def one_client() -> None:
+            nonlocal refused
+            while time.perf_counter() < deadline:
+                response = await client.get("/v1/runs", params={"limit": 1}, headers=headers)
+                if response.status_code == 200:
+                    admitted.append(time.perf_counter() - started)
+                elif response.status_code == 429:
+                    refused += 1
+                else:
+                    raise SystemExit(f"flood: unexpected {response.status_code}: {response.text[:200]}")
+
+        await asyncio.gather(*(one_client() for _ in range(FLOOD_CLIENTS)))
+        elapsed = time.perf_counter() - started
+    return admitted, refused, elapsed
+
+
+async def _serve(app: object) -> tuple[object, asyncio.Task[None], str]:
+    import uvicorn
+
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )  # type: ignore[arg-type]
+    serving = asyncio.create_task(server.serve())
+    for _ in range(200):  # uvicorn exposes no start event; wait up to 10 s for it to bind
+        if server.started:
+            break
+        await asyncio.sleep(0.05)  # noqa: ASYNC110
+    return server, serving, f"http://127.0.0.1:{port}"
+
+
+async def key_limit(url: str, key: str, quick: bool) -> None:
+    """Print the per-key limit line: admitted requests per second under a flood vs the limit."""
+    from api.app import create_app
+    from core.runtime.settings import Settings
+
+    settings = Settings(
+        database_url=url,
+        redis_url=None,
+        log_level="WARNING",
+        auth_failures_per_min=0,
+        key_requests_per_s=KEY_LIMIT,
+        key_request_burst=KEY_BURST,
+    )
+    app = create_app(settings)
+    server, serving, base = await _serve(app)
+    seconds = 8.0 if quick else 20.0
+    settle = 2.0  # the burst is spent and answered by then: count the steady state only
+    try:
+        admitted, refused, elapsed = await _key_flood(base, key, seconds)
+    finally:
+        server.should_exit = True  # type: ignore[attr-defined]
+        await serving
+    steady = [at for at in admitted if settle <= at < seconds]
+    rate = len(steady) / (seconds - settle)
+    offered = (len(admitted) + refused) / elapsed
+    print(
+        json.dumps(
+            {
+                "metric": f"per-key request limit: 200s per second in the steady state ({settle:.0f}-"
+                f"{seconds:.0f} s) of a flood from {FLOOD_CLIENTS} clients ({offered:.0f} requests/s "
+                f"offered, {refused} answered 429; burst {KEY_BURST}) vs the configured "
+                "AGENTR_KEY_REQUESTS_PER_S",
+                "ours": round(rate, 2),
+                "baseline": KEY_LIMIT,
+                "unit": "requests/s",
+                "ratio": round(rate / KEY_LIMIT, 3),
+            }
+        ),
+        flush=True,
+    )
+
+
+async def main(quick: bool, limit_only: bool = False) -> None:
     import uvicorn
 
     from api.app import create_app
@@ -205,7 +310,10 @@ async def main(quick: bool) -> None:
     dsn = f"{base_dsn}/{name}"
     url = dsn.replace("postgresql://", "postgresql+asyncpg://")
     try:
-        key, run_id = await _seed(url, rows)
+        key, run_id = await _seed(url, 10 if limit_only else rows)
+        await key_limit(url, key, quick)
+        if limit_only:
+            return
         port = _free_port()
         app = create_app(
             Settings(database_url=url, redis_url=None, log_level="WARNING", auth_failures_per_min=0)
@@ -276,4 +384,6 @@ if __name__ == "__main__":
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="3,000 rows; finishes well under a minute.")
-    asyncio.run(main(parser.parse_args().quick))
+    parser.add_argument("--limit-only", action="store_true", help="Only the per-key request limit line.")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.quick, arguments.limit_only))

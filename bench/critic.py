@@ -21,6 +21,11 @@ one, every critic names that action, Direct-Revision included). The same pairs a
 the ``reflect`` strategy with the same model (``first_error_match_reflect``) and by the ``value``
 strategy, with an ArCHer critic trained on that iteration's trees (``first_error_match_value``;
 ``bench/learners.py``).
+``first_error_match_multi``: on the pairs with two or more actions after the divergence (where
+critics can differ at all), the model critic ("ours") against the BEST of the trivial critics on
+the same pairs - first-after-divergence, last action (Direct-Revision) and rules ("baseline") -
+with the pair count and each critic's share (and reflect's, which the critic worker records on every
+search pair: ``FirstErrorMarked.baselines``); ratio = ours / baseline.
 Also printed: the model critic's fallback share (lower is better; baseline = Direct-Revision's 1.0);
 ``first_error_match_vs_first_step``: the same match rate against the trivial critic that always
 blames the first action after the divergence (the pairing makes that the oracle's answer on most
@@ -200,6 +205,7 @@ async def first_error_match(quick: bool, home: str, skip: set[str]) -> None:
             _line("first_error_match_two_plus_actions", m["exact_match"], m["direct_exact_match"], "share")
         # the trivial critic that blames the first action after the divergence, on the same pairs
         _line("first_error_match_vs_first_step", metrics["exact_match"], metrics["first_step_match"], "share")
+        multi_line(metrics["split"]["2+"])
         fallback = metrics["fallback_share"]
         _line(
             "critic_fallback_share",
@@ -228,6 +234,32 @@ async def first_error_match(quick: bool, home: str, skip: set[str]) -> None:
             await judge_retention(settings, store, run_id, model_ref, oracle, folder / "retention")
     finally:
         await store.close()
+
+
+def multi_line(multi: dict[str, Any], metric: str = "first_error_match_multi") -> None:
+    """``first_error_match_multi``: the critic against the best trivial critic on the pairs with
+    >= 2 actions after the divergence (``critic_metrics``' ``split["2+"]``), with the pair count."""
+    trivial = {name: multi.get(name) for name in ("first", "direct", "rules")}
+    known = {k: v for k, v in trivial.items() if v is not None}
+    if not multi.get("pairs") or multi.get("critic") is None or not known:
+        print(f"# {metric}: no oracle pair with two or more actions after the divergence", file=sys.stderr)
+        return
+    best = max(known, key=lambda k: known[k])
+    ours, baseline = float(multi["critic"]), float(known[best])
+    line = {
+        "metric": metric,
+        "ours": round(ours, 4),
+        "baseline": round(baseline, 4),
+        "unit": "share of pairs with t' = oracle",
+        "ratio": round(ours / baseline, 2) if baseline else None,
+        "pairs": multi["pairs"],
+        "baseline_critic": best,
+        "first": trivial["first"],
+        "last_action": trivial["direct"],
+        "rules": trivial["rules"],
+        "reflect": multi.get("reflect"),
+    }
+    print(json.dumps(line), flush=True)
 
 
 async def judge_retention(

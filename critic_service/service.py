@@ -55,7 +55,7 @@ from core.llm.ports import Policy
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
-from critic_service.critic import CriticConfig, CriticConfigError, critique
+from critic_service.critic import CriticConfig, CriticConfigError, critique, reflect_baseline
 from critic_service.oracles import Oracles
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,9 @@ class CriticHandlers:
                 )
                 policy = self.policies.get(model_ref) if needs_model and model_ref else None
             result = await critique(config, pair.bad, pair.shared_steps, policy)
+            baselines: dict[str, int] = {}
+            if pair.source == "search":  # the run report's critic baselines, on the same pair
+                baselines = await reflect_baseline(config, pair.bad, pair.shared_steps, policy)
             if pair.source == "trace" and result.fallback and config.strategy != "direct":
                 raise CriticInputError(
                     f"no_error_found: the {config.strategy} critic judged no step after the divergence "
@@ -161,6 +164,7 @@ class CriticHandlers:
             tokens_processed=result.tokens_processed,
             fallback=result.fallback,
             oracle_index=self.oracles.oracle_index(pair.env_uri, pair.task_id, pair.bad, pair.shared_steps),
+            baselines=baselines,
         )
         log.info(
             "critic: pair %s strategy=%s t'=%d%s oracle=%s (divergence %d, %d verdicts, %d tokens)",

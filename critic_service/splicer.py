@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from sqlalchemy import func, select
 
+from core.domain.config import RunConfig
 from core.domain.events import (
     FirstErrorMarked,
     IterationDatasetEmpty,
@@ -44,6 +45,7 @@ from core.domain.events import (
     TreeCompleted,
     caused_by,
 )
+from core.domain.good_samples import revision_masks
 from core.domain.ids import derived_id, pair_stream, run_stream
 from core.domain.reflections import (
     DEFAULT_TEMPLATES,
@@ -75,6 +77,15 @@ def _open_env(uri: str) -> Env:
 
 
 @dataclass(frozen=True)
+class LossMasking:
+    """The run's weight-0 rule for the good continuation of a revision sample
+    (``RunConfig.mask_invalid_steps`` / ``mask_loop_steps``; core.domain.good_samples.revision_masks)."""
+
+    invalid_steps: bool = True
+    loop_steps: bool = True
+
+
+@dataclass(frozen=True)
 class SpliceConfig:
     verify: bool = True
     """Replay the spliced actions in the environment when the pair names one."""
@@ -84,6 +95,12 @@ class SpliceConfig:
     """Reflection templates (id -> sentence); None = core.domain.reflections.DEFAULT_TEMPLATES."""
     reflection: Literal["template", "model"] = "template"
     """Where the reflection sentence comes from: a template, or the iteration's model (with fallback)."""
+
+    @classmethod
+    def of_run(cls, run_config: RunConfig) -> tuple[SpliceConfig, LossMasking]:
+        """The run's ``splice`` settings and its loss-masking rule (the one good samples follow)."""
+        masking = LossMasking(run_config.mask_invalid_steps, run_config.mask_loop_steps)
+        return cls.from_data(run_config.splice), masking
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None) -> SpliceConfig:
@@ -154,13 +171,13 @@ class SpliceHandlers:
         pair = await self._pair(marked.pair_id)
         if pair is None:
             raise LookupError(f"splice: no PairFound in stream {pair_stream(marked.pair_id)}")
-        config = SpliceConfig()
+        config, masking = SpliceConfig(), LossMasking()
         model_ref: str | None = None
         try:
             if pair.run_id is not None:
                 run_config, model_ref = await run_context(self.store, pair.run_id, pair.iteration)
-                config = SpliceConfig.from_data(run_config.splice)
-            outcome = await self._splice(pair, marked, config, model_ref)
+                config, masking = SpliceConfig.of_run(run_config)
+            outcome = await self._splice(pair, marked, config, model_ref, masking=masking)
         except (SpliceError, ReflectionError) as exc:
             outcome = RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"splice: {exc}")
         if isinstance(outcome, RevisionRejected):
@@ -220,6 +237,7 @@ class SpliceHandlers:
         config: SpliceConfig,
         model_ref: str | None,
         reflection: Reflection | None = None,
+        masking: LossMasking | None = None,
     ) -> RevisionMaterialized | RevisionRejected:
         """Splice ``pair`` at ``marked.transition_index``; ``reflection`` given (a reviewer's) is used
         as it is, otherwise one is chosen as ``config`` says."""
@@ -265,8 +283,22 @@ class SpliceHandlers:
             provenance["trace_id"] = pair.bad_leaf_id
             if pair.bad.task != pair.good.task:  # matched by task key; the sample keeps the failed task
                 provenance["good_task"] = pair.good.task
+        masking = masking or LossMasking()
+        masked, provenance["loss_masked"] = revision_masks(
+            path, mask_invalid_steps=masking.invalid_steps, mask_loop_steps=masking.loop_steps
+        )
+        if len(masked) == len(path.good):
+            return RevisionRejected(
+                pair.pair_id,
+                pair.run_id,
+                pair.iteration,
+                "splice: nothing to train: every step of the good continuation was rejected by the "
+                "environment or repeats a loop (weight 0)",
+            )
         sample_id = derived_id("revision", pair.pair_id)
-        sample = revision_sample(sample_id, pair.bad, pair.good, path, reflection.text, provenance)
+        sample = revision_sample(
+            sample_id, pair.bad, pair.good, path, reflection.text, provenance, masked=masked
+        )
         return RevisionMaterialized(
             sample_id=sample_id,
             pair_id=pair.pair_id,

@@ -73,6 +73,16 @@ from search_service.env_states import Candidate, EnvStates
 log = logging.getLogger(__name__)
 
 EventSink = Callable[[Sequence[NewEvent]], Awaitable[None]]
+StopCheck = Callable[[], Awaitable[str | None]]
+"""Asked between expansions: a reason to stop now (the run was cancelled), or None to go on."""
+
+
+class SearchStopped(Exception):
+    """The search stopped before its budget because ``StopCheck`` gave ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -128,7 +138,9 @@ class TreeSearch:
         *,
         metadata: Metadata | None = None,
         use_clone: bool = True,
+        should_stop: StopCheck | None = None,
     ) -> None:
+        self.should_stop = should_stop
         self.request = request
         self.config = request.config
         self.env = env
@@ -150,6 +162,14 @@ class TreeSearch:
             metadata=self.metadata,
             event_id=derived_id(tree_id, type(event).__name__, *key),
         )
+
+    async def _check_stop(self) -> None:
+        """Raise ``SearchStopped`` when ``should_stop`` gives a reason (before each expansion, so
+        nothing of a cancelled search is expanded or recorded after the check sees the cancel)."""
+        if self.should_stop is not None:
+            reason = await self.should_stop()
+            if reason is not None:
+                raise SearchStopped(reason)
 
     def _max_depth(self) -> int:
         return min(self.config.max_depth, max(1, int(getattr(self.env, "max_steps", self.config.max_depth))))
@@ -196,6 +216,7 @@ class TreeSearch:
                     self.config.iterations,
                 )
                 break
+            await self._check_stop()
             await self._descend(tree)
         self.stats.env_steps = self.states.steps
         self.stats.replay_steps = self.states.replay_steps
@@ -222,6 +243,7 @@ class TreeSearch:
             if reason is not None:
                 break  # old rule only: with ``keep`` a terminal node is closed and never selected
             if not tree.is_expanded(node_id):
+                await self._check_stop()  # a rollout's events are written at its end: none are lost
                 records = await self._expand(tree, node_id)
                 if not records:
                     reason = "no valid action"
@@ -350,7 +372,9 @@ class TreeSearch:
             )
             event = GoodTrajectoryFound(sample_id, req.tree_id, req.run_id, req.iteration, leaf, trajectory)
             out.append(self._new(event, leaf))
-        pairs = select_pairs(tree, config.alpha, config.beta, config.max_pairs_per_tree)
+        pairs = select_pairs(
+            tree, config.alpha, config.beta, config.max_pairs_per_tree, config.pair_selection
+        )
         for spec in pairs:
             pair_id = derived_id(req.tree_id, "pair", spec.bad_leaf_id, spec.good_leaf_id)
             found = PairFound(

@@ -163,3 +163,36 @@ def from_ref(ref: str) -> NoisyExpertPolicy | None:
         )
     except ValueError as exc:
         raise ValueError(f"model ref {ref!r}: {exc}") from exc
+
+
+class Tau2NoisyExpertPolicy(NoisyExpertPolicy):
+    """The same noisy expert for a tool-calling environment (tau2): ``plans`` maps a task's first
+    user turn to its gold actions (``Tau2Env.gold_actions``); progress counts the gold actions
+    already taken that the environment accepted (a reply not starting with ``Error``). With
+    probability ``mistake_rate`` the answer is a mistake instead: ending the conversation early
+    (``###STOP###`` before the work is done, reward 0) or a call to a tool with a wrong id."""
+
+    def __init__(self, plans: dict[str, list[str]], mistake_rate: float = 0.3, seed: int = 0) -> None:
+        super().__init__(mistake_rate=mistake_rate, seed=seed)
+        self.plans = plans
+        self.model_version = f"tau2-noisy-expert(mistake={mistake_rate})"
+
+    def _answer(self, conversation: Conversation, rng: random.Random) -> str:
+        messages = list(conversation)
+        task = next((m.content for m in messages if m.role == "user"), "")
+        plan = self.plans.get(task)
+        if plan is None:
+            return "Thought: I do not know this customer.\nAction: Sorry, I cannot help. ###STOP###"
+        done = 0
+        for index, message in enumerate(messages):
+            parsed = parse_action(message.content) if message.role == "assistant" else None
+            reply = messages[index + 1].content if index + 1 < len(messages) else ""
+            if parsed is not None and done < len(plan) and not reply.startswith("Error"):
+                done += parsed.action.strip() == plan[done]
+        if done >= len(plan):
+            return "Thought: All done.\nAction: Thank you. ###STOP###"
+        if rng.random() >= self.mistake_rate:
+            return f"Thought: Next step of the procedure.\nAction: {plan[done]}"
+        if rng.random() < 0.5:
+            return "Thought: I think this is handled.\nAction: Your request is handled. ###STOP###"
+        return 'Thought: Let me look that order up.\nAction: get_order_details({"order_id": "#W0000000"})'

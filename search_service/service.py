@@ -8,7 +8,10 @@ batched policy calls), runs ``TreeSearch``, appends progress events to the tree'
 ``GoodTrajectoryFound`` and ``PairFound`` for the worker to append with its tracking row.
 
 A redelivered request resumes from the tree's stored events (nothing is redone or written twice);
-one whose tree already completed or failed returns nothing. An unknown environment, task, bad search
+one whose tree already completed or failed returns nothing. A search whose run is cancelled stops
+at its next expansion (the run's stream is read for ``RunCancelled`` at most once a second) and
+ends in ``SearchFailed`` with the reason ``run cancelled: ...``; the rollout in progress is dropped.
+An unknown environment, task, bad search
 config, a model ref that cannot be opened or a task too long for the model's context even with every
 earlier step omitted ends in ``SearchFailed`` with the reason, and the worker carries on. Prompts are
 fitted to the model's context by the engine (older steps dropped whole). Model refs: anything
@@ -20,18 +23,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections.abc import Callable, Sequence
 
 from core.domain.events import (
     Metadata,
     NewEvent,
     RecordedEvent,
+    RunCancelled,
     SearchFailed,
     SearchRequested,
     TreeCompleted,
     caused_by,
 )
-from core.domain.ids import derived_id, tree_stream
+from core.domain.ids import derived_id, run_stream, tree_stream
 from core.domain.mcts import SearchConfigError
 from core.envs.base import Env, EnvError, UnknownTask
 from core.llm.context import ContextOverflow
@@ -40,7 +46,7 @@ from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
 from search_service.batching import BatchingPolicy
-from search_service.engine import TreeRequest, TreeSearch
+from search_service.engine import SearchStopped, TreeRequest, TreeSearch
 from search_service.noisy_expert import from_ref as noisy_expert_from_ref
 
 log = logging.getLogger(__name__)
@@ -139,6 +145,11 @@ class SearchHandler:
             return failed(f"cannot open model {event.model_ref!r}: {exc}")
 
         state = {"version": version}
+        stop = RunCancelCheck(self.store, event.run_id)
+        reason = await stop.check(force=True)
+        if reason is not None:
+            await env.close()
+            return failed(reason)
 
         async def sink(events: Sequence[NewEvent]) -> None:
             stored = await self.store.append(events, expected_versions={stream: state["version"]})
@@ -146,9 +157,16 @@ class SearchHandler:
             if versions:
                 state["version"] = max(versions)
 
-        search = TreeSearch(request, env, policy, sink, metadata=_with_producer(metadata))
+        search = TreeSearch(
+            request, env, policy, sink, metadata=_with_producer(metadata), should_stop=stop.check
+        )
         try:
             await search.run(prior)
+        except SearchStopped as exc:
+            log.info("tree %s: stopped: %s", event.tree_id, exc.reason)
+            stopped = SearchFailed(event.tree_id, event.run_id, event.iteration, exc.reason)
+            new = NewEvent(stream, stopped, metadata, derived_id(event.tree_id, "SearchFailed"))
+            return HandlerResult(events=[new], expected_versions={stream: state["version"]})
         except UnknownTask as exc:
             return failed(f"unknown task {event.task_id!r} in {event.env_uri!r}: {exc}")
         except ContextOverflow as exc:
@@ -157,6 +175,29 @@ class SearchHandler:
             await search.close()
             await env.close()
         return HandlerResult(events=search.final_events(), expected_versions={stream: state["version"]})
+
+
+class RunCancelCheck:
+    """Whether the tree's run was cancelled: reads the run's stream for ``RunCancelled``, at most
+    once per ``interval`` seconds (the search asks before every expansion)."""
+
+    def __init__(self, store: EventStore, run_id: str | None, interval: float = 1.0) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.interval = interval
+        self._checked_at = -math.inf
+
+    async def check(self, force: bool = False) -> str | None:
+        if self.run_id is None:
+            return None
+        now = time.monotonic()
+        if not force and now - self._checked_at < self.interval:
+            return None
+        self._checked_at = now
+        for recorded in await self.store.read_stream(run_stream(self.run_id)):
+            if isinstance(recorded.event, RunCancelled):
+                return f"run cancelled: {recorded.event.reason}"
+        return None
 
 
 def _with_producer(metadata: Metadata) -> Metadata:

@@ -26,11 +26,14 @@ Hierarchical actor-critic on utterance-level transitions (``core.domain.transiti
   ``warmup_iters`` critic-only rounds (the paper's warm-up), ``actor_epochs`` actor updates.
   Cancellation and ``time_budget_s`` are checked after every update.
 
-Defaults are the ArCHer code's (``scripts/config/default.yaml``: gamma 0.95, tau 0.1, critic lr
-1e-5, actor lr 1e-6, 5 critic and 3 actor epochs, warm-up 20 iterations, batch 4 x 64
-accumulation, max grad norm 1.0, temperature 1.0, 32 new tokens), IQL's for the offline parts
-(expectile 0.7, AWR inverse temperature 3, weights capped at 100); the iteration count and a time
-budget are the caller's (a CPU run sets them small). The checkpoint is the actor (``save_pretrained``
+Two modes: ``online`` is the paper's (in a run, ``train_service.archer_online`` plays episodes in
+the environment every round into a replay buffer; ``train_archer`` below runs the same updates on a
+fixed set of transitions); ``offline`` is ours (IQL + AWR on the logged tree edges). Defaults are
+the ArCHer code's (``scripts/config/default.yaml``: gamma 0.95, tau 0.1, critic lr 1e-5, actor lr
+1e-6, 5 critic and 3 actor epochs, warm-up 20 iterations, batch 4 x 64 accumulation, max grad norm
+1.0, temperature 1.0, 32 new tokens, 2000 iterations, rollout size 32, capacity 10000), IQL's for
+the offline parts (expectile 0.7, AWR inverse temperature 3, weights capped at 100); a CPU run sets
+the rounds and sizes small (docs/learners.md). The checkpoint is the actor (``save_pretrained``
 + tokenizer + ``meta.json``) with the critic in ``critic/`` (what the ``value`` critic strategy
 loads). Runs in one process (``train.launcher`` torchrun is refused for this method).
 """
@@ -57,7 +60,7 @@ __all__ = ["ArcherConfig", "train_archer"]
 log = logging.getLogger(__name__)
 
 
-class _ActorWithCritic:
+class ActorWithCritic:
     """What ``write_checkpoint`` saves: the actor's weights, then the critic in ``critic/``."""
 
     def __init__(self, actor: Any, critic: UtteranceCritic) -> None:
@@ -156,7 +159,7 @@ def train_archer(
         run_id=run_id,
         metrics=metrics,
     )
-    path = write_checkpoint(_ActorWithCritic(learner.actor, learner.critic), learner.tokenizer, out, meta)
+    path = write_checkpoint(ActorWithCritic(learner.actor, learner.critic), learner.tokenizer, out, meta)
     log.info(
         "ArCHer: %d critic / %d actor updates in %.1fs (TD loss %.4f -> %.4f): checkpoint %s",
         critic_updates,

@@ -14,9 +14,11 @@ from train_service.hf_trainer import check_fields
 class ArcherConfig:
     """Every knob of one ArCHer run (see the module docstring for where each default comes from).
 
-    mode: "offline" (IQL-style V, AWR actor on logged actions) or "online" (V on Q at actions the
-        actor samples, REINFORCE with the critic's baseline).
-    iterations: rounds of (critic_epochs critic updates [+ actor_epochs actor updates]).
+    mode: "offline" (ours: IQL-style V, AWR actor on the logged edges of the iteration's trees) or
+        "online" (the paper's: V on Q at actions the actor samples, REINFORCE with the critic's
+        baseline; in a run every round first plays ``rollout_episodes`` episodes in the environment,
+        ``train_service.archer_online``).
+    iterations: rounds of ([rollouts +] critic_epochs critic updates [+ actor_epochs actor updates]).
     warmup_iters: rounds of critic updates only before the actor is updated.
     critic_epochs / actor_epochs: optimizer steps of each per round.
     batch_size: transitions per forward pass. grad_accumulation: forward passes per optimizer step.
@@ -29,11 +31,17 @@ class ArcherConfig:
     temperature / max_new_tokens: sampling of actor actions (online mode).
     head_hidden / max_state_tokens / max_action_tokens: critic shape (train_service.value_model).
     max_length: tokens of history + turn for the actor (the history is cut from the left).
-    seed: replay sampling, head init, generation. time_budget_s: stop after this many seconds.
+    seed: replay sampling, head init, generation. time_budget_s: stop after this many seconds (a
+        safety cap; comparisons use the step budgets).
+    rollout_episodes: episodes the actor plays per round (online; ArCHer's ``rollout_size``).
+    buffer_capacity: transitions the replay buffer keeps, oldest dropped first (ArCHer's ``capacity``).
+    episode_max_steps: actions per rollout episode before it is cut (ours: the environment's horizon).
+    env_steps_budget / optimizer_steps_budget: stop after the round that reaches this many
+        environment actions / critic + actor optimizer steps (online; null = no limit).
     """
 
     mode: Literal["offline", "online"] = "offline"
-    iterations: int = 40
+    iterations: int = 2000
     warmup_iters: int = 20
     critic_epochs: int = 5
     actor_epochs: int = 3
@@ -57,6 +65,11 @@ class ArcherConfig:
     max_length: int = 1024
     seed: int = 0
     time_budget_s: float | None = None
+    rollout_episodes: int = 32
+    buffer_capacity: int = 10_000
+    episode_max_steps: int = 20
+    env_steps_budget: int | None = None
+    optimizer_steps_budget: int | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -64,7 +77,16 @@ class ArcherConfig:
             problems.append(f"mode must be 'offline' or 'online', got {self.mode!r}")
         if self.actor_loss not in ("auto", "awr", "pg"):
             problems.append(f"actor_loss must be auto, awr or pg, got {self.actor_loss!r}")
-        for name in ("iterations", "batch_size", "grad_accumulation", "max_new_tokens", "head_hidden"):
+        for name in (
+            "iterations",
+            "batch_size",
+            "grad_accumulation",
+            "max_new_tokens",
+            "head_hidden",
+            "rollout_episodes",
+            "buffer_capacity",
+            "episode_max_steps",
+        ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1")
         for name in ("warmup_iters", "critic_epochs", "actor_epochs"):
@@ -83,6 +105,10 @@ class ArcherConfig:
             problems.append("kl_coef must be >= 0")
         if self.max_state_tokens < 8 or self.max_action_tokens < 4 or self.max_length < 16:
             problems.append("max_state_tokens >= 8, max_action_tokens >= 4 and max_length >= 16 are needed")
+        for name in ("env_steps_budget", "optimizer_steps_budget"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                problems.append(f"{name} must be >= 1 or null")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
             problems.append("time_budget_s must be > 0")
         if problems:

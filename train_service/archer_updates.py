@@ -22,7 +22,7 @@ import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -44,6 +44,8 @@ from train_service.value_model import (
 
 if TYPE_CHECKING:
     from train_service.archer_config import ArcherConfig
+
+T = TypeVar("T")
 
 
 def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
@@ -137,7 +139,8 @@ class ArcherLearner:
         self.actor.config.use_cache = False
         return [str(tok.decode(row[ids.shape[1] :], skip_special_tokens=True)).strip() for row in out]
 
-    def draw(self, data: Sequence[Transition]) -> list[Transition]:
+    def draw(self, data: Sequence[T]) -> list[T]:
+        """A replay batch: ``batch_size`` items drawn uniformly with replacement."""
         return [data[self.rng.randrange(len(data))] for _ in range(self.cfg.batch_size)]
 
     # ------------------------------------------------------------------ critic
@@ -197,11 +200,16 @@ class ArcherLearner:
         return torch.minimum(q1, q2) - torch.minimum(v1, v2)
 
     def actor_loss(
-        self, histories: Sequence[tuple[Message, ...]], actions: Sequence[str], advantages: torch.Tensor
+        self,
+        histories: Sequence[tuple[Message, ...]],
+        actions: Sequence[str],
+        advantages: torch.Tensor,
+        objective: str | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
+        """``objective`` (default: the config's): "awr" weights by exp(beta A), "pg" by A itself."""
         batch = self.turn_batch(histories, actions)
         logp, per_token = self.turn_logps(self.actor, batch)
-        if self.cfg.actor_objective == "awr":
+        if (objective or self.cfg.actor_objective) == "awr":
             weights = awr_weights(advantages, self.cfg.awr_beta, self.cfg.awr_max_weight)
         else:
             weights = advantages
@@ -222,19 +230,40 @@ class ArcherLearner:
         }
 
     def actor_update(self, batches: Sequence[Sequence[Transition]]) -> dict[str, float]:
-        """One actor optimizer step over ``batches``: logged actions (awr) or sampled ones (pg)."""
-        started = time.monotonic()
-        self.actor.train()
-        self.actor_opt.zero_grad()
-        info = {"pg_loss": 0.0, "kl": 0.0, "advantage": 0.0}
-        for batch in batches:
+        """One actor optimizer step over ``batches``: logged actions (awr) or sampled ones (pg),
+        weighted by the critic's advantage."""
+
+        def pick(batch: Sequence[Transition]) -> tuple[list[tuple[Message, ...]], list[str], torch.Tensor]:
             histories = [t.state_messages() for t in batch]
             if self.cfg.actor_objective == "pg" and self.cfg.mode == "online":
                 actions = self.sample_actions(histories)
             else:
                 actions = [t.action_text() for t in batch]
-            adv = self.advantages(histories, actions)
-            loss, parts = self.actor_loss(histories, actions, adv)
+            return histories, actions, self.advantages(histories, actions)
+
+        return self._actor_step(batches, pick, self.cfg.actor_objective)
+
+    def weighted_update(self, batches: Sequence[Sequence[tuple[Transition, float]]]) -> dict[str, float]:
+        """One actor step on LOGGED actions with given weights and no critic: the online baselines
+        (REINFORCE: the episode's return minus the round's mean; filtered BC: 1 on successes)."""
+
+        def pick(
+            batch: Sequence[tuple[Transition, float]],
+        ) -> tuple[list[tuple[Message, ...]], list[str], torch.Tensor]:
+            histories = [t.state_messages() for t, _ in batch]
+            actions = [t.action_text() for t, _ in batch]
+            return histories, actions, torch.tensor([w for _, w in batch], dtype=torch.float32)
+
+        return self._actor_step(batches, pick, "pg")
+
+    def _actor_step(self, batches: Sequence[Any], pick: Any, objective: str) -> dict[str, float]:
+        started = time.monotonic()
+        self.actor.train()
+        self.actor_opt.zero_grad()
+        info = {"pg_loss": 0.0, "kl": 0.0, "advantage": 0.0}
+        for batch in batches:
+            histories, actions, adv = pick(batch)
+            loss, parts = self.actor_loss(histories, actions, adv, objective)
             (loss / len(batches)).backward()
             for k in info:
                 info[k] += parts[k] / len(batches)

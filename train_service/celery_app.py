@@ -69,6 +69,7 @@ def run_train_iteration(
     config: dict[str, Any] | None = None,
     launch: dict[str, Any] | None = None,
     method: str = "sft",
+    online: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
     on_step: Callable[[int, int, float | None], None] | None = None,
 ) -> dict[str, Any]:
@@ -77,6 +78,8 @@ def run_train_iteration(
     ``launch`` (``train_service.launcher.LaunchSettings`` as a dict) picks inline training or a
     torchrun process group that runs this same function on every rank. ``method`` (``train.method``):
     ``sft``, or ``dpo`` / ``archer`` (``train_service.methods.run_method``, inline only).
+    ``online``: where an online learner plays (``env_uri``, ``task_ids``, ``store_url``,
+    ``project_id``; online ArCHer).
     """
     from train_service.launcher import LaunchSettings, launch_torchrun
     from train_service.sft import SFTConfig, train_sft
@@ -98,7 +101,7 @@ def run_train_iteration(
             )
         from train_service.methods import run_method
 
-        return run_method(method, **job, should_stop=should_stop, on_step=on_step)
+        return run_method(method, **job, online=online, should_stop=should_stop, on_step=on_step)
     cfg = SFTConfig.from_dict(config or {})  # bad fields fail here, before any process starts
     if settings.launcher == "torchrun":
         if dataset_id and (Path(out_dir) / "meta.json").is_file():
@@ -242,6 +245,7 @@ def submit_training(
     launch: dict[str, Any] | None = None,
     task_id: str | None = None,
     method: str = "sft",
+    online: dict[str, Any] | None = None,
 ) -> AsyncResult:
     """Queue a training job on the ``train`` queue; ``task_id`` (e.g. derived from the dataset)
     makes a resubmission of the same iteration recognisable."""
@@ -257,6 +261,7 @@ def submit_training(
             "config": config or {},
             "launch": launch or {},
             "method": method,
+            "online": online,
         },
         queue=TRAIN_QUEUE,
         task_id=task_id,

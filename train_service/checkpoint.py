@@ -1,9 +1,11 @@
 """Owns checkpoints: a folder of weights + tokenizer (``save_pretrained``) + ``meta.json``.
 
 ``meta.json`` says what the checkpoint is: run, iteration, dataset id, base model, the training
-config and its metrics. A checkpoint is written into a temporary sibling folder and renamed into
-place, so a folder with ``meta.json`` is always complete; a training retry that finds a complete
-checkpoint for the same dataset reuses it.
+config and its metrics, and ``runtime``: the conditions it was trained under (torch threads,
+precision, CPU model and ISA: ``core.runtime.torch_threads.checkpoint_conditions``), since the same
+seed gives other weights on other kernels. A checkpoint is written into a temporary sibling
+folder and renamed into place, so a folder with ``meta.json`` is always complete; a training retry
+that finds a complete checkpoint for the same dataset reuses it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,15 @@ class CheckpointMeta:
     lora: dict[str, Any] | None = None  # the adapter settings, when LoRA was merged into these weights
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     format_version: int = FORMAT_VERSION
+    # threads, precision and CPU of the training ({} in checkpoints written before it was recorded)
+    runtime: dict[str, Any] = field(default_factory=dict)
+
+
+def precision_name(metrics: dict[str, Any]) -> str:
+    """``fp32``, ``bf16`` (bfloat16 weights) or ``mixed_bf16`` from a learner's precision metrics."""
+    if metrics.get("bf16"):
+        return "bf16"
+    return "mixed_bf16" if metrics.get("mixed_bf16") else "fp32"
 
 
 def write_checkpoint(model: Any, tokenizer: Any, out_dir: str | Path, meta: CheckpointMeta) -> Path:
@@ -43,6 +54,10 @@ def write_checkpoint(model: Any, tokenizer: Any, out_dir: str | Path, meta: Chec
     target = Path(out_dir)
     if target.exists():
         raise CheckpointError(f"checkpoint folder already exists: {target}")
+    if not meta.runtime:  # recorded now, in the training phase: the threads it trained with
+        from core.runtime.torch_threads import checkpoint_conditions
+
+        meta = replace(meta, runtime=checkpoint_conditions(precision_name(meta.metrics)))
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent))
     try:

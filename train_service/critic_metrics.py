@@ -13,17 +13,67 @@ finished run can be re-measured at any time. Per iteration:
   the same share for the trivial critic that always blames the first action after the divergence
   (the deepest-common-ancestor pairing makes that action the oracle's first error on most pairs, so
   a critic that answers Bad to everything scores this; a critic worth its cost must beat it);
-- ``strategies``: the strategies that judged the iteration's pairs.
+- ``strategies``: the strategies that judged the iteration's pairs;
+- ``actions_after_divergence``: the histogram of the pairs' bad actions after the divergence
+  (``{"1": n, "2": n, ...}``, all critiqued pairs);
+- ``split``: t' = oracle shares of every critic ON THE SAME PAIRS, for the pairs with one action
+  after the divergence (``"1"``: every critic names that action, so they cannot differ), with two
+  or more (``"2+"``: where they can) and for all (``"all"``); each holds ``pairs`` (oracle pairs in
+  the group) and the share of ``critic`` (the run's strategy), ``reflect`` (the reflect strategy
+  with the same model: ``FirstErrorMarked.baselines``; None where a pair of the group lacks it),
+  ``rules`` (invalid actions and loops, last action when none fires), ``direct`` (Direct-Revision:
+  the last action) and ``first`` (the first action after the divergence). ``BASELINE_CRITICS``
+  lists the baselines.
 
 Rates are None where there is nothing to measure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from core.domain.critic import rule_verdicts, transition_index
 from core.domain.events import FirstErrorMarked, PairFound
+
+BASELINE_CRITICS = ("reflect", "rules", "direct", "first")
+GROUPS = ("1", "2+", "all")
+
+
+def actions_after_divergence(pair: PairFound) -> int:
+    return len(pair.bad.steps) - pair.shared_steps
+
+
+def critic_transitions(pair: PairFound, marked: FirstErrorMarked) -> dict[str, int | None]:
+    """t' of the run's critic and of every baseline on ``pair`` (see the module docstring)."""
+    n, shared = len(pair.bad.steps), pair.shared_steps
+    reflect = marked.transition_index if marked.strategy == "reflect" else marked.baselines.get("reflect")
+    return {
+        "critic": marked.transition_index,
+        "reflect": reflect,
+        "rules": transition_index(rule_verdicts(pair.bad.steps, start=shared), n, shared),
+        "direct": n - 1,
+        "first": shared,
+    }
+
+
+def split_matches(rows: Sequence[tuple[PairFound, FirstErrorMarked]]) -> dict[str, dict[str, Any]]:
+    """``split`` of the module docstring, over ``rows`` (pairs without an oracle index are left out)."""
+    with_oracle = [(p, m) for p, m in rows if m.oracle_index is not None]
+    out: dict[str, dict[str, Any]] = {}
+    for group in GROUPS:
+        members = [
+            (p, m)
+            for p, m in with_oracle
+            if group == "all" or (actions_after_divergence(p) == 1) == (group == "1")
+        ]
+        entry: dict[str, Any] = {"pairs": len(members)}
+        for critic in ("critic", *BASELINE_CRITICS):
+            chosen = [(critic_transitions(p, m)[critic], m.oracle_index) for p, m in members]
+            known = members and all(t is not None for t, _ in chosen)
+            entry[critic] = sum(t == o for t, o in chosen) / len(chosen) if known else None
+        out[group] = entry
+    return out
 
 
 def critic_metrics(judged: Sequence[tuple[PairFound, FirstErrorMarked]]) -> dict[int, dict[str, Any]]:
@@ -50,8 +100,17 @@ def critic_metrics(judged: Sequence[tuple[PairFound, FirstErrorMarked]]) -> dict
             "direct_exact_match": direct / n if n else None,
             "first_step_match": first_step / n if n else None,
             "strategies": sorted({m.strategy for _, m in rows}),
+            "actions_after_divergence": _histogram(actions_after_divergence(p) for p, _ in rows),
+            "split": split_matches(rows),
         }
     return out
+
+
+def _histogram(values: Iterable[int]) -> dict[str, int]:
+    counts: dict[int, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return {str(k): counts[k] for k in sorted(counts)}
 
 
 async def load_critic_metrics(store: Any, run_id: str) -> dict[int, dict[str, Any]]:
@@ -125,4 +184,35 @@ def critic_markdown(metrics: dict[Any, dict[str, Any]]) -> str:
             _fmt(m.get("first_step_match")),
         )
         lines.append(f"| {iteration} | " + " | ".join(cells) + " |")
+    lines += _split_markdown(metrics)
     return "\n".join(lines) + "\n"
+
+
+def _split_markdown(metrics: dict[Any, dict[str, Any]]) -> list[str]:
+    """The critic-vs-baselines table, split by actions after the divergence, and the histogram."""
+    rows = [(iteration, metrics[iteration]) for iteration in sorted(metrics, key=int)]
+    rows = [(i, m) for i, m in rows if m.get("split")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "t' = oracle share of each critic on the SAME pairs, by bad actions after the divergence (on a "
+        "pair with one, every critic names that action). critic: the run's strategy; reflect: the "
+        "likelihood of a reflection after each step, same model; rules: invalid actions and loops; "
+        "direct: the last action (Direct-Revision); first: the first action after the divergence.",
+        "",
+        "| iteration | actions after divergence | oracle pairs | critic | reflect | rules | direct | first |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for iteration, m in rows:
+        for group in GROUPS:
+            g = m["split"].get(group) or {}
+            label = {"1": "1", "2+": ">= 2", "all": "all"}[group]
+            cells = [label, _fmt(g.get("pairs"))] + [_fmt(g.get(c)) for c in ("critic", *BASELINE_CRITICS)]
+            lines.append(f"| {iteration} | " + " | ".join(cells) + " |")
+    lines += ["", "Pairs by bad actions after the divergence (all critiqued pairs):", ""]
+    for iteration, m in rows:
+        histogram = m.get("actions_after_divergence") or {}
+        shown = ", ".join(f"{k}: {v}" for k, v in histogram.items()) or "-"
+        lines.append(f"- iteration {iteration}: {shown}")
+    return lines

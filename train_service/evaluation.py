@@ -54,7 +54,7 @@ from core.domain.eval_protocol import (
     stratified_tasks,
 )
 from core.domain.metrics import EpisodeResult, summarize
-from core.domain.trajectory import Step
+from core.domain.trajectory import Step, Trajectory
 from core.envs.base import Env, valid_actions_of
 from core.llm.ports import Policy, sample_turns
 from core.llm.prompts import build_prompt, parse_action
@@ -72,8 +72,9 @@ PAPER_MAX_ROUNDS = 100
 class EvalConfig:
     """How a model is evaluated.
 
-    max_steps: actions per episode before it is cut (counted from the task's start, a recovery
-        prefix included); default 100, the paper's max rounds.
+    max_steps: the model's own actions per episode before it is cut; a recovery continuation gets
+        ``max_steps`` actions AFTER its replayed prefix (the prefix does not use the budget up);
+        default 100, the paper's max rounds.
     max_tokens: generation budget per turn.
     prompt_budget: prompt size in tokens (when the policy can count them), older turns dropped whole.
     episodes_per_task: seeded episodes per task (and per seen task).
@@ -81,6 +82,8 @@ class EvalConfig:
         task is the same in a deterministic environment, so use ``episodes_per_task = 1``).
     recovery_episodes: at most this many failed, truncated episodes of the starting model are
         continued for the recovery test (0 = no recovery test).
+    recovery_seeds: seeded continuations of each recovery prefix (the rates are over prefixes x
+        seeds); continuation 0 keeps the seed a single continuation always had.
     success_threshold: final reward that counts as a success.
     baseline: also evaluate the run's starting model (once, with the first iteration); the
         starting model's held-out episodes are played anyway when ``recovery_episodes > 0``, since
@@ -105,6 +108,7 @@ class EvalConfig:
     episodes_per_task: int = 3
     temperature: float = 0.7
     recovery_episodes: int = 8
+    recovery_seeds: int = 3
     success_threshold: float = 1.0
     baseline: bool = True
     seen_tasks: bool = True
@@ -120,6 +124,8 @@ class EvalConfig:
             raise ValueError("EvalConfig: recovery_episodes must be >= 0")
         if self.seen_max_tasks is not None and self.seen_max_tasks < 1:
             raise ValueError(f"EvalConfig: seen_max_tasks must be >= 1 or null, got {self.seen_max_tasks}")
+        if self.recovery_seeds < 1:
+            raise ValueError(f"EvalConfig: recovery_seeds must be >= 1, got {self.recovery_seeds}")
         if self.episodes_per_task < 1:
             raise ValueError(f"EvalConfig: episodes_per_task must be >= 1, got {self.episodes_per_task}")
         if not 0.0 <= self.temperature <= 5.0:
@@ -156,7 +162,9 @@ def held_out_tasks(env: Env, task_ids: Sequence[str], cap: int | None, stratify:
 
 
 @dataclass
-class _Episode:
+class PlayedEpisode:
+    """One episode as played: its environment, steps and outcome (``play_episodes``)."""
+
     task_id: str
     env: Env
     instruction: str
@@ -164,6 +172,7 @@ class _Episode:
     task: str = ""
     steps: list[Step] = field(default_factory=list)
     prefix_steps: int = 0
+    limit: int = 0  # the episode ends at this many steps: the prefix + max_steps of the model's own
     reward: float = 0.0
     done: bool = False
     finished: bool = False
@@ -178,8 +187,17 @@ class _Episode:
             prefix_steps=self.prefix_steps,
         )
 
+    def trajectory(self) -> Trajectory:
+        """The episode as a trajectory (its final reward clipped to [0, 1])."""
+        return Trajectory(
+            task=self.task,
+            instruction=self.instruction,
+            steps=tuple(self.steps),
+            reward=max(0.0, min(1.0, self.reward)),
+        )
 
-async def _start(episode: _Episode, prefix: Sequence[str], max_steps: int) -> None:
+
+async def _start(episode: PlayedEpisode, prefix: Sequence[str], max_steps: int) -> None:
     episode.task = await episode.env.reset(episode.task_id)
     for action in prefix:
         if not action:  # the source episode's answer had no parseable action: replayed as such
@@ -191,7 +209,8 @@ async def _start(episode: _Episode, prefix: Sequence[str], max_steps: int) -> No
         if result.done:
             break
     episode.prefix_steps = len(episode.steps)
-    episode.finished = episode.done or len(episode.steps) >= max_steps
+    episode.limit = episode.prefix_steps + max_steps  # the budget counts the model's own actions
+    episode.finished = episode.done or len(episode.steps) >= episode.limit
 
 
 async def play(
@@ -206,15 +225,35 @@ async def play(
 ) -> list[EpisodeResult]:
     """One episode per entry of ``task_ids`` (after replaying ``prefixes[i]`` when given), batched
     per turn; episode ``i`` samples turn ``k`` with seed ``seeds[i] + k`` at ``cfg.temperature``."""
+    played = await play_episodes(
+        policy, env_opener, task_ids, cfg, seeds=seeds, prefixes=prefixes, progress=progress
+    )
+    return [e.result() for e in played]
+
+
+async def play_episodes(
+    policy: Policy,
+    env_opener: Callable[[], Env],
+    task_ids: Sequence[str],
+    cfg: EvalConfig,
+    *,
+    seeds: Sequence[int] | None = None,
+    prefixes: Sequence[Sequence[str]] | None = None,
+    progress: Progress | None = None,
+) -> list[PlayedEpisode]:
+    """``play``, returning the whole episodes (steps with thoughts and observations): what an
+    online learner records and learns from."""
     if prefixes is not None and len(prefixes) != len(task_ids):
         raise ValueError(f"{len(prefixes)} prefixes for {len(task_ids)} tasks")
     if seeds is not None and len(seeds) != len(task_ids):
         raise ValueError(f"{len(seeds)} seeds for {len(task_ids)} episodes")
-    episodes: list[_Episode] = []
+    episodes: list[PlayedEpisode] = []
     try:
         for index, task_id in enumerate(task_ids):
             env = env_opener()
-            episode = _Episode(task_id, env, env.instruction, seeds[index] if seeds is not None else index)
+            episode = PlayedEpisode(
+                task_id, env, env.instruction, seeds[index] if seeds is not None else index
+            )
             episodes.append(episode)
             await _start(episode, prefixes[index] if prefixes else (), cfg.max_steps)
         measure = getattr(policy, "count_tokens", None)
@@ -253,13 +292,13 @@ async def play(
                         )
                     )
                     episode.reward, episode.done = result.reward, result.done
-                episode.finished = episode.done or len(episode.steps) >= cfg.max_steps
+                episode.finished = episode.done or len(episode.steps) >= episode.limit
             if progress:
                 progress(sum(e.finished for e in episodes), total)
     finally:
         for episode in episodes:
             await episode.env.close()
-    return [e.result() for e in episodes]
+    return episodes
 
 
 @contextmanager
@@ -278,10 +317,19 @@ def shared_passes(policy: Policy, enabled: bool) -> Iterator[None]:
         setattr(policy, "batch_invariant", before)  # noqa: B010
 
 
+def by_task(results: Sequence[EpisodeResult], success_threshold: float) -> dict[str, dict[str, Any]]:
+    """``summarize`` per task (the unit of bench/paper.py's intervals and paired tests)."""
+    groups: dict[str, list[EpisodeResult]] = {}
+    for result in results:
+        groups.setdefault(result.task_id, []).append(result)
+    return {task: summarize(group, success_threshold=success_threshold) for task, group in groups.items()}
+
+
 def _summary(
     policy: Policy, task_ids: Sequence[str], results: Sequence[EpisodeResult], cfg: EvalConfig
 ) -> dict[str, Any]:
     metrics = summarize(results, success_threshold=cfg.success_threshold)
+    metrics["by_task"] = by_task(results, cfg.success_threshold)
     metrics["model_version"] = policy.model_version
     metrics["tasks"] = list(task_ids)
     metrics["episodes_per_task"] = cfg.episodes_per_task
@@ -322,7 +370,10 @@ async def evaluate(
     runs = [(task, e) for task in task_ids for e in range(cfg.episodes_per_task)]
     seen_runs = [(task, e) for task in seen for e in range(cfg.episodes_per_task)]
     prefixes = list(recovery)
-    expected_recovery = len(prefixes) if prefixes else (cfg.recovery_episodes if build_recovery_set else 0)
+    k = cfg.recovery_seeds
+    expected_recovery = k * (
+        len(prefixes) if prefixes else (cfg.recovery_episodes if build_recovery_set else 0)
+    )
     state = {"total": len(runs) + len(seen_runs) + expected_recovery, "before": 0}
 
     def report(done: int, _n: int) -> None:
@@ -330,10 +381,11 @@ async def evaluate(
             progress(state["before"] + done, state["total"])
 
     # one batch: held-out episodes, seen episodes, then the known recovery continuations
-    episode_tasks = [task for task, _ in runs + seen_runs] + [p.task_id for p in prefixes]
+    continued = [(p, c) for p in prefixes for c in range(k)]
+    episode_tasks = [task for task, _ in runs + seen_runs] + [p.task_id for p, _ in continued]
     seeds = [episode_seed(seed, task, e) for task, e in runs + seen_runs]
-    seeds += [episode_seed(seed, p.task_id, p.episode, "recovery") for p in prefixes]
-    replays: list[Sequence[str]] = [()] * (len(runs) + len(seen_runs)) + [p.actions for p in prefixes]
+    seeds += [recovery_seed(seed, p, c) for p, c in continued]
+    replays: list[Sequence[str]] = [()] * (len(runs) + len(seen_runs)) + [p.actions for p, _ in continued]
     with shared_passes(policy, cfg.shared_passes):
         results = await play(
             policy, env_opener, episode_tasks, cfg, seeds=seeds, prefixes=replays, progress=report
@@ -350,20 +402,24 @@ async def evaluate(
             )
             metrics["recovery_set"] = [p.to_data() for p in prefixes]
             state["before"] = len(runs) + len(seen_runs)
-            state["total"] = state["before"] + len(prefixes)
+            state["total"] = state["before"] + k * len(prefixes)
             if prefixes:
+                continued = [(p, c) for p in prefixes for c in range(k)]
                 recovered = await play(
                     policy,
                     env_opener,
-                    [p.task_id for p in prefixes],
+                    [p.task_id for p, _ in continued],
                     cfg,
-                    seeds=[episode_seed(seed, p.task_id, p.episode, "recovery") for p in prefixes],
-                    prefixes=[p.actions for p in prefixes],
+                    seeds=[recovery_seed(seed, p, c) for p, c in continued],
+                    prefixes=[p.actions for p, _ in continued],
                     progress=report,
                 )
     if prefixes:
         metrics["recovery"] = summarize(recovered, success_threshold=cfg.success_threshold)
         metrics["recovery"]["set_id"] = recovery_set_id(prefixes)
+        metrics["recovery"]["prefixes"] = len(prefixes)
+        metrics["recovery"]["by_task"] = by_task(recovered, cfg.success_threshold)
+        metrics["recovery"]["seeds"] = k
     else:
         metrics["recovery"] = summarize([])
     if seen:
@@ -377,6 +433,13 @@ async def evaluate(
         metrics["recovery"]["success_rate"], metrics["recovery"]["episodes"], len(seen),
     )  # fmt: skip
     return metrics
+
+
+def recovery_seed(seed: int, prefix: RecoveryPrefix, continuation: int) -> int:
+    """The sampling seed of continuation ``continuation`` of a recovery prefix (continuation 0 has
+    the seed the single continuation always had, so one-seed results stay comparable)."""
+    purpose = "recovery" if continuation == 0 else f"recovery:{continuation}"
+    return episode_seed(seed, prefix.task_id, prefix.episode, purpose)
 
 
 def recorded_recovery_set(metrics: dict[str, Any] | None) -> list[RecoveryPrefix] | None:

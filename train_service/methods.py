@@ -133,10 +133,13 @@ def run_method(
     model_path: str,
     out_dir: str,
     config: dict[str, Any],
+    online: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
     on_step: Callable[[int, int, float | None], None] | None = None,
 ) -> dict[str, Any]:
-    """Train one iteration with ``method`` (dpo | archer) from its dataset file."""
+    """Train one iteration with ``method`` (dpo | archer) from its dataset file; online ArCHer
+    (``mode: online``) plays in the environment ``online`` names instead (``env_uri``, ``task_ids``,
+    ``store_url``, ``project_id``: ``train_service.archer_online``)."""
     common: dict[str, Any] = {
         "iteration": iteration,
         "dataset_id": dataset_id,
@@ -153,7 +156,17 @@ def run_method(
         from train_service.archer import ArcherConfig, train_archer
 
         archer_cfg = ArcherConfig.from_dict(config)
-        report = train_archer(model_path, read_transitions(dataset_path), out_dir, archer_cfg, **common)
+        if archer_cfg.mode == "online":
+            from train_service.archer_online import train_archer_online
+
+            if not online:
+                raise ValueError(
+                    "online ArCHer plays in the run's environment: the training job names none "
+                    "(use mode 'offline' to train on the logged trees alone)"
+                )
+            report = train_archer_online(model_path, out_dir, archer_cfg, **online, **common)
+        else:
+            report = train_archer(model_path, read_transitions(dataset_path), out_dir, archer_cfg, **common)
     else:
         raise ValueError(f"train.method must be one of sft, dpo, archer, got {method!r}")
     return {"checkpoint": str(report.checkpoint), "metrics": report.metrics, "reused": report.reused}

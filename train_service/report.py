@@ -65,6 +65,10 @@ def _row(label: str, metrics: dict[str, Any], revision_length: float | None) -> 
         "repeated_action_rate": metrics.get("repeated_action_rate"),
         "recovery_success": recovery.get("success_rate"),
         "recovery_episodes": recovery.get("episodes"),
+        "recovery_prefixes": recovery.get("prefixes"),
+        "by_task": metrics.get("by_task"),
+        "recovery_by_task": recovery.get("by_task"),
+        "recovery_seeds": recovery.get("seeds"),
         "recovery_set_id": recovery.get("set_id"),
         "revision_length_mean": revision_length,
         "seen_episodes": seen.get("episodes"),
@@ -149,12 +153,19 @@ def _first(rows: Sequence[dict[str, Any]], key: str) -> Any:
     return next((r[key] for r in rows if r.get(key) is not None), None)
 
 
+def _recovery_prefixes(rows: Sequence[dict[str, Any]]) -> int:
+    """Recovery prefixes (older reports, one continuation each, only know the episodes)."""
+    return int(_first(rows, "recovery_prefixes") or _first(rows, "recovery_episodes") or 0)
+
+
 def report_markdown(report: dict[str, Any]) -> str:
     out = [f"# agentr run {report['run_id']}", "", f"status: **{report['status']}**"]
     if report.get("reason"):
         out.append(f"reason: {report['reason']}")
     rows = report["rows"]
     config = report.get("config") or {}
+    if config.get("runtime"):
+        out += ["", conditions_line(config["runtime"])]
     constrained = report.get("constrain_actions") or constrain_settings(
         config.get("search") or {}, config.get("evaluation") or {}
     )
@@ -177,9 +188,10 @@ def report_markdown(report: dict[str, Any]) -> str:
             f"{_first(rows, 'episodes_per_task')} seeded episodes per goal ({sampling}), at most "
             f"{_first(rows, 'max_steps')} actions each; rates are over all {_first(rows, 'episodes')} "
             "episodes. recovery: success when continuing "
-            f"{_first(rows, 'recovery_episodes') or 0} failed held-out episodes of the STARTING model, "
+            f"{_recovery_prefixes(rows)} failed held-out episodes of the STARTING model, "
             "each truncated at a seeded random step; the same prefixes for every model (the paper's "
-            "Table 3 protocol).",
+            f"Table 3 protocol), each continued with {_first(rows, 'recovery_seeds') or 1} seed(s) and "
+            f"{_first(rows, 'max_steps')} actions after the prefix.",
             "",
             markdown_table(rows, HELD_OUT_COLUMNS),
         ]
@@ -201,11 +213,19 @@ def report_markdown(report: dict[str, Any]) -> str:
     if datasets:
         out.append("## Datasets")
         out.append("")
+        search = config.get("search") or {}
+        out.append(
+            f"Pairs per tree: at most {search.get('max_pairs_per_tree', 8)}, chosen by pair_selection "
+            f"**{search.get('pair_selection', 'stratified')}** (core/domain/pairs.py); rejected: pairs that "
+            "became no revision sample, by reason (a splice whose replay ended early or fell short of the "
+            "good reward, a critic refusal, ...)."
+        )
+        out.append("")
         out.append(
             "| iteration | trees | pairs | revision samples | verified / pairs | good trajectories "
-            "| revision len |"
+            "| revision len | rejected (by reason) |"
         )
-        out.append("|---:|---:|---:|---:|---:|---:|---:|")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---|")
         for iteration in sorted(datasets, key=int):
             c = datasets[iteration]
             cells = (
@@ -215,6 +235,7 @@ def report_markdown(report: dict[str, Any]) -> str:
                 _fmt(c.get("verified_share")),
                 c.get("good", 0),
                 _fmt(c.get("revision_length_mean")),
+                ", ".join(f"{kind} {n}" for kind, n in sorted((c.get("rejected") or {}).items())) or "-",
             )
             out.append(f"| {iteration} | " + " | ".join(str(x) for x in cells) + " |")
         out.append("")
@@ -222,6 +243,22 @@ def report_markdown(report: dict[str, Any]) -> str:
     if training:
         out.append(training)
     return "\n".join(out)
+
+
+def conditions_line(runtime: dict[str, Any]) -> str:
+    """One line naming the conditions a run computed under (its config's ``runtime``: threads,
+    precision, CPU; core.runtime.torch_threads.run_conditions)."""
+    threads = runtime.get("threads") or {}
+    cpu = runtime.get("cpu") or {}
+    caps = ", ".join(f"{k}={v}" for k, v in (cpu.get("isa_caps") or {}).items())
+    return (
+        f"computed with: {threads.get('training', '?')} torch thread(s) for training, "
+        f"{threads.get('inference', '?')} for inference; precision {runtime.get('precision', '?')}; "
+        f"CPU {cpu.get('model', '?')} ({cpu.get('capability', '?')} kernels"
+        + (f"; capped: {caps}" if caps else "")
+        + f"), torch {runtime.get('torch', '?')}. The same seed reproduces these numbers under these "
+        "conditions; other threads, precision or CPU kernels give other floats."
+    )
 
 
 def training_markdown(iterations: Sequence[dict[str, Any]]) -> str:

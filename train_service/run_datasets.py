@@ -98,6 +98,7 @@ class RunDatasets:
                 config=DatasetConfig(
                     alpha_schedule=config.alpha_schedule,
                     eta=config.eta,
+                    max_general=config.max_general,
                     seed=config.seed,
                     mask_invalid_steps=config.mask_invalid_steps,
                     mask_loop_steps=config.mask_loop_steps,
@@ -112,13 +113,16 @@ class RunDatasets:
             log.info("run %s iteration %d dataset: %s", state.run_id, iteration, m.note)
         log.info(
             "run %s iteration %d dataset: agent share %.3f (eta %s); good-sample turns at weight 0: "
-            "%d rejected by the environment, %d loop repeats",
+            "%d rejected by the environment, %d loop repeats; revision continuations: %d rejected, %d loop "
+            "repeats",
             state.run_id,
             iteration,
             m.agent_share,
             config.eta,
             m.masked_invalid_steps,
             m.masked_loop_steps,
+            m.revision_masked_invalid_steps,
+            m.revision_masked_loop_steps,
         )
         folder = self.run_dir(state.run_id) / "datasets"
         path = folder / f"iter-{iteration}.jsonl"
@@ -138,4 +142,8 @@ class RunDatasets:
             "samples": counts,
             "agent_share": m.agent_share,
             "masked_good_steps": masked,
+            "masked_revision_steps": {
+                "invalid": m.revision_masked_invalid_steps,
+                "loop": m.revision_masked_loop_steps,
+            },
         }

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from core.domain.config import RunConfig
@@ -145,8 +146,11 @@ class RunEffects(RunDatasets):
         except ValueError as exc:
             return TrainingFailed(run_id, iteration, str(exc))
         method = state.config.train_method(iteration)  # train.method may be one per iteration
+        online = state.config.learns_online(iteration)
         try:
-            if method == "sft":
+            if online:  # online ArCHer plays for its data: no dataset file (its episodes are logged)
+                dataset_path, summary = Path(""), {"online": True}
+            elif method == "sft":
                 dataset_path, summary = await self.write_dataset(state, iteration, effect.dataset_id)
             else:  # dpo / archer: pairs or transitions from the log (train_service.methods)
                 from train_service.methods import write_method_dataset
@@ -175,6 +179,14 @@ class RunEffects(RunDatasets):
             "launch": state.config.launch_settings(),
             "method": method,
         }
+        if online:
+            # online ArCHer plays the run's training tasks and logs its episodes (archer_online)
+            kwargs["online"] = {
+                "env_uri": state.config.env,
+                "task_ids": await self.task_ids(state.config),
+                "store_url": self.settings.effective_database_url,
+                "project_id": state.project_id or None,
+            }
         log.info(
             "run %s iteration %d: training %s (model %s) on %s",
             run_id,

@@ -96,6 +96,8 @@ class RunOptions:
     # --bf16 auto|on|off: train with fp32 weights under bfloat16 autocast (None = auto: where the
     # CPU has native bfloat16 matmuls, core.runtime.cpu_features; never under --quick)
     mixed_bf16: bool | None = None
+    # --threads: torch's intra-op threads for training (None = torch_threads.default_training_threads)
+    threads: int | None = None
 
 
 @dataclass(frozen=True)

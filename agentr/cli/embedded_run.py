@@ -21,25 +21,12 @@ from agentr.cli.warm_start import prepare_model
 console = Console(stderr=True)
 
 
-def _torch_threads() -> int:
-    """Intra-op threads for training the tiny model: the idle cores, 1 to 2. A tiny model's kernels
-    are short, so a thread waiting for a busy core stalls every op (measured on a loaded 2-core
-    machine: 2 threads ran the quick warm start 15x slower than 1). Inference always takes one
-    (``core.runtime.torch_threads``) and decodes prompts in threads of its own instead.
-
-    An explicit ``OMP_NUM_THREADS`` wins for both: the thread count changes float reductions and so
-    the trained weights, and a run that must be reproducible (the tests) cannot depend on the load."""
-    explicit = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if explicit.isdigit() and int(explicit) > 0:
-        return int(explicit)
-    from core.runtime.torch_threads import idle_cores
-
-    return max(1, min(2, round(idle_cores())))
-
-
-def embedded_settings(home: str | Path = "") -> tuple[Any, Path]:
+def embedded_settings(home: str | Path = "", threads: int | None = None) -> tuple[Any, Path]:
     """Settings of an embedded run (SQLite under ``home``, in-process bus), the resolved home, and
-    the process set up for it: logging, quiet transformers progress, torch threads per phase."""
+    the process set up for it: logging, quiet transformers progress, torch threads per phase (one
+    for inference; ``threads`` for training, default ``torch_threads.default_training_threads()``:
+    a fixed count, never the machine's momentary load, core.runtime.torch_threads)."""
+    from core.runtime import torch_threads
     from core.runtime.logging import configure_logging
     from core.runtime.settings import load_settings
 
@@ -53,17 +40,20 @@ def embedded_settings(home: str | Path = "") -> tuple[Any, Path]:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own rich bars say what is happening
-
-    if not os.environ.get("OMP_NUM_THREADS"):  # an explicit OMP_NUM_THREADS is respected by torch
-        from core.runtime import torch_threads
-
-        # training's count is decided when each training phase starts (the idle cores then)
-        torch_threads.configure(inference=1, training=_torch_threads)
+    training = threads if threads is not None else torch_threads.default_training_threads()
+    torch_threads.configure(inference=torch_threads.INFERENCE_THREADS, training=training)
     return settings, resolved
 
 
 def run_command(opts: RunOptions) -> int:
-    settings, home = embedded_settings(opts.home)
+    from core.runtime import torch_threads
+
+    try:
+        threads = opts.threads if opts.threads is not None else torch_threads.default_training_threads()
+    except ValueError as exc:  # a malformed OMP_NUM_THREADS
+        console.print(f"[red]cannot start the run:[/red] {exc}")
+        return 2
+    settings, home = embedded_settings(opts.home, threads)
     started = time.monotonic()
     try:
         plan = plan_run(opts)
@@ -85,6 +75,12 @@ def run_command(opts: RunOptions) -> int:
                 "training precision: fp32 weights, MLP blocks in bfloat16 (train_service/precision.py; "
                 "--bf16 off trains in fp32)"
             )
+        # the conditions its floats depend on, recorded in the run's config (report.md shows them)
+        config = with_conditions(config)
+        console.print(
+            f"torch threads: {threads} for training (--threads), {torch_threads.INFERENCE_THREADS} for "
+            f"inference; CPU: {config['runtime']['cpu']['model']} ({config['runtime']['cpu']['capability']})"
+        )
     if not opts.resume:
         try:
             config["model"] = prepare_model(plan, home, opts.seed)
@@ -144,8 +140,10 @@ async def _run_async(
                 return (0 if state.status == "completed" else 1), run_id
             config = state.config.to_data()
             console.print(f"resuming run [bold]{run_id}[/bold]")
+            _resume_conditions(config)
         else:
             run_id = new_id()
+            config = with_conditions(config)  # a bench's config too (bench/paper.py: run_config)
             await store.append(
                 [NewEvent(run_stream(run_id), RunRequested(run_id, "local", config))],
                 {run_stream(run_id): -1},
@@ -177,6 +175,44 @@ async def _run_async(
         return 1, run_id
     finally:
         await store.close()
+
+
+def with_conditions(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with its ``runtime`` record (the training threads configured for this process,
+    the training precision its ``train`` settings ask for, the CPU), unless it has one already."""
+    from core.runtime import torch_threads
+
+    if config.get("runtime"):
+        return config
+    train = config.get("train") or {}
+    precision = "bf16" if train.get("bf16") else "mixed_bf16" if train.get("mixed_bf16") else "fp32"
+    import torch
+
+    threads = torch_threads.training_threads() or torch.get_num_threads()
+    return {**config, "runtime": torch_threads.run_conditions(training=threads, precision=precision)}
+
+
+def _resume_conditions(config: dict[str, Any]) -> None:
+    """A resumed run trains with the thread count it recorded at its start (the same floats as an
+    undisturbed run), whatever ``--threads`` or the environment say now; a different CPU or ISA
+    cap is named (its later iterations may differ from an undisturbed run's)."""
+    from core.runtime import torch_threads
+    from core.runtime.cpu_features import describe
+
+    runtime = config.get("runtime") or {}
+    recorded = torch_threads.recorded_training_threads(runtime)
+    if recorded is not None:
+        torch_threads.configure(inference=torch_threads.INFERENCE_THREADS, training=recorded)
+        console.print(f"torch threads: {recorded} for training, as the run recorded at its start")
+    cpu = runtime.get("cpu") or {}
+    now = describe()
+    changed = [k for k in ("model", "capability", "isa_caps") if k in cpu and cpu[k] != now[k]]
+    if changed:
+        console.print(
+            "[yellow]note:[/yellow] the run started on another CPU setting ("
+            + ", ".join(f"{k}: {cpu[k]!r} then, {now[k]!r} now" for k in changed)
+            + "): later iterations may differ from an undisturbed run's"
+        )
 
 
 async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any]) -> str:

@@ -106,6 +106,15 @@ def register(app: typer.Typer) -> None:
             "natively (AVX512-BF16 / AMX: 1.4x faster steps measured) and no CUDA device, off "
             "under --quick.",
         ),
+        threads: int | None = typer.Option(
+            None,
+            "--threads",
+            min=1,
+            help="Torch intra-op threads for training (inference always takes 1 and decodes prompts "
+            "in threads of its own). Default: $OMP_NUM_THREADS when set, else 2 (fewer where this "
+            "process may use fewer cores); never the machine's momentary load. Recorded in the run's "
+            "config, report and checkpoints; --resume keeps the recorded count. 1 on a busy machine.",
+        ),
         judge_mix: bool = typer.Option(
             False,
             "--judge-mix",
@@ -139,6 +148,7 @@ def register(app: typer.Typer) -> None:
             judge_mix=judge_mix,
             method=parse_methods(method),
             mixed_bf16={Precision.on: True, Precision.off: False}.get(bf16),
+            threads=threads,
         )
         raise typer.Exit(run_command(options))
 

@@ -27,9 +27,12 @@ async def write_run_report(store: Any, home: Path, run_id: str) -> dict[str, str
 
 async def _dataset_counts(store: Any, run_id: str) -> dict[str, Any]:
     """Per iteration: trees searched, pairs found, revision samples (their mean revision length, and
-    ``verified_share``: verified revision samples / pairs) and good trajectories."""
+    ``verified_share``: verified revision samples / pairs), good trajectories and ``rejected``: the
+    pairs that became no sample, counted by kind of reason (``core.domain.splice.rejection_kind``:
+    a splice whose replay ended early or fell short of the good reward, a critic refusal, ...)."""
     from sqlalchemy import Integer, func, select
 
+    from core.domain.splice import rejection_kind
     from core.store.tables import iterations, pairs, samples
 
     async with store.engine.connect() as conn:
@@ -53,6 +56,13 @@ async def _dataset_counts(store: Any, run_id: str) -> dict[str, Any]:
                 .group_by(pairs.c.iteration)
             )
         ).all()
+        rejected_rows = (
+            await conn.execute(
+                select(pairs.c.iteration, pairs.c.reason).where(
+                    pairs.c.run_id == run_id, pairs.c.status == "rejected"
+                )
+            )
+        ).all()
         tree_rows = (
             await conn.execute(
                 select(iterations.c.iteration, iterations.c.trees_done).where(iterations.c.run_id == run_id)
@@ -69,6 +79,10 @@ async def _dataset_counts(store: Any, run_id: str) -> dict[str, Any]:
         if kind == "revision":
             entry["verified"] = int(verified or 0)
             entry["revision_length_mean"] = None if length is None else float(length)
+    for iteration, reason in rejected_rows:
+        kinds = out.setdefault(str(iteration), {}).setdefault("rejected", {})
+        kind = rejection_kind(reason or "")
+        kinds[kind] = kinds.get(kind, 0) + 1
     for entry in out.values():
         # the share of the iteration's pairs that became a revision sample passing the replay check
         entry["verified_share"] = entry.get("verified", 0) / entry["pairs"] if entry.get("pairs") else None

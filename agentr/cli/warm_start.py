@@ -69,6 +69,9 @@ def prepare_model(plan: Plan, home: Path, seed: int) -> str:
         parts = (str(base), config.env, tasks, plan.warm_start_steps, lr, seed)
     if plan.mixed_bf16:  # bfloat16 autocast trains another model (fp32 keeps its old cache key)
         parts = (*parts, "mixed_bf16")
+    # the training threads and ISA caps change the float reductions, hence the weights: a model
+    # warm-started under other conditions is not this run's (core.runtime.torch_threads)
+    parts = (*parts, *_conditions_key())
     warm = home / "models" / f"warm-{_key(*parts, judge_key) if judge_key else _key(*parts)}"
     if (warm / "meta.json").is_file():
         console.print(f"warm-started model found in [bold]{warm}[/bold] (cached)")
@@ -80,6 +83,19 @@ def prepare_model(plan: Plan, home: Path, seed: int) -> str:
 
         write_judge_general(warm_start_judge_samples(env, config, tasks, seed), warm)
     return str(warm)
+
+
+def _conditions_key() -> tuple[Any, ...]:
+    """The part of the warm start's cache key that names its float conditions: the training thread
+    count (the embedded loop's, else torch's own) and any ISA cap set in the environment."""
+    import torch
+
+    from core.runtime.cpu_features import describe
+    from core.runtime.torch_threads import training_threads
+
+    threads = training_threads() or torch.get_num_threads()
+    caps = sorted(describe()["isa_caps"].items())
+    return (f"threads={threads}", *(f"{k}={v}" for k, v in caps))
 
 
 @in_training_phase  # the embedded loop's training thread count (core.runtime.torch_threads)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -151,8 +152,11 @@ async def _count(samples: Any, svc: ApiServices, fmt: str) -> Any:
 def _query_error(exc: DatasetQueryError) -> ApiError:
     text = str(exc)
     where, _, problem = text.partition(": ")
-    if not problem or " " in where:
-        return ApiError(422, text)
+    if not problem or " " in where:  # "query.since must be before query.until": the field leads
+        head, _, rest = text.partition(" ")
+        if rest and re.fullmatch(r"[a-z_]+(?:\.[a-z_]+)+", head):
+            return field_error(f"body.{head}", rest)
+        return field_error("body", text)
     return field_error(f"body.{where}", problem)
 
 

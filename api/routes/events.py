@@ -42,6 +42,10 @@ POLL_INTERVAL_S = 0.5
 KEEPALIVE_S = 15.0
 
 
+SSE_PATTERN = r"^(?:(?::[^\n]*|id: [0-9]+\nevent: [A-Za-z0-9_]+\ndata: \{[^\n]*\})\n\n)*$"
+"""The stream's grammar (what ``_sse`` and the keep-alive write), stated in the OpenAPI document."""
+
+
 def _sse(position: int, event_type: str, payload: dict[str, Any]) -> bytes:
     data = json.dumps(payload, separators=(",", ":"), default=str)
     return f"id: {position}\nevent: {event_type}\ndata: {data}\n\n".encode()
@@ -130,8 +134,10 @@ async def _stream(
     summary="The project's events as Server-Sent Events",
     responses={
         200: {
-            "description": "text/event-stream",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": "Server-Sent Events (text/event-stream): one frame per event, `id: POSITION`, "
+            "`event: TYPE`, `data: JSON` (the event's data), each frame ended by a blank line; comment "
+            "frames (`: keep-alive`) while idle.",
+            "content": {"text/event-stream": {"schema": {"type": "string", "pattern": SSE_PATTERN}}},
         }
     },
 )

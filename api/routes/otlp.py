@@ -32,7 +32,15 @@ from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError
 from api.errors import field_error as make_field_error
 from api.reads import external_traces
-from api.sanitize import InflateError, TooDeep, inflate, json_problem, loads_bounded, nul_note, replace_nul
+from api.sanitize import (
+    InflateError,
+    JsonRefused,
+    inflate,
+    json_problem,
+    loads_bounded,
+    nul_note,
+    replace_nul,
+)
 from api.schemas import ERROR_RESPONSES, ErrorBody
 from api.writes import append, new_event
 from core.domain.events import NewEvent, OtlpSpansBuffered, TraceIngested
@@ -70,7 +78,7 @@ def _decode(
     if content_type == "application/json":
         try:
             payload = loads_bounded(body)
-        except TooDeep as exc:
+        except JsonRefused as exc:  # too deep, or an integer past the input layer's bound
             raise make_field_error("body", str(exc)) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"body: not valid JSON ({exc})") from None

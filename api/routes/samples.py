@@ -171,9 +171,9 @@ async def get_sample_tokens(
             503, "token rendering needs the ml extra (transformers): pip install 'agentr[ml]'"
         ) from None
     except OSError as exc:
-        raise ApiError(422, f"cannot load the tokenizer of {weights!r}: {exc}") from None
+        raise field_error("query.model", f"cannot load the tokenizer of {weights!r}: {exc}") from None
     except ValueError as exc:  # TemplateError: the template cannot mark the assistant turns
-        raise ApiError(422, f"cannot render sample {sample_id} with {chosen!r}: {exc}") from None
+        raise field_error("query.model", f"cannot render sample {sample_id} with {chosen!r}: {exc}") from None
     tokens = [
         TokenOut(id=i, text=t, trained=label != -100) for i, t, label in zip(ids, texts, labels, strict=True)
     ]

@@ -23,6 +23,7 @@ from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError
 from api.errors import field_error as make_field_error
 from api.idempotency import Idempotency, idempotency
+from api.model_refs import OUTSIDE_ROOTS, resolve_model_ref
 from api.reads import external_trace, external_traces, owned_row
 from api.routes.otlp import otlp_trace_id
 from api.sanitize import nul_note
@@ -64,6 +65,11 @@ async def ingest_traces(
             "strategy model needs the critic model to run: send critic.model (a folder or an "
             "OpenAI-compatible URL), or leave critic out to use the critic worker's AGENTR_CRITIC_MODEL",
         )
+    critic_model = body.critic.model if body.critic is not None else None
+    if critic_model is not None:
+        critic_model = resolve_model_ref(critic_model, svc.settings.model_root_paths)
+        if critic_model is None:  # the same answer whether or not the path exists
+            raise make_field_error("body.critic.model", OUTSIDE_ROOTS)
     try:
         imported = parse_traces(body.trace_dicts(), body.format)
     except TraceFormatError as exc:
@@ -104,7 +110,7 @@ async def ingest_traces(
                 source_format=item.source_format,
                 external_id=item.external_id,
                 critic_strategy=body.critic.strategy if body.critic is not None else None,
-                critic_model=body.critic.model if body.critic is not None else None,
+                critic_model=critic_model,
             )
             new_events.append(
                 new_event(

@@ -16,6 +16,8 @@ from pydantic import (
     model_validator,
 )
 
+from api.model_refs import MODEL_REF_PATTERN, path_shape_problem
+
 Scope = Literal["read", "ingest", "run", "review", "admin"]
 TraceFormat = Literal["openai", "openai-legacy", "otel", "otlp", "sharegpt"]
 ExportFormat = Literal["openai", "sharegpt", "parquet", "dpo", "prm", "prm-values"]
@@ -46,6 +48,23 @@ Timestamp = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_
 """A date-time given as RFC 3339 text (not Unix seconds), normalised to UTC; use for every
 timestamp the API accepts (query parameters and body fields)."""
 TaskId = Annotated[str, Field(min_length=1, max_length=1000, description="A task id of the environment.")]
+
+
+def _path_shape(value: str) -> str:
+    problem = path_shape_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+ModelRef = Annotated[
+    str,
+    # the pattern is checked by _path_shape (with a message that says which rule); stated here
+    Field(min_length=1, max_length=1000, json_schema_extra={"pattern": MODEL_REF_PATTERN}),
+    AfterValidator(_path_shape),
+]
+"""A model reference: an http(s) URL or a folder (inside the server's model roots: api/model_refs.py
+checks that at the route). Its shape is bounded here: no path component over 255 bytes."""
 
 
 def _nul_path(value: Any, path: str) -> str | None:
@@ -96,8 +115,14 @@ class ErrorBody(BaseModel):
     request_id: str | None = None
 
 
+class ValidationErrorBody(ErrorBody):
+    """A 422: ``fields`` names at least one offending value."""
+
+    fields: list[FieldError] = Field(min_length=1)
+
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody, "description": text}
+    code: {"model": ValidationErrorBody if code == 422 else ErrorBody, "description": text}
     for code, text in (
         (400, "Malformed request"),
         (401, "Missing or invalid API key"),

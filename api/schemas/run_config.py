@@ -9,7 +9,7 @@ are rejected everywhere, so a typo is a 422 naming the field.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from api.schemas.common import (
+    ModelRef,
     TaskId,
     _Strict,
 )
@@ -35,6 +36,11 @@ class SearchSettings(_Strict):
     temperature: float | None = Field(None, ge=0, le=5, description="Sampling temperature of expansion.")
     max_tokens: int | None = Field(None, ge=1, le=8192, description="Token cap of one generated turn.")
     max_pairs_per_tree: int | None = Field(None, ge=0, le=10_000, description="Cap on pairs per tree.")
+    pair_selection: Literal["stratified", "deepest"] | None = Field(
+        None,
+        description="Which pairs the cap keeps: stratified (spread over bad-suffix lengths and "
+        "divergence depths, the default) or deepest (the deepest divergences first: the baseline).",
+    )
     record_terminal_children: bool | None = Field(
         None, description="Record a child whose step ended the episode as a leaf at once (true)."
     )
@@ -48,15 +54,18 @@ class CriticSettings(_Strict):
         description="model: the actor judges each bad action (the paper); direct: the last action "
         "(Direct-Revision baseline); rules: invalid actions, loops and tool errors; reflect: the step "
         "after which the actor finds a reflection most likely; value: the first step whose ArCHer "
-        "advantage is below value_threshold.",
+        "advantage is below value_threshold; first: the first action after the divergence (a baseline).",
+    )
+    compare_reflect: bool | None = Field(
+        None,
+        description="Also record the reflect strategy's t' on every search pair, with the same model, "
+        "for the run report's critic baselines (true).",
     )
     value_threshold: float | None = Field(
         None, ge=-1e6, le=1e6, description="value: t' is the first step with advantage below this (0)."
     )
-    value_model: str | None = Field(
+    value_model: ModelRef | None = Field(
         None,
-        min_length=1,
-        max_length=1000,
         description="value: an archer checkpoint folder holding critic/ (default: the iteration's actor).",
     )
     plan: Literal["auto", "prefix", "batched"] | None = Field(
@@ -117,10 +126,8 @@ class TrainSettings(_Strict):
     """Overrides of the SFT configuration (train_service.sft.SFTConfig); unset fields keep its
     defaults. To add a knob: add it here AND where the trainer reads it."""
 
-    model_path: str | None = Field(
+    model_path: ModelRef | None = Field(
         None,
-        min_length=1,
-        max_length=1000,
         description="When `model` is a served URL: the local folder with the weights that server serves "
         "(required unless `data_only`); not allowed with a local `model` folder.",
     )
@@ -178,9 +185,11 @@ class TrainSettings(_Strict):
         None, description="dpo: frozen starting model as reference (default) or none (reference-free)."
     )
     mode: Literal["offline", "online"] | None = Field(
-        None, description="archer: offline (expectile V, AWR actor; default) or online (sampled actions)."
+        None,
+        description="archer: offline (ours: expectile V, AWR actor on the logged trees; default) or "
+        "online (the paper's: each round plays episodes in the run's environment into a replay buffer).",
     )
-    iterations: int | None = Field(None, ge=1, le=1_000_000, description="archer: rounds (40).")
+    iterations: int | None = Field(None, ge=1, le=1_000_000, description="archer: rounds (2000).")
     warmup_iters: int | None = Field(None, ge=0, le=1_000_000, description="archer: critic-only rounds (20).")
     critic_epochs: int | None = Field(
         None, ge=0, le=10_000, description="archer: critic steps per round (5)."
@@ -209,6 +218,21 @@ class TrainSettings(_Strict):
     )
     max_action_tokens: int | None = Field(
         None, ge=4, le=65_536, description="archer: critic action tokens (64)."
+    )
+    rollout_episodes: int | None = Field(
+        None, ge=1, le=100_000, description="archer online: episodes played per round (32)."
+    )
+    buffer_capacity: int | None = Field(
+        None, ge=1, le=10_000_000, description="archer online: replay buffer size in transitions (10000)."
+    )
+    episode_max_steps: int | None = Field(
+        None, ge=1, le=10_000, description="archer online: actions per rollout episode (20)."
+    )
+    env_steps_budget: int | None = Field(
+        None, ge=1, le=1_000_000_000, description="archer online: stop after this many environment actions."
+    )
+    optimizer_steps_budget: int | None = Field(
+        None, ge=1, le=1_000_000_000, description="archer online: stop after this many optimizer steps."
     )
     transitions: TransitionSettings | None = Field(None, description="archer: how transitions are read.")
 
@@ -243,6 +267,13 @@ class EvaluationSettings(_Strict):
         description="The starting model's failed held-out episodes, truncated at seeded random steps, "
         "continued by every model (8).",
     )
+    recovery_seeds: int | None = Field(
+        None,
+        ge=1,
+        le=100,
+        description="Seeded continuations of each recovery prefix, each with max_steps actions after "
+        "the prefix (3).",
+    )
     success_threshold: float | None = Field(None, ge=0, le=1, description="Reward counted as success (1.0).")
     baseline: bool | None = Field(None, description="Also evaluate the starting model (true).")
     seen_tasks: bool | None = Field(None, description="Also evaluate on the searched tasks (true).")
@@ -266,10 +297,9 @@ class RunConfigIn(_Strict):
         max_length=300,
         description="Environment URI: textcraft, sciworld, agentgym+http://HOST:PORT/NAME.",
     )
-    model: str = Field(
-        min_length=1,
-        max_length=1000,
-        description="Starting model: a local model folder or an OpenAI-compatible base URL.",
+    model: ModelRef = Field(
+        description="Starting model: an OpenAI-compatible base URL, or a model folder inside the server's "
+        "model roots (AGENTR_MODEL_ROOTS; a relative name is a folder of the first root).",
     )
     tasks: list[TaskId] = Field(
         default_factory=list,
@@ -301,6 +331,13 @@ class RunConfigIn(_Strict):
         "mixing ratio (general samples = round(A * (1 - eta) / eta)); 1 = agent data only.",
     )
     general_data: str | None = Field(None, max_length=1000, description="General chat data file (JSONL).")
+    max_general: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description="At most this many general samples per iteration (null: eta's count); with the warm "
+        "start's judge set as general data, a small replay of judge examples.",
+    )
     mask_invalid_steps: bool = Field(
         True, description="Good trajectories: env-rejected turns get loss weight 0 (kept as context)."
     )
@@ -325,6 +362,11 @@ class RunConfigIn(_Strict):
     )
     data_only: bool = Field(False, description="Stop each iteration once its dataset is ready (no training).")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of everything random in the run.")
+    runtime: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The conditions the run computes under (torch threads, precision, CPU), as "
+        "`agentr run` records them; informational.",
+    )
 
     @field_validator("alpha_schedule")
     @classmethod

@@ -15,6 +15,7 @@ from pydantic import (
 
 from api.schemas.common import (
     ID_PATTERN,
+    ModelRef,
     _Strict,
 )
 
@@ -32,8 +33,14 @@ class _TraceEnvelope(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    id: Annotated[str, Field(min_length=1, max_length=200)] | int | None = Field(
-        None, description="The caller's own id for the trace (at most 200 characters)."
+    id: (
+        Annotated[str, Field(min_length=1, max_length=200)]
+        | Annotated[int, Field(ge=-(10**199 - 1), le=10**200 - 1)]
+        | None
+    ) = Field(
+        None,
+        description="The caller's own id for the trace: text or an integer, at most 200 characters "
+        "either way (its varchar(200) column holds an integer as its decimal text).",
     )
     task_key: str | None = Field(
         None, min_length=1, max_length=1000, description="Groups traces of one task; default: a hash."
@@ -141,8 +148,8 @@ class TraceCriticIn(_Strict):
         description="rules: tool errors, HTTP-style codes, loops; model: the named critic model "
         "labels each step; direct: the last action (Direct-Revision), which never says no_error_found.",
     )
-    model: str | None = Field(
-        None, min_length=1, max_length=500, description="Critic model for strategy model (folder or URL)."
+    model: Annotated[ModelRef, Field(max_length=500)] | None = Field(
+        None, description="Critic model for strategy model (URL, or a folder inside the model roots)."
     )
 
 

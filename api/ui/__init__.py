@@ -3,7 +3,8 @@
 The UI is plain ES modules and hand-written SVG shipped as package data in ``api/ui/static`` (no
 build step, no CDN, nothing fetched from the internet). Every page reads the public ``/v1`` API
 with the project key the user enters once (kept in the tab's sessionStorage), so it sees exactly
-what that key may see. Responses carry a Content-Security-Policy that allows only this origin.
+what that key may see. Responses carry a Content-Security-Policy that allows only this origin, and
+``Referrer-Policy: no-referrer``.
 """
 
 from __future__ import annotations
@@ -20,14 +21,19 @@ CSP = (
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml"}
-_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "Referrer-Policy": "no-referrer",  # page URLs name runs, trees and samples: never send them on
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
 
 router = APIRouter(include_in_schema=False)
 
 
 @router.get("/ui")
 async def ui_root() -> RedirectResponse:
-    return RedirectResponse("/ui/", status_code=307)
+    return RedirectResponse("/ui/", status_code=307, headers=_HEADERS)
 
 
 @router.get("/ui/")

@@ -43,6 +43,8 @@ TRAINER_FIELDS: dict[str, tuple[str, ...]] = {
         "grad_accumulation", "gamma", "tau", "critic_lr", "actor_lr", "max_grad_norm", "expectile",
         "actor_loss", "awr_beta", "awr_max_weight", "kl_coef", "temperature", "max_new_tokens",
         "head_hidden", "max_state_tokens", "max_action_tokens", "max_length", "seed", "time_budget_s",
+        "rollout_episodes", "buffer_capacity", "episode_max_steps", "env_steps_budget",
+        "optimizer_steps_budget",
     ),
 }  # fmt: skip
 
@@ -168,6 +170,11 @@ class RunConfig:
     general data training is agent-only and the dataset manifest notes it (core/domain/datasets.py)."""
     general_data: str | None = None
     """Path to general chat data (ShareGPT or OpenAI JSONL); None = no general data."""
+    max_general: int | None = None
+    """At most this many general samples per iteration (None: eta's count, up to what the data
+    holds). With the warm start's judge set as the general data (``agentr run --judge-mix``), a
+    small cap makes it a small replay of judge examples: the critic keeps its judging at a bounded
+    cost (the manifest's ``note`` says when the cap binds)."""
     mask_invalid_steps: bool = True
     """In good trajectories, assistant turns the environment rejected get loss weight 0 (kept as context)."""
     mask_loop_steps: bool = True
@@ -202,6 +209,11 @@ class RunConfig:
     """Stop each iteration once its dataset is ready (no training): for teams that train elsewhere."""
     seed: int = 0
     """Seed of everything random in the run."""
+    runtime: dict[str, Any] = field(default_factory=dict)
+    """The conditions the run computes under, recorded by ``agentr run`` (core.runtime.torch_threads.
+    run_conditions): ``threads`` (training, inference, ...), ``precision`` and ``cpu`` (model, ISA).
+    Float results (trained weights, hence samples) depend on them; ``--resume`` takes the recorded
+    training threads. Empty when a run was submitted without it (the API's services)."""
 
     def alpha(self, iteration: int) -> float:
         schedule = self.alpha_schedule or (1.0,)
@@ -259,6 +271,12 @@ class RunConfig:
         ``train.method`` (a string: every iteration; a list: one per iteration, the last repeating)."""
         schedule = self.method_schedule() or ("sft",)
         return schedule[min(max(iteration, 0), len(schedule) - 1)]
+
+    def learns_online(self, iteration: int = 0) -> bool:
+        """Whether iteration ``iteration``'s learner gathers its own data in the environment (ArCHer
+        with ``mode: online``): it then trains even when the search's dataset is empty."""
+        method = self.train_method(iteration)
+        return method == "archer" and self.sft_overrides(iteration).get("mode") == "online"
 
     def transition_settings(self) -> dict[str, Any]:
         """``train.transitions`` (core.domain.transitions.TransitionConfig fields) for archer."""

@@ -19,6 +19,8 @@ the divergence node; this module turns the answers into labels and picks the tra
   ``fell_back`` says whether that happened (recorded on every FirstErrorMarked, never silent).
 - ``normalise_label_scores``: summed label log-probabilities -> mean log-probability per label token,
   so a label that the tokenizer splits into more pieces ("Uncertain") is not penalised for its length.
+- ``first_step_verdicts``: the first-after-divergence baseline (t' = the first action after the
+  divergence), beside Direct-Revision's ``direct_verdicts``.
 - ``reflect_transition``: the ``reflect`` strategy's t' from the likelihood of a reflection sentence
   after each judged step (the first step whose score is within ``margin`` of the best).
 """
@@ -207,6 +209,18 @@ def first_error(verdicts: Sequence[StepVerdict]) -> int | None:
     """The first ``bad`` step index, or None (traces: no error found)."""
     bad = [v.step_index for v in verdicts if v.label == "bad"]
     return min(bad) if bad else None
+
+
+def first_step_verdicts(n_steps: int, shared_steps: int) -> tuple[StepVerdict, ...]:
+    """The first-after-divergence baseline: the first action after the divergence is t' (what a
+    critic answering Bad to everything gives; on a pair with one action after the divergence every
+    critic's t')."""
+    first = judged_range(n_steps, shared_steps).start
+    return (
+        StepVerdict(
+            step_index=first, label="bad", method="first", reason="first action after the divergence"
+        ),
+    )
 
 
 def direct_verdicts(n_steps: int, shared_steps: int) -> tuple[StepVerdict, ...]:

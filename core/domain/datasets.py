@@ -145,6 +145,8 @@ class DatasetManifest:
     agent_share: float = 1.0  # agent samples / all samples actually reached (eta when not short)
     masked_invalid_steps: int = 0  # good-sample assistant turns at weight 0: rejected by the env
     masked_loop_steps: int = 0  # good-sample assistant turns at weight 0: repeats of a loop
+    revision_masked_invalid_steps: int = 0  # revision samples' good-continuation turns rejected by the env
+    revision_masked_loop_steps: int = 0  # revision samples' good-continuation turns repeating a loop
     note: str | None = None  # why the mix differs from eta (no or too little general data)
 
     @property
@@ -242,14 +244,21 @@ def build_dataset(
     for c in (*revisions, *good):
         if not _has_loss(c.sample):
             raise DatasetError(f"sample {c.sample.sample_id} has no assistant message with weight 1")
+    wanted_rule = {"invalid_steps": cfg.mask_invalid_steps, "loop_steps": cfg.mask_loop_steps}
     for c in revisions:
         if c.sample.kind != "revision":
             raise DatasetError(f"sample {c.sample.sample_id} offered as revision has kind {c.sample.kind!r}")
+        rule = _masking_of(c.sample)
+        if rule is not None and {k: rule.get(k) for k in wanted_rule} != wanted_rule:
+            raise DatasetError(
+                f"revision sample {c.sample.sample_id} was built with masking {rule}, but the dataset "
+                f"config asks for {wanted_rule} (the splice worker follows the run's mask_invalid_steps "
+                "and mask_loop_steps)"
+            )
     for c in good:
         if c.sample.kind != "good":
             raise DatasetError(f"sample {c.sample.sample_id} offered as good has kind {c.sample.kind!r}")
         rule = _masking_of(c.sample)
-        wanted_rule = {"invalid_steps": cfg.mask_invalid_steps, "loop_steps": cfg.mask_loop_steps}
         if rule is not None and {k: rule.get(k) for k in wanted_rule} != wanted_rule:
             raise DatasetError(
                 f"good sample {c.sample.sample_id} was built with masking {rule}, but the dataset "
@@ -290,6 +299,7 @@ def build_dataset(
     cfg_dict: dict[str, Any] = to_dict(cfg)
     positions = [c.position for c in agent if c.position is not None]
     masked = [_masking_of(c.sample) or {} for c in chosen_good]
+    masked_revisions = [_masking_of(c.sample) or {} for c in chosen_rev]
     agent_share = len(agent) / len(pairs)
     note = None
     if take < wanted:
@@ -320,6 +330,8 @@ def build_dataset(
         agent_share=agent_share,
         masked_invalid_steps=sum(int(m.get("invalid", 0)) for m in masked),
         masked_loop_steps=sum(int(m.get("loop", 0)) for m in masked),
+        revision_masked_invalid_steps=sum(int(m.get("invalid", 0)) for m in masked_revisions),
+        revision_masked_loop_steps=sum(int(m.get("loop", 0)) for m in masked_revisions),
         note=note,
     )
     return BuiltDataset(tuple(s for s, _ in pairs), manifest)

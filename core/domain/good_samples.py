@@ -10,15 +10,21 @@ conversation as context, so the model still sees the mistake and what followed, 
 the invalid action as correct. ``trajectory_to_sample`` applies the rule and records it in the
 sample's provenance (``loss_masked``); ``core.domain.datasets`` counts the masked turns per reason
 in the manifest.
+
+Revision samples follow the same rule on their good continuation (``revision_masks``: the
+continuation's rejected steps and loop repeats, a loop counted over the whole spliced path); the
+splice worker records the counts in the sample's ``loss_masked`` too, and the manifest counts them
+apart (``revision_masked_invalid_steps`` / ``revision_masked_loop_steps``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from core.domain.critic import invalid_signal
 from core.domain.datasets import DatasetError
-from core.domain.splice import conversation
+from core.domain.splice import SplicedPath, conversation
 from core.domain.trajectory import Step, TrainingSample, Trajectory
 
 
@@ -87,3 +93,29 @@ def trajectory_to_sample(
         provenance=provenance,
         tools=trajectory.tools,
     )
+
+
+def revision_masks(
+    path: SplicedPath, *, mask_invalid_steps: bool = True, mask_loop_steps: bool = True
+) -> tuple[frozenset[int], dict[str, Any]]:
+    """The good continuation's steps to keep at weight 0 in a revision sample (indexes into
+    ``path.good``) and the ``loss_masked`` record (rule and counts, as ``trajectory_to_sample``
+    writes it). A step is masked when the environment rejected it (``invalid_signal``), or else
+    when it repeats a loop of the spliced path (``loop_repeats`` over prefix + bad + good, so a
+    loop the bad segment started and the continuation goes on with counts too)."""
+    offset = len(path.prefix) + len(path.bad)
+    loops = loop_repeats(path.steps) if mask_loop_steps else set()
+    invalid: set[int] = set()
+    loop: set[int] = set()
+    for i, step in enumerate(path.good):
+        if mask_invalid_steps and invalid_signal(step) is not None:
+            invalid.add(i)
+        elif offset + i in loops:
+            loop.add(i)
+    record = {
+        "invalid_steps": mask_invalid_steps,
+        "loop_steps": mask_loop_steps,
+        "invalid": len(invalid),
+        "loop": len(loop),
+    }
+    return frozenset(invalid | loop), record

@@ -39,6 +39,10 @@ def otlp_stream(buffer_id: str) -> str:
     return f"otlp-{buffer_id}"
 
 
+def episodes_stream(buffer_id: str) -> str:
+    return f"episodes-{buffer_id}"
+
+
 def project_stream(project_id: str) -> str:
     return f"project-{project_id}"
 

@@ -64,7 +64,9 @@ class SearchConfig:
     max_tokens: generation budget per candidate ("Thought: ...\\nAction: ...").
     alpha: good leaves have reward >= alpha (inclusive: alpha = 1.0 admits perfect runs).
     beta: a bad leaf's reward is below alpha and at most (its paired good leaf's reward - beta).
-    max_pairs_per_tree: at most this many (bad, good) pairs per tree; the deepest divergences are kept.
+    max_pairs_per_tree: at most this many (bad, good) pairs per tree, chosen by ``pair_selection``.
+    pair_selection: ``stratified`` (default: spread over bad-suffix lengths and divergence depths)
+        or ``deepest`` (the deepest divergences first: the baseline); core.domain.pairs.
     seed: base seed; each expansion's sampling seed is derived from it and the node id.
     record_terminal_children: True (default) = every terminal child is a leaf when it is created and
         closed nodes are never selected (see the module docstring). False = the old leaf-only rule,
@@ -83,6 +85,7 @@ class SearchConfig:
     alpha: float = 0.5
     beta: float = 0.2
     max_pairs_per_tree: int = 8
+    pair_selection: str = "stratified"
     seed: int = 0
     record_terminal_children: bool = True
     constrain_actions: bool = False
@@ -104,6 +107,10 @@ class SearchConfig:
         if not isinstance(self.max_pairs_per_tree, int) or self.max_pairs_per_tree < 0:
             raise SearchConfigError(
                 f"search config: max_pairs_per_tree must be an integer >= 0, got {self.max_pairs_per_tree!r}"
+            )
+        if self.pair_selection not in ("stratified", "deepest"):
+            raise SearchConfigError(
+                f"search config: pair_selection must be stratified or deepest, got {self.pair_selection!r}"
             )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise SearchConfigError(f"search config: seed must be an integer, got {self.seed!r}")

@@ -18,6 +18,8 @@ Transitions:
 * ``ModelTrained(i)`` -> effect :class:`EvaluateModel` on the new checkpoint.
 * ``IterationEvaluated(i)`` -> ``IterationStarted(i + 1, model = checkpoint of i)`` + its searches, or
   ``RunCompleted`` after the last iteration.
+* ``IterationDatasetEmpty(i)`` of an iteration whose learner plays for its own data (ArCHer online,
+  ``RunConfig.learns_online``) -> :class:`TrainModel` all the same.
 * ``IterationDatasetEmpty(0)`` / ``TrainingFailed`` -> ``RunFailed`` with the reason (nothing was
   trained, or training broke).
 * ``IterationDatasetEmpty(i > 0)`` -> ``RunCompleted`` with the model that searched iteration i (the
@@ -310,6 +312,10 @@ def decide(state: RunState, event: DomainEvent, task_ids: Sequence[str] = ()) ->
     if current is None or iteration != current.iteration:
         return NOTHING  # stale: about an iteration that is over (or never started)
     if isinstance(event, IterationDatasetEmpty):
+        if state.config.learns_online(current.iteration) and not state.config.data_only:
+            # an online learner plays for its own data: the search's empty dataset does not stop it
+            online = derived_id("online-data", state.run_id, current.iteration)
+            return Decision(effect=TrainModel(current.iteration, current.model_ref, online))
         if current.iteration == 0:
             return _fail(state, f"iteration {iteration}: the dataset is empty: {event.reason}")
         stopped = {"iteration": current.iteration, "reason": f"the dataset is empty: {event.reason}"}

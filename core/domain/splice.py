@@ -9,6 +9,10 @@ Pure (stdlib only). A revision trajectory is, in order (DESIGN §1 step 4):
       starts with the reflection sentence                      weight 1
     the rest of the good continuation                          weight 1 (observations 0)
 
+except the good continuation's steps named in ``masked`` (the caller's loss-masking rule: the
+environment rejected them, or they repeat a loop; core.domain.good_samples.revision_masks), which
+stay in the conversation at weight 0, as in good samples.
+
 The reflection lives in the Thought of the first good action; no fake action is ever inserted, so
 the action sequence (``SplicedPath.actions``) is exactly what an environment can replay.
 
@@ -27,7 +31,7 @@ a deterministic remap of ids a spliced path reuses).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -235,12 +239,16 @@ def revision_messages(
     path: SplicedPath,
     reflection: str,
     formatter: Callable[[str, str], str] = format_assistant,
+    masked: Collection[int] = (),
 ) -> tuple[Message, ...]:
-    """The conversation with per-message loss weights (see module docstring)."""
+    """The conversation with per-message loss weights (see module docstring); ``masked``: indexes
+    into ``path.good`` of the good continuation's steps kept at weight 0."""
     if not reflection.strip():
         raise SpliceError("the reflection sentence is empty")
     planned: list[tuple[Step, int, str]] = [(step, 0, "") for step in path.prefix + path.bad]
-    planned += [(step, 1, reflection if i == 0 else "") for i, step in enumerate(path.good)]
+    planned += [
+        (step, 0 if i in masked else 1, reflection if i == 0 else "") for i, step in enumerate(path.good)
+    ]
     return conversation(instruction, task, planned, formatter)
 
 
@@ -252,13 +260,17 @@ def revision_sample(
     reflection: str,
     provenance: dict[str, Any] | None = None,
     formatter: Callable[[str, str], str] = format_assistant,
+    masked: Collection[int] = (),
 ) -> TrainingSample:
-    """The revision TrainingSample (reward = the good path's reward).
+    """The revision TrainingSample (reward = the good path's reward); ``masked`` as in
+    ``revision_messages``.
 
     The context is the FAILED path's own instruction and task text (the prompt under which the error
     was made; for search pairs both paths share them, for trace pairs matched by task key they may
     differ in wording), falling back to the good path's instruction when the failed one has none."""
-    messages = revision_messages(bad.instruction or good.instruction, bad.task, path, reflection, formatter)
+    messages = revision_messages(
+        bad.instruction or good.instruction, bad.task, path, reflection, formatter, masked
+    )
     return TrainingSample(
         sample_id=sample_id,
         kind="revision",
@@ -277,3 +289,20 @@ def longest_common_prefix(a: Sequence[Step], b: Sequence[Step]) -> int:
             break
         shared += 1
     return shared
+
+
+def rejection_kind(reason: str) -> str:
+    """The kind of a ``RevisionRejected`` reason, for counting (numbers and details dropped):
+    ``unverified: ended early`` (the replay's episode ended before the last action), ``unverified:
+    reward below the good path's``, ``unverified: other``, ``replay failed`` (the environment
+    raised), ``critic``, ``splice`` (the splice itself refused the pair), or the reason's own
+    prefix before ":" for anything else."""
+    head, _, detail = reason.partition(":")
+    head = head.strip().lower()
+    if head == "unverified":
+        if "ended at step" in detail:
+            return "unverified: ended early"
+        if "below the good reward" in detail:
+            return "unverified: reward below the good path's"
+        return "unverified: other"
+    return head or "unknown"

@@ -18,6 +18,8 @@ Forms (options are URL query parameters):
   them; textcraft and sciworld know theirs: ``core.envs.sciworld_tasks`` holds ScienceWorld's), and
   for alfworld ``world_type`` (Text / Embody / Hybrid). The server's base URL is
   everything before ``/NAME``.
+- ``tau2:DOMAIN`` — a tau2-bench domain (retail, airline, mock) with native tool calls and an
+  offline scripted user (core.envs.tau2; needs the ``tau2`` extra); option ``max_steps`` (default 30);
 - ``python:package.module:factory?key=value`` — a Python environment (core.envs.plugin); every
   option is passed to the factory as a string keyword argument;
 - ``NAME?key=value`` where NAME is registered in the ``agentr.envs`` entry-point group by an
@@ -81,13 +83,20 @@ def open_env(uri: str) -> Env:
     parts = urlsplit(uri)
     if parts.scheme.startswith("agentgym+"):
         return _open_agentgym(uri)
+    if parts.scheme == "tau2" and not parts.netloc:
+        from core.envs.tau2 import Tau2Env
+
+        options = _Options(uri, parts.query)
+        max_steps = int(options.take_number("max_steps", 30))
+        options.finish(uri, "max_steps")
+        return Tau2Env(parts.path, max_steps=max_steps)
     if parts.scheme == "python" and not parts.netloc:
         from core.envs.plugin import open_python
 
         return open_python(uri, parts.path, _Options(uri, parts.query).values)
     if parts.scheme or parts.netloc or parts.fragment:
         raise EnvError(
-            f"malformed environment URI {uri!r}: expected textcraft, sciworld, "
+            f"malformed environment URI {uri!r}: expected textcraft, sciworld, tau2:DOMAIN, "
             "agentgym+http://HOST:PORT/NAME, python:package.module:factory or an agentr.envs entry-point name"
         )
     name = parts.path

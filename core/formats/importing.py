@@ -198,6 +198,10 @@ def _add_observation(step: dict[str, Any], text: str) -> None:
     step["observation"] = text if step["observation"] is None else f"{step['observation']}\n{text}"
 
 
+MAX_EXTERNAL_ID = 200
+"""Longest caller-given trace id, as text (an integer id counts its digits): its varchar(200) column."""
+
+
 def _envelope(
     item: dict[str, Any], hints: dict[str, Any], path: str, trajectory: Trajectory
 ) -> tuple[str, Outcome, float | None, str | None]:
@@ -219,7 +223,12 @@ def _envelope(
     external_id = item.get("id", hints.get("id"))
     if external_id is not None and (isinstance(external_id, bool) or not isinstance(external_id, str | int)):
         raise TraceFormatError(f"{path}.id", "must be a string")
-    return task_key, outcome, reward, None if external_id is None else str(external_id)
+    text_id = None if external_id is None else str(external_id)
+    if text_id is not None and not 0 < len(text_id) <= MAX_EXTERNAL_ID:
+        raise TraceFormatError(
+            f"{path}.id", f"must be 1 to {MAX_EXTERNAL_ID} characters (digits for an integer)"
+        )
+    return task_key, outcome, reward, text_id
 
 
 # --------------------------------------------------------------------------------------------

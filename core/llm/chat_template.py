@@ -266,7 +266,10 @@ def folder_template_problem(folder: str | Path, *, masks: bool = True) -> str | 
     (no per-message spans), or None; also None when the folder is not on this machine (then only
     the workers can tell)."""
     path = Path(folder).expanduser()
-    if not path.is_dir():
+    try:
+        if not path.is_dir():
+            return None
+    except OSError:  # e.g. a name too long for the file system: no such folder here either
         return None
     if not folder_has_template(path):
         return (

@@ -7,14 +7,25 @@ islands, docs/results.md). Elsewhere autocast
 emulates bfloat16 and training gets slower, so the demo only asks for ``mixed_bf16`` where this
 says yes. Read from torch's own CPU probes, with /proc/cpuinfo's flags as the fallback when a
 torch build lacks them.
+
+``describe()`` is the CPU part of a run's recorded conditions (``core.runtime.torch_threads.
+run_conditions``): the model name, the vector ISA torch dispatches to, and the environment
+variables that cap the ISA (``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``, ``MKL_ENABLE_INSTRUCTIONS``:
+README "Testing on other CPUs"), since float results depend on which kernels ran.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import platform
 from pathlib import Path
+from typing import Any
 
 _CPUINFO_FLAGS = ("avx512_bf16", "amx_bf16")
+# the environment variables that cap the kernels torch's libraries dispatch to (oneDNN, ATen's
+# vectorised kernels, MKL on Intel CPUs): set, they make this CPU compute like an older one
+ISA_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
 
 
 @functools.cache
@@ -44,3 +55,34 @@ def cpuinfo_has_bf16(cpuinfo: Path) -> bool:
             flags = set(line.partition(":")[2].split())
             return any(flag in flags for flag in _CPUINFO_FLAGS)
     return False
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (/proc/cpuinfo's ``model name``, else the platform's processor string)."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def describe() -> dict[str, Any]:
+    """The CPU a result was computed on: model name, logical cores, the vector ISA torch's own kernels
+    dispatch to (``AVX2``, ``AVX512``, ``DEFAULT`` under ``ATEN_CPU_CAPABILITY=default``), native
+    bfloat16, and the ISA caps set in the environment ({} when none)."""
+    capability = "unknown"
+    try:
+        import torch
+
+        capability = str(torch.backends.cpu.get_cpu_capability())
+    except (ImportError, AttributeError):
+        pass
+    return {
+        "model": cpu_model(),
+        "cores": os.cpu_count() or 1,
+        "capability": capability,
+        "native_bf16": native_bf16(),
+        "isa_caps": {name: os.environ[name] for name in ISA_CAP_VARIABLES if os.environ.get(name)},
+    }

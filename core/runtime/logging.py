@@ -19,6 +19,9 @@ import traceback
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
+"""Loggers a server library may have given handlers of its own (uvicorn's default log config)."""
+
 # Attributes every LogRecord has; anything else came from ``extra=`` and is emitted as a field.
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "taskName"}
 
@@ -44,7 +47,19 @@ def redacted_traceback(exc: BaseException) -> str:
     return "\n-- which led to --\n".join(blocks)
 
 
-class JsonFormatter(logging.Formatter):
+class _Redacting(logging.Formatter):
+    """A formatter whose exception text, with ``redact``, is ``redacted_traceback``: frames and
+    types only. Every logger's records pass it (uvicorn's "Exception in ASGI application" too)."""
+
+    redact = False
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 (logging's name)
+        if self.redact and ei and ei[1] is not None:
+            return redacted_traceback(ei[1])
+        return super().formatException(ei)
+
+
+class JsonFormatter(_Redacting):
     """One JSON object per record: time, level, logger, message, extras, exception text."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -60,7 +75,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, default=str)
 
 
-class TextFormatter(logging.Formatter):
+class TextFormatter(_Redacting):
     """Human-readable lines; extras are appended as key=value."""
 
     def __init__(self) -> None:
@@ -74,13 +89,32 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def configure_logging(level: str = "INFO", json_lines: bool = False, stream: TextIO | None = None) -> None:
-    """Replace the root logger's handlers with one that writes to ``stream`` (stderr by default)."""
+def configure_logging(
+    level: str = "INFO",
+    json_lines: bool = False,
+    stream: TextIO | None = None,
+    *,
+    redact_exceptions: bool = False,
+) -> None:
+    """Replace the root logger's handlers with one that writes to ``stream`` (stderr by default).
+
+    ``redact_exceptions`` (the API server): every logged exception, whoever logs it, is written as
+    ``redacted_traceback`` (frames and types, no message), since a request's data can reach an
+    exception's message. Loggers of the libraries a server runs (uvicorn's, whose own handlers would
+    print full tracebacks) are pointed at the root handler here.
+    """
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}: use DEBUG, INFO, WARNING or ERROR")
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+    formatter: _Redacting = JsonFormatter() if json_lines else TextFormatter()
+    formatter.redact = redact_exceptions
+    handler.setFormatter(formatter)
+    for name in SERVER_LOGGERS:
+        server_logger = logging.getLogger(name)
+        for old in list(server_logger.handlers):
+            server_logger.removeHandler(old)
+        server_logger.propagate = True
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -7,6 +7,7 @@ Nothing here connects to anything.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field
@@ -55,12 +56,31 @@ class Settings(BaseSettings):
         100.0, ge=0, description="Requests per second per API key (0 = no limit)."
     )
     key_request_burst: int = Field(500, ge=1, description="Requests per API key allowed in a burst.")
+    model_roots: str | None = Field(
+        None,
+        description="Folders (separated by the OS path separator, ':' on Linux) that model references "
+        "submitted over the API must lie in; unset = AGENTR_HOME/models and AGENTR_HOME/runs.",
+    )
+    trusted_proxies: str | None = Field(
+        None,
+        description="Comma-separated addresses/networks of reverse proxies whose X-Forwarded-For / "
+        "X-Forwarded-Proto `agentr serve` believes; unset = none (the TCP peer is the client).",
+    )
 
     @property
     def effective_database_url(self) -> str:
         if self.database_url:
             return self.database_url
         return f"sqlite+aiosqlite:///{(self.home / 'agentr.db').resolve()}"
+
+    @property
+    def model_root_paths(self) -> tuple[Path, ...]:
+        """The model roots as absolute, normalised folders (the first one takes relative names)."""
+        if self.model_roots and self.model_roots.strip():
+            given = [Path(part) for part in self.model_roots.split(os.pathsep) if part.strip()]
+        else:
+            given = [self.home / "models", self.home / "runs"]
+        return tuple(Path(os.path.abspath(path.expanduser())) for path in given)
 
     @property
     def embedded(self) -> bool:

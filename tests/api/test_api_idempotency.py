@@ -43,7 +43,9 @@ async def test_parallel_runs_with_one_key_and_different_bodies_store_exactly_the
     winner = next(i for i, r in enumerate(responses) if r.status_code == 202)
     stored = await _stored(api, "RunRequested")
     assert len(stored) == 1
-    assert stored[0]["config"]["model"] == f"model-{winner}"
+    # a relative model name is the folder of the first model root, stored as that path
+    root = api.app.state.services.settings.model_root_paths[0]
+    assert stored[0]["config"]["model"] == str(root / f"model-{winner}")
     assert stored[0]["run_id"] == responses[winner].json()["run_id"]
     for response in responses:
         if response.status_code == 422:

@@ -7,12 +7,17 @@ import json
 from pathlib import Path
 
 from core.llm.tiny import build_tiny_model
-from tests.api.conftest import ApiHarness
+from tests.api.conftest import ApiHarness, make_settings, running
 
 TEXTS = ["Goal: craft stick.", "Thought: planks.\nAction: get 2 oak planks"] * 20
 
 
-async def test_model_folder_template_is_checked_at_submission(api: ApiHarness, tmp_path: Path) -> None:
+async def test_model_folder_template_is_checked_at_submission(pg_url: str, tmp_path: Path) -> None:
+    async with running(make_settings(pg_url, model_roots=str(tmp_path))) as api:  # the folder's root
+        await _template_checks(api, tmp_path)
+
+
+async def _template_checks(api: ApiHarness, tmp_path: Path) -> None:
     key = api.auth(await api.key(await api.project(), "run"))
     folder = build_tiny_model(tmp_path / "m", TEXTS, hidden=32, layers=1, heads=2, vocab_size=300)
     ok = await api.client.post("/v1/runs", json={"model": str(folder)}, headers=key)

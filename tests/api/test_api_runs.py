@@ -85,7 +85,7 @@ async def test_submit_read_list_and_cancel_runs(api: ApiHarness) -> None:
     key = api.auth(await api.key(project, "read", "run"))
     submitted = await api.client.post(
         "/v1/runs",
-        json={"model": "/models/tiny", "tasks": ["1", "2"], "iterations": 2, "search": {"n_candidates": 2}},
+        json={"model": "tiny", "tasks": ["1", "2"], "iterations": 2, "search": {"n_candidates": 2}},
         headers=key,
     )
     assert submitted.status_code == 202, submitted.text

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import pg_database, redis_namespace, redis_test_url
-from tests.e2e.services import Deployment, deploy, quick_run_config
+from tests.e2e.services import QUICK_HOME, Deployment, deploy, quick_run_config
 
 
 @pytest.fixture(scope="session")
 def run_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return quick_run_config(tmp_path_factory.getbasetemp() / "agentr-quick-home")
+    return quick_run_config(tmp_path_factory.getbasetemp() / QUICK_HOME)
 
 
 @pytest.fixture(scope="package")
@@ -33,7 +33,13 @@ def shared_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Depl
     with (
         pg_database() as pg_url,
         redis_namespace() as prefix,
-        deploy(pg_url, redis_test_url(), prefix, tmp_path_factory.mktemp("services")) as deployed,
+        deploy(
+            pg_url,
+            redis_test_url(),
+            prefix,
+            tmp_path_factory.mktemp("services"),
+            model_roots=[tmp_path_factory.getbasetemp() / QUICK_HOME / "models"],  # run_config's model
+        ) as deployed,
     ):
         yield deployed
 

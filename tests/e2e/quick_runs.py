@@ -10,7 +10,10 @@ run comes first and reused by the other, as a second ``agentr run --quick`` in o
 tests/conftest.py makes them the session fixtures ``quick_run`` and ``resumed_quick_run``:
 tests/e2e/test_agentr_run.py checks the first run and that the resumed one is the same run, to the
 byte; tests/integration/test_runs_resume.py checks that the resume wrote every step exactly once.
-Each process is real (a subprocess with OMP_NUM_THREADS=1), as a user runs it.
+Each process is real (a subprocess), as a user runs it, with ``--threads N`` and OMP_NUM_THREADS=N,
+N = ``$AGENTR_TEST_THREADS`` (default 1): both runs under the same recorded conditions (their
+config's ``runtime``; the tests check it). ISA caps in the environment (ONEDNN_MAX_CPU_ISA,
+ATEN_CPU_CAPABILITY: README "Testing on other CPUs") pass through to the processes.
 """
 
 from __future__ import annotations
@@ -30,11 +33,24 @@ RUN_TIMEOUT_S = 1800  # a loaded 2-core machine: one quick run took up to ~15 mi
 Event = tuple[str, str, str]  # (stream id, event type, data JSON) in log order
 
 
+def quick_threads() -> int:
+    """The torch thread count the quick runs train with: ``$AGENTR_TEST_THREADS``, default 1."""
+    raw = os.environ.get("AGENTR_TEST_THREADS", "1").strip()
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"AGENTR_TEST_THREADS must be a whole number >= 1, got {raw!r}")
+    return int(raw)
+
+
 def agentr_env(home: Path) -> dict[str, str]:
     """The environment of an ``agentr`` process with its own home (no AGENTR_* settings inherited)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTR_")}
-    env.update(AGENTR_HOME=str(home), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env.update(AGENTR_HOME=str(home), OMP_NUM_THREADS=str(quick_threads()), TOKENIZERS_PARALLELISM="false")
     return env
+
+
+def quick_argv() -> list[str]:
+    """``agentr run --quick`` with the tests' thread count (``quick_threads``)."""
+    return [AGENTR, "run", "--quick", "--threads", str(quick_threads())]
 
 
 def events(db_path: Path) -> list[Event]:
@@ -77,7 +93,7 @@ def run_quick(root: Path, models: Path) -> QuickRun:
     """``agentr run --quick`` to completion in ``root/home`` (AssertionError with its stderr if it fails)."""
     home = _home(root, models)
     proc = subprocess.run(
-        [AGENTR, "run", "--quick"],
+        quick_argv(),
         env=agentr_env(home),
         capture_output=True,
         text=True,
@@ -95,7 +111,7 @@ def run_quick_killed_and_resumed(root: Path, models: Path) -> ResumedRun:
     log_path = root / "first.log"
     with log_path.open("w") as log:
         first = subprocess.Popen(
-            [AGENTR, "run", "--quick"],
+            quick_argv(),
             env=agentr_env(home),
             stdout=log,
             stderr=log,

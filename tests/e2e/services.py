@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,10 @@ from tests.e2e.helpers import ApiClient, ServiceGroup, free_port, quick_tiny_mod
 
 ADMIN_KEY = "e2e-admin-" + "k" * 24
 WORKERS = ("relay", "search", "critic", "splice", "train")
+
+
+QUICK_HOME = "agentr-quick-home"
+"""The folder (under pytest's base temp) holding the tests' shared warm-started tiny model."""
 
 
 def quick_run_config(home: Path, **overrides: Any) -> dict[str, Any]:
@@ -42,8 +46,15 @@ def quick_run_config(home: Path, **overrides: Any) -> dict[str, Any]:
     return {**config, **overrides}
 
 
-def service_env(pg_url: str, redis_url: str, redis_prefix: str, home: Path, port: int) -> dict[str, str]:
+def service_env(
+    pg_url: str, redis_url: str, redis_prefix: str, home: Path, port: int, model_roots: Sequence[Path] = ()
+) -> dict[str, str]:
+    """The deployment's environment; ``model_roots`` are model folders the API accepts besides its
+    own model store and runs (AGENTR_MODEL_ROOTS), e.g. the tests' shared warm-started tiny model."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTR_")}
+    if model_roots:
+        roots = [home / "models", home / "runs", *model_roots]
+        env["AGENTR_MODEL_ROOTS"] = os.pathsep.join(str(root) for root in roots)
     env.update(
         AGENTR_DATABASE_URL=pg_url,
         AGENTR_REDIS_URL=redis_url,
@@ -92,11 +103,14 @@ class Deployment:
 
 
 @contextmanager
-def deploy(pg_url: str, redis_url: str, redis_prefix: str, folder: Path) -> Iterator[Deployment]:
-    """Every service as its own process on the database ``pg_url``, logs and home under ``folder``."""
+def deploy(
+    pg_url: str, redis_url: str, redis_prefix: str, folder: Path, model_roots: Sequence[Path] = ()
+) -> Iterator[Deployment]:
+    """Every service as its own process on the database ``pg_url``, logs and home under ``folder``;
+    the API also accepts models inside ``model_roots``."""
     port = free_port()
     home = folder / "home"
-    env = service_env(pg_url, redis_url, redis_prefix, home, port)
+    env = service_env(pg_url, redis_url, redis_prefix, home, port, model_roots)
     group = ServiceGroup(env, folder)
     client = ApiClient(f"http://127.0.0.1:{port}", ADMIN_KEY)
     try:

@@ -48,6 +48,26 @@ def test_metrics_per_iteration() -> None:
         "direct_exact_match": pytest.approx(1 / 3),
         "first_step_match": pytest.approx(2 / 3),
         "strategies": ["model"],
+        "actions_after_divergence": {"5": 4},
+        "split": {
+            "1": {"pairs": 0, "critic": None, "reflect": None, "rules": None, "direct": None, "first": None},
+            "2+": {
+                "pairs": 3,
+                "critic": pytest.approx(2 / 3),
+                "reflect": None,  # no reflect t' recorded on these pairs
+                "rules": pytest.approx(1 / 3),  # no rule fires: the last action
+                "direct": pytest.approx(1 / 3),
+                "first": pytest.approx(2 / 3),
+            },
+            "all": {
+                "pairs": 3,
+                "critic": pytest.approx(2 / 3),
+                "reflect": None,
+                "rules": pytest.approx(1 / 3),
+                "direct": pytest.approx(1 / 3),
+                "first": pytest.approx(2 / 3),
+            },
+        },
     }
     assert metrics[1]["exact_match"] == 0.0 and metrics[1]["mean_abs_distance"] == 1.0
     assert metrics[1]["fallback_share"] == 0.0 and metrics[1]["direct_exact_match"] == 0.0
@@ -79,3 +99,63 @@ async def test_metrics_from_the_store(store_url: str) -> None:
         assert metrics[0]["direct_exact_match"] == 0.0
     finally:
         await store.close()
+
+
+def test_critic_against_every_baseline_split_by_actions_after_the_divergence() -> None:
+    """One pair with ONE action after the divergence (every critic right), two with several: the
+    model critic, the recorded reflect t', rules (an invalid action), direct and first differ."""
+    run = new_id()
+
+    def judged(steps: list[tuple[str, str]], t: int, oracle: int, reflect: int, strategy: str = "model"):  # type: ignore[no-untyped-def]
+        bad = Trajectory(
+            task="Goal: craft stick.",
+            instruction="Craft.",
+            steps=tuple(Step("t", a, o) for a, o in steps),
+            reward=0.0,
+        )
+        pair = PairFound(new_id(), "search", "3", bad, bad, 1, run_id=run, iteration=0)
+        marked = FirstErrorMarked(
+            pair.pair_id,
+            strategy,
+            t,
+            (StepVerdict(t, "bad"),),
+            oracle_index=oracle,
+            baselines={"reflect": reflect},
+        )  # type: ignore[arg-type]
+        return pair, marked
+
+    ok, invalid = (
+        ("get 1 oak logs", "Got 1 oak logs"),
+        ("craft 9 x using 1 y", "Could not find a valid recipe"),
+    )
+    rows = [
+        judged([ok, ok], 1, 1, 1),  # one action after the divergence (step 1)
+        judged([ok, ok, invalid, ok], 2, 2, 3),  # oracle 2: critic and rules right, first and direct wrong
+        judged([ok, invalid, ok, ok], 3, 1, 1),  # oracle 1: reflect, rules and first right
+    ]
+    split = critic_metrics(rows)[0]["split"]
+    assert split["1"] == {
+        "pairs": 1,
+        "critic": 1.0,
+        "reflect": 1.0,
+        "rules": 1.0,
+        "direct": 1.0,
+        "first": 1.0,
+    }
+    assert split["2+"] == {
+        "pairs": 2,
+        "critic": 0.5,
+        "reflect": 0.5,
+        "rules": 1.0,
+        "direct": 0.0,
+        "first": 0.5,
+    }
+    assert split["all"]["pairs"] == 3 and split["all"]["rules"] == 1.0
+    assert critic_metrics(rows)[0]["actions_after_divergence"] == {"1": 1, "3": 2}
+    table = critic_markdown(critic_metrics(rows))
+    assert "| 0 | >= 2 | 2 | 0.500 | 0.500 | 1.000 | 0.000 | 0.500 |" in table
+    assert "- iteration 0: 1: 1, 3: 2" in table
+    # the first-after-divergence strategy: its own t' is the critic column; reflect from baselines
+    first = [judged([ok, invalid, ok, ok], 1, 1, 2, "first")]
+    assert critic_metrics(first)[0]["split"]["2+"]["critic"] == 1.0
+    assert critic_metrics(first)[0]["split"]["2+"]["reflect"] == 0.0

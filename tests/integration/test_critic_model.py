@@ -139,3 +139,14 @@ async def test_model_reflections_from_the_tiny_model_fall_back_to_templates(poli
     # the random tiny model writes no usable sentence: every reflection took the fallback path
     assert all(r.template_id.startswith("model|fallback:") for r in got)
     assert got == await model_reflections(policy, requests)  # greedy: deterministic
+
+
+async def test_reflect_baseline_is_the_reflect_strategys_t_prime(policy) -> None:  # type: ignore[no-untyped-def]
+    """FirstErrorMarked.baselines["reflect"]: the reflect strategy's t' on the same path with the same
+    (real, tiny) model, recorded beside the model critic's."""
+    from critic_service.critic import reflect_baseline
+
+    path = _path(5)
+    reflected = await critique(CriticConfig(strategy="reflect"), path, 1, policy)
+    assert await reflect_baseline(CriticConfig(), path, 1, policy) == {"reflect": reflected.transition_index}
+    assert 1 <= reflected.transition_index <= 4

@@ -82,3 +82,15 @@ def test_the_rule_is_never_silent_and_a_users_general_data_wins(tmp_path: Path) 
     assert kept == own and "not mixed in" in note
     with pytest.raises(ValueError, match="no judge samples"):
         write_judge_general([], warm)
+
+
+async def test_max_general_makes_the_judge_set_a_small_replay(store: SqlEventStore, tmp_path: Path) -> None:
+    """RunConfig.max_general caps the judge examples mixed in (eta would ask for 8 next to 2 agent
+    samples); the manifest says the cap bound."""
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    write_judge_general(judge_samples(ENV, ENV.task_ids("demo"), 2), warm)
+    data, _ = with_judge_general(RunConfig(model=str(warm), eta=0.2, max_general=3).to_data(), str(warm))
+    rows, manifest = await _dataset(store, tmp_path / "home", RunConfig.from_data(data), 2)
+    assert sum(r["kind"] == "general" for r in rows) == 3 and len(rows) == 5
+    assert manifest["general_wanted"] == 8 and "max_general caps it at 3" in manifest["note"]

@@ -23,7 +23,7 @@ from core.envs.registry import open_env
 from core.llm.hf import HFPolicy
 from core.llm.ports import Completion, Conversation, Seeds
 from tests.e2e.helpers import quick_tiny_model
-from train_service.evaluation import EvalConfig, evaluate, play
+from train_service.evaluation import EvalConfig, evaluate, play, recovery_seed
 
 pytestmark = pytest.mark.slow
 
@@ -115,18 +115,19 @@ async def test_concurrent_sets_match_each_set_played_alone(model: str) -> None:
 
     held = await play(policy, _open, runs(HELD_OUT), CFG, seeds=seeds(HELD_OUT))
     seen = await play(policy, _open, runs(SEEN), CFG, seeds=seeds(SEEN))
+    continued = [(p, c) for p in prefixes for c in range(CFG.recovery_seeds)]
     recovered = await play(
         policy,
         _open,
-        [p.task_id for p in prefixes],
+        [p.task_id for p, _ in continued],
         CFG,
-        seeds=[episode_seed(3, p.task_id, p.episode, "recovery") for p in prefixes],
-        prefixes=[p.actions for p in prefixes],
+        seeds=[recovery_seed(3, p, c) for p, c in continued],
+        prefixes=[p.actions for p, _ in continued],
     )
     alone = summarize(held)
     assert {k: metrics[k] for k in alone} == alone
     assert {k: metrics["seen"][k] for k in summarize(seen)} == summarize(seen)
-    assert metrics["recovery"]["episodes"] == len(prefixes)
+    assert metrics["recovery"]["episodes"] == CFG.recovery_seeds * len(prefixes)
     assert {k: metrics["recovery"][k] for k in summarize(recovered)} == summarize(recovered)
     assert metrics["seen"]["tasks"] == SEEN and metrics["tasks"] == HELD_OUT
     await policy.close()

@@ -127,13 +127,16 @@ async def test_recovery_set_comes_from_the_starting_models_held_out_failures(
             assert 1 <= len(prefix.actions) < prefix.source_steps
         # the starting model and the iteration's model continued the same prefixes
         set_id = recovery_set_id(prefixes)
-        assert start_metrics["recovery"]["episodes"] == first["recovery"]["episodes"] == len(prefixes)
+        # each prefix continued with cfg.recovery_seeds seeds (rates over prefixes x seeds)
+        continued = cfg.recovery_seeds * len(prefixes)
+        assert start_metrics["recovery"]["episodes"] == first["recovery"]["episodes"] == continued
+        assert start_metrics["recovery"]["prefixes"] == first["recovery"]["prefixes"] == len(prefixes)
         assert start_metrics["recovery"]["set_id"] == first["recovery"]["set_id"] == set_id
 
         # iteration 1 reads the recorded set from iteration 0; the starting model is not re-run
         second = await _evaluate(effects, config, EvaluateModel(1, other, start), first)
         assert "start" not in second
-        assert second["recovery"]["episodes"] == len(prefixes)
+        assert second["recovery"]["episodes"] == continued
         assert second["recovery"]["set_id"] == set_id
     finally:
         await store.close()

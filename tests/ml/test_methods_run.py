@@ -101,3 +101,42 @@ def test_archer_run_completes(quick: dict[str, Any], tmp_path: Path) -> None:
     data = tmp_path / "home" / "runs" / run_id / "datasets" / "iter-0.transitions.jsonl"
     assert asyncio.run(_rebuilt(tmp_path / "home", run_id, manifest)) == tuple(read_transitions(data))
     assert any(type(e).__name__ == "IterationEvaluated" for e in events)
+
+
+def test_online_archer_run_plays_episodes_into_the_log(quick: dict[str, Any], tmp_path: Path) -> None:
+    """The paper's ArCHer as a run's learner: the training job plays the run's training tasks in
+    its environment, every round's episodes land in the run's event log (EpisodePlayed), the actor
+    is updated, and the checkpoint is evaluated like any other."""
+    from agentr.cli.embedded_run import embedded_settings
+    from core.domain.replay import buffer_id
+    from core.store.factory import open_store
+    from train_service.archer_online import StoreEpisodeLog
+
+    train = dict(
+        ARCHER_RUN_TRAIN,
+        mode="online",
+        rollout_episodes=2,
+        episode_max_steps=3,
+        warmup_iters=0,
+        max_new_tokens=16,
+    )
+    code, events, run_id = _run(tmp_path / "home", dict(quick, train=train))
+    trained = [e for e in events if isinstance(e, ModelTrained)]
+    assert code == 0, events[-1]
+    metrics = trained[0].metrics
+    assert metrics["mode"] == "online" and metrics["rounds"] == 2 and metrics["episodes"] == 4
+    assert metrics["actor_updates"] == 2 and metrics["env_steps"] == sum(metrics["env_steps_by_round"])
+
+    async def played() -> list[Any]:
+        settings, _ = embedded_settings(tmp_path / "home")
+        store = await open_store(settings.effective_database_url)
+        try:
+            return await StoreEpisodeLog(store).read(buffer_id(run_id, 0))
+        finally:
+            await store.close()
+
+    episodes = asyncio.run(played())
+    assert [(e.round, e.index) for e in episodes] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(e.run_id == run_id and e.learner == "archer" for e in episodes)
+    assert sum(len(e.trajectory.steps) for e in episodes) == metrics["env_steps"]
+    assert any(type(e).__name__ == "IterationEvaluated" for e in events)

@@ -48,39 +48,41 @@ def test_training_phase_takes_its_threads_and_gives_them_back() -> None:
     assert torch.get_num_threads() == 1
 
 
-def test_a_thread_count_function_is_asked_when_each_phase_starts() -> None:
-    asked: list[int] = []
-
-    def idle_now() -> int:
-        asked.append(1)
-        return 2 if len(asked) == 1 else 1
-
-    torch_threads.configure(inference=1, training=idle_now)
-    with torch_threads.training_phase():
-        assert torch.get_num_threads() == 2
-    with torch_threads.training_phase():
-        assert torch.get_num_threads() == 1
-    assert len(asked) == 2 and torch.get_num_threads() == 1
-    torch_threads.configure(inference=1, training=lambda: 0)
-    with pytest.raises(ValueError, match="training thread count must be >= 1"):
-        torch_threads.training_threads()
-
-
 @pytest.mark.parametrize(("inference", "training"), [(0, 1), (1, 0), (-2, 2)])
 def test_bad_counts_are_named(inference: int, training: int) -> None:
     with pytest.raises(ValueError, match="thread counts must be >= 1"):
         torch_threads.configure(inference=inference, training=training)
 
 
-def test_idle_cores_are_sampled_now_or_read_from_the_load_average(monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
+def test_the_training_default_is_fixed_never_the_momentary_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(torch_threads.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    assert torch_threads.default_training_threads() == torch_threads.DEFAULT_TRAINING_THREADS == 2
+    # no sampling of /proc/stat or the load average: the same answer however busy the cores are
+    assert not hasattr(torch_threads, "idle_cores")
+    monkeypatch.setattr(torch_threads.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    assert torch_threads.default_training_threads() == 2
+    monkeypatch.setattr(torch_threads.os, "sched_getaffinity", lambda _pid: {0})  # one usable core
+    assert torch_threads.default_training_threads() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # explicit: taken as it is
+    assert torch_threads.default_training_threads() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "two")
+    with pytest.raises(ValueError, match="OMP_NUM_THREADS must be a whole number >= 1, got 'two'"):
+        torch_threads.default_training_threads()
 
-    cores = os.cpu_count() or 1
-    assert 0.0 <= torch_threads.idle_cores(0.05) <= cores
-    samples = iter([(100.0, 400.0), (150.0, 500.0)])  # 50 of 100 jiffies idle: half the cores
-    monkeypatch.setattr(torch_threads, "_cpu_times", lambda: next(samples))
-    monkeypatch.setattr(torch_threads.time, "sleep", lambda _s: None)
-    assert torch_threads.idle_cores() == pytest.approx(cores / 2)
-    monkeypatch.setattr(torch_threads, "_cpu_times", lambda: None)  # no /proc/stat
-    monkeypatch.setattr(torch_threads.os, "getloadavg", lambda: (0.5, 0.0, 0.0))
-    assert torch_threads.idle_cores() == pytest.approx(max(0.0, cores - 0.5))
+
+def test_run_conditions_name_threads_precision_and_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.runtime import cpu_features
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
+    record = torch_threads.run_conditions(training=2, precision="fp32")
+    assert record["threads"]["training"] == 2 and record["threads"]["inference"] == 1
+    assert record["precision"] == "fp32" and record["torch"] == torch.__version__
+    cpu = record["cpu"]
+    assert cpu["model"] == cpu_features.cpu_model() and cpu["model"]
+    assert cpu["capability"] == torch.backends.cpu.get_cpu_capability()
+    assert cpu["isa_caps"] == {"ONEDNN_MAX_CPU_ISA": "SSE41"}
+    assert torch_threads.recorded_training_threads(record) == 2
+    assert torch_threads.recorded_training_threads({}) is None  # a run recorded before this existed
+    torch.set_num_threads(1)
+    assert torch_threads.checkpoint_conditions("mixed_bf16")["threads"]["training"] == 1

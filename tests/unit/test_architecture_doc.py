@@ -23,7 +23,7 @@ from tests.unit.test_docs_events import constructed_in, production_event_types
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "ARCHITECTURE.md"
 EVENT_LINE = re.compile(r"^- \*\*[A-Z]\w+\*\* \(`")
-STREAM_ORDER = ("projects", "runs", "search", "pairs", "traces", "datasets", "operations")
+STREAM_ORDER = ("projects", "runs", "search", "pairs", "traces", "learners", "datasets", "operations")
 
 
 def _relative(obj: object) -> str:

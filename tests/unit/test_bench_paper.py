@@ -231,3 +231,47 @@ def test_latest_stored_takes_the_newest_result_of_a_variant(tmp_path: Path) -> N
     assert paper.latest_stored(tmp_path, "archer_offline") == {"run_id": "new"}
     assert paper.latest_stored(tmp_path, "archer_online") == {"run_id": "other variant"}
     assert paper.latest_stored(tmp_path, "dpo") is None
+
+
+def test_train_steps_match_every_sft_and_dpo_variant(base: dict) -> None:
+    for variant in ("agent_r_model", "direct", "good_only", "dpo", "archer_offline"):
+        config = paper.variant_config(base, variant, train_budget_s=60.0, first=False, train_steps=7)
+        RunConfig.from_data(config)
+        method = config["train"].get("method", "sft")
+        assert config["train"].get("max_steps") == (7 if method in ("sft", "dpo") else None), variant
+        assert config["train"]["time_budget_s"] == 60.0
+    with pytest.raises(ValueError, match="train_steps"):
+        paper.variant_config(base, "direct", train_budget_s=60.0, first=False, train_steps=0)
+
+
+def test_statistics_over_tasks_and_seeds_pair_agent_r_with_each_baseline() -> None:
+    def report(success: dict[str, float], revision: float | None) -> dict:
+        by_task = {
+            t: {"success_rate": v, "dead_loop_rate": 0.0, "invalid_action_rate": 0.5}
+            for t, v in success.items()
+        }
+        row = {"model": "iter 1", "by_task": by_task, "recovery_by_task": {"t1": {"success_rate": 0.0}}}
+        return {"rows": [row], "datasets": {"1": {"revision_length_mean": revision}}}
+
+    per_seed = {
+        "agent_r_model": {s: report({"t1": 1.0, "t2": 0.5}, 2.0) for s in (0, 1, 2)},
+        "good_only": {s: report({"t1": 0.5, "t2": 0.0}, None) for s in (0, 1, 2)},
+        "direct": {s: report({"t1": 1.0, "t2": 0.5}, 1.0 + s) for s in (0, 1, 2)},
+    }
+    lines, text = paper_table.statistics(per_seed, 1, resamples=500)
+    by_metric = {line["metric"]: line for line in lines}
+    good = by_metric["heldout_success_iter1_vs_good_only"]
+    assert good["paired_units"] == 6 and good["ours"] == 0.75 and good["baseline"] == 0.25
+    assert good["difference"] == 0.5 and good["difference_ci"] == [0.5, 0.5]
+    assert good["p_value"] == round(2 / 64, 4) and good["significant"] is True
+    same = by_metric["heldout_success_iter1_vs_direct"]
+    assert same["difference"] == 0.0 and same["p_value"] == 1.0 and same["significant"] is False
+    # revision length: run-level units, only between the variants that train revisions
+    rev = by_metric["revision_length_iter1_vs_direct"]
+    assert rev["paired_units"] == 3 and rev["ours"] == 2.0 and rev["baseline"] == 2.0
+    assert "revision_length_iter1_vs_good_only" not in by_metric
+    assert (
+        "heldout_invalid_rate_iter1_vs_direct" in by_metric
+        and "recovery_success_iter1_vs_direct" in by_metric
+    )
+    assert "| heldout_success | 0.750 [0.583, 0.917] (n=6) | 0.250 [0.083, 0.417] (n=6) |" in text

@@ -35,3 +35,21 @@ def test_probe_agrees_with_this_machines_cpuinfo() -> None:
     if not cpuinfo.is_file():
         pytest.skip("no /proc/cpuinfo here")
     assert cpu_features.native_bf16() is cpu_features.cpuinfo_has_bf16(cpuinfo)
+
+
+def test_cpu_model_from_cpuinfo_or_the_platform(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum\n")
+    assert cpu_features.cpu_model(info) == "Intel(R) Xeon(R) Platinum"
+    assert cpu_features.cpu_model(tmp_path / "missing")  # the platform's name, never empty
+
+
+def test_describe_names_the_isa_caps_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in cpu_features.ISA_CAP_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert cpu_features.describe()["isa_caps"] == {}
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    described = cpu_features.describe()
+    assert described["isa_caps"] == {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "default"}
+    assert described["cores"] >= 1 and described["model"] and described["capability"]

@@ -102,3 +102,21 @@ def test_first_error_marked_v1_rows_upcast_with_the_fallback_derived() -> None:
     direct = dict(judged, strategy="direct")
     assert decode("FirstErrorMarked", 1, direct).fallback is True  # type: ignore[attr-defined]
     assert FirstErrorMarked.event_version == 2
+
+
+async def test_first_after_divergence_strategy_and_the_reflect_baseline_without_a_model() -> None:
+    from critic_service.critic import reflect_baseline
+    from search_service.noisy_expert import NoisyExpertPolicy
+
+    path = _path(["Got 1 oak logs", "Got 2 oak logs", "Got 3 oak logs", "Got 4 oak logs"])
+    config = CriticConfig.from_data({"strategy": "first"})
+    result = await critique(config, path, 1)
+    assert result.strategy == "first" and result.transition_index == 1 and not result.fallback
+    assert [(v.step_index, v.label, v.method) for v in result.verdicts] == [(1, "bad", "first")]
+    # the reflect baseline needs a model and is on by default; compare_reflect false switches it off
+    assert CriticConfig.from_data({}).compare_reflect is True
+    assert await reflect_baseline(CriticConfig(), path, 1, None) == {}
+    policy = NoisyExpertPolicy()  # proposes actions only: never asked here
+    assert await reflect_baseline(CriticConfig(), path, 3, policy) == {"reflect": 3}  # one action left
+    assert await reflect_baseline(CriticConfig(compare_reflect=False), path, 3, policy) == {}
+    assert await reflect_baseline(CriticConfig(strategy="reflect"), path, 3, policy) == {}

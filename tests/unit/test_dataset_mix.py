@@ -297,3 +297,28 @@ def test_manifest_counts_masked_good_steps_and_checks_the_rule() -> None:
             good=[Candidate(a, 1)],
             config=DatasetConfig(mask_loop_steps=False),
         )
+
+
+def test_manifest_counts_masked_revision_steps_apart_and_checks_the_rule() -> None:
+    from core.domain.good_samples import revision_masks
+    from core.domain.splice import revision_sample, splice_path
+
+    rejected = Step(
+        "t", "craft 1 b using 1 a", "Could not find enough items to craft minecraft:b", valid=False
+    )
+    get_a = Step("t", "get 1 a", "Got 1 a")
+    win = Step("t", "craft 1 b using 1 a", "Crafted 1 minecraft:b", 1.0, True)
+    good = _traj((rejected, get_a, win))
+    bad = _traj((Step("t", "inventory", "Inventory: []"), Step("t", "get 9 z", "Could not find z")))
+    path = splice_path(bad, good, shared_steps=0, transition=1)
+    masked, record = revision_masks(path)
+    rev = revision_sample("r1", bad, good, path, "I was wrong.", {"loss_masked": record}, masked=masked)
+    built = build_dataset(run_id="r", iteration=0, revisions=[Candidate(rev, 1)], good=[])
+    manifest = built.manifest
+    assert (manifest.revision_masked_invalid_steps, manifest.revision_masked_loop_steps) == (1, 0)
+    assert (manifest.masked_invalid_steps, manifest.masked_loop_steps) == (0, 0)  # good samples only
+    with pytest.raises(DatasetError, match="revision sample r1 was built with masking"):
+        build_dataset(
+            run_id="r", iteration=0, revisions=[Candidate(rev, 1)], good=[],
+            config=DatasetConfig(mask_invalid_steps=False),
+        )  # fmt: skip

@@ -78,6 +78,7 @@ STREAM_FUNCTIONS: tuple[Callable[[str], str], ...] = (
     ids.project_stream,
     ids.otlp_stream,
     ids.dataset_stream,
+    ids.episodes_stream,
 )
 
 FIELD_LINE = re.compile(

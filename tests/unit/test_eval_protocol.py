@@ -98,3 +98,26 @@ def test_recovery_prefix_round_trips_and_rejects_bad_cuts() -> None:
         RecoveryPrefix("7", ("a", "b"), 0, 2)
     with pytest.raises(ValueError, match="keep at least 1"):
         RecoveryPrefix("7", (), 0, 2)
+
+
+async def test_recovery_budget_is_counted_after_the_replayed_prefix() -> None:
+    """A continuation gets ``max_steps`` actions of its own AFTER the prefix (the prefix used to
+    use the budget up, leaving the model nothing to recover with)."""
+    from search_service.noisy_expert import NoisyExpertPolicy
+    from train_service.evaluation import EvalConfig, play
+
+    env = TextCraftEnv(distractors=0, max_steps=50)
+    task = env.task_ids("test")[0]
+    prefix = ("inventory", "get 1 nothing", "inventory", "inventory")
+    policy = NoisyExpertPolicy(garbage_rate=1.0)  # never a parseable action: never done
+    cfg = EvalConfig(max_steps=3, temperature=0.0, episodes_per_task=1)
+    fresh, continued = await play(
+        policy, lambda: TextCraftEnv(distractors=0, max_steps=50), [task, task], cfg, seeds=[1, 2],
+        prefixes=[(), prefix],
+    )  # fmt: skip
+    assert len(fresh.actions) == 3 and fresh.prefix_steps == 0
+    assert continued.prefix_steps == len(prefix) == 4
+    assert len(continued.actions) == 4 + 3  # the prefix, then the model's own three
+    assert continued.actions[:4] == prefix
+    with pytest.raises(ValueError, match="recovery_seeds"):
+        EvalConfig(recovery_seeds=0)

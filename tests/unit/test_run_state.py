@@ -175,3 +175,19 @@ def test_bad_requests_fail_clearly() -> None:
 def test_needs_tasks() -> None:
     assert needs_tasks(fold(RUN, []), requested())
     assert not needs_tasks(fold(RUN, [requested()]), ModelTrained(RUN, 0, "d", "c"))
+
+
+def test_an_online_learner_trains_although_the_search_found_no_data() -> None:
+    """ArCHer online plays for its own data: an empty search dataset still leads to TrainModel."""
+    from core.domain.runs import TrainModel
+
+    history: list[DomainEvent] = []
+    drive(history, requested(train={"method": "archer", "mode": "online"}))
+    d = drive(history, IterationDatasetEmpty(RUN, 0, "no pairs and no good trajectory"))
+    assert isinstance(d.effect, TrainModel) and d.effect.iteration == 0 and not d.events
+    assert fold(RUN, history).status != "failed"
+    # offline ArCHer learns from the trees: the empty dataset still fails iteration 0
+    history = []
+    drive(history, requested(train={"method": "archer", "mode": "offline"}))
+    d = drive(history, IterationDatasetEmpty(RUN, 0, "no pairs"))
+    assert isinstance(d.events[0].event, RunFailed)

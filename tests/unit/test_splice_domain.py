@@ -277,3 +277,77 @@ def test_old_payloads_without_tool_fields_upcast_to_text_steps() -> None:
     assert traj.steps[0].kind == "action" and traj.tools == () and traj.steps[0].tool_calls == ()
     tool = _tool_traj("1", "r", "done", 1.0, "x")
     assert from_dict(Trajectory, to_dict(tool)) == tool
+
+
+def test_revision_masks_rejected_and_loop_steps_of_the_good_continuation() -> None:
+    """The good continuation's rejected steps and loop repeats get weight 0 (kept as context), like
+    good samples'; the record counts them; steps before the divergence are weight 0 anyway."""
+    from dataclasses import replace
+
+    from core.domain.good_samples import revision_masks
+
+    good_actions = [
+        "get 1 oak logs",
+        "craft 4 stick using 2 oak planks",  # rejected: the planks are not there yet
+        "inventory",
+        "inventory",
+        "inventory",  # a loop: the 2nd and 3rd inventory repeat the first
+        "craft 4 oak planks using 1 oak logs",
+        "craft 4 stick using 2 oak planks",
+    ]
+    steps = []
+    for i, action in enumerate(good_actions):
+        observation = f"good obs {i}"
+        if i == 1:
+            observation = "Could not execute craft 4 stick using 2 oak planks"
+        elif action == "inventory":
+            observation = "Inventory: [oak logs] (1)"
+        steps.append(Step(f"g thinks {i}", action, observation, valid=i != 1))
+    good = replace(GOOD, steps=tuple(steps))
+    path = splice_path(BAD, good, shared_steps=1, transition=2)
+    masked, record = revision_masks(path)
+    assert masked == {0, 2, 3}  # good-continuation indexes: the rejected craft, two inventory repeats
+    assert record == {"invalid_steps": True, "loop_steps": True, "invalid": 1, "loop": 2}
+    sample = revision_sample("s", BAD, good, path, "I was wrong.", masked=masked)
+    assistant = [
+        (m.content.split("\nAction: ")[1], m.weight) for m in sample.messages if m.role == "assistant"
+    ]
+    assert assistant == [
+        ("get 1 oak logs", 0),  # shared prefix
+        ("craft 4 oak planks using 1 oak logs", 0),  # bad, through t'
+        ("get 9 sand", 0),
+        ("craft 4 stick using 2 oak planks", 0),  # good continuation: rejected, kept as context
+        ("inventory", 1),
+        ("inventory", 0),
+        ("inventory", 0),
+        ("craft 4 oak planks using 1 oak logs", 1),
+        ("craft 4 stick using 2 oak planks", 1),
+    ]
+    # the reflection stays where it always is (the first good turn), even when that turn is masked
+    assert sample.messages[[m.role for m in sample.messages].index("assistant", 7)].content.startswith(
+        "Thought: I was wrong."
+    )
+    # the rule switched off: every continuation step trained, the record says so
+    none, off = revision_masks(path, mask_invalid_steps=False, mask_loop_steps=False)
+    assert none == frozenset() and off == {
+        "invalid_steps": False,
+        "loop_steps": False,
+        "invalid": 0,
+        "loop": 0,
+    }
+
+
+def test_rejection_kinds_count_reasons_without_their_numbers() -> None:
+    from core.domain.splice import rejection_kind
+
+    assert rejection_kind("unverified: the episode ended at step 3, before the last action") == (
+        "unverified: ended early"
+    )
+    assert rejection_kind("unverified: replay reward 0.000 is below the good reward 1.000") == (
+        "unverified: reward below the good path's"
+    )
+    assert rejection_kind("unverified: something else") == "unverified: other"
+    assert rejection_kind("replay failed: connection refused") == "replay failed"
+    assert rejection_kind("critic: no_error_found: ...") == "critic"
+    assert rejection_kind("splice: nothing to train: every step ...") == "splice"
+    assert rejection_kind("") == "unknown"

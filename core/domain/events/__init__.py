@@ -29,6 +29,7 @@ from core.domain.events.base import (
     upcaster,
 )
 from core.domain.events.datasets import DatasetCreated
+from core.domain.events.learners import EpisodePlayed
 from core.domain.events.operations import MessageDeadLettered
 from core.domain.events.pairs import (
     CorrectionRejected,
@@ -80,6 +81,7 @@ __all__ = [
     "CorrectionRejected",
     "CriticStrategyName",
     "DatasetCreated",
+    "EpisodePlayed",
     "DomainEvent",
     "FirstErrorCorrected",
     "FirstErrorMarked",

@@ -3,7 +3,7 @@ revision (or why not), and reviewers' corrections with their re-splice."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from core.domain.events.base import DomainEvent, register, upcaster
@@ -24,6 +24,7 @@ class FirstErrorMarked(DomainEvent):
     tokens_processed: int = 0
     fallback: bool = False  # no step judged bad: t' fell back to the last action (Direct-Revision)
     oracle_index: int | None = None  # the environment oracle's first error (None: no oracle / none)
+    baselines: dict[str, int] = field(default_factory=dict)  # t' of baseline critics (reflect) on the pair
 
 
 @upcaster("FirstErrorMarked", 1)

@@ -1,0 +1,30 @@
+"""Owns the ``first`` critic strategy: the first-after-divergence baseline, t' = the first action
+after the divergence (``core.domain.critic.first_step_verdicts``: what a critic answering Bad to
+everything gives; on a pair with one action after the divergence, every critic's t'). Never a model
+call, never a fallback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.domain.critic import first_step_verdicts, transition_index
+from core.domain.events import CriticStrategyName
+from core.domain.trajectory import Trajectory
+from core.llm.ports import Policy
+from critic_service.strategies.base import CriticOptions, Critique
+
+
+@dataclass(frozen=True)
+class FirstStrategy:
+    name: CriticStrategyName = "first"
+    needs_policy: bool = False
+
+    async def judge(
+        self, options: CriticOptions, path: Trajectory, shared_steps: int, policy: Policy | None
+    ) -> Critique:
+        n_steps = len(path.steps)
+        verdicts = first_step_verdicts(n_steps, shared_steps)
+        return Critique(self.name, tuple(verdicts), transition_index(verdicts, n_steps, shared_steps))
+
+
+STRATEGY = FirstStrategy()

@@ -1,0 +1,106 @@
+"""tau2-bench through our Env port (core.envs.tau2): gold actions reach tau2's own reward 1, tool
+calls and tool errors in the trajectory's tool shape, clone independence, the scripted user."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("tau2.environment.environment")
+
+from core.domain.trajectory import tool_action  # noqa: E402
+from core.envs.base import EnvError  # noqa: E402
+from core.envs.registry import open_env  # noqa: E402
+from core.envs.tau2 import STOP, USER_REPLY, Tau2Env, evaluate, tool_step  # noqa: E402
+
+
+def _play(env: Tau2Env, task_id: str, actions: list[str]) -> list:
+    async def run() -> list:
+        await env.reset(task_id)
+        return [await env.step(a) for a in actions]
+
+    return asyncio.run(run())
+
+
+@pytest.mark.slow
+def test_gold_actions_reach_reward_one_on_20_retail_tasks_through_tau2s_evaluator() -> None:
+    env = open_env("tau2:retail?max_steps=100")
+    assert isinstance(env, Tau2Env)
+    ids = env.task_ids("all")[:20]
+    assert len(ids) == 20
+    for task_id in ids:
+        results = _play(env, task_id, env.gold_actions(task_id))
+        assert results[-1].done and results[-1].reward == 1.0, task_id
+        # the same conversation scored directly by tau2's evaluators agrees
+        assert evaluate(env.domain, env.task(task_id), env.messages()).reward == 1.0
+
+
+def test_without_the_closing_message_or_with_a_wrong_write_the_reward_is_zero() -> None:
+    env = Tau2Env("retail", max_steps=100)
+    gold = env.gold_actions("0")
+    # skip the one write (exchange) tau2's DB check looks at: reward 0 from tau2's evaluator
+    reads = [a for a in gold[:-1] if not a.startswith("exchange_")]
+    results = _play(env, "0", [*reads, gold[-1]])
+    assert results[-1].done and results[-1].reward == 0.0
+
+
+def test_tool_calls_errors_and_user_turns_in_the_trajectory_tool_shape() -> None:
+    env = Tau2Env("retail")
+    opening = asyncio.run(env.reset("0"))
+    assert "Yusuf Rossi" in opening and "19122" in opening
+    call = 'find_user_id_by_name_zip({"first_name": "Yusuf", "last_name": "Rossi", "zip": "19122"})'
+    result = asyncio.run(env.step(call))
+    assert result.valid and not result.done and "yusuf_rossi" in result.observation
+    step = tool_step("look the user up", result, call)
+    assert step.kind == "tool" and step.tool_calls[0].name == "find_user_id_by_name_zip"
+    assert step.action == tool_action(step.tool_calls) == call  # canonical form, sorted keys
+    assert step.tool_results[0].call_id == step.tool_calls[0].call_id
+    # the JSON (OpenAI/Hermes) form is the same call
+    same = asyncio.run(env.step('{"name": "get_order_details", "arguments": {"order_id": "#W2378156"}}'))
+    assert same.valid and "W2378156" in same.observation
+    # a tool that raises: invalid step, error text from tau2
+    failed = asyncio.run(env.step('get_order_details({"order_id": "#nope"})'))
+    assert not failed.valid and failed.observation.startswith("Error")
+    assert tool_step("", failed, "").tool_results[0].is_error
+    # malformed calls name the problem
+    unknown = asyncio.run(env.step('fly_to_moon({"x": 1})'))
+    assert not unknown.valid and "unknown tool 'fly_to_moon'" in unknown.observation
+    bad_json = asyncio.run(env.step("get_order_details({order_id: 1})"))
+    assert not bad_json.valid and "JSON" in bad_json.observation
+    # a message to the user gets the scripted reply; STOP ends the episode with tau2's reward
+    said = asyncio.run(env.step("Could you tell me which items you want to exchange?"))
+    assert said.observation == USER_REPLY and tool_step("", said, "Could you?").kind == "answer"
+    end = asyncio.run(env.step(f"Goodbye {STOP}"))
+    assert end.done and end.reward == 0.0
+
+
+def test_clone_is_independent_of_the_original() -> None:
+    env = Tau2Env("retail", max_steps=100)
+    gold = env.gold_actions("0")
+
+    async def run() -> tuple[float, float]:
+        await env.reset("0")
+        for action in gold[:-2]:
+            await env.step(action)
+        twin = await env.clone()
+        # the original makes the write, the clone does not
+        for action in gold[-2:]:
+            done = await env.step(action)
+        other = await twin.step(gold[-1])
+        return done.reward, other.reward
+
+    original, twin = asyncio.run(run())
+    assert original == 1.0 and twin == 0.0
+
+
+def test_uri_errors_name_the_problem() -> None:
+    with pytest.raises(EnvError, match="unknown tau2 domain 'shop'"):
+        open_env("tau2:shop")
+    with pytest.raises(EnvError, match="unknown option"):
+        open_env("tau2:mock?colour=red")
+    env = open_env("tau2:mock")
+    assert env.name == "tau2:mock" and env.task_ids("all")
+    assert env.task_ids("train") == env.task_ids("test") == env.task_ids("all")  # mock has no split file
+    with pytest.raises(EnvError, match="unknown split"):
+        env.task_ids("nonsense")

@@ -1,0 +1,64 @@
+"""core.domain.stats: the bootstrap interval of a mean and the paired sign-flip test."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.domain.stats import bootstrap_mean, paired_test, sign_flip_p_value
+
+
+def test_bootstrap_mean_interval_is_seeded_and_brackets_the_mean() -> None:
+    values = [0.0, 0.0, 0.5, 1.0, 1.0, 0.5, 0.0, 1.0]
+    first = bootstrap_mean(values, resamples=2000, seed=3)
+    assert first == bootstrap_mean(values, resamples=2000, seed=3)  # the same numbers every time
+    assert first.mean == pytest.approx(0.5) and first.n == 8
+    assert first.low is not None and first.high is not None
+    assert 0.0 <= first.low < 0.5 < first.high <= 1.0
+    # a wider level gives a wider interval; more data of the same spread a narrower one
+    wide = bootstrap_mean(values, level=0.99, resamples=2000, seed=3)
+    assert (
+        wide.low is not None and wide.high is not None and wide.low <= first.low and wide.high >= first.high
+    )
+    narrow = bootstrap_mean(values * 8, resamples=2000, seed=3)
+    assert narrow.low is not None and narrow.high is not None
+    assert narrow.high - narrow.low < first.high - first.low
+    # degenerate inputs: no units, one unit, all equal
+    assert bootstrap_mean([]).mean is None and bootstrap_mean([]).n == 0
+    assert bootstrap_mean([0.25]).to_data() == {"mean": 0.25, "low": 0.25, "high": 0.25, "n": 1}
+    assert bootstrap_mean([1.0, 1.0, 1.0]).low == 1.0
+    with pytest.raises(ValueError, match="level"):
+        bootstrap_mean(values, level=1.0)
+    with pytest.raises(ValueError, match="NaN"):
+        bootstrap_mean([float("nan")])
+
+
+def test_sign_flip_p_value_exact_by_enumeration() -> None:
+    # all n differences positive: only the all-plus and all-minus patterns are as extreme
+    assert sign_flip_p_value([1.0, 1.0, 1.0]) == (0.25, True)
+    assert sign_flip_p_value([1.0] * 5) == (2 / 32, True)
+    assert sign_flip_p_value([0.0, 0.0]) == (1.0, True)  # no difference at all
+    # 3, 1, -1 -> |3| among the 8 patterns: +3+1-1, +3+1+1(5), +3-1-1(1), +3-1+1(3) and their mirrors
+    p, exact = sign_flip_p_value([3.0, 1.0, -1.0])
+    assert exact and p == pytest.approx(6 / 8)
+    assert sign_flip_p_value([]) == (None, True)
+
+
+def test_sign_flip_monte_carlo_beyond_the_exact_limit() -> None:
+    p, exact = sign_flip_p_value([1.0] * 20, resamples=999, seed=1)
+    assert not exact and p == pytest.approx(1 / 1000)  # none of 999 random patterns is as extreme (+1)
+    mixed, _ = sign_flip_p_value([1.0, -1.0] * 10, resamples=999, seed=1)
+    assert mixed == 1.0
+
+
+def test_paired_test_pairs_units_by_key() -> None:
+    ours = {("t1", 0): 1.0, ("t1", 1): 1.0, ("t2", 0): 0.5, ("t2", 1): 1.0, ("t3", 0): 1.0, ("t9", 0): 0.0}
+    base = {("t1", 0): 0.0, ("t1", 1): 0.5, ("t2", 0): 0.0, ("t2", 1): 0.5, ("t3", 0): 0.5}
+    test = paired_test(ours, base, resamples=2000)
+    assert test.difference.n == 5  # ("t9", 0) has no partner
+    assert test.difference.mean == pytest.approx((1 + 0.5 + 0.5 + 0.5 + 0.5) / 5)
+    assert test.exact and test.p_value == pytest.approx(2 / 32)
+    assert test.significant  # every paired difference is positive: the interval excludes 0
+    null = paired_test({"a": 1.0, "b": 0.0}, {"a": 0.0, "b": 1.0}, resamples=2000)
+    assert null.difference.mean == 0.0 and null.p_value == 1.0 and not null.significant
+    data = null.to_data()
+    assert data["p_value"] == 1.0 and data["significant"] is False
