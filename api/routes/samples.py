@@ -7,7 +7,8 @@ chat template by the trainer's own code (``train_service.tokenize.tokenize_sampl
 its text and whether it carries loss. The model is the iteration's (the weights it trains from,
 ``RunConfig.train_weights``) unless ``model`` names another model of the project's runs (their
 models, iteration models and checkpoints); anything else is refused, so the API never opens a
-folder a run did not name. Tokenizers are loaded once per folder and kept (a few).
+folder a run did not name. A sample of no run (a trace's) defaults to the project's default model:
+the model of its newest run. Tokenizers are loaded once per folder and kept (a few).
 """
 
 from __future__ import annotations
@@ -82,11 +83,16 @@ def _tokenizer(folder: str) -> Any:
 
 
 async def _project_models(svc: ApiServices, project_id: str) -> dict[str, RunConfig]:
-    """Every model the project's runs name (run model, iteration models, checkpoints) -> its run's config."""
+    """Every model the project's runs name (run model, iteration models, checkpoints) -> its run's config,
+    the newest run's model first (the project's default model)."""
     found: dict[str, RunConfig] = {}
     async with svc.store.engine.connect() as conn:
         run_rows = (
-            await conn.execute(select(runs.c.run_id, runs.c.config).where(runs.c.project_id == project_id))
+            await conn.execute(
+                select(runs.c.run_id, runs.c.config)
+                .where(runs.c.project_id == project_id)
+                .order_by(runs.c.created_at.desc(), runs.c.run_id)
+            )
         ).all()
         configs = {run_id: RunConfig.from_data(config) for run_id, config in run_rows}
         it_rows = (
@@ -144,9 +150,10 @@ async def get_sample_tokens(
                 )
             ).scalar()
     known = await _project_models(svc, project_id)
-    chosen = model or iteration_model
+    # a sample of no run (a trace's) defaults to the project's default model: its newest run's
+    chosen = model or iteration_model or next(iter(known), None)
     if chosen is None:
-        raise field_error("model", "this sample belongs to no run: name a model of one of the project's runs")
+        raise field_error("model", "this sample belongs to no run and the project has no run: name a model")
     if chosen not in known:
         names = ", ".join(sorted(known)[:5]) or "none"
         raise field_error("model", f"{chosen!r} is not a model of this project's runs (known: {names})")

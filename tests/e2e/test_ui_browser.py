@@ -9,7 +9,12 @@ the tree canvas (one SVG node per API node, the pair's divergence ring), the pai
 differing step = the pair's shared steps, the bad action there), the sample inspector (the token
 mask equals the labels ``train_service.tokenize.tokenize_sample`` gives with the same model), a
 correction through the form (the sample is re-spliced: new content, provenance human-corrected), the
-traces page with filters, and that a key of another project (and no key at all) sees nothing. Every
+traces page with filters, and that a key of another project (and no key at all) sees nothing. On
+every page the visible text is scanned for a literal "null", "undefined" or "NaN"; the event stream
+of a page opened after another resumes after the position already seen (not from event 0); the runs
+table shows model, environment and tasks and cancels a running run; a data-only run shows its data
+figures; a run's good sample links to its tree leaf; a trace's sample renders its tokens with the
+project's default model (its newest run's). Every
 page is screenshotted into the test's tmp folder (``screens/``); with ``AGENTR_UI_SCREENSHOTS=DIR``
 they are copied there.
 """
@@ -19,9 +24,11 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
@@ -55,6 +62,30 @@ def login(page: Page, base: str, api_key: str, route: str) -> None:
     page.goto(f"{base}/ui/#{route}")
 
 
+LITERALS_JS = r"""() => document.body.innerText.match(/(?<![\w.])(null|undefined|NaN)(?![\w.])/g) || []"""
+
+
+def no_literals(page: Page, where: str) -> None:
+    """The page's visible text holds no literal null / undefined / NaN (a value rendered raw)."""
+    found = page.evaluate(LITERALS_JS)
+    assert not found, f"{where}: {found} in {page.evaluate('document.body.innerText')[:2000]!r}"
+
+
+def events_after(url: str) -> int:
+    """The ``after`` position a GET /v1/events request resumes from."""
+    return int(parse_qs(urlparse(url).query)["after"][0])
+
+
+def wait_for(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def shot(page: Page, folder: Path, name: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
@@ -80,6 +111,8 @@ def test_ui_pages_over_a_real_run(
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
+            streams: list[str] = []  # GET /v1/events URLs, in order
+            page.on("request", lambda r: streams.append(r.url) if "/v1/events" in r.url else None)
 
             # no key: the key form, nothing else
             page.goto(f"{base}/ui/#/runs/{run_id}")
@@ -108,7 +141,39 @@ def test_ui_pages_over_a_real_run(
             assert (
                 page.locator(f'#runs tr[data-run-id="{run_id}"]').get_attribute("data-status") == "completed"
             )
+            row_el = page.locator(row)
+            assert row_el.locator("td.model").inner_text() == config["model"].rstrip("/").split("/")[-1]
+            assert row_el.locator("td.env").inner_text() == config["env"]
+            assert row_el.locator("td.tasks").inner_text().strip()
+            assert "failed" not in (row_el.locator(".progress").get_attribute("class") or "")
+            assert row_el.locator("button.cancel-run").count() == 0  # a finished run has no cancel
+            no_literals(page, "runs")
             shot(page, screens, "runs")
+            # a failed run's bar differs from a completed one's (class and drawn colour)
+            bars = page.evaluate(
+                """async () => {
+                  const { progressBar } = await import('/ui/static/pages/runs.js');
+                  const out = {};
+                  for (const status of ['completed', 'failed']) {
+                    const bar = progressBar(2, 4, status);
+                    document.body.append(bar);
+                    const inner = getComputedStyle(bar.querySelector('.bar'));
+                    out[status] = [bar.className, inner.backgroundColor + inner.backgroundImage];
+                    bar.remove();
+                  }
+                  return out;
+                }"""
+            )
+            assert bars["failed"][0] == "progress failed" and bars["completed"][0] == "progress completed"
+            assert bars["failed"][1] != bars["completed"][1], bars
+
+            # a running run is cancelled from its row
+            second = client.submit_run(dict(config, iterations=1, data_only=True, seed=12))
+            page.once("dialog", lambda dialog: dialog.accept())
+            page.click(f'#runs tr[data-run-id="{second}"] button.cancel-run', timeout=60_000)
+            page.wait_for_selector(f'#runs tr[data-run-id="{second}"][data-status=cancelled]', timeout=60_000)
+            assert client.run(second)["status"] == "cancelled"
+
             page.goto(f"{base}/ui/#/runs/{run_id}")
             page.wait_for_selector("#iterations tbody tr")
             assert page.locator("#run-status").inner_text() == "completed"
@@ -116,6 +181,25 @@ def test_ui_pages_over_a_real_run(
                 page.locator("#iterations button.download").count() == 6
             )  # openai, sharegpt, parquet, dpo, prm, prm-values
             assert page.locator("#pairs tbody tr").count() == len(pairs)
+            # the run page's stream resumes after what the runs page saw, not from event 0
+            assert events_after(streams[0]) == 0 and events_after(streams[-1]) > 0, streams
+            # a data-only run: its data figures, not an empty metrics plot
+            assert page.locator("#metrics-plot").count() == 0
+            figure = lambda key: page.locator(f'#data-figures dd[data-figure="{key}"]').inner_text()  # noqa: E731
+            assert figure("pairs") == str(len(pairs))
+            run_samples = http.get(f"/v1/runs/{run_id}/samples", headers=h, params={"limit": 200}).json()[
+                "items"
+            ]
+            checked = [x for x in run_samples if x["verified"] is not None]
+            verified = sum(1 for x in checked if x["verified"])
+            assert figure("verified").endswith(f"({verified}/{len(checked)})" if checked else "–")
+            judged = [http.get(f"/v1/pairs/{p['pair_id']}", headers=h).json() for p in pairs if p["strategy"]]
+            oracled = [d for d in judged if d["critic"] and d["critic"]["oracle_index"] is not None]
+            agree = sum(1 for d in oracled if d["critic"]["transition_index"] == d["critic"]["oracle_index"])
+            assert figure("critic-oracle").endswith(
+                f"({agree}/{len(oracled)})" if oracled else "no oracle verdicts"
+            )
+            no_literals(page, "run")
             shot(page, screens, "run")
 
             # tree canvas: one SVG node per API node, the pair's paths and divergence drawn
@@ -131,6 +215,7 @@ def test_ui_pages_over_a_real_run(
             leaf.click()
             page.wait_for_selector("#node-stats")
             assert page.locator(".history li").count() == len(pair["bad"]["steps"]) + 1  # root + each step
+            no_literals(page, "tree")
             shot(page, screens, "tree")
             page.click("#zoom-fit")
             box = page.locator("#tree-canvas").get_attribute("viewBox")
@@ -174,6 +259,7 @@ def test_ui_pages_over_a_real_run(
             assert page.locator("#pair-diff td.verdict[data-label]").count() == len(
                 [v for v in verdicts if v["step_index"] >= shared]
             )
+            no_literals(page, "pair")
             shot(page, screens, "pair")
 
             # sample inspector: the token mask is the trainer's
@@ -190,7 +276,19 @@ def test_ui_pages_over_a_real_run(
                 "#messages li", "els => els.map(e => Number(e.dataset.weight))"
             )
             assert weights == [m["weight"] for m in before["messages"]]
+            no_literals(page, "sample")
             shot(page, screens, "sample")
+
+            # a run sample whose path ends at a tree leaf links to it (a good sample when there is one)
+            with_path = sorted(
+                (x for x in run_samples if x["tree_id"] and x["sample"]["provenance"].get("node_ids")),
+                key=lambda x: x["kind"] != "good",
+            )
+            assert with_path, "no run sample names its tree path"
+            leaf_id = with_path[0]["sample"]["provenance"]["node_ids"][-1]
+            page.goto(f"{base}/ui/#/samples/{with_path[0]['sample_id']}")
+            page.click("#leaf-link")
+            page.wait_for_selector(f'#tree-canvas circle.node.selected[data-node-id="{leaf_id}"]')
 
             # correction through the form: the sample is re-spliced, provenance human-corrected
             page.goto(f"{base}/ui/#/pairs/{pair['pair_id']}")
@@ -230,10 +328,46 @@ def test_ui_pages_over_a_real_run(
             assert page.locator("#traces tbody tr").count() == 2
             page.goto(f"{base}/ui/#/traces?task_key=ui-door&outcome=failure")
             page.wait_for_function("() => document.querySelectorAll('#traces tbody tr').length === 1")
+            no_literals(page, "traces")
             shot(page, screens, "traces")
             page.click("#traces tbody tr a")
             page.wait_for_selector("#trace-steps tbody tr")
+            assert page.locator("#trace-steps thead th").all_inner_texts()[1] != "step"
+            # the task's user message is shown before the steps
+            assert "Open the door." in page.locator("#trace-context").inner_text()
+            no_literals(page, "trace (failed)")
             shot(page, screens, "trace")
+            listed = http.get("/v1/traces", headers=h, params={"task_key": "ui-door"}).json()["items"]
+            failed_id = next(x["trace_id"] for x in listed if x["outcome"] == "failure")
+            success_id = next(x["trace_id"] for x in listed if x["outcome"] == "success")
+            page.goto(f"{base}/ui/#/traces/{success_id}")
+            page.wait_for_selector("#trace-steps tbody tr")
+            no_literals(page, "trace (success)")
+            # the failed trace's pair: no "step -1" / "node -" when the paths share nothing
+            trace_field = lambda trace_id, field: wait_for(  # noqa: E731
+                lambda: http.get(f"/v1/traces/{trace_id}", headers=h).json().get(field),
+                120,
+                f"{field} of trace {trace_id}",
+            )
+            trace_pair = trace_field(failed_id, "pair_id")
+            page.goto(f"{base}/ui/#/pairs/{trace_pair}")
+            page.wait_for_selector("#pair-diff tbody tr")
+            assert "-1" not in page.locator("#divergence").inner_text()
+            no_literals(page, "trace pair")
+            # a trace's sample (no run): tokens with the project's default model, its newest run's
+            trace_sample = trace_field(success_id, "sample_id")
+            page.goto(f"{base}/ui/#/samples/{trace_sample}")
+            page.wait_for_selector("#tokens .tok, #tokens-error", timeout=60_000)
+            assert page.locator("#tokens-error").count() == 0, page.locator("#tokens-error").inner_text()
+            shown = page.eval_on_selector_all(
+                "#tokens .tok", "els => els.map(e => e.dataset.trained === '1')"
+            )
+            trace_sample_body = http.get(f"/v1/samples/{trace_sample}", headers=h).json()["sample"]
+            assert shown == trainer_mask(model_ref, trace_sample_body)
+            no_literals(page, "trace sample")
+            page.goto(f"{base}/ui/#/datasets")
+            page.wait_for_selector("#datasets")
+            no_literals(page, "datasets")
             assert not errors, errors
 
             # another project's key sees nothing of project A

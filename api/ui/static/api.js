@@ -22,6 +22,7 @@ export function setKey(key) {
 
 export function forgetKey() {
   sessionStorage.removeItem(KEY);
+  sessionStorage.removeItem("agentr.events.seen");
 }
 
 function headers(extra = {}) {
@@ -90,20 +91,32 @@ export async function download(path, params, filename) {
   setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 }
 
+const SEEN = "agentr.events.seen";
+
+/** The highest event position this tab has seen on the stream (0 when none yet). */
+export function lastSeenPosition() {
+  return Number(sessionStorage.getItem(SEEN)) || 0;
+}
+
+function remember(position) {
+  if (position > lastSeenPosition()) sessionStorage.setItem(SEEN, String(position));
+}
+
 /**
  * Follow GET /v1/events (Server-Sent Events) and call `onEvent(type, envelope)` for each event.
- * Events already stored are replayed first (callers refresh from the API on each, debounced).
- * Returns a function that stops following. Reconnects after a dropped connection, resuming after
- * the last position seen.
+ * A page loads its data from the API before following, so the stream resumes after the last
+ * position this tab has seen (kept in sessionStorage, shared by all pages), not from event 0 on
+ * every page open; callers refresh from the API on each event, debounced. Returns a function that
+ * stops following. Reconnects after a dropped connection, resuming after the last position seen.
  */
 export function follow(types, onEvent) {
   const controller = new AbortController();
-  let after = null;
+  let after = lastSeenPosition();
   let stopped = false;
   async function loop() {
     while (!stopped) {
       try {
-        const params = { follow: "true", after: after ?? 0 };
+        const params = { follow: "true", after };
         if (types.length) params.types = types.join(",");
         const response = await fetch(url("/v1/events", params), { headers: headers(), signal: controller.signal });
         if (!response.ok) await fail(response);
@@ -126,7 +139,10 @@ export function follow(types, onEvent) {
               else if (line.startsWith("event: ")) type = line.slice(7);
               else if (line.startsWith("data: ")) data.push(line.slice(6));
             }
-            if (id !== null) after = Number(id);
+            if (id !== null) {
+              after = Number(id);
+              remember(after);
+            }
             if (data.length) onEvent(type, JSON.parse(data.join("\n")));
           }
         }

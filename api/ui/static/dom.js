@@ -22,6 +22,16 @@ function append(el, children) {
   }
 }
 
+/**
+ * Replace `el`'s children with `children` (nested arrays flattened; null, undefined and false
+ * skipped). The DOM's own replaceChildren would turn a null into the text "null".
+ */
+export function mount(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
 /** An HTML element: h("a", {href: "#/x"}, "text", childNode, [more]). */
 export function h(tag, attrs, ...children) {
   const el = document.createElement(tag);

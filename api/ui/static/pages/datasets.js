@@ -1,14 +1,14 @@
 // Owns the Datasets page: the project's named trace datasets with download buttons per format.
 
 import { all, download } from "../api.js";
-import { h, table } from "../dom.js";
+import { h, table, mount } from "../dom.js";
 
 // chat samples, then DPO / PRM records from the pairs behind the revision samples (docs/datasets.md)
 const FORMATS = [["openai", "jsonl"], ["sharegpt", "jsonl"], ["parquet", "parquet"], ["dpo", "jsonl"], ["prm", "jsonl"]];
 
 export async function list(main) {
   const items = await all("/v1/datasets", {}, 500);
-  main.replaceChildren(
+  mount(main,
     h("h1", {}, "Datasets"),
     h("p", { class: "muted" }, "Named datasets built with POST /v1/datasets (iteration datasets are on each run's page)."),
     table(["name", "version", "samples", "revisions", "goods", "created", "download"], items.map((d) => [

@@ -4,7 +4,7 @@
 // the correction form (review scope): move t' or rewrite the reflection, then watch the re-splice.
 
 import { ApiError, get, post } from "../api.js";
-import { fmt, h, link, shortId, table } from "../dom.js";
+import { fmt, h, link, shortId, table, mount } from "../dom.js";
 
 function stepCell(step, extra = {}) {
   if (!step) return h("td", { class: "empty" }, "—");
@@ -14,11 +14,14 @@ function stepCell(step, extra = {}) {
     h("div", { class: "observation" }, step.observation));
 }
 
-function verdictCell(verdict) {
+/** The critic's verdict on a step: its label, the label scores (mean log-probability per label token,
+ * labelled as such), and its reason. */
+export function verdictCell(verdict) {
   if (!verdict) return h("td", { class: "verdict none" }, "");
   const scores = Object.entries(verdict.scores || {}).map(([label, value]) => `${label} ${fmt(value, 2)}`).join(" · ");
   return h("td", { class: `verdict ${verdict.label}`, dataset: { label: verdict.label } },
-    h("strong", {}, verdict.label), scores ? h("div", { class: "scores" }, scores) : null,
+    h("strong", {}, verdict.label),
+    scores ? h("div", { class: "scores", title: "mean log-probability of each label's tokens (higher = more likely)" }, `log-prob: ${scores}`) : null,
     verdict.reason ? h("div", { class: "muted" }, verdict.reason) : null);
 }
 
@@ -81,6 +84,12 @@ export function correctionsTable(corrections) {
   ]), { id: "corrections" });
 }
 
+function divergenceText(shared, nodeId) {
+  const node = nodeId ? ` (node ${shortId(nodeId)})` : "";
+  if (shared <= 0) return `at the first step${node}: the paths share no step`;
+  return `after step ${shared - 1}${node}; the paths first differ at step ${shared}`;
+}
+
 export async function render(main, [pairId]) {
   const detail = await get(`/v1/pairs/${pairId}`);
   const bad = detail.bad.steps;
@@ -109,7 +118,7 @@ export async function render(main, [pairId]) {
     h("h2", {}, `Corrections (${detail.corrections.length})`),
     detail.corrections.length ? correctionsTable(detail.corrections) : h("p", { class: "muted" }, "None yet."));
 
-  main.replaceChildren(
+  mount(main,
     h("h1", {}, "Pair ", h("code", {}, pairId), " ", h("span", { class: `status ${detail.status}` }, detail.status)),
     h("p", { class: "muted" },
       detail.run_id ? link(`#/runs/${detail.run_id}`, `run ${shortId(detail.run_id)}`) : `trace pair (${detail.source})`,
@@ -119,7 +128,7 @@ export async function render(main, [pairId]) {
       detail.sample_id ? [" · ", link(`#/samples/${detail.sample_id}`, `sample ${shortId(detail.sample_id)}`), detail.sample_origin ? ` (${detail.sample_origin})` : ""] : null),
     h("dl", { class: "facts", id: "pair-facts" },
       h("dt", {}, "divergence"), h("dd", { id: "divergence", dataset: { step: String(shared), node: detail.divergence_node_id || "" } },
-        `after step ${shared - 1} (node ${shortId(detail.divergence_node_id)}); the paths first differ at step ${shared}`),
+        divergenceText(shared, detail.divergence_node_id)),
       h("dt", {}, "critic"), h("dd", {}, critic ? `${critic.strategy}, t'=${critic.transition_index}${critic.fallback ? " (fallback: nothing judged bad, = Direct-Revision)" : ""}${critic.model_version ? `, model ${critic.model_version}` : ""}` : "not judged yet"),
       h("dt", {}, "transition point"), h("dd", { id: "transition", dataset: { step: t === null ? "" : String(t) } }, t === null ? "–" : `t' = ${t}`),
       h("dt", {}, "oracle first error"), h("dd", { id: "oracle" }, oracle === null ? "none (no oracle, or no error)" : `step ${oracle}`),

@@ -2,8 +2,8 @@
 // event stream), and one run: its iterations with their report metrics, a plot of those metrics
 // over iterations, dataset downloads per format, and links to its trees, pairs and samples.
 
-import { all, download, follow, get } from "../api.js";
-import { fmt, h, link, s, shortId, table } from "../dom.js";
+import { all, download, follow, get, post } from "../api.js";
+import { fmt, h, link, s, shortId, table, mount } from "../dom.js";
 
 const PROGRESS_EVENTS = [
   "RunRequested", "IterationStarted", "TreeCompleted", "SearchFailed", "PairFound",
@@ -22,23 +22,62 @@ function debounce(fn, ms) {
   };
 }
 
-function progressBar(done, expected) {
+const TERMINAL = new Set(["completed", "cancelled", "failed"]);
+
+/** A progress bar of trees done; `status` (the run's or iteration's) colours it: a failed or cancelled
+ * bar never looks like a completed one. */
+export function progressBar(done, expected, status = "") {
   const share = expected ? Math.min(1, done / expected) : 0;
   return h(
     "span",
-    { class: "progress", title: `${done}/${expected} trees` },
+    { class: `progress ${status}`.trim(), title: `${done}/${expected} trees${status ? ` · ${status}` : ""}`, dataset: { status } },
     h("span", { class: "bar", style: `width:${Math.round(share * 100)}%` }),
     h("span", { class: "label" }, `${done}/${expected}`),
   );
 }
 
+/** The last part of a model path or URL (the full name is the cell's tooltip). */
+function modelName(model) {
+  if (!model) return "–";
+  const parts = String(model).replace(/\/+$/, "").split("/");
+  return parts[parts.length - 1] || String(model);
+}
+
+function tasksText(config) {
+  const tasks = config.tasks || [];
+  if (tasks.length) return tasks.length <= 3 ? tasks.join(", ") : `${tasks.slice(0, 3).join(", ")} +${tasks.length - 3}`;
+  return `split ${config.split || "train"}${config.max_tasks ? ` (≤ ${config.max_tasks})` : ""}`;
+}
+
+/** A failed or cancelled run (or iteration) colours its bar so; otherwise the iteration's status. */
+function barStatus(runStatus, iterationStatus) {
+  return runStatus === "failed" || runStatus === "cancelled" ? runStatus : iterationStatus;
+}
+
+function cancelButton(runId, refresh) {
+  const button = h("button", { type: "button", class: "cancel-run", dataset: { runId } }, "Cancel");
+  button.addEventListener("click", async () => {
+    if (!window.confirm(`Cancel run ${shortId(runId)}?`)) return;
+    button.disabled = true;
+    try {
+      await post(`/v1/runs/${runId}/cancel`, { reason: "cancelled in the web UI" });
+      await refresh();
+    } catch (err) {
+      button.disabled = false;
+      button.title = err.message;
+      button.textContent = err.status === 403 ? "Cancel (needs scope run)" : "Cancel (failed)";
+    }
+  });
+  return button;
+}
+
 export async function list(main) {
   const body = h("tbody", { id: "runs-body" });
   const live = h("span", { class: "muted", id: "live" }, "");
-  main.replaceChildren(
+  mount(main,
     h("h1", {}, "Runs ", live),
     h("table", { id: "runs" },
-      h("thead", {}, h("tr", {}, ["run", "status", "iteration", "trees", "pairs", "revisions", "goods", "created"].map((x) => h("th", {}, x)))),
+      h("thead", {}, h("tr", {}, ["run", "status", "model", "environment", "tasks", "iteration", "trees", "pairs", "revisions", "goods", "created", ""].map((x) => h("th", {}, x)))),
       body),
   );
   async function refresh() {
@@ -46,17 +85,22 @@ export async function list(main) {
     const rows = await Promise.all(items.map(async (run) => {
       const detail = await get(`/v1/runs/${run.run_id}`);
       const it = detail.iterations[detail.iterations.length - 1];
+      const config = detail.config || {};
       return h("tr", { dataset: { runId: run.run_id, status: run.status } },
         h("td", {}, link(`#/runs/${run.run_id}`, shortId(run.run_id))),
-        h("td", { class: `status ${run.status}` }, run.status),
+        h("td", { class: `status ${run.status}`, title: detail.reason || "" }, run.status),
+        h("td", { class: "model", title: config.model || "" }, modelName(config.model)),
+        h("td", { class: "env" }, config.env || "–"),
+        h("td", { class: "tasks" }, tasksText(config)),
         h("td", {}, String(run.current_iteration)),
-        h("td", {}, it ? progressBar(it.trees_done + it.trees_failed, it.trees_expected) : "–"),
+        h("td", {}, it ? progressBar(it.trees_done + it.trees_failed, it.trees_expected, barStatus(run.status, it.status)) : "–"),
         h("td", {}, it ? String(it.pairs) : "–"),
         h("td", {}, it ? String(it.revisions) : "–"),
         h("td", {}, it ? String(it.goods) : "–"),
-        h("td", {}, new Date(run.created_at).toLocaleString()));
+        h("td", {}, new Date(run.created_at).toLocaleString()),
+        h("td", {}, TERMINAL.has(run.status) ? null : cancelButton(run.run_id, refresh)));
     }));
-    body.replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No runs yet."))]));
+    mount(body, ...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 12, class: "muted" }, "No runs yet."))]));
   }
   await refresh();
   const later = debounce(() => refresh().catch(() => {}), 400);
@@ -113,6 +157,37 @@ function plot(iterations) {
   return svg;
 }
 
+const DETAILED = 100;
+
+function share(part, whole) {
+  return whole ? `${(100 * part / whole).toFixed(0)}% (${part}/${whole})` : "–";
+}
+
+/** A data-only run trains nothing, so it has no evaluation metrics to plot: its data figures instead. */
+function dataFigures(run, pairs, samples, pairDetails) {
+  const revised = pairs.filter((p) => p.status === "revised").length;
+  const checked = samples.filter((x) => x.verified !== null && x.verified !== undefined);
+  const verified = checked.filter((x) => x.verified).length;
+  const withOracle = pairDetails.filter((d) => d.critic && d.critic.oracle_index !== null && d.critic.oracle_index !== undefined);
+  const agree = withOracle.filter((d) => d.critic.transition_index === d.critic.oracle_index).length;
+  const fallback = pairDetails.filter((d) => d.critic && d.critic.fallback).length;
+  const kinds = {};
+  for (const x of samples) kinds[x.kind] = (kinds[x.kind] || 0) + 1;
+  const rows = [
+    ["pairs", "pairs", String(pairs.length)],
+    ["revised", "pairs revised", share(revised, pairs.length)],
+    ["revisions", "revision samples", String(run.iterations.reduce((n, it) => n + it.revisions, 0))],
+    ["goods", "good samples", String(run.iterations.reduce((n, it) => n + it.goods, 0))],
+    ["verified", "verified share of checked samples", share(verified, checked.length)],
+    ["critic-oracle", "critic t' = oracle first error", withOracle.length ? share(agree, withOracle.length) : "no oracle verdicts"],
+    ["fallback", "critic fell back (nothing judged bad)", share(fallback, pairDetails.length)],
+  ];
+  if (pairs.filter((p) => p.strategy).length > DETAILED) rows.push(["note", "note", `critic figures from the first ${DETAILED} judged pairs`]);
+  return h("dl", { class: "facts", id: "data-figures" }, rows.map(([key, label, value]) => [
+    h("dt", {}, label), h("dd", { dataset: { figure: key } }, value)]),
+    h("dt", {}, "samples by kind"), h("dd", {}, Object.entries(kinds).map(([k, n]) => `${k} ${n}`).join(" · ") || "none"));
+}
+
 function downloads(run, it) {
   if (!it.dataset_id) return h("span", { class: "muted" }, it.status);
   return h("span", { class: "downloads" }, FORMATS.map(([format, ext]) =>
@@ -127,34 +202,38 @@ function downloads(run, it) {
 
 export async function detail(main, [runId]) {
   const section = h("div", {});
-  main.replaceChildren(section);
+  mount(main, section);
   async function refresh() {
     const run = await get(`/v1/runs/${runId}`);
     const [trees, pairs, samples] = await Promise.all([
       all(`/v1/runs/${runId}/trees`), all(`/v1/runs/${runId}/pairs`), all(`/v1/runs/${runId}/samples`, {}, 500),
     ]);
+    // critic vs oracle needs each judged pair's detail (at most DETAILED of them)
+    const pairDetails = run.config.data_only
+      ? await Promise.all(pairs.filter((p) => p.strategy).slice(0, DETAILED).map((p) => get(`/v1/pairs/${p.pair_id}`)))
+      : [];
     const metricRows = run.iterations.map((it) => {
       const flat = numericMetrics(it.metrics);
       const shown = Object.entries(flat).slice(0, 12).map(([k, v]) => `${k}=${fmt(v)}`).join("  ");
       return h("tr", { dataset: { iteration: String(it.iteration) } },
         h("td", {}, String(it.iteration)),
         h("td", { class: `status ${it.status}` }, it.status),
-        h("td", {}, progressBar(it.trees_done + it.trees_failed, it.trees_expected)),
+        h("td", {}, progressBar(it.trees_done + it.trees_failed, it.trees_expected, barStatus(run.status, it.status))),
         h("td", {}, String(it.pairs)), h("td", {}, String(it.revisions)), h("td", {}, String(it.goods)),
         h("td", {}, fmt(it.revision_length_mean, 2)),
         h("td", { class: "metrics" }, shown || "–"),
         h("td", {}, downloads(run, it)));
     });
-    section.replaceChildren(
+    mount(section,
       h("h1", {}, "Run ", h("code", {}, runId), " ", h("span", { class: `status ${run.status}`, id: "run-status" }, run.status)),
       run.reason ? h("p", { class: "error" }, run.reason) : null,
-      h("p", { class: "muted" }, `model ${run.config.model || "–"} · env ${run.config.env || "–"} · ${run.iterations.length} iteration(s)`),
+      h("p", { class: "muted", id: "run-facts" }, `model ${run.config.model || "–"} · env ${run.config.env || "–"} · tasks ${tasksText(run.config)} · ${run.iterations.length} iteration(s)${run.config.data_only ? " · data only" : ""}`),
       h("h2", {}, "Iterations"),
       h("table", { id: "iterations" },
         h("thead", {}, h("tr", {}, ["iter", "status", "trees", "pairs", "revisions", "goods", "revision length", "report metrics", "dataset"].map((x) => h("th", {}, x)))),
         h("tbody", {}, metricRows)),
-      h("h2", {}, "Metrics over iterations"),
-      plot(run.iterations),
+      run.config.data_only ? [h("h2", {}, "Data figures"), dataFigures(run, pairs, samples, pairDetails)]
+        : [h("h2", {}, "Metrics over iterations"), plot(run.iterations)],
       h("h2", {}, `Trees (${trees.length})`),
       table(["tree", "iter", "task", "status", "nodes", "best reward"], trees.map((t) => [
         link(`#/trees/${t.tree_id}`, shortId(t.tree_id)), String(t.iteration), t.task_id, t.status, String(t.node_count), fmt(t.best_reward),

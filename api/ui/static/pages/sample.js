@@ -3,7 +3,7 @@
 // (GET /v1/samples/{id}/tokens), every token coloured by whether it carries loss.
 
 import { ApiError, get } from "../api.js";
-import { h, link, shortId } from "../dom.js";
+import { fmt, h, link, mount, shortId } from "../dom.js";
 
 function messages(sample) {
   return h("ol", { id: "messages", class: "messages", start: 0 }, sample.messages.map((m, i) =>
@@ -15,21 +15,30 @@ function messages(sample) {
 }
 
 async function tokens(sampleId, model, box) {
-  box.replaceChildren(h("p", { class: "muted" }, "Rendering through the chat template…"));
+  mount(box, h("p", { class: "muted" }, "Rendering through the chat template…"));
   let data;
   try {
     data = await get(`/v1/samples/${sampleId}/tokens`, { model });
   } catch (err) {
-    box.replaceChildren(h("p", { class: "error", id: "tokens-error" }, err instanceof ApiError ? err.message : String(err)));
+    mount(box, h("p", { class: "error", id: "tokens-error" }, err instanceof ApiError ? err.message : String(err)));
     return;
   }
   const strip = h("div", { id: "tokens", class: "tokens" }, data.tokens.map((t, i) =>
     h("span", { class: `tok ${t.trained ? "trained" : "masked"}`, title: `#${i} id ${t.id}${t.trained ? " (loss)" : " (label -100)"}`, dataset: { i: String(i), id: String(t.id), trained: t.trained ? "1" : "0" } }, t.text)));
-  box.replaceChildren(
+  mount(box,
     h("p", { id: "tokens-summary" },
       `${data.trained_tokens} of ${data.total_tokens} tokens carry loss · model ${data.model} · max_length ${data.max_length} · `,
       h("span", { class: "tok trained" }, "trained"), " ", h("span", { class: "tok masked" }, "masked (-100)")),
     strip);
+}
+
+/** The tree leaf a sample's path ends at (provenance `node_ids`: root -> leaf), when it has one. */
+function leafLink(out, prov) {
+  const treeId = out.tree_id || prov.tree_id;
+  const nodes = Array.isArray(prov.node_ids) ? prov.node_ids : [];
+  if (!treeId || !nodes.length) return null;
+  const leaf = nodes[nodes.length - 1];
+  return [" · ", h("a", { id: "leaf-link", href: `#/trees/${treeId}?node=${leaf}`, dataset: { node: leaf } }, `tree leaf ${shortId(leaf)}`)];
 }
 
 export async function render(main, [sampleId], query) {
@@ -37,15 +46,16 @@ export async function render(main, [sampleId], query) {
   const sample = out.sample;
   const prov = sample.provenance || {};
   const box = h("div", { id: "tokens-box" });
-  const modelInput = h("input", { id: "token-model", size: 60, placeholder: "the iteration's model", value: query.get("model") || "" });
-  main.replaceChildren(
+  const modelInput = h("input", { id: "token-model", size: 60, placeholder: "default: the iteration's model, else the project's newest run's", value: query.get("model") || "" });
+  mount(main,
     h("h1", {}, "Sample ", h("code", {}, sampleId), " ", h("span", { class: "tag" }, out.kind),
       prov.origin ? h("span", { class: "tag human", id: "origin" }, prov.origin) : null),
     h("p", { class: "muted" },
       out.run_id ? link(`#/runs/${out.run_id}`, `run ${shortId(out.run_id)}`) : "no run", ` · iteration ${out.iteration}`,
       out.pair_id ? [" · ", link(`#/pairs/${out.pair_id}`, `pair ${shortId(out.pair_id)}`)] : null,
       prov.trace_id ? [" · ", link(`#/traces/${prov.trace_id}`, `trace ${shortId(prov.trace_id)}`)] : null,
-      ` · reward ${sample.reward ?? "–"} · verified ${out.verified ?? "–"}`),
+      leafLink(out, prov),
+      ` · reward ${fmt(sample.reward)} · verified ${fmt(out.verified)}`),
     h("details", {}, h("summary", {}, "Provenance"), h("pre", { id: "provenance" }, JSON.stringify(prov, null, 2))),
     h("div", { class: "two-col" },
       h("section", {}, h("h2", {}, "Messages and weights"), messages(sample)),

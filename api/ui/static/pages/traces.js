@@ -3,8 +3,8 @@
 // sample, with the correction form when the trace has a pair.
 
 import { get, post } from "../api.js";
-import { fmt, h, link, shortId, table } from "../dom.js";
-import { correctionForm, correctionsTable, waitForCorrection } from "./pair.js";
+import { fmt, h, link, shortId, table, mount } from "../dom.js";
+import { correctionForm, correctionsTable, verdictCell, waitForCorrection } from "./pair.js";
 
 const STATUSES = ["", "waiting_for_outcome", "ingested", "critiqued", "no_error_found", "revised"];
 
@@ -26,7 +26,7 @@ export async function list(main, _params, query) {
   const page = await get("/v1/traces", {
     task_key: query.get("task_key"), outcome: query.get("outcome"), status: query.get("status"), limit: 200,
   });
-  main.replaceChildren(
+  mount(main,
     h("h1", {}, "Traces"),
     form,
     table(["trace", "task key", "outcome", "critic result", "t'", "format", "created"], page.items.map((t) => [
@@ -43,25 +43,25 @@ export async function detail(main, [traceId]) {
   const verdicts = new Map((critique ? critique.verdicts : []).map((v) => [v.step_index, v]));
   const steps = trace.trajectory ? trace.trajectory.steps : [];
   const t = trace.transition_index;
-  const pairs = await get("/v1/pairs", { source: "trace", task_key: trace.task_key, limit: 200 });
-  let pairDetail = null;
-  for (const p of pairs.items) {
-    const d = await get(`/v1/pairs/${p.pair_id}`);
-    if (d.bad_leaf_id === traceId) {
-      pairDetail = d;
-      break;
-    }
-  }
-  main.replaceChildren(
+  const pairDetail = trace.pair_id ? await get(`/v1/pairs/${trace.pair_id}`) : null;
+  const traj = trace.trajectory || {};
+  mount(main,
     h("h1", {}, "Trace ", h("code", {}, traceId), " ", h("span", { class: `status ${trace.status}` }, trace.status)),
-    h("p", { class: "muted" }, `task key ${trace.task_key} · outcome ${trace.outcome} · ${trace.source_format}`,
+    h("p", { class: "muted", id: "trace-facts" }, `task key ${trace.task_key} · outcome ${trace.outcome} · ${trace.source_format}`,
+      trace.transition_index !== null && trace.transition_index !== undefined ? ` · first error at step ${trace.transition_index}` : "",
       trace.external_id ? ` · external id ${trace.external_id}` : "",
       pairDetail ? [" · ", link(`#/pairs/${pairDetail.pair_id}`, "pair diff")] : null,
       trace.sample ? [" · ", link(`#/samples/${trace.sample.sample_id}`, "sample")] : null),
+    trace.reason ? h("p", { class: "error", id: "trace-reason" }, trace.reason) : null,
+    h("h2", {}, "Messages before the first step"),
+    h("ol", { id: "trace-context", class: "messages", start: 0 },
+      traj.instruction ? h("li", { class: "message system", dataset: { role: "system" } }, h("div", { class: "meta" }, h("span", { class: "role" }, "system")), h("pre", {}, traj.instruction)) : null,
+      traj.task ? h("li", { class: "message user", dataset: { role: "user" } }, h("div", { class: "meta" }, h("span", { class: "role" }, "user (task)")), h("pre", {}, traj.task)) : null),
+    traj.instruction || traj.task ? null : h("p", { class: "muted" }, "The trace has no system or task message."),
     h("h2", {}, "Critique"),
     h("p", { id: "critique" }, critique ? `${critique.strategy}: first error at step ${fmt(critique.transition_index)}${critique.model_version ? ` (model ${critique.model_version})` : ""}` : "not critiqued"),
     h("table", { id: "trace-steps", class: "diff" },
-      h("thead", {}, h("tr", {}, h("th", {}, "step"), h("th", {}, "step"), h("th", {}, "verdict"))),
+      h("thead", {}, h("tr", {}, h("th", {}, "step"), h("th", {}, "thought · action · observation"), h("th", {}, "critic verdict"))),
       h("tbody", {}, steps.map((step, i) => {
         const v = verdicts.get(i);
         return h("tr", { class: i === t ? "transition" : "", dataset: { step: String(i) } },
@@ -69,7 +69,7 @@ export async function detail(main, [traceId]) {
           h("td", {}, step.thought ? h("div", { class: "thought" }, step.thought) : null,
             h("div", { class: "action" }, step.action || (step.tool_calls || []).map((c) => `${c.name}(${c.arguments})`).join("; ")),
             h("div", { class: "observation" }, step.observation)),
-          h("td", { class: v ? `verdict ${v.label}` : "verdict" }, v ? v.label : ""));
+          verdictCell(v));
       }))),
     h("h2", {}, "Sample"),
     trace.sample ? h("p", {}, link(`#/samples/${trace.sample.sample_id}`, `sample ${shortId(trace.sample.sample_id)}`),

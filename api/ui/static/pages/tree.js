@@ -5,7 +5,7 @@
 // zoom with the wheel or the buttons, pan by dragging.
 
 import { all, get } from "../api.js";
-import { fmt, h, link, s, shortId, valueColour } from "../dom.js";
+import { fmt, h, link, s, shortId, valueColour, mount } from "../dom.js";
 
 const DX = 26;
 const DY = 64;
@@ -118,7 +118,7 @@ export async function render(main, [treeId], query) {
     const node = byId.get(nodeId);
     const history = pathTo(byId, nodeId);
     const kids = children.get(nodeId);
-    panel.replaceChildren(
+    mount(panel,
       h("h3", {}, `Node ${shortId(nodeId)}`),
       h("p", { id: "node-stats" }, `depth ${node.depth} · N=${node.visits} · Q=${fmt(node.q)} · reward ${fmt(node.reward)} · ${node.done ? "done" : "open"}${node.valid ? "" : " · invalid action"}`),
       h("h4", {}, "History"),
@@ -188,7 +188,7 @@ export async function render(main, [treeId], query) {
     ` · diverges at step ${p.shared_steps} · t'=${fmt(p.transition_index)} · `,
     link(`#/pairs/${p.pair_id}`, "diff"))));
 
-  main.replaceChildren(
+  mount(main,
     h("h1", {}, "Tree ", h("code", {}, treeId)),
     h("p", { class: "muted" },
       tree.run_id ? link(`#/runs/${tree.run_id}`, `run ${shortId(tree.run_id)}`) : "no run",
