@@ -122,12 +122,13 @@ def runtime(request: Request) -> ProxyRuntime:
 async def agent(
     request: Request,
     credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
-    proxy: ProxyRuntime = Depends(runtime),
 ) -> Principal:
-    """The calling agent's project key (``ingest`` scope), verified once per ``auth_cache_s``."""
+    """The calling agent's project key (``ingest`` scope), verified once per ``auth_cache_s``; checked
+    BEFORE the upstream, so a caller without a valid key learns nothing about the proxy's setup."""
+    proxy: ProxyRuntime | None = getattr(request.app.state, "proxy", None)
     presented = credentials.credentials if credentials is not None else request.headers.get("x-api-key")
     digest = hashlib.sha256((presented or "").encode()).hexdigest()
-    cached = proxy.keys.get(digest)
+    cached = proxy.keys.get(digest) if proxy is not None else None
     now = time.monotonic()
     if cached is not None and cached[1] > now:
         return cached[0]
@@ -135,7 +136,7 @@ async def agent(
     if not principal.allows("ingest"):
         raise ApiError(403, "this key lacks the 'ingest' scope (the capture proxy records into a project)")
     principal.project()  # the bootstrap admin has no project: 403
-    if proxy.settings.auth_cache_s > 0:
+    if proxy is not None and proxy.settings.auth_cache_s > 0:
         proxy.keys[digest] = (principal, now + proxy.settings.auth_cache_s)
     return principal
 

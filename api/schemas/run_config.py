@@ -36,6 +36,11 @@ class SearchSettings(_Strict):
     temperature: float | None = Field(None, ge=0, le=5, description="Sampling temperature of expansion.")
     max_tokens: int | None = Field(None, ge=1, le=8192, description="Token cap of one generated turn.")
     max_pairs_per_tree: int | None = Field(None, ge=0, le=10_000, description="Cap on pairs per tree.")
+    constrain_actions: bool | None = Field(
+        None,
+        description="Decode the Action line only among the environment's valid actions (Env.valid_actions; "
+        "docs/constrained-decoding.md); false: free decoding (default).",
+    )
     pair_selection: Literal["stratified", "deepest"] | None = Field(
         None,
         description="Which pairs the cap keeps: stratified (spread over bad-suffix lengths and "
@@ -279,6 +284,11 @@ class EvaluationSettings(_Strict):
     seen_tasks: bool | None = Field(None, description="Also evaluate on the searched tasks (true).")
     seen_max_tasks: int | None = Field(
         None, ge=1, le=1_000_000, description="At most this many searched tasks evaluated as seen (all)."
+    )
+    constrain_actions: bool | None = Field(
+        None,
+        description="Evaluate with the Action line constrained to the environment's valid actions "
+        "(docs/constrained-decoding.md); false: free decoding (default).",
     )
     shared_passes: bool | None = Field(
         None,
