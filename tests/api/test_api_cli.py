@@ -30,7 +30,13 @@ from tests.support import free_port, start_http_process
 @pytest.fixture
 def served(pg_url: str, tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    env = {**os.environ, "AGENTR_DATABASE_URL": pg_url, "AGENTR_ADMIN_KEY": ADMIN_KEY, "AGENTR_LOG_JSON": "1"}
+    env = {
+        **os.environ,
+        "AGENTR_DATABASE_URL": pg_url,
+        "AGENTR_ADMIN_KEY": ADMIN_KEY,
+        "AGENTR_LOG_JSON": "1",
+        "AGENTR_MODEL_ROOTS": "/models",  # the runs below name /models/tiny (never opened: no workers)
+    }
     env.pop("AGENTR_REDIS_URL", None)
     agentr = Path(sys.executable).with_name("agentr")
     base = f"http://127.0.0.1:{port}"
