@@ -82,9 +82,10 @@ def create_app(
 
     ``create_tables``: create missing tables at start-up; default only for the embedded SQLite
     database (PostgreSQL schemas come from ``agentr db upgrade``). ``proxy_settings``: the capture
-    proxy's (default: from ``AGENTR_PROXY_*``).
+    proxy's (default: from ``AGENTR_PROXY_*``); its routes exist only when it names an upstream.
     """
     metrics = ApiMetrics()
+    proxy = proxy_settings or load_proxy_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -109,7 +110,7 @@ def create_app(
         app.state.services = ApiServices(
             settings=settings, store=store, metrics=metrics, redis=redis, limits=limits
         )
-        app.state.proxy = start_proxy(proxy_settings or load_proxy_settings(), app.state.services)
+        app.state.proxy = start_proxy(proxy, app.state.services)
         log.info(
             "api started",
             extra={"database": store.dialect, "redis": bool(redis), "admin_key": bool(settings.admin_key)},
@@ -137,7 +138,8 @@ def create_app(
     app.add_exception_handler(IdempotentReplay, replay_handler)
     for module in (health, projects, runs, trees, datasets, traces, otlp, listings, events, review, samples):
         app.include_router(module.router)
-    app.include_router(proxy_router)  # the capture proxy (api/proxy): OpenAI-compatible, records traces
+    if proxy.upstream_url:  # the capture proxy (api/proxy): served only where an upstream is configured
+        app.include_router(proxy_router)
     app.include_router(docs_ui_router)
     app.include_router(ui_router)  # the web UI at /ui (api/ui): static pages over the /v1 API
     # add_middleware wraps: the last added runs first. Access log outermost, so 413s are logged too;
