@@ -50,16 +50,16 @@ async def test_cancel_reaches_a_running_search(pg_url: str) -> None:
         while await expanded() < 5:
             assert not search.done(), "the search ended before it was cancelled"
             await asyncio.sleep(0.1)
-        await store.append([NewEvent(run_stream(run_id), RunCancelled(run_id, "enough"))])
-        at_cancel = await expanded()
+        (cancel,) = await store.append([NewEvent(run_stream(run_id), RunCancelled(run_id, "enough"))])
         await asyncio.wait_for(search, timeout=120)
-        events = [r.event for r in await store.read_stream(tree_stream(tree_id))]
+        recorded = await store.read_stream(tree_stream(tree_id))
+        events = [r.event for r in recorded]
         assert isinstance(events[-1], SearchFailed) and events[-1].reason == "run cancelled: enough"
         assert not any(isinstance(e, TreeCompleted) for e in events)
-        # the worker checks at most once a second, between expansions: what it appended after the
-        # cancel is at most the rollouts that ended before its next check, never a stream of them
-        late = sum(isinstance(e, NodesExpanded) for e in events) - at_cancel
-        assert late <= 40, late
+        # the worker checks the run at most once a second, between expansions: its last expansion is
+        # stored within seconds of the cancel (how MANY fit in that second depends on the machine)
+        last = max(r.recorded_at for r in recorded if isinstance(r.event, NodesExpanded))
+        assert (last - cancel.recorded_at).total_seconds() <= 10, last - cancel.recorded_at
         await asyncio.sleep(2)
         assert len(await store.read_stream(tree_stream(tree_id))) == len(events)  # nothing more
 

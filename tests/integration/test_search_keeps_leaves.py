@@ -119,9 +119,12 @@ async def test_sibling_terminal_success_stepped_but_not_descended_into_is_record
     final = engine.final_events()
     goods = [e.event for e in final if type(e.event).__name__ == "GoodTrajectoryFound"]
     pairs = [e.event for e in final if isinstance(e.event, PairFound)]
-    assert len(goods) == 2 and len(pairs) == 1
-    (pair,) = pairs
-    assert pair.bad_leaf_id == finished.leaf_id
+    # the one bad leaf pairs with each good one: stratified selection (the default) adds the bad
+    # leaf's other partner in its second pass (core/domain/pairs.py)
+    assert len(goods) == 2 and len(pairs) == 2
+    assert {p.bad_leaf_id for p in pairs} == {finished.leaf_id}
+    assert {p.good_leaf_id for p in pairs} == {s.node_id for s in successes}
+    pair = pairs[0]
     bad, good = tree.node(pair.bad_leaf_id), tree.node(pair.good_leaf_id)
     assert bad.parent_id == good.parent_id == pair.divergence_node_id  # the adjacent correct path
     assert pair.shared_steps == len(PLAN) and pair.good.steps[-1].action == PLAN[-1]
