@@ -24,7 +24,7 @@ class OutcomeIn(_Strict):
     """An outcome stated as success plus an optional reward."""
 
     success: bool
-    reward: float | None = Field(None, ge=0, le=1, description="Final reward in [0, 1].")
+    reward: float | None = Field(None, strict=True, ge=0, le=1, description="Final reward in [0, 1].")
 
 
 class _TraceEnvelope(BaseModel):
@@ -57,7 +57,9 @@ class _TraceEnvelope(BaseModel):
         '(success only at 1), true/false, or {"success": bool, "reward": number}. Unknown traces wait '
         "for PATCH /v1/traces/{id}.",
     )
-    reward: float | None = Field(None, ge=0, le=1, description="Final reward in [0, 1], if known.")
+    reward: float | None = Field(
+        None, strict=True, ge=0, le=1, description="Final reward in [0, 1], if known."
+    )
     metadata: dict[str, Any] | None = Field(None, description="Free-form metadata kept with the trace.")
 
 
@@ -269,7 +271,9 @@ class TraceOutcomeIn(_Strict):
         description='"success" | "failure", a reward in [0, 1] (success only at 1), true/false, or '
         '{"success": bool, "reward": number}.'
     )
-    reward: float | None = Field(None, ge=0, le=1, description="Final reward in [0, 1], if known.")
+    reward: float | None = Field(
+        None, strict=True, ge=0, le=1, description="Final reward in [0, 1], if known."
+    )
 
 
 class TraceOutcomeItem(TraceOutcomeIn):

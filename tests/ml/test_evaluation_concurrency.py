@@ -99,11 +99,12 @@ async def test_concurrent_sets_match_each_set_played_alone(model: str) -> None:
     episodes = 2 * (len(HELD_OUT) + len(SEEN))
     # the starting model: held-out and seen episodes in one batch, then its recovery continuations
     assert policy.calls[0] == (episodes, True)
-    assert any(size == len(prefixes) for size, _ in policy.calls[1:])
+    continuations = len(prefixes) * CFG.recovery_seeds  # each prefix continued under every recovery seed
+    assert any(size == continuations for size, _ in policy.calls[1:])
 
     policy.calls.clear()
     metrics = await evaluate(policy, _open, HELD_OUT, CFG, seed=3, seen=SEEN, recovery=prefixes)
-    assert policy.calls[0] == (episodes + len(prefixes), True)  # every set in the first turn's batch
+    assert policy.calls[0] == (episodes + continuations, True)  # every set in the first turn's batch
     assert len(policy.calls) <= CFG.max_steps  # one call per turn for all sets together
 
     # the same episodes, each set on its own (the sequential protocol), same seeds
