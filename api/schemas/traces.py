@@ -23,7 +23,7 @@ from api.schemas.common import (
 class OutcomeIn(_Strict):
     """An outcome stated as success plus an optional reward."""
 
-    success: bool
+    success: bool = Field(strict=True)  # JSON true / false only, as the schema says (not 0 / 1)
     reward: float | None = Field(None, strict=True, ge=0, le=1, description="Final reward in [0, 1].")
 
 
