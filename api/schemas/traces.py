@@ -35,7 +35,7 @@ class _TraceEnvelope(BaseModel):
 
     id: (
         Annotated[str, Field(min_length=1, max_length=200)]
-        | Annotated[int, Field(ge=-(10**199 - 1), le=10**200 - 1)]
+        | Annotated[int, Field(strict=True, ge=-(10**199 - 1), le=10**200 - 1)]
         | None
     ) = Field(
         None,
