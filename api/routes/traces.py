@@ -123,9 +123,13 @@ async def ingest_traces(
                     correlation_id=trace_id,
                 )
             )
-    stored = [t for t in trace_ids if t not in replayed]
-    waiting = [t for t, item in zip(trace_ids, imported, strict=True) if item.outcome == "unknown"]
-    waiting = [t for t in waiting if t in stored]
+    replayed_ids = set(replayed)
+    stored = [t for t in trace_ids if t not in replayed_ids]
+    waiting = [
+        t
+        for t, item in zip(trace_ids, imported, strict=True)
+        if item.outcome == "unknown" and t not in replayed_ids
+    ]
     message = f"{len(stored) - len(waiting)} trace(s) with an outcome go on to the critic and splicer"
     if waiting:
         message += (

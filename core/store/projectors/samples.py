@@ -22,7 +22,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core.domain import events as ev
 from core.domain.serde import to_dict
-from core.store.projectors._sql import Item, Projector, bump_iteration, project_of, update_iteration, upsert
+from core.store.projectors._sql import (
+    Item,
+    Projector,
+    bump_iteration,
+    insert_ignore,
+    project_of,
+    update_iteration,
+    upsert,
+)
 from core.store.tables import dead_letters, iterations, pairs, samples, traces
 
 
@@ -188,32 +196,57 @@ async def _revision_rejected(conn: AsyncConnection, items: Sequence[Item]) -> No
 
 
 async def _trace_ingested(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    """One multi-row INSERT for the batch (a 10,000-trace batch is one statement, not 10,000)."""
+    rows: list[dict[str, Any]] = []
     for recorded, event in items:
         assert isinstance(event, ev.TraceIngested)
-        values = {
-            "trace_id": event.trace_id,
-            "project_id": event.project_id,
-            "task_key": event.task_key,
-            "outcome": event.outcome,
-            "source_format": event.source_format,
-            "external_id": event.external_id,
-            "status": "waiting_for_outcome" if event.outcome == "unknown" else "ingested",
-            "created_at": recorded.recorded_at,
-        }
-        if event.external_id is not None:
-            holder = (
-                await conn.execute(
-                    select(traces.c.trace_id).where(
-                        traces.c.project_id == event.project_id,
-                        traces.c.external_id == event.external_id,
-                        traces.c.trace_id != event.trace_id,
-                    )
+        rows.append(
+            {
+                "trace_id": event.trace_id,
+                "project_id": event.project_id,
+                "task_key": event.task_key,
+                "outcome": event.outcome,
+                "source_format": event.source_format,
+                "external_id": event.external_id,
+                "status": "waiting_for_outcome" if event.outcome == "unknown" else "ingested",
+                "created_at": recorded.recorded_at,
+                "reason": None,
+            }
+        )
+    holders = await _external_id_holders(conn, rows)
+    for values in rows:
+        holder = holders.get((values["project_id"], values["external_id"]))
+        if holder is not None and holder != values["trace_id"]:
+            # a copy stored before external ids were unique: it loses the key
+            values["reason"] = f"a copy of trace {holder} (same external id {values['external_id']!r})"
+            values["external_id"] = None
+        elif values["external_id"] is not None:
+            holders[(values["project_id"], values["external_id"])] = values["trace_id"]
+    await insert_ignore(conn, traces, rows)
+
+
+_IN_CHUNK = 500  # ids per IN (...) list: under SQLite's bound-parameter limit
+
+
+async def _external_id_holders(conn: AsyncConnection, rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """The trace already holding each (project, external id) of ``rows`` (a few queries, not one per row)."""
+    wanted: dict[str, set[str]] = {}
+    for values in rows:
+        if values["external_id"] is not None:
+            wanted.setdefault(values["project_id"], set()).add(values["external_id"])
+    holders: dict[tuple[str, str], str] = {}
+    for project_id, external_ids in wanted.items():
+        ordered = sorted(external_ids)
+        for start in range(0, len(ordered), _IN_CHUNK):
+            result = await conn.execute(
+                select(traces.c.external_id, traces.c.trace_id).where(
+                    traces.c.project_id == project_id,
+                    traces.c.external_id.in_(ordered[start : start + _IN_CHUNK]),
                 )
-            ).scalar()
-            if holder is not None:  # a copy stored before external ids were unique: it loses the key
-                values["external_id"] = None
-                values["reason"] = f"a copy of trace {holder} (same external id {event.external_id!r})"
-        await upsert(conn, traces, values, update=[])
+            )
+            for external_id, trace_id in result.all():
+                holders[(project_id, external_id)] = trace_id
+    return holders
 
 
 async def _trace_critiqued(conn: AsyncConnection, items: Sequence[Item]) -> None:
