@@ -228,7 +228,9 @@ async def _trace_ingested(conn: AsyncConnection, items: Sequence[Item]) -> None:
 _IN_CHUNK = 500  # ids per IN (...) list: under SQLite's bound-parameter limit
 
 
-async def _external_id_holders(conn: AsyncConnection, rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+async def _external_id_holders(
+    conn: AsyncConnection, rows: list[dict[str, Any]]
+) -> dict[tuple[str, str], str]:
     """The trace already holding each (project, external id) of ``rows`` (a few queries, not one per row)."""
     wanted: dict[str, set[str]] = {}
     for values in rows:
