@@ -322,7 +322,9 @@ class TreeSearch:
         self.stats.policy_seconds += time.perf_counter() - policy_started
         self.stats.policy_calls += 1
         self.stats.expansions += 1
-        parsed: list[ParsedAction] = [p for p in (parse_action(c.text) for c in completions[0]) if p]
+        # a model may sample NUL, which PostgreSQL's JSON cannot hold: stored as U+FFFD (as replay does)
+        texts = [c.text.replace("\x00", "\ufffd") for c in completions[0]]
+        parsed: list[ParsedAction] = [p for p in (parse_action(t) for t in texts) if p]
         distinct = distinct_by(parsed, lambda p: p.normalized, self.config.n_candidates)
         if not distinct:
             return []
