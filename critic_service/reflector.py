@@ -59,7 +59,8 @@ async def model_reflections(
             log.warning("reflections: the model call failed, using templates: %s", exc)
             rows = []
         for index, row in zip(asked, rows, strict=False):
-            answers[index] = row[0].text if row else None
+            # a sampled NUL cannot be stored (PostgreSQL's JSON): kept as U+FFFD, as the search does
+            answers[index] = row[0].text.replace("\x00", "\ufffd") if row else None
     out = []
     for request, answer in zip(requests, answers, strict=True):
         reflection, why = model_or_template(

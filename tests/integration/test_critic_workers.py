@@ -314,3 +314,21 @@ async def test_unknown_reflection_source_rejects_the_revision(stack) -> None:  #
     await settle()
     (rejected,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionRejected)
     assert "splice.reflection: unknown source 'oracle'" in rejected.reason
+
+
+async def test_a_sampled_nul_in_a_reflection_is_kept_as_a_replacement_character() -> None:
+    class NulReflecting(ReflectingPolicy):
+        async def sample(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            rows = await super().sample(*args, **kwargs)
+            return [
+                [Completion(text=c.text.replace("premature", "prema\x00ture"), tokens=c.tokens) for c in row]
+                for row in rows
+            ]
+
+    requests = [
+        ReflectionRequest("p1", "Goal: craft stick.", "craft 1 stick", "Could not execute craft 1 stick")
+    ]
+    (got,) = await model_reflections(NulReflecting(), requests)
+    assert got == Reflection(
+        "model", "I see that craft 1 stick was prema\ufffdture, so I will change course."
+    )
