@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from api.schemas import Timestamp, _Strict
 from core.domain.trace_datasets import MAX_SAMPLES, DatasetQuery
 
-DatasetFormat = Literal["openai", "sharegpt", "parquet", "samples", "dpo", "prm"]
+DatasetFormat = Literal["openai", "sharegpt", "parquet", "samples", "dpo", "prm", "tokenized", "hf"]
 Kind = Literal["revision", "good"]
 Source = Literal["traces", "runs"]
 _KINDS: tuple[Kind, ...] = ("revision", "good")

@@ -130,14 +130,34 @@ def write_hf_dataset(
     if tokenizer is not None:
         tokenized = {r["sample_id"]: r for r in tokenized_rows(tokenizer, kept, max_length)}
         rows = [row | tokenized[row["sample_id"]] for row in rows if row["sample_id"] in tokenized]
-    dataset = datasets.Dataset.from_list(rows)
+    dataset = datasets.Dataset.from_list(rows) if rows else _empty_dataset(tokenizer is not None)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
     try:
-        dataset.save_to_disk(str(tmp))
+        dataset.save_to_disk(str(tmp), num_shards=None if rows else 1)  # none: no file load_from_disk reads
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return len(rows)
+
+
+def _empty_dataset(tokenized: bool) -> Any:
+    """No rows: ``from_list`` would infer no columns, so they are named and typed here."""
+    import datasets
+
+    text, number = datasets.Value("string"), datasets.Value("int64")
+    call = {"id": text, "name": text, "arguments": text}
+    message = {"role": text, "content": text, "weight": number, "tool_calls": [call], "tool_call_id": text}
+    columns: dict[str, Any] = {
+        "sample_id": text,
+        "kind": text,
+        "reward": datasets.Value("float64"),
+        "messages": [message],
+        "tools": text,
+    }
+    if tokenized:
+        columns |= {"input_ids": [number], "labels": [number], "attention_mask": [number]}
+    features = datasets.Features(columns)
+    return datasets.Dataset.from_dict({name: [] for name in columns}, features=features)

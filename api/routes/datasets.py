@@ -7,6 +7,9 @@
   openai / sharegpt / samples JSONL or Parquet, read from the event log in pages;
   ``POST /v1/datasets/{id}/rebuild`` re-runs the stored query up to the manifest's log position
   and says whether the same entries come out.
+
+Both downloads also give ``dpo`` / ``prm`` records (api.pair_exports) and ``tokenized`` / ``hf``
+files for a model (api.model_exports).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from api import pair_exports
+from api import model_exports, pair_exports
 from api import trace_datasets as builds
 from api.dataset_schemas import (
     DatasetEntryOut,
@@ -35,11 +38,14 @@ from api.datasets import iter_dataset, jsonl_bytes, parquet_bytes
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error, not_found
 from api.idempotency import Idempotency, idempotency
+from api.model_exports import MAX_LENGTH_HELP, MODEL_FORMATS, MODEL_HELP, choose_tokenizer
+from api.model_refs import MODEL_REF_PATTERN
 from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
 from api.reads import owned_row
 from api.routes.runs import RunId, run_row
 from api.schemas import ERROR_RESPONSES, ID_PATTERN, ExportFormat
 from api.writes import append, new_event
+from core.domain.config import RunConfig
 from core.domain.trace_datasets import DatasetManifest, DatasetQueryError
 from core.formats.pair_records import PAIR_FORMATS
 from core.store.tables import datasets, iterations
@@ -54,19 +60,28 @@ _MEDIA = {
     "dpo": ("application/x-ndjson", "jsonl"),  # api/pair_exports.py
     "prm": ("application/x-ndjson", "jsonl"),
     "prm-values": ("application/x-ndjson", "jsonl"),
+    **model_exports.MEDIA,
 }
 DatasetId = Path(pattern=ID_PATTERN, description="The dataset id (from POST /v1/datasets).")
+_CONTENT = {
+    "application/x-ndjson": {"schema": {"type": "string"}},
+    "application/vnd.apache.parquet": {"schema": {"type": "string", "format": "binary"}},
+    "application/zip": {"schema": {"type": "string", "format": "binary"}},
+}
+_MODEL_FILES = (
+    " `tokenized`: Parquet of input_ids / labels (-100 where the trainer computes no loss) / "
+    "attention_mask for a model; `hf`: a zip of a Hugging Face datasets save_to_disk folder."
+)
 _DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "OpenAI fine-tuning JSONL (tools, tool_calls, assistant `weight` 0/1), ShareGPT "
         "JSONL (`loss` flags; LLaMA-Factory function_call / observation with tools), internal samples "
-        "JSONL, or Parquet, streamed.",
-        "content": {
-            "application/x-ndjson": {"schema": {"type": "string"}},
-            "application/vnd.apache.parquet": {"schema": {"type": "string", "format": "binary"}},
-        },
+        "JSONL, or Parquet, streamed." + _MODEL_FILES,
+        "content": _CONTENT,
     }
 }
+ModelQuery = Query(None, min_length=1, max_length=1000, pattern=MODEL_REF_PATTERN, description=MODEL_HELP)
+MaxLengthQuery = Query(None, ge=1, le=1_000_000, description=MAX_LENGTH_HELP)
 
 
 @router.get(
@@ -76,11 +91,8 @@ _DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
     responses={
         200: {
             "description": "OpenAI fine-tuning JSONL (assistant `weight` 0/1), ShareGPT JSONL "
-            "(`loss` flags) or Parquet, streamed.",
-            "content": {
-                "application/x-ndjson": {"schema": {"type": "string"}},
-                "application/vnd.apache.parquet": {"schema": {"type": "string", "format": "binary"}},
-            },
+            "(`loss` flags) or Parquet, streamed." + _MODEL_FILES,
+            "content": _CONTENT,
         }
     },
 )
@@ -91,14 +103,17 @@ async def download_dataset(
         "openai",
         description="openai, sharegpt or parquet (samples); dpo (OpenAI preference JSONL from the "
         "iteration's pairs), prm (TRL stepwise supervision from first errors) or prm-values (from "
-        "the search trees' Q values): docs/datasets.md.",
+        "the search trees' Q values); tokenized (Parquet for `model`) or hf (a zip of a datasets "
+        "folder): docs/datasets.md.",
     ),
     partial: bool = Query(False, description="Export what exists before the dataset is ready."),
+    model: str | None = ModelQuery,
+    max_length: int | None = MaxLengthQuery,
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
     project_id = principal.project()
-    await run_row(svc, project_id, run_id)
+    run = await run_row(svc, project_id, run_id)
     async with svc.store.engine.connect() as conn:
         it = (
             (
@@ -124,6 +139,16 @@ async def download_dataset(
     if format in PAIR_FORMATS:
         counter = svc.metrics.export_rows.labels(format)
         body = pair_exports.iteration_body(svc.store, project_id, run_id, iteration, format, counter)
+    elif format in MODEL_FORMATS:
+        config = RunConfig.from_data(run["config"])
+        default = it["model_ref"] or config.model  # the weights this iteration trains from
+        tokenizer = choose_tokenizer(
+            format, model, max_length, svc.settings.model_root_paths, (default, config), config
+        )
+        samples = iter_dataset(
+            svc.store.engine, project_id=project_id, run_id=run_id, iteration=iteration, alpha=it["alpha"]
+        )
+        body = await model_exports.model_export_body(format, _count(samples, svc, format), tokenizer)
     else:
         samples = iter_dataset(
             svc.store.engine, project_id=project_id, run_id=run_id, iteration=iteration, alpha=it["alpha"]
@@ -257,8 +282,11 @@ async def download_named_dataset(
     format: DatasetFormat = Query(
         "openai",
         description="openai, sharegpt, samples or parquet; dpo (OpenAI preference JSONL) or prm (TRL "
-        "stepwise supervision) from the pairs behind the dataset's revision samples.",
+        "stepwise supervision) from the pairs behind the dataset's revision samples; tokenized "
+        "(Parquet for `model`) or hf (a zip of a datasets folder): docs/datasets.md.",
     ),
+    model: str | None = ModelQuery,
+    max_length: int | None = MaxLengthQuery,
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
@@ -266,6 +294,13 @@ async def download_named_dataset(
     body: AsyncIterator[bytes]
     if format in PAIR_FORMATS:
         body = pair_exports.dataset_body(svc.store, manifest, format, svc.metrics.export_rows.labels(format))
+    elif format in MODEL_FORMATS:
+        default = None
+        if model is None and format == "tokenized":  # the project's default model, its newest run's
+            default = await model_exports.newest_run_model(svc.store.engine, principal.project())
+        tokenizer = choose_tokenizer(format, model, max_length, svc.settings.model_root_paths, default)
+        samples = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
+        body = await model_exports.model_export_body(format, samples, tokenizer)
     else:
         counted = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
         body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)

@@ -20,7 +20,7 @@ from api.model_refs import MODEL_REF_PATTERN, path_shape_problem
 
 Scope = Literal["read", "ingest", "run", "review", "admin"]
 TraceFormat = Literal["openai", "openai-legacy", "otel", "otlp", "sharegpt"]
-ExportFormat = Literal["openai", "sharegpt", "parquet", "dpo", "prm", "prm-values"]
+ExportFormat = Literal["openai", "sharegpt", "parquet", "dpo", "prm", "prm-values", "tokenized", "hf"]
 
 
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"

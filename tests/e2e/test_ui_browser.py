@@ -178,8 +178,8 @@ def test_ui_pages_over_a_real_run(
             page.wait_for_selector("#iterations tbody tr")
             assert page.locator("#run-status").inner_text() == "completed"
             assert (
-                page.locator("#iterations button.download").count() == 6
-            )  # openai, sharegpt, parquet, dpo, prm, prm-values
+                page.locator("#iterations button.download").count() == 8
+            )  # openai, sharegpt, parquet, dpo, prm, prm-values, tokenized, hf
             assert page.locator("#pairs tbody tr").count() == len(pairs)
             # the run page's stream resumes after what the runs page saw, not from event 0
             assert events_after(streams[0]) == 0 and events_after(streams[-1]) > 0, streams

@@ -3,8 +3,10 @@
 import { all, download } from "../api.js";
 import { h, table, mount } from "../dom.js";
 
-// chat samples, then DPO / PRM records from the pairs behind the revision samples (docs/datasets.md)
-const FORMATS = [["openai", "jsonl"], ["sharegpt", "jsonl"], ["parquet", "parquet"], ["dpo", "jsonl"], ["prm", "jsonl"]];
+// chat samples, then DPO / PRM records from the pairs behind the revision samples, then tokenized
+// Parquet (the project's newest run's model) and a zip of an hf datasets folder (docs/datasets.md)
+const FORMATS = [["openai", "jsonl"], ["sharegpt", "jsonl"], ["parquet", "parquet"], ["dpo", "jsonl"], ["prm", "jsonl"],
+  ["tokenized", "parquet"], ["hf", "zip"]];
 
 export async function list(main) {
   const items = await all("/v1/datasets", {}, 500);

@@ -11,8 +11,10 @@ const PROGRESS_EVENTS = [
   "ModelTrained", "TrainingFailed", "IterationEvaluated", "RunCompleted", "RunCancelled", "RunFailed",
   "SampleRespliced", "CorrectionRejected",
 ];
-// chat samples, then DPO / PRM records from the iteration's pairs and trees (docs/datasets.md)
-const FORMATS = [["openai", "jsonl"], ["sharegpt", "jsonl"], ["parquet", "parquet"], ["dpo", "jsonl"], ["prm", "jsonl"], ["prm-values", "jsonl"]];
+// chat samples, DPO / PRM records from the iteration's pairs and trees, then tokenized Parquet for
+// the iteration's model and a zip of an hf datasets folder (docs/datasets.md)
+const FORMATS = [["openai", "jsonl"], ["sharegpt", "jsonl"], ["parquet", "parquet"], ["dpo", "jsonl"], ["prm", "jsonl"], ["prm-values", "jsonl"],
+  ["tokenized", "parquet"], ["hf", "zip"]];
 
 function debounce(fn, ms) {
   let timer = null;
