@@ -2,7 +2,9 @@
 
 All lists are keyset-paginated (``limit`` + ``cursor``) and filtered by the caller's project.
 Node statistics N and Q come from the ``nodes`` read model, which derives them from the
-RolloutFinished and LeafRecorded events (they are never stored as mutable truth).
+RolloutFinished and LeafRecorded events (they are never stored as mutable truth). A tree carries
+the event-log ``position`` its snapshot includes, so a page can follow the tree's growth from
+``GET /v1/events?after=position`` without reloading it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query
-from sqlalchemy import RowMapping, Table, select
+from sqlalchemy import RowMapping, Table, func, select
 
 from api.datasets import row_to_sample
 from api.deps import ApiServices, Principal, require, services
@@ -31,8 +33,9 @@ from api.schemas import (
     TreePage,
     TreeSummaryOut,
 )
+from core.domain.ids import tree_stream
 from core.domain.serde import to_dict
-from core.store.tables import nodes, pairs, samples, trees
+from core.store.tables import events, nodes, pairs, samples, trees
 
 router = APIRouter(prefix="/v1", tags=["trees"], responses=ERROR_RESPONSES)
 
@@ -88,25 +91,38 @@ async def get_tree(
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
+    # the tree stream's last position is read in the SAME statement as the nodes (one snapshot), so
+    # a client following /v1/events?after=position neither misses nor double-counts an event
+    position = (
+        select(func.coalesce(func.max(events.c.position), 0))
+        .where(events.c.stream_id == tree_stream(tree_id))
+        .scalar_subquery()
+    )
     async with svc.store.engine.connect() as conn:
         row = await owned_row(conn, trees, "tree_id", tree_id, principal.project(), "tree")
         node_rows = (
             (
                 await conn.execute(
-                    select(nodes).where(nodes.c.tree_id == tree_id).order_by(nodes.c.depth, nodes.c.node_id)
+                    select(nodes, position.label("stream_position"))
+                    .where(nodes.c.tree_id == tree_id)
+                    .order_by(nodes.c.depth, nodes.c.node_id)
                 )
             )
             .mappings()
             .all()
         )
+        if node_rows:
+            last = node_rows[0]["stream_position"]
+        else:
+            last = (await conn.execute(select(position))).scalar()
     node_list = [
         NodeOut(
-            **{k: v for k, v in n.items() if k != "tree_id"},
+            **{k: v for k, v in n.items() if k not in ("tree_id", "stream_position")},
             q=(n["value_sum"] / n["visits"]) if n["visits"] else None,
         )
         for n in node_rows
     ]
-    return TreeOut(**_tree_summary(row), nodes=node_list)
+    return TreeOut(**_tree_summary(row), nodes=node_list, position=int(last or 0))
 
 
 @router.get(

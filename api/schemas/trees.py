@@ -42,6 +42,12 @@ class TreeSummaryOut(BaseModel):
 class TreeOut(TreeSummaryOut):
     root_id: str | None = None
     nodes: list[NodeOut] = Field(default_factory=list, description="Every node, parents before children.")
+    position: int = Field(
+        0,
+        ge=0,
+        description="The event-log position of the tree stream's last event included in `nodes`: follow "
+        "`GET /v1/events?after=position` for the nodes and visits that came later.",
+    )
 
 
 class TreePage(BaseModel):

@@ -36,22 +36,14 @@ from playwright.sync_api import Page, sync_playwright
 
 from tests.e2e.helpers import quick_tiny_model
 from tests.e2e.services import Deployment, follow
+from tests.e2e.ui_seed import CHROMIUM, CHROMIUM_ARGS
 
-CHROMIUM = "/usr/bin/chromium"
 if not Path(CHROMIUM).is_file():  # .ci/test installs it where apt-get runs as root; .ci/run requires it
     pytest.skip(
         f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium, as root; "
         ".ci/test does so where it can)",
         allow_module_level=True,
     )
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-]
 
 
 def login(page: Page, base: str, api_key: str, route: str) -> None:
@@ -206,8 +198,8 @@ def test_ui_pages_over_a_real_run(
             page.goto(f"{base}/ui/#/trees/{tree['tree_id']}?pair={pair['pair_id']}")
             page.wait_for_selector("#tree-canvas circle.node")
             assert page.locator("#tree-canvas circle.node").count() == len(tree["nodes"]) > 1
-            assert page.locator("#tree-canvas line.pair-path.bad").count() >= 1
-            assert page.locator("#tree-canvas line.pair-path.good").count() >= 1
+            assert page.locator("#tree-canvas .pair-path.bad").count() >= 1
+            assert page.locator("#tree-canvas .pair-path.good").count() >= 1
             if pair["divergence_node_id"]:
                 ring = page.locator("#tree-canvas circle.divergence")
                 assert ring.get_attribute("data-node-id") == pair["divergence_node_id"]

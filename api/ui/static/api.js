@@ -108,10 +108,12 @@ function remember(position) {
  * position this tab has seen (kept in sessionStorage, shared by all pages), not from event 0 on
  * every page open; callers refresh from the API on each event, debounced. Returns a function that
  * stops following. Reconnects after a dropped connection, resuming after the last position seen.
+ * `after` starts elsewhere: a page that applies events to a snapshot it loaded (the tree page) follows
+ * from the snapshot's own position, so it neither misses nor applies twice an event.
  */
-export function follow(types, onEvent) {
+export function follow(types, onEvent, { after: from } = {}) {
   const controller = new AbortController();
-  let after = lastSeenPosition();
+  let after = Number.isInteger(from) ? from : lastSeenPosition();
   let stopped = false;
   async function loop() {
     while (!stopped) {
