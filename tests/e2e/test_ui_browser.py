@@ -93,7 +93,6 @@ def test_ui_pages_over_a_real_run(
     key_a = client.issue_key(project_a, ("read", "run", "ingest", "review"), label="reviewer")
     key_b = client.issue_key(project_b, ("read", "run", "review"), label="ui")
     client.key = key_a
-    run_id = client.submit_run(dict(config, iterations=1, data_only=True, seed=11))
     screens = tmp_path / "screens"
     base = client.http.base_url.__str__().rstrip("/")
 
@@ -107,16 +106,19 @@ def test_ui_pages_over_a_real_run(
             page.on("request", lambda r: streams.append(r.url) if "/v1/events" in r.url else None)
 
             # no key: the key form, nothing else
-            page.goto(f"{base}/ui/#/runs/{run_id}")
+            page.goto(f"{base}/ui/#/runs")
             page.wait_for_selector("#key-form")
-            assert page.locator("#iterations").count() == 0
+            assert page.locator("#runs").count() == 0
 
-            # runs list, opened while the run is still going: its row turns "completed" live (SSE),
-            # without a reload (a reload would drop the marker set on the window)
+            # runs list, opened BEFORE the run is submitted (so the premise cannot race a fast run):
+            # the run's row appears and then turns "completed" live (SSE), without a reload (a
+            # reload would drop the marker set on the window)
             login(page, base, key_a, "/runs")
-            page.wait_for_selector(f'#runs tr[data-run-id="{run_id}"]')
+            page.wait_for_selector("#runs-body td.muted")  # "No runs yet.": the first load is done
             page.evaluate("window.__sameDocument = true")
+            run_id = client.submit_run(dict(config, iterations=1, data_only=True, seed=11))
             row = f'#runs tr[data-run-id="{run_id}"]'
+            page.wait_for_selector(row, timeout=120_000)
             page.wait_for_selector(
                 f"{row}:is([data-status=completed], [data-status=failed])", timeout=600_000
             )
