@@ -1,4 +1,14 @@
-"""Owns the pair review routes: one pair with everything the pair diff shows, and human corrections.
+"""Owns the pair review routes: the review queue, one pair with everything the pair diff shows, and
+human corrections.
+
+``GET /v1/review/queue`` (``read``): the project's critiqued pairs (from runs and from failed traces)
+that need a human, keyset-paginated: the critic's t' differs from the oracle's first error, the critic
+fell back (nothing judged bad), a verdict said "uncertain", or a verdict's two best labels scored
+closer than ``max_margin``; ``reason`` picks one of these (default: any). Filtered by run, iteration,
+task key and source, and by whether a reviewer has corrected the pair (``reviewed``). Every page
+carries the counts of the whole filtered queue: ``total``, ``reviewed`` (pairs with a correction)
+and ``remaining``. The signals are columns of the ``pairs`` read model, projected from each pair's
+FirstErrorMarked by ``core.domain.review.review_signals``.
 
 ``GET /v1/pairs/{pair_id}`` (``read``): the pair's bad and good paths, divergence, the critic's
 per-step verdicts with their label scores, the oracle's first error, the t' and reflection of the
@@ -18,25 +28,30 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, case, func, or_, select
 
 from api.deps import ApiServices, Principal, require, services
 from api.errors import field_error, not_found
 from api.idempotency import Idempotency, idempotency
+from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
 from api.reads import owned_row
 from api.schemas import ERROR_RESPONSES, ID_PATTERN
 from api.writes import append, new_event
 from core.domain.events import FirstErrorCorrected
 from core.domain.ids import pair_stream
 from core.domain.review import (
+    DEFAULT_MAX_MARGIN,
     MAX_REFLECTION_CHARS,
     CorrectionError,
     PairReview,
+    ReviewReason,
+    ReviewSignals,
     check_correction,
     correction_view,
     fold_pair,
+    review_reasons,
 )
 from core.domain.serde import to_dict
 from core.store.tables import api_keys, pairs, samples
@@ -97,6 +112,134 @@ class PairDetailOut(BaseModel):
     sample_id: str | None
     sample_origin: str = Field(description="splice, human-corrected, or '' without a sample.")
     corrections: list[dict[str, Any]]
+
+
+class ReviewItemOut(BaseModel):
+    pair_id: str
+    run_id: str | None
+    iteration: int
+    tree_id: str | None
+    source: str = Field(description="search (a run's tree) or trace (a failed production trace).")
+    task_key: str
+    status: str = Field(description="critiqued, revised or rejected.")
+    shared_steps: int
+    transition_index: int | None = Field(
+        description="t' of the pair's sample now (a correction's, else the critic's)."
+    )
+    strategy: str | None
+    critic_index: int = Field(description="The critic's t'.")
+    oracle_index: int | None = Field(
+        description="The environment oracle's first error (null: no oracle, or none)."
+    )
+    fallback: bool = Field(description="No step was judged bad: t' fell back to the last action.")
+    uncertain: int = Field(description='Verdicts labelled "uncertain".')
+    margin: float | None = Field(
+        description="The smallest gap between a verdict's best and second-best label score (mean "
+        "log-probability per label token); null when no verdict has label scores."
+    )
+    corrections: int = Field(description="Corrections reviewers made on this pair.")
+    reviewed: bool = Field(description="A reviewer has corrected this pair (corrections > 0).")
+    reasons: list[ReviewReason] = Field(description="Why the pair is in the queue.")
+
+
+class ReviewQueuePage(BaseModel):
+    items: list[ReviewItemOut]
+    next_cursor: str | None = None
+    total: int = Field(description="Pairs in the queue with these filters (`reviewed` aside).")
+    reviewed: int = Field(description="Of those, pairs a reviewer has corrected.")
+    remaining: int = Field(description="Of those, pairs not corrected yet.")
+
+
+def _reason_filter(reason: str, max_margin: float) -> ColumnElement[bool]:
+    conditions: dict[str, ColumnElement[bool]] = {
+        "disagree": and_(pairs.c.oracle_index.is_not(None), pairs.c.oracle_index != pairs.c.critic_index),
+        "fallback": pairs.c.fallback.is_(True),
+        "uncertain": pairs.c.uncertain > 0,
+        "low_margin": pairs.c.margin < max_margin,
+    }
+    return or_(*conditions.values()) if reason == "any" else conditions[reason]
+
+
+def _queue_item(row: Any, max_margin: float) -> ReviewItemOut:
+    signals = ReviewSignals(
+        critic_index=row["critic_index"],
+        oracle_index=row["oracle_index"],
+        fallback=bool(row["fallback"]),
+        uncertain=row["uncertain"] or 0,
+        margin=row["margin"],
+    )
+    return ReviewItemOut(
+        **{k: row[k] for k in ("pair_id", "run_id", "iteration", "tree_id", "source", "task_key", "status")},
+        **{k: row[k] for k in ("shared_steps", "transition_index", "strategy", "corrections")},
+        critic_index=signals.critic_index,
+        oracle_index=signals.oracle_index,
+        fallback=signals.fallback,
+        uncertain=signals.uncertain,
+        margin=signals.margin,
+        reviewed=row["corrections"] > 0,
+        reasons=review_reasons(signals, max_margin),
+    )
+
+
+@router.get(
+    "/review/queue",
+    response_model=ReviewQueuePage,
+    dependencies=[Depends(known_query_only)],
+    summary="Pairs that need a human: critic vs oracle, fallbacks, uncertain or low-margin verdicts",
+)
+async def review_queue(
+    cursor: str | None = Depends(cursor_param),
+    reason: str = Query(
+        "any",
+        pattern="^(any|disagree|fallback|uncertain|low_margin)$",
+        description="disagree: critic t' != oracle first error; fallback: nothing judged bad; uncertain: a "
+        "verdict said uncertain; low_margin: a verdict's two best label scores closer than max_margin; "
+        "any (default): one of these.",
+    ),
+    max_margin: float = Query(
+        DEFAULT_MAX_MARGIN, ge=0, le=1000, description="The low-margin threshold (log-probability)."
+    ),
+    run_id: str | None = Query(None, pattern=ID_PATTERN, description="Only pairs of this run."),
+    iteration: int | None = Query(None, ge=0, le=10_000, description="Only this iteration."),
+    task_key: str | None = Query(None, min_length=1, max_length=200, description="Only this task key."),
+    source: str | None = Query(None, pattern="^(trace|search)$", description="trace or search pairs."),
+    reviewed: bool | None = Query(
+        None, description="true: only pairs a reviewer corrected; false: only those still to review."
+    ),
+    limit: int = Depends(limit_param),
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    where: list[ColumnElement[bool]] = [
+        pairs.c.project_id == principal.project(),
+        pairs.c.critic_index.is_not(None),
+        _reason_filter(reason, max_margin),
+    ]
+    for column, value in (
+        (pairs.c.run_id, run_id),
+        (pairs.c.iteration, iteration),
+        (pairs.c.task_key, task_key),
+        (pairs.c.source, source),
+    ):
+        if value is not None:
+            where.append(column == value)
+    counted = select(
+        func.count(), func.coalesce(func.sum(case((pairs.c.corrections > 0, 1), else_=0)), 0)
+    ).where(*where)
+    async with svc.store.engine.connect() as conn:
+        total, done = (await conn.execute(counted)).one()
+    if reviewed is not None:
+        where.append(pairs.c.corrections > 0 if reviewed else pairs.c.corrections == 0)
+    page, next_cursor = await keyset_page(
+        svc.store.engine, select(pairs).where(*where), [pairs.c.pair_id], (str,), cursor, limit
+    )
+    return ReviewQueuePage(
+        items=[_queue_item(row, max_margin) for row in page],
+        next_cursor=next_cursor,
+        total=int(total),
+        reviewed=int(done),
+        remaining=int(total) - int(done),
+    )
 
 
 async def _review(svc: ApiServices, pair_id: str) -> tuple[PairReview, int]:

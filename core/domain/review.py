@@ -5,14 +5,16 @@ the splicer's ``RevisionMaterialized`` and, after human review, ``FirstErrorCorr
 ``SampleRespliced`` or ``CorrectionRejected``. ``fold_pair`` reads those events in stream order
 and answers what the UI and the correction route need: the pair, the critic's verdicts, the t' and
 reflection the current sample was spliced with, every correction with its outcome. ``check_correction``
-says whether a reviewer's correction can be applied, before anything is written.
+says whether a reviewer's correction can be applied, before anything is written. ``review_signals``
+says from the critic's verdict why a pair may need a human (the review queue's filters).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from core.domain.events import (
     CorrectionRejected,
@@ -169,3 +171,60 @@ def correction_view(record: CorrectionRecord) -> dict[str, Any]:
         "status": record.status,
         "reason": record.reason,
     }
+
+
+ReviewReason = Literal["disagree", "fallback", "uncertain", "low_margin"]
+REVIEW_REASONS: tuple[ReviewReason, ...] = ("disagree", "fallback", "uncertain", "low_margin")
+DEFAULT_MAX_MARGIN = 0.5
+"""A verdict whose two best labels' scores (mean log-probability per label token) are closer than
+this is a low-margin verdict, unless the review queue is asked for another threshold."""
+
+
+@dataclass(frozen=True)
+class ReviewSignals:
+    """Why a critiqued pair may need a human, from its ``FirstErrorMarked``.
+
+    ``critic_index``: the critic's t'; ``oracle_index``: the environment oracle's first error (None:
+    no oracle, or none found); ``fallback``: nothing was judged bad, t' fell back to the last action;
+    ``uncertain``: how many verdicts say "uncertain"; ``margin``: the smallest gap between a verdict's
+    best and second-best label score over the verdicts that have label scores (None: none has).
+    """
+
+    critic_index: int
+    oracle_index: int | None
+    fallback: bool
+    uncertain: int
+    margin: float | None
+
+
+def verdict_margin(scores: dict[str, float]) -> float | None:
+    """Best minus second-best label score (None with fewer than two finite scores)."""
+    values = sorted(
+        (v for v in scores.values() if isinstance(v, int | float) and math.isfinite(v)), reverse=True
+    )
+    return values[0] - values[1] if len(values) >= 2 else None
+
+
+def review_signals(marked: FirstErrorMarked) -> ReviewSignals:
+    margins = [m for m in (verdict_margin(v.scores) for v in marked.verdicts) if m is not None]
+    return ReviewSignals(
+        critic_index=marked.transition_index,
+        oracle_index=marked.oracle_index,
+        fallback=marked.fallback,
+        uncertain=sum(1 for v in marked.verdicts if v.label == "uncertain"),
+        margin=min(margins) if margins else None,
+    )
+
+
+def review_reasons(signals: ReviewSignals, max_margin: float = DEFAULT_MAX_MARGIN) -> list[ReviewReason]:
+    """The reasons, in ``REVIEW_REASONS`` order, this pair is in the review queue (empty: it is not)."""
+    reasons: list[ReviewReason] = []
+    if signals.oracle_index is not None and signals.oracle_index != signals.critic_index:
+        reasons.append("disagree")
+    if signals.fallback:
+        reasons.append("fallback")
+    if signals.uncertain:
+        reasons.append("uncertain")
+    if signals.margin is not None and signals.margin < max_margin:
+        reasons.append("low_margin")
+    return reasons

@@ -202,6 +202,13 @@ pairs = Table(
     Column("transition_index", Integer, nullable=True),
     Column("strategy", String(16), nullable=True),
     Column("reason", Text, nullable=True),
+    # the review queue's signals, from FirstErrorMarked (core.domain.review.review_signals)
+    Column("critic_index", Integer, nullable=True),
+    Column("oracle_index", Integer, nullable=True),
+    Column("fallback", Boolean, nullable=True),
+    Column("uncertain", Integer, nullable=True),
+    Column("margin", Float, nullable=True),
+    Column("corrections", Integer, nullable=False, default=0, server_default="0"),
 )
 
 samples = Table(

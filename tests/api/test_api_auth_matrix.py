@@ -88,6 +88,7 @@ ROUTES = (
     Route("POST", "/v1/otlp/v1/traces", "ingest", "own", OTLP_EXPORT),
     Route("GET", "/v1/traces", "read", "list"),
     Route("GET", "/v1/pairs", "read", "list"),
+    Route("GET", "/v1/review/queue", "read", "list"),
     Route("POST", "/v1/datasets", "run", "own", {"name": "matrix", "allow_empty": True}),
     Route("GET", "/v1/datasets", "read", "list"),
     Route("GET", "/v1/datasets/{dataset}", "read", "404"),

@@ -14,7 +14,8 @@ every page the visible text is scanned for a literal "null", "undefined" or "NaN
 of a page opened after another resumes after the position already seen (not from event 0); the runs
 table shows model, environment and tasks and cancels a running run; a data-only run shows its data
 figures; a run's good sample links to its tree leaf; a trace's sample renders its tokens with the
-project's default model (its newest run's). Every
+project's default model (its newest run's); a correction keeps its "Re-spliced" confirmation and
+shows the sample before and after it side by side; the review page renders. Every
 page is screenshotted into the test's tmp folder (``screens/``); with ``AGENTR_UI_SCREENSHOTS=DIR``
 they are copied there.
 """
@@ -308,6 +309,18 @@ def test_ui_pages_over_a_real_run(
             assert after["provenance"]["origin"] == "human-corrected"
             assert after["messages"] != before["messages"]
             assert any(reflection in m["content"] and m["weight"] == 1 for m in after["messages"])
+            # the confirmation stays, and the sample before and after the correction side by side
+            assert page.locator("#correct-result-status").inner_text() == (
+                f"Re-spliced at t'={correction['new_transition_index']}."
+            )
+            texts = "els => els.map(e => e.textContent)"
+            shown_before = page.eval_on_selector_all("#sample-before-messages li pre", texts)
+            shown_after = page.eval_on_selector_all("#sample-after-messages li pre", texts)
+            assert shown_before == [m["content"] for m in before["messages"]]
+            assert shown_after == [m["content"] for m in after["messages"]]
+            changed = page.eval_on_selector_all("#sample-after-messages li.changed pre", texts)
+            assert any(reflection in text for text in changed), changed
+            no_literals(page, "pair (corrected)")
             page.goto(f"{base}/ui/#/samples/{sample_id}")
             page.wait_for_selector("#origin")
             assert page.locator("#origin").inner_text() == "human-corrected"
@@ -362,6 +375,10 @@ def test_ui_pages_over_a_real_run(
             page.goto(f"{base}/ui/#/datasets")
             page.wait_for_selector("#datasets")
             no_literals(page, "datasets")
+            page.goto(f"{base}/ui/#/review")
+            page.wait_for_selector("#review-queue, #review-empty")
+            no_literals(page, "review")
+            shot(page, screens, "review")
             assert not errors, errors
 
             # another project's key sees nothing of project A

@@ -1,4 +1,5 @@
-"""The tree view at a thousand nodes, in a real browser (Playwright on Debian's chromium).
+"""The tree view at a thousand nodes and the review queue, in a real browser (Playwright on Debian's
+chromium).
 
 The real API app is served on a fresh PostgreSQL database (``tests/e2e/ui_seed.py``); a project, a
 run and a 1,000-node tree with a pair of its leaves are appended to the event store as the search
@@ -7,7 +8,10 @@ nodes inside the canvas), find a node by its observation text and jump to it, fo
 branches, draw action labels once zoomed in, move the keyboard focus parent / child / sibling and
 open a node with Enter, keep the canvas wide at 800 px (the panel goes below), move the view from
 the minimap, and grow live from the event stream while the tree is searched (NodesExpanded and
-RolloutFinished applied, the tree itself not fetched again). No literal null / undefined / NaN.
+RolloutFinished applied, the tree itself not fetched again). The review page lists the disputed
+pairs (critic t' != oracle, fallback, uncertain, low margin; not the ones critic and oracle agree
+on), says how many are reviewed and remaining, and steps through them with j / k, each pair's diff
+shown beside the queue; a reason filter narrows it. No literal null / undefined / NaN.
 Everything waits on conditions (generous timeouts), never on fixed sleeps.
 """
 
@@ -26,7 +30,16 @@ from core.domain.events import Metadata, NewEvent
 from core.domain.ids import new_id, tree_stream
 from tests.conftest import pg_database
 from tests.e2e.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, login, no_literals, shot
-from tests.e2e.ui_seed import SeededProject, SyntheticTree, append_events, seed, serve_app, tree_events
+from tests.e2e.ui_seed import (
+    SeededProject,
+    SyntheticTree,
+    append_events,
+    correction_event,
+    pair_events,
+    seed,
+    serve_app,
+    tree_events,
+)
 
 TIMEOUT = 60_000  # ms: a loaded 2-core machine is slow, never wrong
 
@@ -37,6 +50,8 @@ class Site:
     url: str  # the database
     project: SeededProject
     big: SyntheticTree
+    disputed: list[str]  # the review queue's pairs, in pair id order (the tree's pair: critic = oracle)
+    fallback: str
     browser: Browser
 
 
@@ -45,11 +60,21 @@ def site() -> Iterator[Site]:
     with pg_database() as url:
         project = seed(url, "ui-tree")
         big = tree_events(project.project_id, project.run_id, 1000, seed=7)
-        append_events(url, [big.events])
+        pid, rid = project.project_id, project.run_id
+        seeded = {
+            "disagree": pair_events(pid, rid, "craft-a", critic_index=3, oracle_index=2),
+            "fallback": pair_events(pid, rid, "craft-b", critic_index=5, oracle_index=None, fallback=True),
+            "uncertain": pair_events(pid, rid, "craft-c", critic_index=2, oracle_index=2, uncertain=True),
+            "low": pair_events(pid, rid, "craft-d", critic_index=4, oracle_index=4, margin=0.1),
+            "agree": pair_events(pid, rid, "craft-e", critic_index=3, oracle_index=3),
+        }
+        corrected = correction_event(pid, seeded["disagree"][0], 3, 2)
+        append_events(url, [big.events, *(events for _, events in seeded.values()), [corrected]])
+        disputed = sorted(seeded[k][0] for k in ("disagree", "fallback", "uncertain", "low"))
         with serve_app(url) as base, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
-                yield Site(base, url, project, big, browser)
+                yield Site(base, url, project, big, disputed, seeded["fallback"][0], browser)
             finally:
                 browser.close()
 
@@ -217,5 +242,49 @@ def test_a_tree_being_searched_grows_live_without_reloading(site: Site) -> None:
     tree_reads = [u for u in requests if f"/v1/trees/{tree_id}" in u]
     assert len(tree_reads) == 1, tree_reads  # grown from the event stream, not by fetching the tree again
     assert any("/v1/events" in u for u in requests)
+    assert not errors, errors
+    page.close()
+
+
+def test_the_review_queue_steps_through_disputed_pairs_with_j_and_k(site: Site, tmp_path: Path) -> None:
+    page, errors = open_page(site, "/review")
+    page.wait_for_selector("#review-queue tbody tr")
+    listed = page.eval_on_selector_all("#review-queue tbody tr", "rows => rows.map(r => r.dataset.pairId)")
+    assert listed == site.disputed  # the pair critic and oracle agree on is not there
+    assert page.locator("#review-reviewed-count").inner_text() == "1"
+    assert page.locator("#review-remaining-count").inner_text() == str(len(site.disputed) - 1)
+    shown = "#review-detail[data-shown='{}'] #pair-diff tbody tr"
+    page.wait_for_selector(shown.format(site.disputed[0]))
+    assert page.locator("#review-position").inner_text() == f"1 of {len(site.disputed)}"
+    no_literals(page, "review")
+    shot(page, tmp_path, "review")
+
+    page.locator("body").press("j")
+    page.wait_for_selector(shown.format(site.disputed[1]))
+    page.keyboard.press("j")
+    page.wait_for_selector(shown.format(site.disputed[2]))
+    assert page.locator("#review-position").inner_text() == f"3 of {len(site.disputed)}"
+    assert page.locator("#review-queue tr.current").get_attribute("data-pair-id") == site.disputed[2]
+    page.keyboard.press("k")
+    page.wait_for_selector(shown.format(site.disputed[1]))
+    assert f"pair={site.disputed[1]}" in page.url  # the current pair is in the link
+    # typing in a filter field is not a shortcut
+    page.fill("#review-task", "j")
+    assert page.locator("#review-detail").get_attribute("data-shown") == site.disputed[1]
+    page.click("#review-next")
+    page.wait_for_selector(shown.format(site.disputed[2]))
+
+    # one reason: only the pair whose critic fell back
+    page.select_option("#review-reason", "fallback")
+    page.fill("#review-task", "")
+    page.click("#review-filters button[type=submit]")
+    page.wait_for_function(
+        "(id) => { const rows = document.querySelectorAll('#review-queue tbody tr');"
+        " return rows.length === 1 && rows[0].dataset.pairId === id; }",
+        arg=site.fallback,
+    )
+    page.wait_for_selector(shown.format(site.fallback))
+    assert page.locator("#review-queue td.reasons").inner_text() == "fallback"
+    no_literals(page, "review (fallback)")
     assert not errors, errors
     page.close()

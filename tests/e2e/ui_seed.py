@@ -199,7 +199,11 @@ def _tree(project_id: str, run_id: str | None, size: int, seed: int) -> Syntheti
         divergence_node_id=divergence, env_uri="textcraft", task_id="craft-table",
     )  # fmt: skip
     marked = ev.FirstErrorMarked(
-        pair_id, "model", len(bad_path) - 2, _verdicts(depth, len(bad_path) - 2, "bad"), oracle_index=depth
+        pair_id,
+        "model",
+        len(bad_path) - 2,
+        _verdicts(depth, len(bad_path) - 2, "bad"),
+        oracle_index=len(bad_path) - 2,
     )
     meta = Metadata(producer="search", project_id=project_id)
     stream = tree_stream(tree_id)

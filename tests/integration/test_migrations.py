@@ -91,3 +91,68 @@ def test_migrations_are_found_from_any_directory(tmp_path: Any, monkeypatch: pyt
     monkeypatch.setenv("AGENTR_MIGRATIONS", str(tmp_path / "nowhere"))
     with pytest.raises(FileNotFoundError, match="AGENTR_MIGRATIONS"):
         migrate.migrations_dir()
+
+
+def test_review_signals_migration_fills_pairs_from_the_event_log(empty_db: str) -> None:
+    """0004 adds the review queue's columns to ``pairs`` and fills them for pairs judged before it
+    (from each FirstErrorMarked, FirstErrorCorrected counted), so no rebuild is needed."""
+    import sqlalchemy as sa
+
+    from core.domain import events as ev
+    from core.domain.serde import to_dict
+
+    migrate.upgrade(empty_db, "0003_traces")
+    verdicts = (
+        ev.StepVerdict(1, "good", {"good": -0.2, "bad": -2.0}),
+        ev.StepVerdict(2, "bad", {"good": -1.0, "bad": -0.7}),
+        ev.StepVerdict(3, "uncertain", {}),
+    )
+    marked = ev.FirstErrorMarked("p1", "model", 2, verdicts, oracle_index=1)
+    corrected = ev.FirstErrorCorrected("p1", "c1", "agr_x", "2026-12-03T00:00:00+00:00", 2, 1, "")
+
+    async def seed_and_read(before_upgrade: bool) -> list[Any]:
+        engine = make_engine(empty_db)
+        try:
+            async with engine.begin() as conn:
+                if before_upgrade:
+                    await conn.execute(
+                        sa.text(
+                            "INSERT INTO pairs (pair_id, iteration, source, task_key, status, shared_steps) "
+                            "VALUES ('p1', 0, 'search', 'k', 'critiqued', 1), "
+                            "('p2', 0, 'search', 'k', 'found', 1)"
+                        )
+                    )
+                    for version, event in enumerate((marked, corrected)):
+                        await conn.execute(
+                            sa.text(
+                                "INSERT INTO events (event_id, stream_id, stream_version, event_type, "
+                                "event_version, data, metadata, recorded_at) VALUES (:id, 'pair-p1', :v, "
+                                ":type, :ev, :data, :meta, CURRENT_TIMESTAMP)"
+                            ).bindparams(
+                                sa.bindparam("data", type_=sa.JSON), sa.bindparam("meta", type_=sa.JSON)
+                            ),
+                            {
+                                "id": f"e{version}",
+                                "v": version,
+                                "type": event.event_type,
+                                "ev": event.event_version,
+                                "data": to_dict(event),
+                                "meta": {"producer": "test"},
+                            },
+                        )
+                    return []
+                rows = await conn.execute(
+                    sa.text(
+                        "SELECT pair_id, critic_index, oracle_index, fallback, uncertain, margin, "
+                        "corrections FROM pairs ORDER BY pair_id"
+                    )
+                )
+                return [tuple(row) for row in rows]
+        finally:
+            await engine.dispose()
+
+    asyncio.run(seed_and_read(True))
+    migrate.upgrade(empty_db)
+    (p1, p2) = asyncio.run(seed_and_read(False))
+    assert p1[:5] == ("p1", 2, 1, False, 1) and abs(p1[5] - 0.3) < 1e-9 and p1[6] == 1
+    assert p2 == ("p2", None, None, None, None, None, 0)

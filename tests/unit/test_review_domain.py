@@ -74,3 +74,27 @@ def test_check_correction_bounds_and_changes() -> None:
     # a pair the splicer rejected (no sample yet) may be corrected at the critic's own t'
     rejected = fold_pair([PAIR, MARKED, ev.RevisionRejected("p", None, 0, "unverified: x")])
     assert check_correction(rejected, None, None) == (3, None)
+
+
+def test_review_signals_and_reasons() -> None:
+    from core.domain.review import ReviewSignals, review_reasons, review_signals, verdict_margin
+
+    verdicts = (
+        ev.StepVerdict(1, "good", {"good": -0.1, "bad": -2.0, "uncertain": -3.0}),
+        ev.StepVerdict(2, "uncertain", {"good": -1.0, "bad": -1.2, "uncertain": -0.9}),
+        ev.StepVerdict(3, "bad", {}),  # a rule or text verdict: no scores, no margin
+    )
+    signals = review_signals(ev.FirstErrorMarked("p", "model", 3, verdicts, oracle_index=2))
+    assert (signals.critic_index, signals.oracle_index, signals.fallback, signals.uncertain) == (
+        3,
+        2,
+        False,
+        1,
+    )
+    assert signals.margin is not None and abs(signals.margin - 0.1) < 1e-9
+    assert review_reasons(signals) == ["disagree", "uncertain", "low_margin"]
+    assert review_reasons(signals, max_margin=0.05) == ["disagree", "uncertain"]
+    assert review_reasons(ReviewSignals(2, 2, False, 0, None)) == []
+    assert review_reasons(ReviewSignals(2, None, True, 0, 3.0)) == ["fallback"]
+    assert verdict_margin({"good": float("nan"), "bad": -1.0}) is None
+    assert verdict_margin({"good": -1.0}) is None

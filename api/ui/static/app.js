@@ -1,11 +1,12 @@
 // Owns the UI shell: the key gate (no page renders without a project key) and the hash router
 // that gives every object a deep link (#/runs/ID, #/trees/ID?pair=ID, #/pairs/ID, #/samples/ID,
-// #/traces/ID, #/datasets).
+// #/traces/ID, #/datasets, #/review?reason=...&pair=ID).
 
 import { ApiError, forgetKey, get, getKey, setKey } from "./api.js";
 import { h } from "./dom.js";
 import * as datasets from "./pages/datasets.js";
 import * as pair from "./pages/pair.js";
+import * as review from "./pages/review.js";
 import * as runs from "./pages/runs.js";
 import * as sample from "./pages/sample.js";
 import * as traces from "./pages/traces.js";
@@ -21,6 +22,7 @@ const ROUTES = [
   [/^\/traces$/, traces.list],
   [/^\/traces\/([^/]+)$/, traces.detail],
   [/^\/datasets$/, datasets.list],
+  [/^\/review$/, review.render],
 ];
 
 const main = document.getElementById("main");

@@ -9,7 +9,9 @@ successful trace's row gets its good sample's id (GoodTraceSampled, core.store.p
 kind "revision" and the serialised Trajectory for kind "good" (the dataset builder turns it into a
 sample; ``SampleRespliced``, a reviewer's correction re-spliced, replaces the row's data and
 position). A revision belongs to a trace when its sample's provenance names the ``trace_id`` or its pair
-id equals the trace id.
+id equals the trace id. A pair row also carries the review queue's signals: the critic's and the
+oracle's t', fallback, uncertain verdicts and the smallest label margin (``review_signals`` of its
+FirstErrorMarked), and how many corrections reviewers made (FirstErrorCorrected).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sqlalchemy import ColumnElement, Table, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core.domain import events as ev
+from core.domain.review import review_signals
 from core.domain.serde import to_dict
 from core.store.projectors._sql import (
     Item,
@@ -94,6 +97,27 @@ async def _first_error(conn: AsyncConnection, items: Sequence[Item]) -> None:
     for _recorded, event in items:
         assert isinstance(event, ev.FirstErrorMarked)
         await _mark_critiqued(conn, pairs, pairs.c.pair_id == event.pair_id, event)
+        signals = review_signals(event)
+        await conn.execute(
+            update(pairs)
+            .where(pairs.c.pair_id == event.pair_id)
+            .values(
+                critic_index=signals.critic_index,
+                oracle_index=signals.oracle_index,
+                fallback=signals.fallback,
+                uncertain=signals.uncertain,
+                margin=signals.margin,
+            )
+        )
+
+
+async def _corrected(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    """A reviewer corrected the pair: the review queue counts it as reviewed."""
+    for _recorded, event in items:
+        assert isinstance(event, ev.FirstErrorCorrected)
+        await conn.execute(
+            update(pairs).where(pairs.c.pair_id == event.pair_id).values(corrections=pairs.c.corrections + 1)
+        )
 
 
 def _revision_row(
@@ -303,6 +327,7 @@ PROJECTORS: dict[str, Projector] = {
     "GoodTrajectoryFound": _good_found,
     "PairFound": _pair_found,
     "FirstErrorMarked": _first_error,
+    "FirstErrorCorrected": _corrected,
     "RevisionMaterialized": _revision,
     "RevisionRejected": _revision_rejected,
     "SampleRespliced": _respliced,

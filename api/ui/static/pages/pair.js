@@ -1,7 +1,9 @@
 // Owns the Pair diff: the bad and the good path aligned from the divergence node, the first
 // differing step highlighted, the critic's per-step verdicts (label and label scores) beside the bad
 // path, the oracle's first error where the environment has one, the chosen transition point t', and
-// the correction form (review scope): move t' or rewrite the reflection, then watch the re-splice.
+// the correction form (review scope): move t' or rewrite the reflection, then watch the re-splice;
+// once re-spliced, the confirmation stays and the sample before and after are shown side by side.
+// `render` draws into any element (the Review page shows a pair in its detail pane).
 
 import { ApiError, get, post } from "../api.js";
 import { fmt, h, link, shortId, table, mount } from "../dom.js";
@@ -84,14 +86,43 @@ export function correctionsTable(corrections) {
   ]), { id: "corrections" });
 }
 
+/** A sample's messages with their loss weights; those that differ from `other`'s are marked. */
+function sampleMessages(sample, other, id) {
+  const against = other ? other.messages : [];
+  return h("ol", { id, class: "messages compact", start: 0 }, sample.messages.map((m, i) => {
+    const was = against[i];
+    const changed = other && (!was || was.content !== m.content || was.weight !== m.weight || was.role !== m.role);
+    return h("li", { class: `message ${m.weight ? "trained" : "context"}${changed ? " changed" : ""}`, dataset: { index: String(i), weight: String(m.weight), changed: changed ? "1" : "0" } },
+      h("div", { class: "meta" }, h("span", { class: "role" }, m.role), " ", h("span", { class: `weight w${m.weight}` }, `weight ${m.weight}`), changed ? h("span", { class: "tag human" }, "changed") : null),
+      h("pre", {}, m.content));
+  }));
+}
+
+/** What a finished correction did: the confirmation, and the sample before and after it. */
+function correctionResult(outcome, after) {
+  const { done, before } = outcome;
+  return h("section", { id: "correction-result", class: "card wide" },
+    h("p", { id: "correct-result-status", class: "ok" }, `Re-spliced at t'=${done.new_transition_index}.`),
+    h("div", { id: "sample-compare", class: "two-col" },
+      h("section", { id: "sample-before" }, h("h3", {}, "Before"),
+        before ? sampleMessages(before, null, "sample-before-messages") : h("p", { class: "muted" }, "The pair had no sample before.")),
+      h("section", { id: "sample-after" }, h("h3", {}, "After (human-corrected)"),
+        after ? sampleMessages(after, before, "sample-after-messages") : h("p", { class: "muted" }, "No sample."))));
+}
+
 function divergenceText(shared, nodeId) {
   const node = nodeId ? ` (node ${shortId(nodeId)})` : "";
   if (shared <= 0) return `at the first step${node}: the paths share no step`;
   return `after step ${shared - 1}${node}; the paths first differ at step ${shared}`;
 }
 
-export async function render(main, [pairId]) {
+/**
+ * The pair diff into `main`. `options.onCorrected(done)` is called once a correction is re-spliced or
+ * rejected; `outcome` ({done, before}) is the correction this render follows (its result is shown).
+ */
+export async function render(main, [pairId], _query = null, options = {}, outcome = null) {
   const detail = await get(`/v1/pairs/${pairId}`);
+  const after = outcome && detail.sample_id ? (await get(`/v1/samples/${detail.sample_id}`)).sample : null;
   const bad = detail.bad.steps;
   const good = detail.good.steps;
   const shared = detail.shared_steps;
@@ -140,12 +171,15 @@ export async function render(main, [pairId]) {
     h("table", { id: "pair-diff", class: "diff" },
       h("thead", {}, h("tr", {}, h("th", {}, "step"), h("th", {}, `bad path (reward ${fmt(detail.bad.reward)})`), h("th", {}, "critic verdict"), h("th", {}, `good path (reward ${fmt(detail.good.reward)})`))),
       h("tbody", {}, rows)),
+    outcome ? correctionResult(outcome, after) : null,
     critic ? correctionForm(detail, async (body, status) => {
+      const before = detail.sample_id ? (await get(`/v1/samples/${detail.sample_id}`)).sample : null;
       const accepted = await post(`/v1/pairs/${pairId}/corrections`, body);
       const done = await waitForCorrection(pairId, accepted.correction_id, status);
       status.className = done.status === "respliced" ? "ok" : "error";
       status.textContent = done.status === "respliced" ? `Re-spliced at t'=${done.new_transition_index}.` : `Rejected: ${done.reason}`;
-      if (done.status === "respliced") await render(main, [pairId]);
+      if (done.status === "respliced") await render(main, [pairId], _query, options, { done, before });
+      if (options.onCorrected) options.onCorrected(done);
     }) : null,
     history,
   );
