@@ -22,6 +22,7 @@ from api.docs_ui import router as docs_ui_router
 from api.errors import ERROR_LOGGED, install_error_handlers
 from api.idempotency import IdempotentReplay, replay_handler
 from api.middleware import AccessLogMiddleware, ApiMetrics, BodyLimitMiddleware, JsonSanitizeMiddleware
+from api.openapi import install_openapi
 from api.proxy.routes import ProxySettings, load_proxy_settings, start_proxy
 from api.proxy.routes import router as proxy_router
 from api.ratelimit import RateLimits
@@ -32,6 +33,7 @@ from api.routes import (
     listings,
     otlp,
     projects,
+    quality,
     review,
     runs,
     samples,
@@ -135,8 +137,10 @@ def create_app(
         openapi_url="/openapi.json",
     )
     install_error_handlers(app)
+    install_openapi(app)  # /openapi.json states the sanitiser's rules (api/openapi.py)
     app.add_exception_handler(IdempotentReplay, replay_handler)
-    for module in (health, projects, runs, trees, datasets, traces, otlp, listings, events, review, samples):
+    routers = (health, projects, runs, trees, datasets, traces, otlp, listings, events, review, samples)
+    for module in (*routers, quality):
         app.include_router(module.router)
     if proxy.upstream_url:  # the capture proxy (api/proxy): served only where an upstream is configured
         app.include_router(proxy_router)

@@ -81,6 +81,7 @@ ROUTES = (
     Route("GET", "/v1/runs/{run}/pairs", "read", "404"),
     Route("GET", "/v1/runs/{run}/samples", "read", "404"),
     Route("GET", "/v1/runs/{run}/iterations/{iteration}/dataset", "read", "404"),
+    Route("GET", "/v1/runs/{run}/iterations/{iteration}/quality", "read", "404"),
     Route("POST", "/v1/traces", "ingest", "own", {"format": "openai", "traces": [TRACE]}),
     Route("GET", "/v1/traces/{trace}", "read", "404"),
     Route("PATCH", "/v1/traces/{trace}", "ingest", "404", {"outcome": "failure"}),
