@@ -14,120 +14,45 @@ texts, token ids or lists of token ids; n, seed, temperature, max_tokens, stop, 
 exactly. Errors come back as ``{"error": {"message", "type", "code"}}``: 404 for an unknown model,
 400 for bad parameters.
 Requests run one at a time on the model (HFPolicy's lock); the event loop stays free meanwhile.
+This module owns the app and its routes; the request bodies are in ``core.llm.server_schemas`` and
+the token-by-token answer (logprobs entries, stream chunks) in ``core.llm.server_stream``.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field
 
-from core.domain.trajectory import Message, ToolCall
 from core.llm.hf import HFPolicy, Sample
 from core.llm.ports import PolicyError
+from core.llm.server_schemas import (
+    ApiError,
+    ChatMessage,
+    ChatRequest,
+    ChatToolCall,
+    ChatTurn,
+    CompletionRequest,
+    TokenizeRequest,
+    stop_list,
+    usage_counts,
+)
+from core.llm.server_stream import chat_chunks, chat_logprobs, sse
 
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, code: str, kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.code, self.kind = status, message, code, kind
-
-
-class ChatMessage(BaseModel):
-    role: Literal["system", "user", "assistant"]
-    content: str
-
-
-class ChatToolCall(BaseModel):
-    id: str
-    type: Literal["function"] = "function"
-    function: dict[str, Any]
-
-
-class ChatTurn(BaseModel):
-    """A chat-completions message: text, an assistant's tool calls, or a tool result."""
-
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-    tool_calls: list[ChatToolCall] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
-
-    def to_message(self) -> Message:
-        content = self.content
-        if isinstance(content, list):
-            content = "".join(str(part.get("text", "")) for part in content)
-        calls = tuple(
-            ToolCall(
-                call_id=call.id,
-                name=str(call.function.get("name", "")),
-                arguments=str(call.function.get("arguments") or "{}"),
-            )
-            for call in self.tool_calls or ()
-        )
-        role = "system" if self.role == "developer" else self.role
-        return Message(role, content or "", tool_calls=calls, tool_call_id=self.tool_call_id, name=self.name)
-
-
-class TokenizeRequest(BaseModel):
-    """vLLM's ``/tokenize`` body: ``prompt`` (text) or ``messages`` (rendered with the chat template)."""
-
-    model: str | None = None
-    prompt: str | None = None
-    messages: list[ChatMessage] | None = None
-    add_generation_prompt: bool = True
-    add_special_tokens: bool = False
-
-
-class ChatRequest(BaseModel):
-    model: str
-    messages: list[ChatTurn] = Field(min_length=1)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    stream: bool = False
-    stream_options: dict[str, Any] | None = None
-    return_token_ids: bool = False  # vLLM's extension: prompt_token_ids + each choice's token_ids
-    n: int = Field(1, ge=1, le=64)
-    temperature: float = Field(1.0, ge=0.0, le=10.0)
-    max_tokens: int | None = Field(None, ge=1, le=8192)
-    max_completion_tokens: int | None = Field(None, ge=1, le=8192)
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
-
-
-class CompletionRequest(BaseModel):
-    model: str
-    prompt: str | list[str] | list[int] | list[list[int]]
-    n: int = Field(1, ge=1, le=64)
-    temperature: float = Field(1.0, ge=0.0, le=10.0)
-    max_tokens: int = Field(16, ge=0, le=8192)
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    echo: bool = False
-    logprobs: int | None = Field(None, ge=0, le=20)
-
-
-def _stops(stop: str | list[str] | None) -> list[str]:
-    if stop is None:
-        return []
-    return [stop] if isinstance(stop, str) else list(stop)
-
-
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    """OpenAI's ``usage`` object: prompt tokens counted once per prompt, completions over all choices."""
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
+__all__ = [
+    "ApiError",
+    "ChatMessage",
+    "ChatRequest",
+    "ChatToolCall",
+    "ChatTurn",
+    "CompletionRequest",
+    "TokenizeRequest",
+    "create_app",
+]
 
 
 def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
@@ -197,7 +122,7 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
                 temperature=body.temperature,
                 max_tokens=max_tokens,
                 seed=body.seed,
-                stop=_stops(body.stop),
+                stop=stop_list(body.stop),
                 logprobs=body.logprobs,
                 top_logprobs=top if body.logprobs else 0,
             )
@@ -212,7 +137,7 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
                 "logprobs": None,
             }
             if body.logprobs:
-                choice["logprobs"] = {"content": _chat_logprobs(sample, token_text)}
+                choice["logprobs"] = {"content": chat_logprobs(sample, token_text)}
             if body.return_token_ids:
                 choice["token_ids"] = list(sample.token_ids)
             choices.append(choice)
@@ -223,7 +148,7 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
             "created": int(time.time()),
             "model": model_name,
             "choices": choices,
-            "usage": _usage(len(prompt_ids), generated),
+            "usage": usage_counts(len(prompt_ids), generated),
         }
         if body.return_token_ids:
             answer["prompt_token_ids"] = list(prompt_ids)
@@ -231,7 +156,7 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
             return answer
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         return StreamingResponse(
-            _sse(_chunks(answer, samples[0], token_text, include_usage)), media_type="text/event-stream"
+            sse(chat_chunks(answer, samples[0], token_text, include_usage)), media_type="text/event-stream"
         )
 
     vocab = len(tokenizer)
@@ -283,7 +208,7 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
                     temperature=body.temperature,
                     max_tokens=body.max_tokens,
                     seed=body.seed,
-                    stop=_stops(body.stop),
+                    stop=stop_list(body.stop),
                     logprobs=want_lp,
                     top_logprobs=body.logprobs or 0,
                 )
@@ -337,121 +262,9 @@ def create_app(policy: HFPolicy, model_name: str) -> FastAPI:
             "created": int(time.time()),
             "model": model_name,
             "choices": choices,
-            "usage": _usage(
+            "usage": usage_counts(
                 sum(len(policy.encode(p)) if isinstance(p, str) else len(p) for p in prompts), total
             ),
         }
 
     return app
-
-
-def _chunks(
-    answer: dict[str, Any], samples: list[Sample], token_text: Any, include_usage: bool
-) -> list[dict[str, Any]]:
-    """``answer`` as OpenAI ``chat.completion.chunk`` objects: per choice a role chunk, one chunk per
-    generated token (its text, and its logprobs entry when asked), a finish chunk; then usage."""
-    head = {key: answer[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-    chunks: list[dict[str, Any]] = []
-    for choice, sample in zip(answer["choices"], samples, strict=True):
-        index = choice["index"]
-        chunks.append(
-            head
-            | {
-                "choices": [
-                    {
-                        "index": index,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                ]
-            }
-        )
-        lp_entries = (choice.get("logprobs") or {}).get("content") or []
-        for piece, positions in _token_pieces(sample, token_text):
-            entries = [lp_entries[p] for p in positions if p < len(lp_entries)]
-            lp = {"content": entries} if entries else None
-            chunks.append(
-                head
-                | {
-                    "choices": [
-                        {"index": index, "delta": {"content": piece}, "logprobs": lp, "finish_reason": None}
-                    ]
-                }
-            )
-        chunks.append(
-            head
-            | {
-                "choices": [
-                    {"index": index, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}
-                ]
-            }
-        )
-    if include_usage:
-        chunks.append(head | {"choices": [], "usage": answer["usage"]})
-    return chunks
-
-
-def _token_pieces(sample: Sample, token_text: Any) -> list[tuple[str, list[int]]]:
-    """The completion's text cut at token boundaries (pieces join to exactly the text), each with the
-    positions of its tokens; a token whose bytes end mid-character joins the next one, as a streaming
-    detokeniser does."""
-    text = sample.completion.text
-    pieces: list[tuple[str, list[int]]] = []
-    consumed = 0
-    pending, positions = "", []
-    for position, token_id in enumerate(sample.token_ids):
-        pending += token_text(token_id)
-        positions.append(position)
-        if "\ufffd" in pending[-1:]:
-            continue
-        if text.startswith(pending, consumed):
-            pieces.append((pending, positions))
-            consumed += len(pending)
-            pending, positions = "", []
-    if consumed < len(text) or positions:  # stop strings, special tokens: the rest in one piece
-        if pieces and consumed >= len(text):
-            pieces[-1] = (pieces[-1][0], pieces[-1][1] + positions)
-        else:
-            pieces.append((text[consumed:], positions))
-    return pieces
-
-
-async def _sse(chunks: list[dict[str, Any]]) -> Any:
-    for chunk in chunks:
-        yield f"data: {json.dumps(chunk)}\n\n"
-    yield "data: [DONE]\n\n"
-
-
-def _chat_logprobs(sample: Sample, token_text: Any) -> list[dict[str, Any]]:
-    content = []
-    logprobs = sample.completion.logprobs or ()
-    for position, (token_id, lp) in enumerate(zip(sample.token_ids, logprobs, strict=False)):
-        text = token_text(token_id)
-        alternatives = sample.top[position] if position < len(sample.top) else []
-        content.append(
-            {
-                "token": text,
-                "logprob": lp,
-                "bytes": list(text.encode()),
-                "top_logprobs": [
-                    {"token": token_text(alt), "logprob": alt_lp, "bytes": list(token_text(alt).encode())}
-                    for alt, alt_lp in alternatives
-                ],
-            }
-        )
-    if sample.end is not None and not content:  # the answer ended at once: report that position
-        token_id, lp, alternatives = sample.end
-        text = token_text(token_id)
-        content.append(
-            {
-                "token": text,
-                "logprob": lp,
-                "bytes": list(text.encode()),
-                "top_logprobs": [
-                    {"token": token_text(alt), "logprob": alt_lp, "bytes": list(token_text(alt).encode())}
-                    for alt, alt_lp in alternatives
-                ],
-            }
-        )
-    return content
