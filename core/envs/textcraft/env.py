@@ -1,5 +1,8 @@
-"""Owns the TextCraft environment: task ids and splits, the first observation of a task, the rules
-of ``get`` / ``craft ... using ...`` / ``inventory`` and their messages, and cheap cloning.
+"""Owns the TextCraft environment: task ids (by index and by goal name), the rules of ``get`` /
+``craft ... using ...`` / ``inventory`` and their messages, the episode (ours and AgentGym's), the
+valid actions of a state, and cheap cloning. The named splits are drawn by
+``core.envs.textcraft.tasks`` and the first observation is built by ``core.envs.textcraft.observation``;
+this docstring describes the whole environment, those two parts included.
 
 Task ids are the goal indices ``"0"`` ... ``"543"`` of :attr:`RecipeBook.goals` (depth 1: 0-124,
 depth 2: 125-415, depth 3: 416-532, depth 4: 533-543). Splits:
@@ -40,10 +43,10 @@ the environment cuts no episode short (``max_steps`` is left to the client, as t
 from __future__ import annotations
 
 import itertools
-import random
 import re
 
 from core.envs.base import EnvError, StepResult, UnknownTask
+from core.envs.textcraft.observation import listed_recipes, observation_text
 from core.envs.textcraft.recipes import (
     Recipe,
     RecipeBook,
@@ -52,6 +55,9 @@ from core.envs.textcraft.recipes import (
     item_id_of,
     recipe_book,
 )
+from core.envs.textcraft.tasks import SPLITS, split_task_ids
+
+__all__ = ["INSTRUCTION", "RULES", "SPLITS", "TextCraftEnv", "split_task_ids"]
 
 INSTRUCTION = (
     "You craft Minecraft items from the given crafting commands. Reply with one action per turn:\n"
@@ -66,13 +72,6 @@ _INVENTORY = re.compile(r"inventory")
 _COUNT = re.compile(r"([0-9]+) (.*)")
 
 RULES = ("agentr", "agentgym")
-AGENTGYM_TEST = 100  # AgentGym's test ids are 0-99 (AgentEval's textcraft split), the rest train
-AGENTGYM_MAX_DISTRACTORS = 10
-AGENTGYM_USES_SAMPLED = 10
-AGENTGYM_SEED = 42
-TEST_PER_DEPTH = {1: 25, 2: 40, 3: 24, 4: 11}
-DEMO_PER_DEPTH = {1: 12, 2: 4}
-SPLITS = ("train", "test", "demo", "all")
 CRAFT_VARIANTS = 8  # instantiations of one recipe's generic ingredients listed by valid_actions()
 GET_MULTIPLES = 4  # valid_actions() lists ``get`` of 1..4 times each count a listed recipe asks
 SMALL_GETS = 4  # ... and of 1..4 of any obtainable item
@@ -80,40 +79,6 @@ SMALL_GETS = 4  # ... and of 1..4 of any obtainable item
 
 class _ActionFailed(Exception):
     pass
-
-
-def _spread(ids: list[int], n: int) -> list[int]:
-    n = min(n, len(ids))
-    return [ids[(i * len(ids)) // n] for i in range(n)]
-
-
-def split_task_ids(book: RecipeBook, split: str) -> list[str]:
-    """Task ids of a named split (see the module docstring for how each is drawn); a book in
-    AgentGym's order (``book.listing``) has AgentGym's splits."""
-    by_depth: dict[int, list[int]] = {}
-    for index, goal in enumerate(book.goals):
-        by_depth.setdefault(book.depth[goal], []).append(index)
-    if book.listing is not None:
-        test = list(range(min(AGENTGYM_TEST, len(book.goals))))
-    else:
-        test = sorted(i for d, n in TEST_PER_DEPTH.items() for i in _spread(by_depth.get(d, []), n))
-    if split == "test":
-        chosen = test
-    elif split in ("train", "demo"):
-        held_out = set(test)
-        train = [i for i in range(len(book.goals)) if i not in held_out]
-        if split == "train":
-            chosen = train
-        else:
-            train_by_depth: dict[int, list[int]] = {}
-            for i in train:
-                train_by_depth.setdefault(book.depth[book.goals[i]], []).append(i)
-            chosen = sorted(i for d, n in DEMO_PER_DEPTH.items() for i in _spread(train_by_depth[d], n))
-    elif split == "all":
-        chosen = list(range(len(book.goals)))
-    else:
-        raise EnvError(f"textcraft: unknown split {split!r} (known: {', '.join(SPLITS)})")
-    return [str(i) for i in chosen]
 
 
 class TextCraftEnv:
@@ -196,62 +161,11 @@ class TextCraftEnv:
     def listed_recipes(self, task_id: str) -> list[Recipe]:
         """The recipes the first observation of ``task_id`` lists, in its order: the goal's recipe
         tree plus up to ``distractors`` recipes using the same ingredients (seeded by the id)."""
-        index = self.index_of(task_id)
-        goal = self.book.goals[index]
-        if self.rules == "agentgym":
-            return self._agentgym_listed(goal)
-        tree = self.book.tree(goal)
-        in_tree = {recipe.text for recipe in tree}
-        pool: dict[str, Recipe] = {}
-        for recipe in tree:
-            for ing in recipe.inputs:
-                for use in self.book.uses.get(ing.name, []):
-                    if use.text not in in_tree:
-                        pool.setdefault(use.text, use)
-        rng = random.Random(f"textcraft:{index}")
-        candidates = sorted(pool)
-        chosen = rng.sample(candidates, min(len(candidates), self.distractors))
-        listed = [*tree, *(pool[text] for text in chosen)]
-        rng.shuffle(listed)
-        return listed
+        return listed_recipes(self.book, self.index_of(task_id), self.distractors, self.rules)
 
     def observation_for(self, task_id: str) -> str:
         """The first observation of ``task_id`` (pure function of the id and ``distractors``)."""
-        goal = self.book.goals[self.index_of(task_id)]
-        lines = [recipe.text for recipe in self.listed_recipes(task_id)]
-        return "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(lines), display_name(goal))
-
-    def _agentgym_listed(self, goal: str) -> list[Recipe]:
-        """The recipes of AgentGym's first observation of ``goal``, in its order (module docstring:
-        first-seen order for their sets)."""
-        rng = random.Random(AGENTGYM_SEED)
-        walked = self._walk(goal, frozenset())
-        sampled: list[Recipe] = []
-        for recipe in walked:
-            for ing in recipe.inputs:
-                uses = self.book.uses.get(ing.name)
-                if uses:
-                    sampled.extend(rng.sample(uses, min(len(uses), AGENTGYM_USES_SAMPLED)))
-        by_text: dict[str, Recipe] = {}
-        for recipe in [*walked, *sampled]:
-            by_text.setdefault(recipe.text, recipe)
-        lines = list(dict.fromkeys(r.text for r in walked))
-        shown = set(lines)
-        pool = list(dict.fromkeys(r.text for r in sampled if r.text not in shown))
-        lines += rng.sample(pool, min(len(pool), AGENTGYM_MAX_DISTRACTORS, self.distractors))
-        rng.shuffle(lines)
-        return [by_text[text] for text in lines]
-
-    def _walk(self, name: str, path: frozenset[str]) -> list[Recipe]:
-        """Their recipe-tree walk: an item's recipes, then each ingredient's walk (repeats kept)."""
-        if name in path:
-            return []
-        recipes = self.book.recipes_for(name)
-        out = list(recipes)
-        for recipe in recipes:
-            for ing in recipe.inputs:
-                out.extend(self._walk(ing.name, path | {name}))
-        return out
+        return observation_text(self.goal_of(task_id), self.listed_recipes(task_id))
 
     # ---- episode ---------------------------------------------------------------------------------
     def reset_sync(self, task_id: str) -> str:
