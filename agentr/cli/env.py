@@ -1,6 +1,6 @@
-"""Owns the ``agentr env`` command group: serve an environment over the AgentGym protocol, check an
-environment against the Env contract, list its tasks, and show a task (first observation and, where
-known, the gold actions)."""
+"""Owns the ``agentr env`` command group: serve an environment over the AgentGym protocol (or the
+OpenEnv one), check an environment against the Env contract, list its tasks, and show a task (first
+observation and, where known, the gold actions)."""
 
 from __future__ import annotations
 
@@ -22,15 +22,34 @@ def serve(
     ),
     port: int = typer.Option(8001, "--port", "-p", help="TCP port to listen on."),
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind."),
+    protocol: str = typer.Option(
+        "agentgym",
+        "--protocol",
+        help="agentgym (AgentGym's /create /reset /step ...) or openenv (openenv-core's /ws, /reset, "
+        "/step, /state, /schema; docs/envs.md).",
+    ),
+    max_sessions: int = typer.Option(8, "--max-sessions", help="openenv: most WebSocket sessions at once."),
 ) -> None:
-    """Serve ENV over the AgentGym HTTP protocol (/create, /reset, /step, /observation, /close)."""
+    """Serve ENV over the AgentGym HTTP protocol (/create, /reset, /step, /observation, /close), or
+    with --protocol openenv to OpenEnv clients."""
     import uvicorn
 
-    from core.envs.server import create_app
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger(__name__).info("serving %s on http://%s:%d", env, host, port)
-    uvicorn.run(create_app(env), host=host, port=port, log_level="warning")
+    if protocol == "openenv":
+        from core.envs.openenv_server import create_openenv_app, websocket_support
+
+        problem = websocket_support()
+        if problem:
+            raise typer.BadParameter(problem, param_hint="--protocol")
+        app = create_openenv_app(env, max_sessions=max_sessions)
+    elif protocol == "agentgym":
+        from core.envs.server import create_app
+
+        app = create_app(env)
+    else:
+        raise typer.BadParameter(f"{protocol!r} is not agentgym or openenv", param_hint="--protocol")
+    logging.getLogger(__name__).info("serving %s (%s) on http://%s:%d", env, protocol, host, port)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 @env_app.command("show")

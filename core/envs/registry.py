@@ -18,6 +18,10 @@ Forms (options are URL query parameters):
   them; textcraft and sciworld know theirs: ``core.envs.sciworld_tasks`` holds ScienceWorld's), and
   for alfworld ``world_type`` (Text / Embody / Hybrid). The server's base URL is
   everything before ``/NAME``.
+- ``openenv+http://HOST:PORT`` (or ``openenv+https``, ``openenv+ws``, ``openenv+wss``) — an
+  environment served with openenv-core (its WebSocket ``/ws`` session; core.envs.openenv), options
+  ``action_field``, ``observation_field``, ``task_field``, ``tasks``, ``train_tasks``, ``timeout``,
+  ``max_steps``, ``reward_min``, ``reward_max``, ``name``;
 - ``tau2:DOMAIN`` — a tau2-bench domain (retail, airline, mock) with native tool calls and an
   offline scripted user (core.envs.tau2; needs the ``tau2`` extra); option ``max_steps`` (default 30);
 - ``python:package.module:factory?key=value`` — a Python environment (core.envs.plugin); every
@@ -83,6 +87,10 @@ def open_env(uri: str) -> Env:
     parts = urlsplit(uri)
     if parts.scheme.startswith("agentgym+"):
         return _open_agentgym(uri)
+    if parts.scheme.startswith("openenv+"):
+        from core.envs.openenv import open_openenv
+
+        return open_openenv(uri)
     if parts.scheme == "tau2" and not parts.netloc:
         from core.envs.tau2 import Tau2Env
 
@@ -97,7 +105,8 @@ def open_env(uri: str) -> Env:
     if parts.scheme or parts.netloc or parts.fragment:
         raise EnvError(
             f"malformed environment URI {uri!r}: expected textcraft, sciworld, tau2:DOMAIN, "
-            "agentgym+http://HOST:PORT/NAME, python:package.module:factory or an agentr.envs entry-point name"
+            "agentgym+http://HOST:PORT/NAME, openenv+http://HOST:PORT, python:package.module:factory or an "
+            "agentr.envs entry-point name"
         )
     name = parts.path
     options = _Options(uri, parts.query)
@@ -132,7 +141,9 @@ def open_env(uri: str) -> Env:
     if plugged is not None:
         return plugged
     registered = entry_point_names()
-    known = ", ".join([*BUILTIN, *registered, "agentgym+http://...", "python:package.module:factory"])
+    known = ", ".join(
+        [*BUILTIN, *registered, "agentgym+http://...", "openenv+http://...", "python:package.module:factory"]
+    )
     raise EnvError(f"unknown environment {name!r} in URI {uri!r} (known: {known})")
 
 
