@@ -152,8 +152,15 @@ class OpenEnvEnv:
         ws = await self._connect()
         kind = message["type"]
         try:
-            await ws.send(json.dumps(message))
-            raw = await asyncio.wait_for(ws.recv(), timeout=self.timeout)
+            try:
+                await ws.send(json.dumps(message))
+            except Exception as unsent:  # noqa: BLE001 - closed: the server may have said why first
+                try:
+                    raw = await asyncio.wait_for(ws.recv(), timeout=1.0)
+                except Exception:  # noqa: BLE001 - nothing was said: report the send
+                    raise unsent from None
+            else:
+                raw = await asyncio.wait_for(ws.recv(), timeout=self.timeout)
         except TimeoutError as exc:
             await self._drop()  # a late answer would be read as the next one's
             raise EnvError(
@@ -251,8 +258,13 @@ class OpenEnvEnv:
         return text
 
     async def step(self, action: str) -> StepResult:
-        if self.task_id is None or self._ws is None:
+        if self.task_id is None:
             raise EnvError(f"openenv {self.name}: step() before reset()")
+        if self._ws is None:
+            raise EnvError(
+                f"openenv {self.name}: the session at {self.ws_url} was lost (see the error before); "
+                "reset() again"
+            )
         assert self.action_field is not None
         answer = await self._call(
             {"type": "step", "data": {self.action_field: bare_action(action)}}, "observation"

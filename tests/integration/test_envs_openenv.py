@@ -71,6 +71,8 @@ class DialGame(env_server.Environment):  # type: ignore[misc, name-defined]
         command = action.command.strip()
         if command == "jam":
             raise ValueError("the dial is jammed")
+        if command == "slow":
+            time.sleep(1.5)
         if command in ("up", "down"):
             self.position += 1 if command == "up" else -1
             return DialObservation(
@@ -206,6 +208,19 @@ async def test_bad_input_is_named(dial: int, ambiguous: int) -> None:
     finally:
         await env.close()
 
+    env = open_env(f"openenv+http://127.0.0.1:{dial}?timeout=0.5")
+    try:
+        await env.reset("0")
+        with pytest.raises(
+            EnvError, match=rf"no answer to 'step' from ws://127.0.0.1:{dial}/ws within 0.5 s"
+        ):
+            await env.step("slow")
+        with pytest.raises(EnvError, match="was lost"):
+            await env.step("up")
+        assert await env.reset("0") == "Turn the dial to 2, then submit."  # a new session
+    finally:
+        await env.close()
+
     with pytest.raises(EnvError, match="unknown option"):
         open_env(f"openenv+http://127.0.0.1:{dial}?actionfield=x")
     with pytest.raises(EnvError, match="transport must be"):
@@ -304,11 +319,53 @@ async def test_our_client_against_our_server_holds_the_contract(served_textcraft
         await env.close()
 
 
+async def test_our_ws_answers_bad_messages_with_their_codes(served_textcraft: int) -> None:
+    import json
+
+    from websockets.asyncio.client import connect
+
+    async with connect(f"ws://127.0.0.1:{served_textcraft}/ws") as ws:
+
+        async def ask(raw: str) -> dict[str, Any]:
+            await ws.send(raw)
+            answer: dict[str, Any] = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            return answer
+
+        assert (await ask("not json"))["data"]["code"] == "INVALID_JSON"
+        unknown = await ask(json.dumps({"type": "mcp", "data": {}}))
+        assert unknown == {
+            "type": "error",
+            "data": {"message": "Unknown message type: mcp", "code": "UNKNOWN_TYPE"},
+        }
+        assert (await ask("[]"))["data"]["code"] == "UNKNOWN_TYPE"
+        missing = await ask(json.dumps({"type": "step"}))
+        assert missing["data"]["code"] == "VALIDATION_ERROR" and missing["data"]["errors"][0]["loc"] == [
+            "data"
+        ]
+        before = await ask(json.dumps({"type": "step", "data": {"action": "inventory"}}))
+        assert before["data"]["code"] == "EXECUTION_ERROR" and "before reset" in before["data"]["message"]
+        reset = await ask(
+            json.dumps({"type": "reset", "data": {"task_id": "goal:stick", "episode_id": "e1"}})
+        )
+        assert reset["type"] == "observation" and reset["data"]["observation"]["task_id"] == "goal:stick"
+        state = await ask(json.dumps({"type": "state"}))
+        assert state == {
+            "type": "state",
+            "data": {"episode_id": "e1", "step_count": 0, "task_id": "goal:stick", "done": False},
+        }
+
+
 async def test_capacity_is_a_named_error(served_textcraft: int) -> None:
     envs = [open_env(f"openenv+http://127.0.0.1:{served_textcraft}") for _ in range(5)]
     try:
         for env in envs[:4]:
-            await env.reset("0")
+            for _ in range(40):  # the sessions of the tests before close on the server's side soon after
+                try:
+                    await env.reset("0")
+                    break
+                except EnvError as exc:
+                    assert "CAPACITY_REACHED" in str(exc)
+                    await asyncio.sleep(0.25)
         with pytest.raises(EnvError, match=r"CAPACITY_REACHED.*4/4"):
             await envs[4].reset("0")
     finally:
