@@ -7,7 +7,9 @@
   weight-1 assistant message, else -100), cut at ``max_length`` from the right as the SFT trainer
   does. ``attention_mask`` is all ones (no padding: rows keep their own length). Samples whose
   trained tokens all fall past ``max_length`` are dropped, as the trainer drops them; the count
-  is returned.
+  is returned. Samples with tool calls on a template that drops them (``core.llm.chat_template.
+  tool_call_problem``) refuse the whole export with ``TemplateError`` naming the model and the first
+  such sample: their calls would not be among the trained tokens.
 * ``hf`` (a folder written by ``datasets.Dataset.save_to_disk``, read by ``load_from_disk``): the
   OpenAI chat records (``messages`` with role, content, weight, tool calls as JSON text in
   ``arguments``, tool_call_id) plus ``sample_id``, ``kind``, ``reward`` and ``tools`` as JSON text
@@ -30,6 +32,7 @@ from typing import Any
 
 from core.domain.trajectory import TrainingSample
 from core.formats.records import openai_record
+from core.llm.chat_template import TemplateError, calls_tools, tool_call_problem
 from train_service.tokenize import IGNORE_INDEX, tokenize_sample
 
 DEFAULT_MAX_LENGTH = 1024  # train_service.sft.SFTConfig.max_length's default
@@ -45,7 +48,13 @@ def load_tokenizer(model: str) -> Any:
 def tokenized_rows(
     tokenizer: Any, samples: Iterable[TrainingSample], max_length: int | None = DEFAULT_MAX_LENGTH
 ) -> Iterator[dict[str, Any]]:
+    tools_checked = False
     for sample in samples:
+        if not tools_checked and calls_tools(sample.messages):
+            problem = tool_call_problem(tokenizer)
+            if problem is not None:
+                raise TemplateError(f"sample {sample.sample_id} calls tools, and {problem}")
+            tools_checked = True
         tok = tokenize_sample(tokenizer, sample, max_length)
         if not any(label != IGNORE_INDEX for label in tok.labels):
             continue  # nothing left to train on (as the trainer drops it)

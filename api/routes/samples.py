@@ -8,7 +8,10 @@ its text and whether it carries loss. The model is the iteration's (the weights 
 ``RunConfig.train_weights``) unless ``model`` names another model of the project's runs (their
 models, iteration models and checkpoints); anything else is refused, so the API never opens a
 folder a run did not name. A sample of no run (a trace's) defaults to the project's default model:
-the model of its newest run. Tokenizers are loaded once per folder and kept (a few).
+the model of its newest run. Tokenizers are loaded once per folder and kept (a few). A sample with
+tool calls rendered by a template that drops them (``core.llm.chat_template.tool_call_problem``) says
+so: ``template_drops_tool_calls`` is true and ``tool_call_problem`` names the model and why (its calls
+are not among the trained tokens; the sample page shows the warning).
 """
 
 from __future__ import annotations
@@ -54,6 +57,12 @@ class SampleTokensOut(BaseModel):
     input_ids: list[int]
     labels: list[int] = Field(description="-100 where no loss is computed, else the token id.")
     tokens: list[TokenOut]
+    template_drops_tool_calls: bool = Field(
+        False, description="True when the sample calls tools and the model's chat template drops the calls."
+    )
+    tool_call_problem: str | None = Field(
+        None, description="Why the calls are not trained (names the model), when template_drops_tool_calls."
+    )
 
 
 @router.get("/{sample_id}", response_model=SampleOut, summary="One sample: messages, weights, provenance")
@@ -112,13 +121,16 @@ async def _project_models(svc: ApiServices, project_id: str) -> dict[str, RunCon
     return found
 
 
-def _render(folder: str, sample: Any, max_length: int) -> tuple[list[int], list[int], list[str]]:
+def _render(folder: str, sample: Any, max_length: int) -> tuple[list[int], list[int], list[str], str | None]:
+    """Token ids, labels and texts of ``sample``, and why its tool calls are not trained (or None)."""
+    from core.llm.chat_template import calls_tools, tool_call_problem
     from train_service.tokenize import tokenize_sample
 
     tokenizer = _tokenizer(folder)
     tokenized = tokenize_sample(tokenizer, sample, max_length)
     texts = [tokenizer.decode([token]) for token in tokenized.input_ids]
-    return tokenized.input_ids, tokenized.labels, texts
+    problem = tool_call_problem(tokenizer) if calls_tools(sample.messages) else None
+    return tokenized.input_ids, tokenized.labels, texts, problem
 
 
 @router.get(
@@ -165,7 +177,7 @@ async def get_sample_tokens(
     max_length = int(config.train.get("max_length") or 0) or _default_max_length()
     sample = row_to_sample(row)
     try:
-        ids, labels, texts = await asyncio.to_thread(_render, weights, sample, max_length)
+        ids, labels, texts, tool_problem = await asyncio.to_thread(_render, weights, sample, max_length)
     except ImportError:
         raise ApiError(
             503, "token rendering needs the ml extra (transformers): pip install 'agentr[ml]'"
@@ -187,6 +199,8 @@ async def get_sample_tokens(
         input_ids=ids,
         labels=labels,
         tokens=tokens,
+        template_drops_tool_calls=tool_problem is not None,
+        tool_call_problem=tool_problem,
     )
 
 

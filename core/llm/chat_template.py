@@ -23,10 +23,18 @@ object, which is what stock templates' ``| tojson`` expects), ``role="tool"`` me
 ``tool_call_id`` (and the called function's ``name``), and ``TrainingSample.tools`` is passed as
 ``tools=``.
 
+A template that ignores ``tool_calls`` (the tiny model's ChatML does) would train a revision's
+corrective call as an empty reply, silently. ``tool_call_problem(tokenizer)`` renders a probe
+conversation (system, user, an assistant call with JSON arguments, its tool result, a reply) through
+``conversation_spans`` exactly as training does and says, naming the model, when the call's name or
+arguments are not inside the assistant's trained span (``None`` when they are).
+
 ``folder_template_problem(folder)`` / ``run_template_problem(config)`` are the submission-time check
 (API 422 naming the field, ``agentr run`` exit 2): the folder must carry a chat template, and, where
-transformers is installed, a probe conversation must render prefix-stably. The trainer checks the
-template and every sample again (``train_service.sft`` / ``train_service.tokenize``).
+transformers is installed, a probe conversation must render prefix-stably; a run on a tool-calling
+environment (``TOOL_ENV_SCHEMES``: ``tau2:*``) needs a template that passes the tool-call probe too.
+The trainer checks the template and every sample again (``train_service.sft`` /
+``train_service.tokenize``).
 """
 
 from __future__ import annotations
@@ -34,11 +42,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 _GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")
+TOOL_ENV_SCHEMES = ("tau2",)  # environment URI schemes whose agents act by native tool calls
 Span = tuple[int, int]
 
 
@@ -247,6 +257,61 @@ def check_template(tokenizer: Any) -> None:
             )
 
 
+# ------------------------------------------------------------------------------ tool calls
+TOOL_PROBE_NAME = "get_order_details"
+TOOL_PROBE_ARGUMENTS = {"order_id": "#W2378156"}
+TOOL_PROBE_TOOLS = (
+    {
+        "type": "function",
+        "function": {
+            "name": TOOL_PROBE_NAME,
+            "description": "The status of an order.",
+            "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+        },
+    },
+)
+
+
+def calls_tools(messages: Iterable[Any]) -> bool:
+    """True when any of ``messages`` (ours or HF dicts) is an assistant message with tool calls."""
+    return any(_field(m, "role") == "assistant" and _field(m, "tool_calls") for m in messages)
+
+
+def tool_call_problem(tokenizer: Any) -> str | None:
+    """Why ``tokenizer``'s template would not train an assistant's tool call (the model named), or
+    None when the probe call's name and arguments lie inside its assistant span (module docstring)."""
+    from core.domain.trajectory import Message, ToolCall
+
+    call = ToolCall("call_probe", TOOL_PROBE_NAME, json.dumps(TOOL_PROBE_ARGUMENTS))
+    probe = (
+        Message("system", "You are a retail agent. Call a tool when it helps."),
+        Message("user", "Where is my order #W2378156?"),
+        Message("assistant", "", 1, tool_calls=(call,)),
+        Message("tool", '{"status": "delivered"}', tool_call_id="call_probe", name=TOOL_PROBE_NAME),
+        Message("assistant", "Your order was delivered.", 1),
+    )
+    drops = (
+        f"the chat template of {template_name(tokenizer)} drops tool calls: samples with tool calls "
+        "would train without them (a revision's corrective call becomes an empty reply)"
+    )
+    fix = "; use a template that renders tool_calls (e.g. the model's published tool-calling template)"
+    try:
+        text, spans = conversation_spans(tokenizer, hf_messages(probe), hf_tools(TOOL_PROBE_TOOLS))
+    except TemplateError as exc:
+        return f"{drops}: it cannot render a tool-call conversation ({exc}){fix}"
+    if len(spans) != 2:
+        return f"{drops}: it marked {len(spans)} assistant span(s) for a probe with 2{fix}"
+    trained = text[spans[0][0] : spans[0][1]]
+    wanted = [TOOL_PROBE_NAME, *TOOL_PROBE_ARGUMENTS, *TOOL_PROBE_ARGUMENTS.values()]
+    missing = [w for w in wanted if w not in trained]
+    if missing:
+        return (
+            f"{drops}: a probe call {call.canonical()} trains as {trained!r}, without "
+            f"{', '.join(repr(m) for m in missing)}{fix}"
+        )
+    return None
+
+
 # ------------------------------------------------------------------------------ folders
 def folder_has_template(folder: Path) -> bool:
     """True when a model folder carries a chat template (file or tokenizer_config.json entry)."""
@@ -261,10 +326,10 @@ def folder_has_template(folder: Path) -> bool:
         return False
 
 
-def folder_template_problem(folder: str | Path, *, masks: bool = True) -> str | None:
+def folder_template_problem(folder: str | Path, *, masks: bool = True, tools: bool = False) -> str | None:
     """Why the model folder cannot be prompted (no template) or, with ``masks``, fine-tuned on chats
-    (no per-message spans), or None; also None when the folder is not on this machine (then only
-    the workers can tell)."""
+    (no per-message spans) or, with ``tools`` too, on tool calls (``tool_call_problem``), or None;
+    also None when the folder is not on this machine (then only the workers can tell)."""
     path = Path(folder).expanduser()
     try:
         if not path.is_dir():
@@ -291,13 +356,14 @@ def folder_template_problem(folder: str | Path, *, masks: bool = True) -> str | 
         check_template(tokenizer)
     except TemplateError as exc:
         return str(exc)
-    return None
+    return tool_call_problem(tokenizer) if tools else None
 
 
 def run_template_problem(config: Any) -> tuple[str, str] | None:
     """``(field, problem)`` when a RunConfig's model folder cannot serve the run (checked at
     submission: API 422 on that field, ``agentr run`` exit 2), else None. The folder trained is
-    ``train.model_path`` for a served model, else ``model``; data-only runs need a template only."""
+    ``train.model_path`` for a served model, else ``model``; data-only runs need a template only, and a
+    run on a tool-calling environment (``TOOL_ENV_SCHEMES``) a template that trains tool calls."""
     from core.domain.config import TRAIN_MODEL_PATH, is_served_model
 
     served = is_served_model(config.model)
@@ -305,5 +371,6 @@ def run_template_problem(config: Any) -> tuple[str, str] | None:
         return None
     field = f"train.{TRAIN_MODEL_PATH}" if served else "model"
     folder = config.train[TRAIN_MODEL_PATH] if served else config.model
-    problem = folder_template_problem(folder, masks=not config.data_only)
+    tools = urlsplit(str(config.env or "").strip()).scheme in TOOL_ENV_SCHEMES
+    problem = folder_template_problem(folder, masks=not config.data_only, tools=tools)
     return None if problem is None else (field, problem)

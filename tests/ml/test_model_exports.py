@@ -1,10 +1,13 @@
 """Pre-tokenised Parquet and the Hugging Face ``datasets`` folder, for a real (tiny) model's tokenizer:
 the labels are the trainer's loss mask (tokens of weight-1 assistant messages, -100 elsewhere), read
-back with pyarrow, ``datasets.load_from_disk`` and TRL's dataset utilities."""
+back with pyarrow, ``datasets.load_from_disk`` and TRL's dataset utilities. The samples call tools,
+so the tokenizer carries a template that renders tool calls (Qwen2.5's); the tiny model's own ChatML
+drops them, and a tokenised export of tool-call samples with it is refused, naming the model."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import datasets
 import pyarrow.parquet as pq
@@ -12,15 +15,25 @@ import pytest
 from trl.data_utils import is_conversational
 
 from core.domain.trajectory import Message, ToolCall, TrainingSample
+from core.llm.chat_template import TemplateError
 from tests.api.seed import revision_sample
 from tests.support import TinySpec
 from train_service.tokenize import IGNORE_INDEX
 from train_service.tokenized_export import load_tokenizer, write_hf_dataset, write_tokenized_parquet
 
+TOOLS_TEMPLATE = Path(__file__).parent / "templates" / "qwen2_5_tools.jinja"
+
 
 @pytest.fixture(scope="module")
 def tiny_spec() -> TinySpec:
     return TinySpec(name="tiny-exports", seed=4)
+
+
+def _tool_tokenizer(folder: Path) -> Any:
+    """The tiny model's tokenizer with a chat template that renders tool calls."""
+    tokenizer = load_tokenizer(str(folder))
+    tokenizer.chat_template = TOOLS_TEMPLATE.read_text()
+    return tokenizer
 
 
 def _samples() -> list[TrainingSample]:
@@ -41,9 +54,12 @@ def _samples() -> list[TrainingSample]:
 
 
 def test_tokenized_parquet_labels_are_the_trainers_loss_mask(tiny_folder: Path, tmp_path: Path) -> None:
-    tokenizer = load_tokenizer(str(tiny_folder))
     samples = _samples()
     path = tmp_path / "tok.parquet"
+    with pytest.raises(TemplateError, match="sample tool-sample calls tools.*drops tool calls"):
+        write_tokenized_parquet(path, load_tokenizer(str(tiny_folder)), samples, max_length=1024)
+    assert not path.exists()  # nothing half-written
+    tokenizer = _tool_tokenizer(tiny_folder)
     assert write_tokenized_parquet(path, tokenizer, samples, max_length=1024) == 2
     table = pq.read_table(path)
     assert table.column_names == ["sample_id", "input_ids", "labels", "attention_mask"]
@@ -69,7 +85,7 @@ def test_tokenized_parquet_labels_are_the_trainers_loss_mask(tiny_folder: Path, 
 
 
 def test_hf_folder_loads_with_datasets_and_trl(tiny_folder: Path, tmp_path: Path) -> None:
-    tokenizer = load_tokenizer(str(tiny_folder))
+    tokenizer = _tool_tokenizer(tiny_folder)
     folder = tmp_path / "hf"
     assert write_hf_dataset(folder, _samples(), tokenizer, max_length=1024) == 2
     loaded = datasets.load_from_disk(str(folder))

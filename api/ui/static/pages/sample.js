@@ -1,6 +1,7 @@
 // Owns the Sample inspector: the sample's messages with their loss weights and provenance, and the
 // same sample rendered through the target model's chat template by the trainer's tokenizer code
-// (GET /v1/samples/{id}/tokens), every token coloured by whether it carries loss.
+// (GET /v1/samples/{id}/tokens), every token coloured by whether it carries loss; a warning when the
+// sample calls tools and the model's template drops the calls (template_drops_tool_calls).
 
 import { ApiError, get } from "../api.js";
 import { fmt, h, link, mount, shortId } from "../dom.js";
@@ -25,7 +26,12 @@ async function tokens(sampleId, model, box) {
   }
   const strip = h("div", { id: "tokens", class: "tokens" }, data.tokens.map((t, i) =>
     h("span", { class: `tok ${t.trained ? "trained" : "masked"}`, title: `#${i} id ${t.id}${t.trained ? " (loss)" : " (label -100)"}`, dataset: { i: String(i), id: String(t.id), trained: t.trained ? "1" : "0" } }, t.text)));
+  const dropped = data.template_drops_tool_calls
+    ? h("p", { id: "tool-call-warning", class: "error", role: "alert" },
+      h("strong", {}, "Tool calls are not trained: "), data.tool_call_problem || `the chat template of ${data.model} drops tool calls`)
+    : null;
   mount(box,
+    dropped,
     h("p", { id: "tokens-summary" },
       `${data.trained_tokens} of ${data.total_tokens} tokens carry loss · model ${data.model} · max_length ${data.max_length} · `,
       h("span", { class: "tok trained" }, "trained"), " ", h("span", { class: "tok masked" }, "masked (-100)")),

@@ -1,0 +1,171 @@
+"""Tool calls and the model's chat template, through the real API over PostgreSQL (issue 27, item 8):
+a tau2 run on a template that drops ``tool_calls`` (the tiny model's ChatML) is a 422 naming the
+model, while the same run on a template that renders them (Qwen2.5's published format, saved on the
+tiny tokenizer) is accepted; ``GET /v1/samples/{id}/tokens`` flags a tool-call sample whose template
+drops the calls; a tokenised / hf download of a dataset holding such a sample is refused naming the
+model. The models are real tiny-model folders inside the server's model roots."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import datasets
+import pyarrow.parquet as pq
+import pytest
+
+from core.domain import events as ev
+from core.domain.events import NewEvent
+from core.domain.ids import new_id, pair_stream
+from core.domain.trajectory import Message, ToolCall, TrainingSample
+from core.llm.tiny import build_tiny_model
+from tests.api.conftest import ApiHarness, make_settings, running
+from tests.api.seed import mark_dataset_ready, meta, seed_revisions, seed_search
+from train_service.tokenize import IGNORE_INDEX
+from train_service.tokenized_export import load_tokenizer
+
+TEMPLATES = Path(__file__).parents[1] / "ml" / "templates"
+TEXTS = [
+    "Answer with Thought: ... Action: ... Goal: craft item 0. Got 1 oak logs",
+    "You are a retail agent. Where is my order #W1000001? Your order was delivered.",
+    '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W1000001"}}</tool_call>',
+] * 20
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``tiny`` (its ChatML drops tool calls) and ``tools`` (the same tokenizer, Qwen2.5's template)."""
+    root = tmp_path_factory.mktemp("model-roots")
+    tiny = build_tiny_model(root / "tiny", TEXTS, hidden=32, layers=1, heads=2, vocab_size=300)
+    shutil.copytree(tiny, root / "tools")
+    tokenizer = load_tokenizer(str(tiny))
+    tokenizer.chat_template = (TEMPLATES / "qwen2_5_tools.jinja").read_text()
+    tokenizer.save_pretrained(root / "tools")
+    return root
+
+
+def tool_revision(sample_id: str) -> TrainingSample:
+    call = ToolCall("call_9", "get_order_details", '{"order_id": "#W1000001"}')
+    return TrainingSample(
+        sample_id,
+        "revision",
+        (
+            Message("system", "You are a retail agent."),
+            Message("user", "Where is my order #W1000001?"),
+            Message("assistant", "Let me check.", 0),
+            Message("user", "I have given you everything I know."),
+            Message("assistant", "", 1, tool_calls=(call,)),
+            Message("tool", '{"status": "delivered"}', tool_call_id="call_9", name="get_order_details"),
+            Message("assistant", "Your order was delivered.", 1),
+        ),
+        reward=1.0,
+    )
+
+
+async def seed_tool_revision(api: ApiHarness, project: str, run_id: str, pair_id: str) -> str:
+    sample_id = new_id()
+    await api.store.append(
+        [
+            NewEvent(
+                pair_stream(pair_id),
+                ev.RevisionMaterialized(
+                    sample_id=sample_id,
+                    pair_id=pair_id,
+                    run_id=run_id,
+                    iteration=0,
+                    sample=tool_revision(sample_id),
+                    template_id="r01",
+                    revision_length=1,
+                    verified=True,
+                ),
+                meta(project, "splice"),
+            )
+        ]
+    )
+    return sample_id
+
+
+async def test_tau2_run_on_a_template_that_drops_tool_calls_is_refused(pg_url: str, roots: Path) -> None:
+    async with running(make_settings(pg_url, model_roots=str(roots))) as api:
+        key = api.auth(await api.key(await api.project("tau2"), "run", "read"))
+        refused = await api.client.post("/v1/runs", json={"model": "tiny", "env": "tau2:retail"}, headers=key)
+        assert refused.status_code == 422, refused.text
+        [field] = refused.json()["fields"]
+        assert field["field"] == "body.model"
+        assert "drops tool calls" in field["message"] and os.path.join(str(roots), "tiny") in field["message"]
+        assert (await api.client.get("/v1/runs", headers=key)).json()["items"] == []  # nothing was stored
+
+        for body in ({"model": "tools", "env": "tau2:retail"}, {"model": "tiny", "env": "textcraft"}):
+            accepted = await api.client.post("/v1/runs", json=body, headers=key)
+            assert accepted.status_code == 202, (body, accepted.text)
+        served = {
+            "model": "http://127.0.0.1:1/v1#m",
+            "env": "tau2:airline",
+            "train": {"model_path": "tiny"},
+        }
+        refused = await api.client.post("/v1/runs", json=served, headers=key)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["fields"][0]["field"] == "body.train.model_path"
+        assert "drops tool calls" in refused.json()["fields"][0]["message"]
+
+
+async def test_tokens_flag_and_tokenised_downloads_of_tool_call_samples(
+    pg_url: str, roots: Path, tmp_path: Path
+) -> None:
+    tiny, tools = (os.path.join(str(roots), name) for name in ("tiny", "tools"))
+    async with running(make_settings(pg_url, model_roots=str(roots))) as api:
+        project = await api.project("tool-samples")
+        key = api.auth(await api.key(project, "run", "read"))
+        submitted = await api.client.post("/v1/runs", json={"model": "tiny"}, headers=key)
+        assert submitted.status_code == 202, submitted.text
+        run_id = submitted.json()["run_id"]
+        other = await api.client.post("/v1/runs", json={"model": "tools", "env": "tau2:retail"}, headers=key)
+        assert other.status_code == 202, other.text
+        seeded = await seed_search(api.store, project, run_id)
+        [plain_id] = await seed_revisions(api.store, project, run_id, seeded.pair_id, 1)
+        tool_id = await seed_tool_revision(api, project, run_id, seeded.pair_id)
+        await mark_dataset_ready(api.store, project, run_id, 0, 2)
+
+        flagged = await api.client.get(f"/v1/samples/{tool_id}/tokens", params={"model": tiny}, headers=key)
+        assert flagged.status_code == 200, flagged.text
+        body = flagged.json()
+        assert body["template_drops_tool_calls"] is True
+        assert "drops tool calls" in body["tool_call_problem"] and tiny in body["tool_call_problem"]
+        trained = "".join(t["text"] for t in body["tokens"] if t["trained"])
+        assert "get_order_details" not in trained  # the defect the flag reports
+        plain = await api.client.get(f"/v1/samples/{plain_id}/tokens", params={"model": tiny}, headers=key)
+        assert plain.status_code == 200, plain.text
+        assert (
+            plain.json()["template_drops_tool_calls"] is False and plain.json()["tool_call_problem"] is None
+        )
+        rendered = await api.client.get(f"/v1/samples/{tool_id}/tokens", params={"model": tools}, headers=key)
+        assert rendered.status_code == 200, rendered.text
+        assert rendered.json()["template_drops_tool_calls"] is False
+        assert "get_order_details" in "".join(t["text"] for t in rendered.json()["tokens"] if t["trained"])
+
+        url = f"/v1/runs/{run_id}/iterations/0/dataset"
+        for params in ({"format": "tokenized"}, {"format": "hf", "model": "tiny"}):
+            refused = await api.client.get(url, params=params, headers=key)
+            assert refused.status_code == 422, (params, refused.text)
+            [field] = refused.json()["fields"]
+            assert field["field"] == "query.model"
+            assert "drops tool calls" in field["message"] and tiny in field["message"]
+            assert tool_id in field["message"]  # the first sample that calls tools
+        accepted = await api.client.get(url, params={"format": "tokenized", "model": "tools"}, headers=key)
+        assert accepted.status_code == 200, accepted.text
+        rows = {r["sample_id"]: r for r in pq.read_table(io.BytesIO(accepted.content)).to_pylist()}
+        assert set(rows) == {plain_id, tool_id, *seeded.good_ids[:1]}
+        tokenizer = load_tokenizer(tools)
+        row = rows[tool_id]
+        trained_ids = [
+            i for i, label in zip(row["input_ids"], row["labels"], strict=True) if label != IGNORE_INDEX
+        ]
+        assert "get_order_details" in tokenizer.decode(trained_ids)
+        archive = await api.client.get(url, params={"format": "hf", "model": "tools"}, headers=key)
+        assert archive.status_code == 200, archive.text
+        with zipfile.ZipFile(io.BytesIO(archive.content)) as zipped:
+            zipped.extractall(tmp_path / "hf")
+        assert {r["sample_id"] for r in datasets.load_from_disk(str(tmp_path / "hf"))} == set(rows)
