@@ -1,9 +1,13 @@
 // Owns the Runs pages: the project's runs with status and progress (refreshed live from the SSE
 // event stream), and one run: its iterations with their report metrics, a plot of those metrics
-// over iterations, dataset downloads per format, and links to its trees, pairs and samples.
+// over iterations (for a data-only run its data figures), the data-quality dashboard (quality.js),
+// dataset downloads per format, and its trees, pairs and samples in sortable, filterable tables.
 
-import { all, download, follow, get, post } from "../api.js";
-import { fmt, h, link, s, shortId, table, mount } from "../dom.js";
+import { all, follow, get, post } from "../api.js";
+import { fmt, h, link, s, shortId, mount } from "../dom.js";
+import { downloadButtons, ITERATION_FORMATS } from "../downloads.js";
+import { dataTable } from "../table.js";
+import { qualitySection } from "./quality.js";
 
 const PROGRESS_EVENTS = [
   "RunRequested", "IterationStarted", "TreeCompleted", "SearchFailed", "PairFound",
@@ -11,11 +15,6 @@ const PROGRESS_EVENTS = [
   "ModelTrained", "TrainingFailed", "IterationEvaluated", "RunCompleted", "RunCancelled", "RunFailed",
   "SampleRespliced", "CorrectionRejected",
 ];
-// chat samples, DPO / PRM records from the iteration's pairs and trees, then tokenized Parquet for
-// the iteration's model and a zip of an hf datasets folder (docs/datasets.md)
-const FORMATS = [["openai", "jsonl"], ["sharegpt", "jsonl"], ["parquet", "parquet"], ["dpo", "jsonl"], ["prm", "jsonl"], ["prm-values", "jsonl"],
-  ["tokenized", "parquet"], ["hf", "zip"]];
-
 function debounce(fn, ms) {
   let timer = null;
   return () => {
@@ -73,36 +72,38 @@ function cancelButton(runId, refresh) {
   return button;
 }
 
+function runColumns(refresh) {
+  const it = (r) => r.it;
+  return [
+    { key: "run", label: "run", value: (r) => r.run.run_id, cell: (r) => link(`#/runs/${r.run.run_id}`, shortId(r.run.run_id)) },
+    { key: "status", label: "status", value: (r) => r.run.status, class: (r) => `status ${r.run.status}`, title: (r) => r.detail.reason || "" },
+    { key: "model", label: "model", value: (r) => modelName(r.config.model), class: "model", title: (r) => r.config.model || "" },
+    { key: "env", label: "environment", value: (r) => r.config.env || null, class: "env" },
+    { key: "tasks", label: "tasks", value: (r) => tasksText(r.config), class: "tasks" },
+    { key: "iteration", label: "iteration", value: (r) => r.run.current_iteration },
+    { key: "trees", label: "trees", value: (r) => (it(r) && it(r).trees_expected ? (it(r).trees_done + it(r).trees_failed) / it(r).trees_expected : null),
+      cell: (r) => (it(r) ? progressBar(it(r).trees_done + it(r).trees_failed, it(r).trees_expected, barStatus(r.run.status, it(r).status)) : "–") },
+    { key: "pairs", label: "pairs", value: (r) => (it(r) ? it(r).pairs : null) },
+    { key: "revisions", label: "revisions", value: (r) => (it(r) ? it(r).revisions : null) },
+    { key: "goods", label: "goods", value: (r) => (it(r) ? it(r).goods : null) },
+    { key: "created", label: "created", value: (r) => Date.parse(r.run.created_at), cell: (r) => new Date(r.run.created_at).toLocaleString() },
+    { key: "cancel", label: "", sortable: false, value: () => null, cell: (r) => (TERMINAL.has(r.run.status) ? "" : cancelButton(r.run.run_id, refresh)) },
+  ];
+}
+
 export async function list(main) {
-  const body = h("tbody", { id: "runs-body" });
   const live = h("span", { class: "muted", id: "live" }, "");
-  mount(main,
-    h("h1", {}, "Runs ", live),
-    h("table", { id: "runs" },
-      h("thead", {}, h("tr", {}, ["run", "status", "model", "environment", "tasks", "iteration", "trees", "pairs", "revisions", "goods", "created", ""].map((x) => h("th", {}, x)))),
-      body),
-  );
+  const runsTable = dataTable(runColumns(() => refresh()), {
+    id: "runs", bodyId: "runs-body", rowKey: (r) => r.run.run_id, status: (r) => r.run.status, empty: "No runs yet.",
+    rowAttrs: (r) => ({ dataset: { runId: r.run.run_id, status: r.run.status } }), sort: { key: "created", descending: true },
+  });
+  mount(main, h("h1", {}, "Runs ", live), runsTable.el);
   async function refresh() {
     const items = await all("/v1/runs", {}, 200);
-    const rows = await Promise.all(items.map(async (run) => {
+    runsTable.update(await Promise.all(items.map(async (run) => {
       const detail = await get(`/v1/runs/${run.run_id}`);
-      const it = detail.iterations[detail.iterations.length - 1];
-      const config = detail.config || {};
-      return h("tr", { dataset: { runId: run.run_id, status: run.status } },
-        h("td", {}, link(`#/runs/${run.run_id}`, shortId(run.run_id))),
-        h("td", { class: `status ${run.status}`, title: detail.reason || "" }, run.status),
-        h("td", { class: "model", title: config.model || "" }, modelName(config.model)),
-        h("td", { class: "env" }, config.env || "–"),
-        h("td", { class: "tasks" }, tasksText(config)),
-        h("td", {}, String(run.current_iteration)),
-        h("td", {}, it ? progressBar(it.trees_done + it.trees_failed, it.trees_expected, barStatus(run.status, it.status)) : "–"),
-        h("td", {}, it ? String(it.pairs) : "–"),
-        h("td", {}, it ? String(it.revisions) : "–"),
-        h("td", {}, it ? String(it.goods) : "–"),
-        h("td", {}, new Date(run.created_at).toLocaleString()),
-        h("td", {}, TERMINAL.has(run.status) ? null : cancelButton(run.run_id, refresh)));
-    }));
-    mount(body, ...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 12, class: "muted" }, "No runs yet."))]));
+      return { run, detail, config: detail.config || {}, it: detail.iterations[detail.iterations.length - 1] };
+    })));
   }
   await refresh();
   const later = debounce(() => refresh().catch(() => {}), 400);
@@ -192,19 +193,62 @@ function dataFigures(run, pairs, samples, pairDetails) {
 
 function downloads(run, it) {
   if (!it.dataset_id) return h("span", { class: "muted" }, it.status);
-  return h("span", { class: "downloads" }, FORMATS.map(([format, ext]) =>
-    h("button", {
-      type: "button",
-      class: "download",
-      dataset: { format, iteration: String(it.iteration) },
-      onclick: () => download(`/v1/runs/${run.run_id}/iterations/${it.iteration}/dataset`, { format },
-        `${run.run_id}-iter${it.iteration}-${format}.${ext}`),
-    }, format)));
+  return downloadButtons(ITERATION_FORMATS, `/v1/runs/${run.run_id}/iterations/${it.iteration}/dataset`,
+    (format, ext) => `${run.run_id}-iter${it.iteration}-${format}.${ext}`, { iteration: String(it.iteration) });
+}
+
+const TREE_COLUMNS = [
+  { key: "tree", label: "tree", value: (t) => t.tree_id, cell: (t) => link(`#/trees/${t.tree_id}`, shortId(t.tree_id)) },
+  { key: "iteration", label: "iter", value: (t) => t.iteration },
+  { key: "task", label: "task", value: (t) => t.task_id },
+  { key: "status", label: "status", value: (t) => t.status, class: (t) => `status ${t.status}` },
+  { key: "nodes", label: "nodes", value: (t) => t.node_count },
+  { key: "best", label: "best reward", value: (t) => t.best_reward, cell: (t) => fmt(t.best_reward) },
+];
+const PAIR_COLUMNS = [
+  { key: "pair", label: "pair", value: (p) => p.pair_id, cell: (p) => link(`#/pairs/${p.pair_id}`, shortId(p.pair_id)) },
+  { key: "iteration", label: "iter", value: (p) => p.iteration },
+  { key: "tree", label: "tree", value: (p) => p.tree_id, cell: (p) => (p.tree_id ? link(`#/trees/${p.tree_id}?pair=${p.pair_id}`, shortId(p.tree_id)) : "–") },
+  { key: "task", label: "task", value: (p) => p.task_key },
+  { key: "status", label: "status", value: (p) => p.status, class: (p) => `status ${p.status}`, title: (p) => p.reason || "" },
+  { key: "shared", label: "shared steps", value: (p) => p.shared_steps },
+  { key: "t", label: "t'", value: (p) => p.transition_index, cell: (p) => fmt(p.transition_index) },
+  { key: "critic", label: "critic", value: (p) => p.strategy },
+];
+const SAMPLE_COLUMNS = [
+  { key: "sample", label: "sample", value: (x) => x.sample_id, cell: (x) => link(`#/samples/${x.sample_id}`, shortId(x.sample_id)) },
+  { key: "kind", label: "kind", value: (x) => x.kind },
+  { key: "iteration", label: "iter", value: (x) => x.iteration },
+  { key: "pair", label: "pair", value: (x) => x.pair_id, cell: (x) => (x.pair_id ? link(`#/pairs/${x.pair_id}`, shortId(x.pair_id)) : "–") },
+  { key: "verified", label: "verified", value: (x) => x.verified, cell: (x) => fmt(x.verified) },
+  { key: "length", label: "revision length", value: (x) => x.revision_length },
+  { key: "origin", label: "origin", value: (x) => (x.sample.provenance || {}).origin || "search" },
+];
+
+function iterationRow(run, it) {
+  const flat = numericMetrics(it.metrics);
+  const shown = Object.entries(flat).slice(0, 12).map(([k, v]) => `${k}=${fmt(v)}`).join("  ");
+  return h("tr", { dataset: { iteration: String(it.iteration) } },
+    h("td", {}, String(it.iteration)),
+    h("td", { class: `status ${it.status}` }, it.status, it.reason ? h("div", { class: "reason muted" }, it.reason) : null),
+    h("td", {}, progressBar(it.trees_done + it.trees_failed, it.trees_expected, barStatus(run.status, it.status))),
+    h("td", {}, String(it.pairs)), h("td", {}, String(it.revisions)), h("td", {}, String(it.goods)),
+    h("td", {}, fmt(it.revision_length_mean, 2)),
+    h("td", { class: "metrics" }, shown || "–"),
+    h("td", {}, downloads(run, it)));
 }
 
 export async function detail(main, [runId]) {
   const section = h("div", {});
   mount(main, section);
+  const treeTable = dataTable(TREE_COLUMNS, { id: "trees", rowKey: (t) => t.tree_id, status: (t) => t.status, empty: "No trees yet." });
+  const pairTable = dataTable(PAIR_COLUMNS, {
+    id: "pairs", rowKey: (p) => p.pair_id, status: (p) => p.status, empty: "No pairs yet.", rowAttrs: (p) => ({ dataset: { pairId: p.pair_id } }),
+  });
+  const sampleTable = dataTable(SAMPLE_COLUMNS, {
+    id: "samples", rowKey: (x) => x.sample_id, status: (x) => x.kind, empty: "No samples yet.", rowAttrs: (x) => ({ dataset: { sampleId: x.sample_id } }),
+  });
+  const chosen = { iteration: null }; // the dashboard's iteration, kept across live refreshes
   async function refresh() {
     const run = await get(`/v1/runs/${runId}`);
     const [trees, pairs, samples] = await Promise.all([
@@ -214,44 +258,25 @@ export async function detail(main, [runId]) {
     const pairDetails = run.config.data_only
       ? await Promise.all(pairs.filter((p) => p.strategy).slice(0, DETAILED).map((p) => get(`/v1/pairs/${p.pair_id}`)))
       : [];
-    const metricRows = run.iterations.map((it) => {
-      const flat = numericMetrics(it.metrics);
-      const shown = Object.entries(flat).slice(0, 12).map(([k, v]) => `${k}=${fmt(v)}`).join("  ");
-      return h("tr", { dataset: { iteration: String(it.iteration) } },
-        h("td", {}, String(it.iteration)),
-        h("td", { class: `status ${it.status}` }, it.status),
-        h("td", {}, progressBar(it.trees_done + it.trees_failed, it.trees_expected, barStatus(run.status, it.status))),
-        h("td", {}, String(it.pairs)), h("td", {}, String(it.revisions)), h("td", {}, String(it.goods)),
-        h("td", {}, fmt(it.revision_length_mean, 2)),
-        h("td", { class: "metrics" }, shown || "–"),
-        h("td", {}, downloads(run, it)));
-    });
+    treeTable.update(trees);
+    pairTable.update(pairs);
+    sampleTable.update(samples);
     mount(section,
-      h("h1", {}, "Run ", h("code", {}, runId), " ", h("span", { class: `status ${run.status}`, id: "run-status" }, run.status)),
-      run.reason ? h("p", { class: "error" }, run.reason) : null,
-      h("p", { class: "muted", id: "run-facts" }, `model ${run.config.model || "–"} · env ${run.config.env || "–"} · tasks ${tasksText(run.config)} · ${run.iterations.length} iteration(s)${run.config.data_only ? " · data only" : ""}`),
+      h("h1", {}, "Run ", h("code", {}, runId), " ", h("span", { class: `status ${run.status}`, id: "run-status" }, run.status),
+        " ", TERMINAL.has(run.status) ? null : cancelButton(runId, refresh)),
+      run.reason ? h("p", { class: "error", id: "run-reason" }, run.reason) : null,
+      h("p", { class: "muted", id: "run-facts" }, `model ${run.config.model || "–"} · env ${run.config.env || "–"} · tasks ${tasksText(run.config)} · ${run.iterations.length} iteration(s)${run.config.data_only ? " · data only" : ""}`,
+        " · ", link(`#/datasets?sources=runs&run_ids=${encodeURIComponent(runId)}`, "build a named dataset from this run")),
       h("h2", {}, "Iterations"),
       h("table", { id: "iterations" },
         h("thead", {}, h("tr", {}, ["iter", "status", "trees", "pairs", "revisions", "goods", "revision length", "report metrics", "dataset"].map((x) => h("th", {}, x)))),
-        h("tbody", {}, metricRows)),
+        h("tbody", {}, run.iterations.map((it) => iterationRow(run, it)))),
       run.config.data_only ? [h("h2", {}, "Data figures"), dataFigures(run, pairs, samples, pairDetails)]
         : [h("h2", {}, "Metrics over iterations"), plot(run.iterations)],
-      h("h2", {}, `Trees (${trees.length})`),
-      table(["tree", "iter", "task", "status", "nodes", "best reward"], trees.map((t) => [
-        link(`#/trees/${t.tree_id}`, shortId(t.tree_id)), String(t.iteration), t.task_id, t.status, String(t.node_count), fmt(t.best_reward),
-      ]), { id: "trees" }),
-      h("h2", {}, `Pairs (${pairs.length})`),
-      table(["pair", "iter", "tree", "status", "shared steps", "t'", "critic"], pairs.map((p) => [
-        link(`#/pairs/${p.pair_id}`, shortId(p.pair_id)), String(p.iteration),
-        p.tree_id ? link(`#/trees/${p.tree_id}?pair=${p.pair_id}`, shortId(p.tree_id)) : "–",
-        p.status, String(p.shared_steps), fmt(p.transition_index), p.strategy || "–",
-      ]), { id: "pairs" }),
-      h("h2", {}, `Samples (${samples.length})`),
-      table(["sample", "kind", "iter", "pair", "verified", "revision length", "origin"], samples.map((x) => [
-        link(`#/samples/${x.sample_id}`, shortId(x.sample_id)), x.kind, String(x.iteration),
-        x.pair_id ? link(`#/pairs/${x.pair_id}`, shortId(x.pair_id)) : "–", fmt(x.verified), fmt(x.revision_length),
-        (x.sample.provenance || {}).origin || "search",
-      ]), { id: "samples" }),
+      qualitySection(run, chosen),
+      h("h2", {}, `Trees (${trees.length})`), treeTable.el,
+      h("h2", {}, `Pairs (${pairs.length})`), pairTable.el,
+      h("h2", {}, `Samples (${samples.length})`), sampleTable.el,
     );
   }
   await refresh();

@@ -1,12 +1,23 @@
 // Owns the Traces pages: production traces filtered by task key, outcome and critic result (the
-// trace's status), and one trace with its steps, its critique (per-step verdicts, t') and its
-// sample, with the correction form when the trace has a pair.
+// trace's status; server-side), sorted and filtered in the page and selected to build a dataset;
+// and one trace with its steps, its critique (per-step verdicts, t') and its sample, with the
+// correction form when the trace has a pair.
 
 import { get, post } from "../api.js";
-import { fmt, h, link, shortId, table, mount } from "../dom.js";
+import { fmt, h, link, shortId, mount } from "../dom.js";
+import { dataTable, dateColumn } from "../table.js";
 import { correctionForm, correctionsTable, verdictCell, waitForCorrection } from "./pair.js";
 
 const STATUSES = ["", "waiting_for_outcome", "ingested", "critiqued", "no_error_found", "revised"];
+const TRACE_COLUMNS = [
+  { key: "trace", label: "trace", value: (t) => t.trace_id, cell: (t) => link(`#/traces/${t.trace_id}`, shortId(t.trace_id)) },
+  { key: "task", label: "task key", value: (t) => t.task_key },
+  { key: "outcome", label: "outcome", value: (t) => t.outcome },
+  { key: "status", label: "critic result", value: (t) => t.status, class: (t) => `status ${t.status}`, title: (t) => t.reason || "" },
+  { key: "t", label: "t'", value: (t) => t.transition_index, cell: (t) => fmt(t.transition_index) },
+  { key: "format", label: "format", value: (t) => t.source_format },
+  dateColumn("created_at", "created"),
+];
 
 export async function list(main, _params, query) {
   const taskKey = h("input", { id: "f-task", name: "task_key", value: query.get("task_key") || "", placeholder: "task key" });
@@ -26,13 +37,25 @@ export async function list(main, _params, query) {
   const page = await get("/v1/traces", {
     task_key: query.get("task_key"), outcome: query.get("outcome"), status: query.get("status"), limit: 200,
   });
+  const build = h("button", { type: "button", id: "dataset-from-traces", disabled: true }, "Build a dataset from the selected traces");
+  const traceTable = dataTable(TRACE_COLUMNS, {
+    id: "traces", rowKey: (t) => t.trace_id, status: (t) => t.status, select: true, empty: "No traces match.",
+    rowAttrs: (t) => ({ dataset: { traceId: t.trace_id } }), sort: { key: "created_at", descending: true },
+    onSelect: (rows) => {
+      build.disabled = !rows.length;
+      build.textContent = rows.length ? `Build a dataset from the ${rows.length} selected trace(s)` : "Build a dataset from the selected traces";
+    },
+  });
+  build.addEventListener("click", () => {
+    const ids = traceTable.selected().map((t) => t.trace_id);
+    window.location.hash = `#/datasets?sources=traces&trace_ids=${ids.map(encodeURIComponent).join(",")}`;
+  });
+  traceTable.update(page.items);
   mount(main,
     h("h1", {}, "Traces"),
     form,
-    table(["trace", "task key", "outcome", "critic result", "t'", "format", "created"], page.items.map((t) => [
-      link(`#/traces/${t.trace_id}`, shortId(t.trace_id)), t.task_key, t.outcome, t.status, fmt(t.transition_index),
-      t.source_format, new Date(t.created_at).toLocaleString(),
-    ]), { id: "traces" }),
+    h("p", { class: "toolbar" }, build),
+    traceTable.el,
     page.next_cursor ? h("p", { class: "muted" }, "Showing the newest 200.") : null,
   );
 }
