@@ -219,6 +219,10 @@ def test_tables_sort_and_filter(site: Site, tmp_path: Path) -> None:
     assert column(page, "traces", 3) == ["refund-order", "cancel-order"]
     page.fill('.data-table[data-table="traces"] input.table-filter', "no such text")
     page.wait_for_selector("#traces td.no-match")
+    page.click('.data-table[data-table="traces"] button.table-clear')  # back to every row, newest first
+    page.wait_for_function("document.querySelectorAll('#traces tbody tr[data-trace-id]').length === 3")
+    assert page.locator('#traces th[data-key="task"]').get_attribute("aria-sort") == "none"
+    assert page.locator('#traces th[data-key="created_at"]').get_attribute("aria-sort") == "descending"
 
     # runs list: sort by status, filter to the failed run; its bar is not a completed one's
     page.goto(f"{site.base}/ui/#/runs")

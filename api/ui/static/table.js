@@ -1,7 +1,8 @@
 // Owns the one table widget every list page uses: client-side sort by any column (click a header;
 // again to reverse), a text filter over every column's value, a status filter built from the rows'
 // statuses, a "shown of total" count, and optional row selection (checkboxes kept by row key across
-// refreshes). Filter, sort and selection survive `update(rows)`, so a live page can re-render.
+// refreshes), and a Clear button that puts filters and sort back. Filter, sort and selection
+// survive `update(rows)`, so a live page can re-render.
 
 import { h, mount } from "./dom.js";
 
@@ -41,6 +42,7 @@ export function dataTable(columns, options = {}) {
   const text = h("input", { type: "search", class: "table-filter", placeholder: "filter…", "aria-label": "filter the rows", dataset: { table: id || "" } });
   const statusSelect = status ? h("select", { class: "table-status", "aria-label": "filter by status" }) : null;
   const count = h("span", { class: "muted table-count" });
+  const clear = h("button", { type: "button", class: "table-clear", title: "clear the filters and the sort" }, "Clear");
   const body = h("tbody", bodyId ? { id: bodyId } : {});
   const headAll = select ? h("input", { type: "checkbox", class: "select-all", "aria-label": "select every shown row" }) : null;
   const headers = columns.map((c) => {
@@ -55,7 +57,7 @@ export function dataTable(columns, options = {}) {
   const table = h("table", { id, class: "data" },
     h("thead", {}, h("tr", {}, select ? h("th", { class: "select" }, headAll) : null, headers)), body);
   const el = h("div", { class: "data-table", dataset: { table: id || "" } },
-    h("div", { class: "toolbar table-tools" }, text, statusSelect, count), table);
+    h("div", { class: "toolbar table-tools" }, text, statusSelect, clear, count), table);
 
   const valueOf = (c, row) => (c.value ? c.value(row) : row[c.key]);
   function haystack(row) {
@@ -132,6 +134,12 @@ export function dataTable(columns, options = {}) {
     return all.filter((r) => chosen.has(rowKey(r)));
   }
   text.addEventListener("input", render);
+  clear.addEventListener("click", () => {
+    text.value = "";
+    if (statusSelect) statusSelect.value = "";
+    order = options.sort ? { ...options.sort } : null;
+    render();
+  });
   if (statusSelect) statusSelect.addEventListener("change", render);
   if (headAll) {
     headAll.addEventListener("change", () => {
