@@ -26,35 +26,29 @@ id and the event's place in the tree, and a run resumes from a stream's existing
 (``prior``): a crash mid-search loses nothing already appended and appends nothing twice.
 
 At the end ``final_events`` builds ``GoodTrajectoryFound`` (one per good leaf), ``PairFound`` (the
-chosen pairs, each in its own pair stream) and ``TreeCompleted``; the caller appends those (the
-worker does it together with its tracking row).
+chosen pairs, each in its own pair stream) and ``TreeCompleted`` (``search_service.tree_results``);
+the caller appends those (the worker does it together with its tracking row). The request, sink,
+stop check, event ids and stats are ``search_service.tree_request``'s.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Sequence
 
 from core.domain.events import (
     DomainEvent,
-    GoodTrajectoryFound,
     LeafRecorded,
     Metadata,
     NewEvent,
     NodeRecord,
     NodesExpanded,
-    PairFound,
     RolloutFinished,
-    SearchRequested,
-    TreeCompleted,
     TreeStarted,
 )
-from core.domain.ids import derived_id, pair_stream, tree_stream
+from core.domain.ids import derived_id
 from core.domain.mcts import (
-    SearchConfig,
     SearchTree,
     TerminalReason,
     clamp_reward,
@@ -62,68 +56,25 @@ from core.domain.mcts import (
     expansion_seed,
     select_child,
 )
-from core.domain.pairs import good_leaves, path_trajectory, select_pairs
 from core.domain.trajectory import Step
 from core.envs.base import Env
 from core.llm.context import fit_prompt
 from core.llm.ports import Policy, sample_turns
 from core.llm.prompts import ParsedAction, build_messages, parse_action
 from search_service.env_states import Candidate, EnvStates
+from search_service.tree_request import (
+    EventSink,
+    SearchStats,
+    SearchStopped,
+    StopCheck,
+    TreeRequest,
+    tree_event,
+)
+from search_service.tree_results import tree_results
+
+__all__ = ["EventSink", "SearchStats", "SearchStopped", "StopCheck", "TreeRequest", "TreeSearch"]
 
 log = logging.getLogger(__name__)
-
-EventSink = Callable[[Sequence[NewEvent]], Awaitable[None]]
-StopCheck = Callable[[], Awaitable[str | None]]
-"""Asked between expansions: a reason to stop now (the run was cancelled), or None to go on."""
-
-
-class SearchStopped(Exception):
-    """The search stopped before its budget because ``StopCheck`` gave ``reason``."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class TreeRequest:
-    """What to search: one task of one environment with one model, and how."""
-
-    tree_id: str
-    env_uri: str
-    task_id: str
-    model_ref: str
-    config: SearchConfig = field(default_factory=SearchConfig)
-    run_id: str | None = None
-    iteration: int = 0
-
-    @classmethod
-    def from_event(cls, event: SearchRequested) -> TreeRequest:
-        """From a SearchRequested; its ``seed`` overrides the config's (SearchConfigError if bad)."""
-        config = replace(SearchConfig.from_dict(dict(event.search_config)), seed=event.seed)
-        return cls(
-            tree_id=event.tree_id,
-            env_uri=event.env_uri,
-            task_id=event.task_id,
-            model_ref=event.model_ref,
-            config=config,
-            run_id=event.run_id,
-            iteration=event.iteration,
-        )
-
-
-@dataclass
-class SearchStats:
-    expansions: int = 0
-    policy_calls: int = 0
-    env_steps: int = 0
-    replay_steps: int = 0
-    search_seconds: float = 0.0  # wall time of the whole run
-    policy_seconds: float = 0.0  # time waiting for the policy
-    env_seconds: float = 0.0  # time in env resets/steps/clones
-    leaves_recorded: int = 0  # terminal children recorded on the way (LeafRecorded)
-    exhausted: bool = False  # the root was exhausted before the descent budget was spent
-    constrained_expansions: int = 0  # expansions whose Action lines were limited to valid actions
 
 
 class TreeSearch:
@@ -154,14 +105,8 @@ class TreeSearch:
 
     # ---- event helpers -----------------------------------------------------------------------
 
-    def _new(self, event: DomainEvent, *key: object, stream: str | None = None) -> NewEvent:
-        tree_id = self.request.tree_id
-        return NewEvent(
-            stream_id=stream or tree_stream(tree_id),
-            event=event,
-            metadata=self.metadata,
-            event_id=derived_id(tree_id, type(event).__name__, *key),
-        )
+    def _new(self, event: DomainEvent, *key: object) -> NewEvent:
+        return tree_event(self.request.tree_id, self.metadata, event, *key)
 
     async def _check_stop(self) -> None:
         """Raise ``SearchStopped`` when ``should_stop`` gives a reason (before each expansion, so
@@ -357,64 +302,14 @@ class TreeSearch:
         tree = self.tree
         if tree is None:
             raise RuntimeError("final_events() before run()")
-        req, config = self.request, self.config
-        provenance: dict[str, Any] = {
-            "model_version": self.policy.model_version,
-            "env_uri": req.env_uri,
-            "task_id": req.task_id,
-            "iteration": req.iteration,
-        }
-        instruction = self.env.instruction
-        out: list[NewEvent] = []
-        goods = good_leaves(tree, config.alpha)
-        for leaf in goods:
-            sample_id = derived_id(req.tree_id, "good", leaf)
-            trajectory = path_trajectory(
-                tree, leaf, task=self.task, instruction=instruction, provenance=provenance
-            )
-            event = GoodTrajectoryFound(sample_id, req.tree_id, req.run_id, req.iteration, leaf, trajectory)
-            out.append(self._new(event, leaf))
-        pairs = select_pairs(
-            tree, config.alpha, config.beta, config.max_pairs_per_tree, config.pair_selection
+        return tree_results(
+            tree,
+            self.request,
+            task=self.task,
+            instruction=self.env.instruction,
+            model_version=self.policy.model_version,
+            metadata=self.metadata,
         )
-        for spec in pairs:
-            pair_id = derived_id(req.tree_id, "pair", spec.bad_leaf_id, spec.good_leaf_id)
-            found = PairFound(
-                pair_id=pair_id,
-                source="search",
-                task_key=f"{req.env_uri}#{req.task_id}",
-                bad=path_trajectory(
-                    tree, spec.bad_leaf_id, task=self.task, instruction=instruction, provenance=provenance
-                ),
-                good=path_trajectory(
-                    tree, spec.good_leaf_id, task=self.task, instruction=instruction, provenance=provenance
-                ),
-                shared_steps=spec.shared_depth,
-                run_id=req.run_id,
-                iteration=req.iteration,
-                tree_id=req.tree_id,
-                bad_leaf_id=spec.bad_leaf_id,
-                good_leaf_id=spec.good_leaf_id,
-                divergence_node_id=spec.divergence_node_id,
-                env_uri=req.env_uri,
-                task_id=req.task_id,
-            )
-            out.append(self._new(found, pair_id, stream=pair_stream(pair_id)))
-        bad_count = len([leaf for leaf in tree.leaf_rewards if leaf not in set(goods)])
-        completed = TreeCompleted(
-            tree_id=req.tree_id,
-            run_id=req.run_id,
-            iteration=req.iteration,
-            nodes=len(tree.nodes),
-            rollouts=tree.rollouts,
-            best_reward=tree.best_reward,
-            good_leaves=len(goods),
-            bad_leaves=bad_count,
-            pairs=len(pairs),
-            exhausted=tree.exhausted and tree.rollouts < config.iterations,
-        )
-        out.append(self._new(completed))
-        return out
 
     async def close(self) -> None:
         await self.states.close()
