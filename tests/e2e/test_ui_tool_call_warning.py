@@ -1,0 +1,110 @@
+"""The sample inspector warns when a sample's tool calls are not trained (issue 27, item 8): in a real
+browser (Playwright on Debian's chromium) over the real API app on PostgreSQL, a revision whose
+corrective step is a ``get_order_details`` call, rendered through the tiny model's ChatML (which
+drops ``tool_calls``), shows a visible alert naming the model; a sample without tool calls shows
+none. The project, its run (model: a real tiny-model folder) and the samples are appended to the
+event store as the API and the splicer append them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from core.domain import events as ev
+from core.domain.events import Metadata, NewEvent
+from core.domain.ids import new_id, pair_stream, project_stream, run_stream
+from core.llm.tiny import build_tiny_model
+from tests.api.seed import revision_sample
+from tests.api.test_api_tool_call_template import TEXTS, tool_revision
+from tests.conftest import pg_database
+from tests.e2e.ui_seed import CHROMIUM, CHROMIUM_ARGS, append_events, serve_app
+
+if not Path(CHROMIUM).is_file():
+    pytest.skip(f"Debian's chromium is not installed at {CHROMIUM}", allow_module_level=True)
+
+TIMEOUT = 60_000  # ms: a loaded 2-core machine is slow, never wrong
+
+
+@dataclass
+class Seeded:
+    key: str
+    model: str
+    tool_sample: str
+    plain_sample: str
+    events: list[NewEvent]
+
+
+def seeded(model: str) -> Seeded:
+    from api.keys import generate_key
+
+    project_id, run_id, pair_id = new_id(), new_id(), new_id()
+    issued = generate_key()
+    meta = Metadata(producer="test", project_id=project_id)
+    splice = Metadata(producer="splice", project_id=project_id)
+    tool_id, plain_id = new_id(), new_id()
+    config = {"model": model, "env": "textcraft", "iterations": 1}
+    events = [
+        NewEvent(project_stream(project_id), ev.ProjectCreated(project_id, "tool-ui"), meta),
+        NewEvent(
+            project_stream(project_id),
+            ev.ApiKeyIssued(project_id, new_id(), issued.prefix, issued.salt, issued.key_hash, ("read",)),
+            meta,
+        ),
+        NewEvent(run_stream(run_id), ev.RunRequested(run_id, project_id, config), meta),
+        NewEvent(run_stream(run_id), ev.IterationStarted(run_id, 0, model, 0.5, ()), meta),
+    ]
+    for sample in (tool_revision(tool_id), revision_sample(plain_id, 0)):
+        materialized = ev.RevisionMaterialized(
+            sample_id=sample.sample_id,
+            pair_id=pair_id,
+            run_id=run_id,
+            iteration=0,
+            sample=sample,
+            template_id="r01",
+            revision_length=1,
+            verified=True,
+        )
+        events.append(NewEvent(pair_stream(pair_id), materialized, splice))
+    return Seeded(issued.key, model, tool_id, plain_id, events)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Seeded]]:
+    folder = tmp_path_factory.mktemp("models") / "tiny"
+    build_tiny_model(folder, TEXTS, hidden=32, layers=1, heads=2, vocab_size=300)
+    seed = seeded(str(folder))
+    with pg_database() as url:
+        append_events(url, [seed.events])
+        with serve_app(url) as base:
+            yield base, seed
+
+
+def test_sample_page_warns_when_the_template_drops_tool_calls(site: tuple[str, Seeded]) -> None:
+    base, seed = site
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"{base}/ui/")
+            page.fill("#key-input", seed.key)
+            page.click("#key-form button[type=submit]")
+            page.wait_for_selector("#signout:not([hidden])")
+            page.goto(f"{base}/ui/#/samples/{seed.tool_sample}")
+            warning = page.locator("#tool-call-warning")
+            warning.wait_for(state="visible", timeout=TIMEOUT)
+            text = " ".join(warning.inner_text().split())
+            assert text.startswith("Tool calls are not trained:"), text
+            assert "drops tool calls" in text and seed.model in text
+            assert warning.get_attribute("role") == "alert"
+            page.wait_for_selector("#tokens-summary")  # the tokens are still shown below it
+
+            page.goto(f"{base}/ui/#/samples/{seed.plain_sample}")
+            page.wait_for_selector("#messages:has-text('oak planks')", timeout=TIMEOUT)  # the new page
+            page.wait_for_selector("#tokens-summary", timeout=TIMEOUT)
+            assert page.locator("#tool-call-warning").count() == 0
+        finally:
+            browser.close()
