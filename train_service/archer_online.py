@@ -2,7 +2,9 @@
 episodes in the environment, they go into a replay buffer, the critic is trained by TD on the
 buffer and the actor by the critic's advantage; ``train_archer_online``.
 
-One round (``ArcherConfig``; the updates are ``train_service.archer_updates.ArcherLearner``'s):
+One round (``ArcherConfig``; the collection is ``train_service.archer_collect``'s, the updates are
+``train_service.archer_updates.ArcherLearner``'s; this module owns the loop over rounds, budgets,
+resume and the final checkpoint):
 
 1. collect: the current actor (an ``HFPolicy`` over the learner's in-memory weights, no copy) plays
    ``rollout_episodes`` episodes on the run's training tasks, batched per turn through the same
@@ -37,108 +39,26 @@ import math
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.domain.events import EpisodePlayed
-from core.domain.replay import (
-    ReplayBuffer,
-    Slot,
-    buffer_id,
-    episode_id,
-    episode_transitions,
-    rebuild_buffer,
-    round_slots,
-    storable_trajectory,
-)
+from core.domain.replay import ReplayBuffer, buffer_id, episode_transitions, rebuild_buffer
 from core.domain.transitions import Transition, TransitionConfig
-from core.envs.base import Env
 from train_service.archer import ActorWithCritic
+from train_service.archer_collect import OnlineSetup, collect_round
 from train_service.archer_config import ArcherConfig
-from train_service.archer_rounds import (
-    LATEST,
-    EpisodeLog,
-    StoreEpisodeLog,
-    load_round,
-    rounds_dir,
-    save_round,
-)
+from train_service.archer_rounds import LATEST, StoreEpisodeLog, load_round, rounds_dir, save_round
 from train_service.archer_updates import ArcherLearner
 from train_service.checkpoint import CheckpointMeta, existing_checkpoint, write_checkpoint
-from train_service.evaluation import EvalConfig, play_episodes
 from train_service.hf_trainer import StepReport, TrainingCancelled, TrainReport
+
+__all__ = ["ALGORITHMS", "OnlineSetup", "StoreEpisodeLog", "train_archer_online", "train_archer_online_async"]
 
 log = logging.getLogger(__name__)
 
 ALGORITHMS = ("archer", "reinforce", "filtered_bc")
 SUCCESS = 1.0  # an episode's final reward that counts as a success
-
-
-@dataclass(frozen=True)
-class OnlineSetup:
-    """Where the online learner plays: the environment, the tasks, and the log (an ``EpisodeLog``
-    or the store URL to open one on). ``env_opener`` opens one environment per episode."""
-
-    env_opener: Callable[[], Env]
-    task_ids: tuple[str, ...]
-    episode_log: EpisodeLog
-
-
-def _actor_policy(learner: ArcherLearner, round_index: int) -> Any:
-    """The current actor as a Policy: no copy of the weights and no prefix cache (they change)."""
-    from core.llm.hf import HFPolicy
-
-    learner.actor.eval()
-    learner.actor.config.use_cache = True
-    return HFPolicy(learner.actor, learner.tokenizer, f"archer-actor@round-{round_index}", prefix_cache_mb=0)
-
-
-async def _collect(
-    learner: ArcherLearner,
-    cfg: ArcherConfig,
-    setup: OnlineSetup,
-    round_index: int,
-    *,
-    run_id: str | None,
-    iteration: int,
-) -> list[EpisodePlayed]:
-    slots = round_slots(setup.task_ids, round_index, cfg.rollout_episodes, cfg.seed)
-    eval_cfg = EvalConfig(
-        max_steps=cfg.episode_max_steps,
-        max_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        episodes_per_task=1,
-        recovery_episodes=0,
-    )
-    policy = _actor_policy(learner, round_index)
-    played = await play_episodes(
-        policy, setup.env_opener, [s.task_id for s in slots], eval_cfg, seeds=[s.seed for s in slots]
-    )
-    learner.actor.config.use_cache = False
-    return [
-        _record(run_id, iteration, round_index, slot, episode.trajectory(), episode.done)
-        for slot, episode in zip(slots, played, strict=True)
-    ]
-
-
-def _record(
-    run_id: str | None, iteration: int, round_index: int, slot: Slot, trajectory: Any, done: bool
-) -> EpisodePlayed:
-    buf = buffer_id(run_id, iteration)
-    return EpisodePlayed(
-        buffer_id=buf,
-        episode_id=episode_id(buf, round_index, slot.index),
-        run_id=run_id,
-        iteration=iteration,
-        round=round_index,
-        index=slot.index,
-        task_id=slot.task_id,
-        seed=slot.seed,
-        learner="archer",
-        trajectory=storable_trajectory(trajectory),
-        done=done,
-    )
 
 
 def _baseline_data(
@@ -261,7 +181,9 @@ async def train_archer_online_async(
         if already:  # logged before a crash: the same episodes, never played twice
             records = sorted(already, key=lambda r: r.index)
         else:
-            records = await _collect(learner, cfg, setup, round_index, run_id=run_id, iteration=iteration)
+            records = await collect_round(
+                learner, cfg, setup, round_index, run_id=run_id, iteration=iteration
+            )
             await setup.episode_log.append_round(
                 buf, records, expected=sum(1 for r in logged if r.round < round_index)
             )
