@@ -25,8 +25,9 @@ UNSTATED: tuple[tuple[str, str, str], ...] = (
     ("POST", r"/v1/datasets", r"body\.query\.since"),
     # each producer id once per batch: unique by key (uniqueItems compares whole items)
     ("POST", r"/v1/traces", r"body\.traces\[\d+\]\.id"),
-    # a reward beside outcome.reward must equal it: JSON Schema cannot compare two values
-    ("PATCH", r"/v1/traces(/\{trace_id\})?", r"body(\.outcomes\[\d+\])?\.reward"),
+    # a reward beside outcome.reward (or a numeric outcome) must agree with it: JSON Schema cannot
+    # compare two values
+    ("PATCH", r"/v1/traces(/\{trace_id\})?", r"body(\.outcomes\[\d+\])?\.(reward|outcome)"),
     # state, not shape: a dataset query that matches no sample (allow_empty), a correction of a
     # trace that has no pair (api/routes/review.py)
     ("POST", r"/v1/datasets", r"body\.query"),
