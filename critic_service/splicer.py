@@ -13,12 +13,13 @@ the splice worker; ``critic_service.splice_service`` wires them into the worker)
   committed: when every tree of ``IterationStarted.tree_ids`` is completed or failed and every pair
   is revised or rejected, ``IterationDatasetReady`` (deterministic dataset id) or
   ``IterationDatasetEmpty`` is appended to the run's stream, once (derived event id; the store skips
-  an id it already holds). The check never runs inside the handler that produces an outcome: that
-  handler's events are not committed yet, so with two replicas (or concurrency > 1) both handlers
-  of the last two events could see "not ready" and the wakeup would be lost. Checking after each
-  commit means whichever relevant event commits last is followed by a check that sees all of them.
-  The event is built from committed projections only (``built_from.last_position`` is the highest
-  store position among the dataset's samples), so concurrent checks emit identical contents.
+  an id it already holds; the check and the event are ``critic_service.iteration_dataset``'s). The
+  check never runs inside the handler that produces an outcome: that handler's events are not
+  committed yet, so with two replicas (or concurrency > 1) both handlers of the last two events
+  could see "not ready" and the wakeup would be lost. Checking after each commit means whichever
+  relevant event commits last is followed by a check that sees all of them. The event is built from
+  committed projections only (``built_from.last_position`` is the highest store position among the
+  dataset's samples), so concurrent checks emit identical contents.
 """
 
 from __future__ import annotations
@@ -28,14 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import func, select
-
 from core.domain.config import RunConfig
 from core.domain.events import (
     FirstErrorMarked,
-    IterationDatasetEmpty,
-    IterationDatasetReady,
-    Metadata,
     NewEvent,
     PairFound,
     RecordedEvent,
@@ -46,7 +42,7 @@ from core.domain.events import (
     caused_by,
 )
 from core.domain.good_samples import revision_masks
-from core.domain.ids import derived_id, pair_stream, run_stream
+from core.domain.ids import derived_id, pair_stream
 from core.domain.reflections import (
     DEFAULT_TEMPLATES,
     Reflection,
@@ -62,6 +58,7 @@ from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
+from critic_service.iteration_dataset import iteration_dataset_events
 from critic_service.reflector import ReflectionRequest, model_reflections
 from critic_service.service import PolicyCache, open_model, run_context
 
@@ -317,87 +314,9 @@ class SpliceHandlers:
         assert isinstance(event, TreeCompleted | SearchFailed | RevisionMaterialized | RevisionRejected)
         if event.run_id is None:
             return HandlerResult()
+        meta = caused_by(recorded, SERVICE_NAME)
         return HandlerResult(
-            await self._iteration_check(event.run_id, event.iteration, caused_by(recorded, SERVICE_NAME))
-        )
-
-    async def _iteration_check(self, run_id: str, iteration: int, meta: Metadata) -> list[NewEvent]:
-        """The iteration's dataset event when it is complete, from committed projections only."""
-        from core.store.tables import iterations, pairs, samples
-
-        engine = self.store.engine  # type: ignore[attr-defined]
-        async with engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(iterations).where(
-                        iterations.c.run_id == run_id, iterations.c.iteration == iteration
-                    )
-                )
-            ).first()
-            if row is None:
-                return []
-            rejected = (
-                await conn.execute(
-                    select(func.count()).where(
-                        pairs.c.run_id == run_id, pairs.c.iteration == iteration, pairs.c.status == "rejected"
-                    )
-                )
-            ).scalar_one()
-            sample_rows = (
-                await conn.execute(
-                    select(samples.c.kind, samples.c.data, samples.c.position).where(
-                        samples.c.run_id == run_id, samples.c.iteration == iteration
-                    )
-                )
-            ).all()
-        trees_finished = row.trees_done + row.trees_failed
-        if trees_finished < row.trees_expected or row.revisions + rejected < row.pairs:
-            return []
-        revisions = row.revisions
-        good_positions = [
-            position
-            for kind, data, position in sample_rows
-            if kind == "good" and (data.get("reward") or 0.0) >= row.alpha
-        ]
-        revision_positions = [position for kind, _, position in sample_rows if kind == "revision"]
-        goods = len(good_positions)
-        run_config, _ = await run_context(self.store, run_id, iteration)
-        stream = run_stream(run_id)
-        if revisions + goods == 0:
-            reason = (
-                f"iteration {iteration}: {row.trees_done} tree(s) completed, {row.trees_failed} failed, "
-                f"{row.pairs} pair(s) with {rejected} rejected, and no good trajectory "
-                f"reached alpha {row.alpha}"
+            await iteration_dataset_events(
+                self.store, event.run_id, event.iteration, meta, service=SERVICE_NAME
             )
-            empty = IterationDatasetEmpty(run_id, iteration, reason)
-            log.info("splice: run %s %s", run_id, reason)
-            return [NewEvent(stream, empty, meta, derived_id(SERVICE_NAME, "dataset", run_id, iteration))]
-        from core.domain.datasets import general_count
-
-        general = general_count(revisions + goods, run_config.eta) if run_config.general_data else 0
-        ready = IterationDatasetReady(
-            run_id=run_id,
-            iteration=iteration,
-            dataset_id=derived_id("dataset", run_id, iteration),
-            revision_samples=revisions,
-            good_samples=goods,
-            general_samples=general,
-            built_from={
-                "alpha": row.alpha,
-                "eta": run_config.eta,
-                "general_data": run_config.general_data,
-                "trees_done": row.trees_done,
-                "trees_failed": row.trees_failed,
-                "pairs": row.pairs,
-                "rejected": rejected,
-                "last_position": max(good_positions + revision_positions, default=0),
-            },
         )
-        log.info(
-            "splice: run %s iteration %d dataset ready: %d revisions, %d good",
-            run_id,
-            iteration,
-            revisions,
-            goods,
-        )
-        return [NewEvent(stream, ready, meta, derived_id(SERVICE_NAME, "dataset", run_id, iteration))]

@@ -62,6 +62,7 @@ PRODUCER_SOURCES: dict[str, tuple[str, ...]] = {
     "splice": (
         "critic_service/splice_service.py",
         "critic_service/splicer.py",
+        "critic_service/iteration_dataset.py",
         "critic_service/good_traces.py",
         "critic_service/corrections.py",
     ),
