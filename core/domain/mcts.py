@@ -25,6 +25,8 @@ Selection is UCT, ``Q/N + c_uct * sqrt(ln N(parent) / N)``, with unvisited child
 when the environment said done (reason "done"; "failure" when it also said the action could not be
 executed), when it sits at ``max_depth`` ("max_depth"), or when the policy produced no parseable
 action there ("no valid action", learnt from that rollout's ``RolloutFinished``).
+
+The search's settings (``SearchConfig``) are ``core.domain.search_config``'s, re-exported here.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
 
 from core.domain.events import (
     DomainEvent,
@@ -43,101 +45,27 @@ from core.domain.events import (
     RolloutFinished,
     TreeStarted,
 )
+from core.domain.search_config import SearchConfig, SearchConfigError
+
+__all__ = [
+    "TERMINAL_REASONS",
+    "SearchConfig",
+    "SearchConfigError",
+    "SearchTree",
+    "TerminalReason",
+    "TreeError",
+    "TreeNode",
+    "backpropagate",
+    "clamp_reward",
+    "distinct_by",
+    "expansion_seed",
+    "select_child",
+    "select_path",
+    "uct_score",
+]
 
 TerminalReason = Literal["done", "max_depth", "failure", "no valid action"]
 TERMINAL_REASONS: tuple[str, ...] = ("done", "max_depth", "failure", "no valid action")
-
-
-class SearchConfigError(ValueError):
-    """A search configuration value is out of range or unknown (the message names the field)."""
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    """How one tree is searched and which pairs are taken from it.
-
-    n_candidates: distinct next actions asked of the policy (in ONE call) when a node is expanded.
-    iterations: descents per tree; each goes from the root down to a terminal node.
-    max_depth: actions after which a path is cut (terminal reason "max_depth").
-    c_uct: exploration weight in UCT ``Q/N + c_uct * sqrt(ln N(parent) / N)``.
-    temperature: sampling temperature of the policy for expansions (> 0 so candidates differ).
-    max_tokens: generation budget per candidate ("Thought: ...\\nAction: ...").
-    alpha: good leaves have reward >= alpha (inclusive: alpha = 1.0 admits perfect runs).
-    beta: a bad leaf's reward is below alpha and at most (its paired good leaf's reward - beta).
-    max_pairs_per_tree: at most this many (bad, good) pairs per tree, chosen by ``pair_selection``.
-    pair_selection: ``stratified`` (default: spread over bad-suffix lengths and divergence depths)
-        or ``deepest`` (the deepest divergences first: the baseline); core.domain.pairs.
-    seed: base seed; each expansion's sampling seed is derived from it and the node id.
-    record_terminal_children: True (default) = every terminal child is a leaf when it is created and
-        closed nodes are never selected (see the module docstring). False = the old leaf-only rule,
-        kept only as the baseline that bench/search.py measures against; do not use it otherwise.
-    constrain_actions: expansions sample the Action line from the node's valid actions (the env's
-        ``valid_actions()``; free where it lists none) by constrained decoding
-        (docs/constrained-decoding.md); False (default) = free decoding.
-    """
-
-    n_candidates: int = 4
-    iterations: int = 8
-    max_depth: int = 20
-    c_uct: float = 0.25
-    temperature: float = 1.0
-    max_tokens: int = 64
-    alpha: float = 0.5
-    beta: float = 0.2
-    max_pairs_per_tree: int = 8
-    pair_selection: str = "stratified"
-    seed: int = 0
-    record_terminal_children: bool = True
-    constrain_actions: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.constrain_actions, bool):
-            raise SearchConfigError(
-                f"search config: constrain_actions must be true or false, got {self.constrain_actions!r}"
-            )
-        if not isinstance(self.record_terminal_children, bool):
-            raise SearchConfigError(
-                "search config: record_terminal_children must be true or false, "
-                f"got {self.record_terminal_children!r}"
-            )
-        for name in ("n_candidates", "iterations", "max_depth", "max_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SearchConfigError(f"search config: {name} must be an integer >= 1, got {value!r}")
-        if not isinstance(self.max_pairs_per_tree, int) or self.max_pairs_per_tree < 0:
-            raise SearchConfigError(
-                f"search config: max_pairs_per_tree must be an integer >= 0, got {self.max_pairs_per_tree!r}"
-            )
-        if self.pair_selection not in ("stratified", "deepest"):
-            raise SearchConfigError(
-                f"search config: pair_selection must be stratified or deepest, got {self.pair_selection!r}"
-            )
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise SearchConfigError(f"search config: seed must be an integer, got {self.seed!r}")
-        for name, low, high in (("c_uct", 0.0, math.inf), ("temperature", 0.0, math.inf)):
-            value = getattr(self, name)
-            if not _is_number(value) or not low <= value < high:
-                raise SearchConfigError(f"search config: {name} must be a number >= {low}, got {value!r}")
-        for name in ("alpha", "beta"):
-            value = getattr(self, name)
-            if not _is_number(value) or not 0.0 <= value <= 1.0:
-                raise SearchConfigError(f"search config: {name} must be a number in [0, 1], got {value!r}")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SearchConfig:
-        """Build from a serialised config; unknown keys are an error naming them."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise SearchConfigError(f"search config: unknown field(s) {unknown}; known: {sorted(known)}")
-        return cls(**data)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass
