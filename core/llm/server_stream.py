@@ -90,34 +90,29 @@ async def sse(chunks: list[dict[str, Any]]) -> Any:
 
 
 def chat_logprobs(sample: Sample, token_text: Any) -> list[dict[str, Any]]:
-    content = []
+    """The chat answer's ``logprobs.content``: one entry per generated token with its top
+    alternatives; an answer that ended at once reports its end-of-turn position instead."""
     logprobs = sample.completion.logprobs or ()
-    for position, (token_id, lp) in enumerate(zip(sample.token_ids, logprobs, strict=False)):
-        text = token_text(token_id)
-        alternatives = sample.top[position] if position < len(sample.top) else []
-        content.append(
-            {
-                "token": text,
-                "logprob": lp,
-                "bytes": list(text.encode()),
-                "top_logprobs": [
-                    {"token": token_text(alt), "logprob": alt_lp, "bytes": list(token_text(alt).encode())}
-                    for alt, alt_lp in alternatives
-                ],
-            }
-        )
+    content = [
+        _logprob_entry(token_id, lp, sample.top[position] if position < len(sample.top) else [], token_text)
+        for position, (token_id, lp) in enumerate(zip(sample.token_ids, logprobs, strict=False))
+    ]
     if sample.end is not None and not content:  # the answer ended at once: report that position
         token_id, lp, alternatives = sample.end
-        text = token_text(token_id)
-        content.append(
-            {
-                "token": text,
-                "logprob": lp,
-                "bytes": list(text.encode()),
-                "top_logprobs": [
-                    {"token": token_text(alt), "logprob": alt_lp, "bytes": list(token_text(alt).encode())}
-                    for alt, alt_lp in alternatives
-                ],
-            }
-        )
+        content.append(_logprob_entry(token_id, lp, alternatives, token_text))
     return content
+
+
+def _logprob_entry(
+    token_id: int, lp: float | None, alternatives: list[tuple[int, float]], token_text: Any
+) -> dict[str, Any]:
+    text = token_text(token_id)
+    return {
+        "token": text,
+        "logprob": lp,
+        "bytes": list(text.encode()),
+        "top_logprobs": [
+            {"token": token_text(alt), "logprob": alt_lp, "bytes": list(token_text(alt).encode())}
+            for alt, alt_lp in alternatives
+        ],
+    }
