@@ -27,12 +27,30 @@ SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, TURN_START, UNK_TOKEN)
 
 # ChatML layout. The assistant's content and its end-of-turn token are the generated part: they carry
 # the assistant-token mask; the role header is context.
+# An assistant turn with tool calls (tau2's tools, traces) renders them in the same ReAct text the
+# policy writes and tau2's parser reads - "Thought: ...\nAction: name({json arguments})", one Action
+# line per call - inside the generation block, so a call's name and arguments are trained tokens
+# (core.llm.chat_template.tool_call_problem checks exactly that). Turns without calls render as before.
 CHAT_TEMPLATE = (
     "{{- bos_token -}}"
     "{%- for message in messages -%}"
     "{%- if message['role'] == 'assistant' -%}"
     "{{- '<|im_start|>assistant\\n' -}}"
-    "{%- generation -%}{{- message['content'] + '<|im_end|>' -}}{%- endgeneration -%}"
+    "{%- generation -%}"
+    "{%- if message.get('tool_calls') -%}"
+    "{%- set thought = (message['content'] or '') | trim -%}"
+    "{{- thought if thought.startswith('Thought:') else 'Thought: ' + thought -}}"
+    "{%- for call in message['tool_calls'] -%}"
+    "{%- set fn = call['function'] if call.get('function') else call -%}"
+    "{{- '\\nAction: ' + fn['name'] + '(' -}}"
+    "{{- fn['arguments'] if fn['arguments'] is string else fn['arguments'] | tojson -}}"
+    "{{- ')' -}}"
+    "{%- endfor -%}"
+    "{{- '<|im_end|>' -}}"
+    "{%- else -%}"
+    "{{- message['content'] + '<|im_end|>' -}}"
+    "{%- endif -%}"
+    "{%- endgeneration -%}"
     "{{- '\\n' -}}"
     "{%- else -%}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"

@@ -1,9 +1,10 @@
 """The sample inspector warns when a sample's tool calls are not trained (issue 27, item 8): in a real
 browser (Playwright on Debian's chromium) over the real API app on PostgreSQL, a revision whose
-corrective step is a ``get_order_details`` call, rendered through the tiny model's ChatML (which
-drops ``tool_calls``), shows a visible alert naming the model; a sample without tool calls shows
-none. The project, its run (model: a real tiny-model folder) and the samples are appended to the
-event store as the API and the splicer append them."""
+corrective step is a ``get_order_details`` call, rendered through a plain ChatML on the tiny
+tokenizer (which drops ``tool_calls``; tests/ml/templates/chatml_drops_tool_calls.jinja), shows a
+visible alert naming the model; a sample without tool calls shows none. The
+project, its run (model: a real tiny-model folder) and the samples are appended to the event store
+as the API and the splicer append them."""
 
 from __future__ import annotations
 
@@ -22,11 +23,13 @@ from tests.api.seed import revision_sample
 from tests.api.test_api_tool_call_template import TEXTS, tool_revision
 from tests.conftest import pg_database
 from tests.e2e.ui_seed import CHROMIUM, CHROMIUM_ARGS, append_events, serve_app
+from train_service.tokenized_export import load_tokenizer
 
 if not Path(CHROMIUM).is_file():
     pytest.skip(f"Debian's chromium is not installed at {CHROMIUM}", allow_module_level=True)
 
 TIMEOUT = 60_000  # ms: a loaded 2-core machine is slow, never wrong
+DROPPING = Path(__file__).parents[1] / "ml" / "templates" / "chatml_drops_tool_calls.jinja"
 
 
 @dataclass
@@ -76,6 +79,9 @@ def seeded(model: str) -> Seeded:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Seeded]]:
     folder = tmp_path_factory.mktemp("models") / "tiny"
     build_tiny_model(folder, TEXTS, hidden=32, layers=1, heads=2, vocab_size=300)
+    tokenizer = load_tokenizer(str(folder))
+    tokenizer.chat_template = DROPPING.read_text()
+    tokenizer.save_pretrained(folder)
     seed = seeded(str(folder))
     with pg_database() as url:
         append_events(url, [seed.events])

@@ -1,8 +1,9 @@
 """Pre-tokenised Parquet and the Hugging Face ``datasets`` folder, for a real (tiny) model's tokenizer:
 the labels are the trainer's loss mask (tokens of weight-1 assistant messages, -100 elsewhere), read
 back with pyarrow, ``datasets.load_from_disk`` and TRL's dataset utilities. The samples call tools,
-so the tokenizer carries a template that renders tool calls (Qwen2.5's); the tiny model's own ChatML
-drops them, and a tokenised export of tool-call samples with it is refused, naming the model."""
+so the tokenizer carries a template that renders tool calls (Qwen2.5's); a plain ChatML
+(templates/chatml_drops_tool_calls.jinja) drops them, and a tokenised export of tool-call samples
+with it is refused, naming the model."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from train_service.tokenize import IGNORE_INDEX
 from train_service.tokenized_export import load_tokenizer, write_hf_dataset, write_tokenized_parquet
 
 TOOLS_TEMPLATE = Path(__file__).parent / "templates" / "qwen2_5_tools.jinja"
+DROPPING_TEMPLATE = Path(__file__).parent / "templates" / "chatml_drops_tool_calls.jinja"
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +58,10 @@ def _samples() -> list[TrainingSample]:
 def test_tokenized_parquet_labels_are_the_trainers_loss_mask(tiny_folder: Path, tmp_path: Path) -> None:
     samples = _samples()
     path = tmp_path / "tok.parquet"
+    dropping = load_tokenizer(str(tiny_folder))
+    dropping.chat_template = DROPPING_TEMPLATE.read_text()
     with pytest.raises(TemplateError, match="sample tool-sample calls tools.*drops tool calls"):
-        write_tokenized_parquet(path, load_tokenizer(str(tiny_folder)), samples, max_length=1024)
+        write_tokenized_parquet(path, dropping, samples, max_length=1024)
     assert not path.exists()  # nothing half-written
     tokenizer = _tool_tokenizer(tiny_folder)
     assert write_tokenized_parquet(path, tokenizer, samples, max_length=1024) == 2

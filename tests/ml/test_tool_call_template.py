@@ -1,6 +1,8 @@
-"""The tool-call probe (issue 27, item 8): a chat template that drops ``tool_calls`` (the tiny model's
-ChatML) is named at submission, while templates that render the calls inside the trained span pass,
-both through generation blocks and through incremental rendering (Qwen2.5's published format). The
+"""The tool-call probe (issue 27, item 8): a chat template that drops ``tool_calls`` (a plain ChatML, the
+tiny model's template before it rendered calls: templates/chatml_drops_tool_calls.jinja) is named at
+submission, while templates that render the calls inside the trained span pass - the tiny model's own
+(ReAct "Action: name({...})" lines), generation blocks with <tool_call> JSON, and incremental
+rendering (Qwen2.5's published format). The
 tokenizers are real tiny-model folders loaded with ``AutoTokenizer.from_pretrained``; ``agentr run`` on
 a tau2 environment with the dropping template exits 2 with the message."""
 
@@ -77,6 +79,9 @@ def folders(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, P
     base = tmp_path_factory.mktemp("templates")
     return {
         "tiny": tiny,
+        "dropping": with_template(
+            tiny, base / "dropping", (TEMPLATES / "chatml_drops_tool_calls.jinja").read_text()
+        ),
         "generation": with_template(tiny, base / "generation", GENERATION_TOOLS),
         "qwen": with_template(tiny, base / "qwen", (TEMPLATES / "qwen2_5_tools.jinja").read_text()),
     }
@@ -115,16 +120,16 @@ def trained_text(tokenizer: Any, sample: TrainingSample) -> str:
 
 
 def test_the_probe_names_a_template_that_drops_tool_calls(folders: dict[str, Path]) -> None:
-    tokenizer = load(folders["tiny"])
+    tokenizer = load(folders["dropping"])
     problem = tool_call_problem(tokenizer)
     assert problem is not None
-    assert str(folders["tiny"]) in problem and "drops tool calls" in problem  # names the model
+    assert str(folders["dropping"]) in problem and "drops tool calls" in problem  # names the model
     assert "get_order_details" in problem
     # what the probe predicts is what training does: the corrective call is not among the trained tokens
     assert "get_order_details" not in trained_text(tokenizer, tool_sample())
 
 
-@pytest.mark.parametrize("name", ["generation", "qwen"])
+@pytest.mark.parametrize("name", ["tiny", "generation", "qwen"])
 def test_templates_that_render_tool_calls_pass_the_probe(folders: dict[str, Path], name: str) -> None:
     tokenizer = load(folders[name])
     assert tool_call_problem(tokenizer) is None
@@ -140,14 +145,14 @@ def test_calls_tools_reads_our_messages_and_hf_dicts() -> None:
 
 
 def test_submission_refuses_a_tool_env_on_a_dropping_template(folders: dict[str, Path]) -> None:
-    tiny = str(folders["tiny"])
+    tiny = str(folders["dropping"])
     assert folder_template_problem(tiny) is None  # ReAct text: the template is fine
     refused = run_template_problem(RunConfig(model=tiny, env="tau2:retail"))
     assert refused is not None and refused[0] == "model" and "drops tool calls" in refused[1]
     assert tiny in refused[1]
     assert run_template_problem(RunConfig(model=tiny, env="textcraft")) is None
     assert run_template_problem(RunConfig(model=tiny, env="tau2:retail", data_only=True)) is None
-    for name in ("generation", "qwen"):
+    for name in ("tiny", "generation", "qwen"):
         assert (
             run_template_problem(RunConfig(model=str(folders[name]), env="tau2:retail?max_steps=8")) is None
         )
@@ -160,9 +165,9 @@ def test_tokenised_export_refuses_tool_samples_on_a_dropping_template(folders: d
     plain = TrainingSample(
         "plain", "good", (Message("user", "Goal: x"), Message("assistant", "Thought: a\nAction: b", 1))
     )
-    assert [r["sample_id"] for r in tokenized_rows(load(folders["tiny"]), [plain])] == ["plain"]
+    assert [r["sample_id"] for r in tokenized_rows(load(folders["dropping"]), [plain])] == ["plain"]
     with pytest.raises(TemplateError, match="sample tool-revision calls tools.*drops tool calls"):
-        list(tokenized_rows(load(folders["tiny"]), [plain, tool_sample()]))
+        list(tokenized_rows(load(folders["dropping"]), [plain, tool_sample()]))
     rows = list(tokenized_rows(load(folders["qwen"]), [plain, tool_sample()]))
     assert [r["sample_id"] for r in rows] == ["plain", "tool-revision"]
 
@@ -174,8 +179,8 @@ def test_agentr_run_on_tau2_with_a_dropping_template_exits_2(
 
     from agentr.cli import app
 
-    model = tmp_path / "tiny"
-    shutil.copytree(folders["tiny"], model)
+    model = tmp_path / "dropping"
+    shutil.copytree(folders["dropping"], model)
     result = CliRunner().invoke(
         app, ["run", "--model", str(model), "--env", "tau2:retail", "--quick", "--home", str(tmp_path / "h")]
     )
@@ -183,3 +188,31 @@ def test_agentr_run_on_tau2_with_a_dropping_template_exits_2(
     assert result.exit_code == 2, result.output
     assert "cannot start the run: model:" in output and "drops tool calls" in output
     assert str(model) in "".join(result.output.split())  # names the model folder
+
+
+def test_the_tiny_template_trains_a_call_as_the_react_text_the_policy_writes(
+    folders: dict[str, Path],
+) -> None:
+    """Training and acting agree: the tiny model is prompted to answer "Thought: ...\\nAction:
+    name({json})" (tau2's instruction, parsed by core.envs.tau2.parse_call), and its template trains a
+    tool call as exactly that text, so a trained call is one the policy can emit again."""
+    from core.domain.splice import format_assistant
+    from core.envs.tau2 import parse_call
+
+    tokenizer = load(folders["tiny"])
+    call = ToolCall("call_1", "get_order_details", '{"order_id": "#W1000001"}')
+    sample = TrainingSample(
+        "s",
+        "good",
+        (
+            Message("user", "Where is my order?"),
+            Message("assistant", "I will look it up.", 1, tool_calls=(call,)),
+            Message("tool", "{}", tool_call_id="call_1", name="get_order_details"),
+        ),
+    )
+    action = 'get_order_details({"order_id": "#W1000001"})'
+    assert format_assistant("I will look it up.", action) in trained_text(tokenizer, sample)
+    assert parse_call(action, frozenset({"get_order_details"})) == (
+        "get_order_details",
+        {"order_id": "#W1000001"},
+    )
