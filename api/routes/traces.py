@@ -242,24 +242,20 @@ async def set_trace_outcomes(
     principal: Principal = Depends(require("ingest")),
     svc: ApiServices = Depends(services),
 ) -> Any:
+    seen: set[str] = set()
+    for index, item in enumerate(body.outcomes):
+        if item.reference in seen:
+            field = "trace_id" if item.trace_id is not None else "external_id"
+            raise make_field_error(
+                f"body.outcomes[{index}].{field}", f"{item.reference} appears twice; send it once"
+            )
+        seen.add(item.reference)
     outs, new_events, expected = [], [], {}
-    first: dict[str, TraceOutcomeOut] = {}  # trace id -> the outcome the batch set first
     async with svc.store.engine.connect() as conn:
         for index, item in enumerate(body.outcomes):
             out, event, version = await _outcome_event(
                 conn, principal.project(), item.reference, item, f"body.outcomes[{index}]", svc
             )
-            earlier = first.get(out.trace_id)
-            if earlier is not None:  # the batch applies in order: the trace has this outcome now
-                if (earlier.outcome, earlier.reward) != (out.outcome, out.reward):
-                    raise ApiError(
-                        409,
-                        f"body.outcomes[{index}]: trace {out.trace_id} is set to {earlier.outcome!r} "
-                        f"earlier in this batch; an outcome is set once",
-                    )
-                outs.append(out.model_copy(update={"changed": False}))
-                continue
-            first[out.trace_id] = out
             outs.append(out)
             if event is not None:
                 new_events.append(event)

@@ -4,7 +4,6 @@ fields and NUL characters refused), the error body and the documented error resp
 from __future__ import annotations
 
 import re
-import sys
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -14,10 +13,8 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    GetJsonSchemaHandler,
     model_validator,
 )
-from pydantic.json_schema import JsonSchemaValue
 
 from api.model_refs import MODEL_REF_PATTERN, path_shape_problem
 
@@ -27,28 +24,6 @@ ExportFormat = Literal["openai", "sharegpt", "parquet", "dpo", "prm", "prm-value
 
 
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
-
-_SPACE = "".join(f"\\u{ord(c):04x}" for c in map(chr, range(sys.maxunicode + 1)) if c.isspace())
-SPACE_CLASS = f"[{_SPACE}]"
-"""Every character ``str.strip()`` removes (``str.isspace``), spelled out: ECMA-262, Python and Rust
-regexes disagree on ``\\s``."""
-NON_BLANK_PATTERN = f"[^{_SPACE}]"
-"""A string that ``str.strip()`` leaves non-empty (a JSON Schema ``pattern`` searches)."""
-
-
-class AlsoMatches:
-    """Annotation stating one more ``pattern`` of a string in the JSON schema (``allOf``, beside a
-    pattern of its own), for a rule a validator checks: ``Annotated[str, AlsoMatches(P)]``."""
-
-    def __init__(self, pattern: str) -> None:
-        self.pattern = pattern
-
-    def __get_pydantic_json_schema__(
-        self, core_schema: Any, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        schema = handler(core_schema)
-        schema.setdefault("allOf", []).append({"pattern": self.pattern})
-        return schema
 
 
 def _rfc3339_text(value: Any) -> Any:
@@ -72,11 +47,7 @@ _DATE_START = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]")
 Timestamp = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_in_utc)]
 """A date-time given as RFC 3339 text (not Unix seconds), normalised to UTC; use for every
 timestamp the API accepts (query parameters and body fields)."""
-TaskId = Annotated[
-    str,
-    Field(min_length=1, max_length=1000, description="A task id of the environment."),
-    AlsoMatches(NON_BLANK_PATTERN),  # RunConfigIn._task_ids_non_empty
-]
+TaskId = Annotated[str, Field(min_length=1, max_length=1000, description="A task id of the environment.")]
 
 
 def _path_shape(value: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    ConfigDict,
     Field,
     field_validator,
     model_validator,
@@ -23,38 +22,32 @@ from api.schemas.common import (
     TaskId,
     _Strict,
 )
-from api.schemas.run_rules import ENV_URI_RULE, RUN_RULES
-from api.schemas.train_settings import LoraIn, TrainSettings, TransitionSettings
-from core.domain.config import RunConfig
+from core.domain.config import LAUNCH_KEYS, RunConfig, launch_problem
 from core.domain.events import CriticStrategyName
-
-__all__ = [
-    "CriticSettings",
-    "EvaluationSettings",
-    "LoraIn",
-    "RunConfigIn",
-    "SearchSettings",
-    "SpliceSettings",
-    "TrainSettings",
-    "TransitionSettings",
-]
-
-
-NULL_IS_DEFAULT = ("launcher", "nproc_per_node", "method")
-"""``train`` keys whose explicit null means unset (the schema admits null; the domain's checks read
-an absent key as its default)."""
 
 
 class SearchSettings(_Strict):
     """Overrides of the MCTS configuration; unset fields keep the search service's defaults."""
 
-    n_candidates: int | None = Field(None, ge=1, le=32, description="Actions sampled per expansion (4).")
-    iterations: int | None = Field(None, ge=1, le=1000, description="Descents per tree (8).")
-    max_depth: int | None = Field(None, ge=1, le=200, description="Deepest node of a descent (20).")
-    c_uct: float | None = Field(None, ge=0, le=100, description="UCT exploration constant (0.25).")
-    temperature: float | None = Field(None, ge=0, le=5, description="Sampling temperature of expansion.")
-    max_tokens: int | None = Field(None, ge=1, le=8192, description="Token cap of one generated turn.")
-    max_pairs_per_tree: int | None = Field(None, ge=0, le=10_000, description="Cap on pairs per tree.")
+    n_candidates: int | None = Field(
+        None, strict=True, ge=1, le=32, description="Actions sampled per expansion (4)."
+    )
+    iterations: int | None = Field(None, strict=True, ge=1, le=1000, description="Descents per tree (8).")
+    max_depth: int | None = Field(
+        None, strict=True, ge=1, le=200, description="Deepest node of a descent (20)."
+    )
+    c_uct: float | None = Field(
+        None, strict=True, ge=0, le=100, description="UCT exploration constant (0.25)."
+    )
+    temperature: float | None = Field(
+        None, strict=True, ge=0, le=5, description="Sampling temperature of expansion."
+    )
+    max_tokens: int | None = Field(
+        None, strict=True, ge=1, le=8192, description="Token cap of one generated turn."
+    )
+    max_pairs_per_tree: int | None = Field(
+        None, strict=True, ge=0, le=10_000, description="Cap on pairs per tree."
+    )
     constrain_actions: bool | None = Field(
         None,
         description="Decode the Action line only among the environment's valid actions (Env.valid_actions; "
@@ -86,7 +79,11 @@ class CriticSettings(_Strict):
         "for the run report's critic baselines (true).",
     )
     value_threshold: float | None = Field(
-        None, ge=-1e6, le=1e6, description="value: t' is the first step with advantage below this (0)."
+        None,
+        strict=True,
+        ge=-1e6,
+        le=1e6,
+        description="value: t' is the first step with advantage below this (0).",
     )
     value_model: ModelRef | None = Field(
         None,
@@ -98,6 +95,7 @@ class CriticSettings(_Strict):
     early_exit: bool | None = Field(None, description="Stop judging at the first bad verdict (true).")
     reflect_margin: float | None = Field(
         None,
+        strict=True,
         ge=0,
         le=10,
         description="reflect: t' is the first step whose reflection score (mean log-prob per token) is "
@@ -124,24 +122,231 @@ class SpliceSettings(_Strict):
     )
 
 
+class LoraIn(_Strict):
+    """LoRA adapter settings (train_service.sft.LoraSettings)."""
+
+    r: int | None = Field(None, strict=True, ge=1, le=1024)
+    alpha: int | None = Field(None, strict=True, ge=1, le=100_000)
+    dropout: float | None = Field(None, strict=True, ge=0, lt=1)
+    target_modules: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, max_length=100
+    )
+
+
+class TransitionSettings(_Strict):
+    """archer: how the trees become transitions (core.domain.transitions.TransitionConfig)."""
+
+    invalid_action_penalty: float | None = Field(
+        None,
+        strict=True,
+        ge=0,
+        le=1,
+        description="Subtracted from the reward of an action the environment rejected (0).",
+    )
+    include_open_edges: bool | None = Field(
+        None, description="Keep edges into never-expanded nodes (done false, bootstrapped; true)."
+    )
+
+
+class TrainSettings(_Strict):
+    """Overrides of the SFT configuration (train_service.sft.SFTConfig); unset fields keep its
+    defaults. To add a knob: add it here AND where the trainer reads it."""
+
+    model_path: ModelRef | None = Field(
+        None,
+        description="When `model` is a served URL: the local folder with the weights that server serves "
+        "(required unless `data_only`); not allowed with a local `model` folder.",
+    )
+    epochs: float | None = Field(
+        None, strict=True, gt=0, le=1000, description="Passes over the dataset (1.0)."
+    )
+    max_steps: int | None = Field(
+        None, strict=True, ge=-1, le=10_000_000, description="Optimizer steps; > 0 overrides epochs."
+    )
+    learning_rate: float | None = Field(
+        None, strict=True, gt=0, le=1, description="Peak AdamW learning rate (5e-4)."
+    )
+    lr_scheduler: str | None = Field(
+        None, pattern="^[a-z_]{1,40}$", description="A transformers scheduler name, or time_cosine."
+    )
+    warmup: float | None = Field(
+        None, strict=True, ge=0, le=1_000_000, description="Warmup steps; in [0, 1) a fraction."
+    )
+    weight_decay: float | None = Field(None, strict=True, ge=0, le=10)
+    batch_size: int | None = Field(None, strict=True, ge=1, le=4096)
+    grad_accumulation: int | None = Field(None, strict=True, ge=1, le=4096)
+    max_length: int | None = Field(
+        None, strict=True, ge=8, le=1_048_576, description="Tokens per sample (1024)."
+    )
+    packing: bool | None = None
+    pack_length: int | None = Field(None, strict=True, ge=8, le=1_048_576)
+    seed: int | None = Field(None, strict=True, ge=0, le=2**31 - 1)
+    bf16: bool | None = Field(None, description="bfloat16 weights (null: when CUDA supports it).")
+    mixed_bf16: bool | None = Field(
+        None,
+        description="fp32 weights, forward/backward under bfloat16 autocast (fast on a CPU with "
+        "AVX512-BF16 / AMX); not with bf16.",
+    )
+    max_grad_norm: float | None = Field(None, strict=True, gt=0, le=1e6)
+    time_budget_s: float | None = Field(
+        None, strict=True, gt=0, le=30 * 24 * 3600, description="Stop training after this."
+    )
+    logging_steps: int | None = Field(None, strict=True, ge=1, le=1_000_000)
+    lora: LoraIn | None = None
+    launcher: Literal["inline", "torchrun"] | None = Field(
+        None, description="How training starts: inline (in the worker) or torchrun (a process group)."
+    )
+    nproc_per_node: int | None = Field(
+        None, strict=True, ge=1, le=1024, description="Training processes (torchrun)."
+    )
+    accelerate_config: str | None = Field(
+        None, min_length=1, max_length=1000, description="An accelerate config file (DeepSpeed / FSDP)."
+    )
+    master_port: int | None = Field(
+        None, strict=True, ge=1, le=65535, description="torchrun rendezvous port."
+    )
+    # train.method and the DPO / ArCHer trainer fields (train_service/dpo.py, train_service/archer.py);
+    # a field of another method's trainer is refused (core.domain.config.method_problem)
+    method: (
+        Literal["sft", "dpo", "archer"]
+        | Annotated[list[Literal["sft", "dpo", "archer"]], Field(min_length=1, max_length=100)]
+        | None
+    ) = Field(
+        None,
+        description="The learner: sft (Agent-R SFT, default), dpo (at the divergence node), archer; "
+        "or a list, one per iteration, the last repeating (e.g. [sft, archer]).",
+    )
+    beta: float | None = Field(
+        None, strict=True, gt=0, le=100, description="dpo: KL strength of the implicit reward (0.1)."
+    )
+    reference: Literal["frozen", "none"] | None = Field(
+        None, description="dpo: frozen starting model as reference (default) or none (reference-free)."
+    )
+    mode: Literal["offline", "online"] | None = Field(
+        None,
+        description="archer: offline (ours: expectile V, AWR actor on the logged trees; default) or "
+        "online (the paper's: each round plays episodes in the run's environment into a replay buffer).",
+    )
+    iterations: int | None = Field(
+        None, strict=True, ge=1, le=1_000_000, description="archer: rounds (2000)."
+    )
+    warmup_iters: int | None = Field(
+        None, strict=True, ge=0, le=1_000_000, description="archer: critic-only rounds (20)."
+    )
+    critic_epochs: int | None = Field(
+        None, strict=True, ge=0, le=10_000, description="archer: critic steps per round (5)."
+    )
+    actor_epochs: int | None = Field(
+        None, strict=True, ge=0, le=10_000, description="archer: actor steps per round (3)."
+    )
+    gamma: float | None = Field(
+        None, strict=True, ge=0, le=1, description="archer: discount per turn (0.95)."
+    )
+    tau: float | None = Field(
+        None, strict=True, gt=0, le=1, description="archer: Polyak rate of the target critic (0.1)."
+    )
+    critic_lr: float | None = Field(
+        None, strict=True, gt=0, le=1, description="archer: critic learning rate (1e-5)."
+    )
+    actor_lr: float | None = Field(
+        None, strict=True, gt=0, le=1, description="archer: actor learning rate (1e-6)."
+    )
+    expectile: float | None = Field(
+        None, strict=True, gt=0, lt=1, description="archer offline: V expectile (0.7)."
+    )
+    actor_loss: Literal["auto", "awr", "pg"] | None = Field(
+        None, description="archer: auto (awr offline, pg online), awr or pg."
+    )
+    awr_beta: float | None = Field(
+        None, strict=True, gt=0, le=100, description="archer: AWR inverse temperature (3)."
+    )
+    awr_max_weight: float | None = Field(
+        None, strict=True, gt=0, le=1e6, description="archer: AWR weight cap (100)."
+    )
+    kl_coef: float | None = Field(
+        None, strict=True, ge=0, le=100, description="archer: KL penalty to the start (0.05)."
+    )
+    temperature: float | None = Field(
+        None, strict=True, gt=0, le=5, description="archer online: sampling temperature (1)."
+    )
+    max_new_tokens: int | None = Field(
+        None, strict=True, ge=1, le=8192, description="archer online: tokens per action (32)."
+    )
+    head_hidden: int | None = Field(
+        None, strict=True, ge=1, le=65_536, description="archer: critic head width (1024)."
+    )
+    max_state_tokens: int | None = Field(
+        None, strict=True, ge=8, le=1_048_576, description="archer: critic state tokens (512)."
+    )
+    max_action_tokens: int | None = Field(
+        None, strict=True, ge=4, le=65_536, description="archer: critic action tokens (64)."
+    )
+    rollout_episodes: int | None = Field(
+        None, strict=True, ge=1, le=100_000, description="archer online: episodes played per round (32)."
+    )
+    buffer_capacity: int | None = Field(
+        None,
+        strict=True,
+        ge=1,
+        le=10_000_000,
+        description="archer online: replay buffer size in transitions (10000).",
+    )
+    episode_max_steps: int | None = Field(
+        None, strict=True, ge=1, le=10_000, description="archer online: actions per rollout episode (20)."
+    )
+    env_steps_budget: int | None = Field(
+        None,
+        strict=True,
+        ge=1,
+        le=1_000_000_000,
+        description="archer online: stop after this many environment actions.",
+    )
+    optimizer_steps_budget: int | None = Field(
+        None,
+        strict=True,
+        ge=1,
+        le=1_000_000_000,
+        description="archer online: stop after this many optimizer steps.",
+    )
+    transitions: TransitionSettings | None = Field(None, description="archer: how transitions are read.")
+
+    @model_validator(mode="after")
+    def _launch_settings(self) -> TrainSettings:
+        problem = launch_problem(self.model_dump(exclude_none=True, include=set(LAUNCH_KEYS)))
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
 class EvaluationSettings(_Strict):
     """Overrides of the evaluation (train_service.evaluation.EvalConfig); unset fields keep its
     defaults."""
 
     max_steps: int | None = Field(
-        None, ge=1, le=1000, description="Actions per episode (100, the paper's max rounds)."
+        None, strict=True, ge=1, le=1000, description="Actions per episode (100, the paper's max rounds)."
     )
-    max_tokens: int | None = Field(None, ge=1, le=8192, description="Generation budget per turn (40).")
-    prompt_budget: int | None = Field(None, ge=16, le=1_048_576, description="Prompt tokens kept (1536).")
-    episodes_per_task: int | None = Field(None, ge=1, le=1000, description="Seeded episodes per task (3).")
+    max_tokens: int | None = Field(
+        None, strict=True, ge=1, le=8192, description="Generation budget per turn (40)."
+    )
+    prompt_budget: int | None = Field(
+        None, strict=True, ge=16, le=1_048_576, description="Prompt tokens kept (1536)."
+    )
+    episodes_per_task: int | None = Field(
+        None, strict=True, ge=1, le=1000, description="Seeded episodes per task (3)."
+    )
     temperature: float | None = Field(
-        None, ge=0, le=5, description="Sampling temperature of evaluation episodes (0.7; 0 = greedy)."
+        None,
+        strict=True,
+        ge=0,
+        le=5,
+        description="Sampling temperature of evaluation episodes (0.7; 0 = greedy).",
     )
     stratify: bool | None = Field(
         None, description="Cap held-out tasks by a choice stratified over depths (true), else the first ones."
     )
     recovery_episodes: int | None = Field(
         None,
+        strict=True,
         ge=0,
         le=10_000,
         description="The starting model's failed held-out episodes, truncated at seeded random steps, "
@@ -149,16 +354,23 @@ class EvaluationSettings(_Strict):
     )
     recovery_seeds: int | None = Field(
         None,
+        strict=True,
         ge=1,
         le=100,
         description="Seeded continuations of each recovery prefix, each with max_steps actions after "
         "the prefix (3).",
     )
-    success_threshold: float | None = Field(None, ge=0, le=1, description="Reward counted as success (1.0).")
+    success_threshold: float | None = Field(
+        None, strict=True, ge=0, le=1, description="Reward counted as success (1.0)."
+    )
     baseline: bool | None = Field(None, description="Also evaluate the starting model (true).")
     seen_tasks: bool | None = Field(None, description="Also evaluate on the searched tasks (true).")
     seen_max_tasks: int | None = Field(
-        None, ge=1, le=1_000_000, description="At most this many searched tasks evaluated as seen (all)."
+        None,
+        strict=True,
+        ge=1,
+        le=1_000_000,
+        description="At most this many searched tasks evaluated as seen (all).",
     )
     constrain_actions: bool | None = Field(
         None,
@@ -176,14 +388,11 @@ class EvaluationSettings(_Strict):
 class RunConfigIn(_Strict):
     """The body of POST /v1/runs. Mirrors core.domain.config.RunConfig."""
 
-    model_config = ConfigDict(json_schema_extra=RUN_RULES)
-
     env: str = Field(
         "textcraft",
         min_length=1,
         max_length=300,
         description="Environment URI: textcraft, sciworld, agentgym+http://HOST:PORT/NAME.",
-        json_schema_extra=ENV_URI_RULE,
     )
     model: ModelRef = Field(
         description="Starting model: an OpenAI-compatible base URL, or a model folder inside the server's "
@@ -197,22 +406,29 @@ class RunConfigIn(_Strict):
     split: str = Field(
         "train", min_length=1, max_length=100, description="Named split when `tasks` is empty."
     )
-    max_tasks: int | None = Field(None, ge=1, le=1_000_000, description="Cap on tasks per iteration.")
+    max_tasks: int | None = Field(
+        None, strict=True, ge=1, le=1_000_000, description="Cap on tasks per iteration."
+    )
     eval_tasks: list[TaskId] = Field(
         default_factory=list, max_length=100_000, description="Held-out task ids; empty = `eval_split`."
     )
     eval_split: str = Field("test", min_length=1, max_length=100, description="Split used for evaluation.")
-    max_eval_tasks: int | None = Field(20, ge=1, le=1_000_000, description="Cap on evaluation tasks.")
-    iterations: int = Field(3, ge=1, le=100, description="Search -> train iterations.")
+    max_eval_tasks: int | None = Field(
+        20, strict=True, ge=1, le=1_000_000, description="Cap on evaluation tasks."
+    )
+    iterations: int = Field(3, strict=True, ge=1, le=100, description="Search -> train iterations.")
     alpha_schedule: list[Annotated[float, Field(ge=0, le=1)]] = Field(
         default_factory=lambda: [0.5, 0.7, 1.0],
         min_length=1,
         max_length=100,
         description="Good-trajectory reward threshold per iteration (inclusive); the last value repeats.",
     )
-    beta: float = Field(0.2, ge=0, le=1, description="A bad leaf's reward is at most good reward - beta.")
+    beta: float = Field(
+        0.2, strict=True, ge=0, le=1, description="A bad leaf's reward is at most good reward - beta."
+    )
     eta: float = Field(
         0.2,
+        strict=True,
         gt=0,
         le=1,
         description="Agent share of the objective eta * L_agent + (1 - eta) * L_general, applied as a "
@@ -221,6 +437,7 @@ class RunConfigIn(_Strict):
     general_data: str | None = Field(None, max_length=1000, description="General chat data file (JSONL).")
     max_general: int | None = Field(
         None,
+        strict=True,
         ge=0,
         le=1_000_000,
         description="At most this many general samples per iteration (null: eta's count); with the warm "
@@ -249,7 +466,7 @@ class RunConfigIn(_Strict):
         description="Overrides of the evaluation (max_steps, max_tokens, recovery_episodes, baseline, ...).",
     )
     data_only: bool = Field(False, description="Stop each iteration once its dataset is ready (no training).")
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of everything random in the run.")
+    seed: int = Field(0, strict=True, ge=0, le=2**31 - 1, description="Seed of everything random in the run.")
     runtime: dict[str, Any] = Field(
         default_factory=dict,
         description="The conditions the run computes under (torch threads, precision, CPU), as "
@@ -295,9 +512,6 @@ class RunConfigIn(_Strict):
         data["splice"] = self.splice.model_dump(exclude_none=True)
         # explicit nulls mean something here (prompt_budget: null = no budget; bf16: null = auto)
         data["train"] = self.train.model_dump(exclude_unset=True)
-        for key in NULL_IS_DEFAULT:  # launcher / nproc_per_node / method: null = the default
-            if data["train"].get(key, 0) is None:
-                del data["train"][key]
         data["evaluation"] = self.evaluation.model_dump(exclude_unset=True)
         data["tasks"] = tuple(self.tasks)
         data["eval_tasks"] = tuple(self.eval_tasks)

@@ -277,16 +277,6 @@ class TraceOutcomeIn(_Strict):
 
 
 class TraceOutcomeItem(TraceOutcomeIn):
-    # _one_reference, stated: exactly one of the two is a string (null counts as absent)
-    model_config = ConfigDict(
-        json_schema_extra={
-            "oneOf": [
-                {"required": [name], "properties": {name: {"type": "string"}}}
-                for name in ("trace_id", "external_id")
-            ]
-        }
-    )
-
     trace_id: str | None = Field(None, pattern=ID_PATTERN, description="The trace to set.")
     external_id: str | None = Field(
         None,
@@ -307,9 +297,7 @@ class TraceOutcomeItem(TraceOutcomeIn):
 
 
 class TraceOutcomeBatchIn(_Strict):
-    """Outcomes for several traces; all are set or none is. A trace named twice (by its id or its
-    external id) with the same outcome is set once; with another outcome it is a 409, as a second
-    PATCH of it would be."""
+    """Outcomes for several traces; all are set or none is."""
 
     outcomes: list[TraceOutcomeItem] = Field(min_length=1, max_length=10_000)
 

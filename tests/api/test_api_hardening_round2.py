@@ -47,6 +47,27 @@ async def test_overlong_path_component_is_a_422_not_a_500(api: ApiHarness) -> No
     assert response.status_code == 202, response.text
 
 
+async def test_a_boolean_is_not_a_number(api: ApiHarness) -> None:
+    """schemathesis (negative phase) sent ``"seed": false`` and got a 202: pydantic's lax mode reads
+    a boolean as 0 / 1 for an integer field. A number field refuses booleans, nested ones too; a
+    boolean field still takes them; nothing is stored for a refused run."""
+    key = api.auth(await api.key(await api.project(), "run", "read"))
+    for body, field in (
+        ({"model": "m", "seed": False}, "body.seed"),
+        ({"model": "m", "train": {"batch_size": True}}, "body.train.batch_size"),
+        ({"model": "m", "search": {"temperature": True}}, "body.search.temperature"),
+    ):
+        response = await api.client.post("/v1/runs", json=body, headers=key)
+        assert response.status_code == 422, (body, response.text)
+        [error] = response.json()["fields"]
+        assert error["field"] == field and "valid" in error["message"], error
+    assert (await api.client.get("/v1/runs", headers=key)).json()["items"] == []
+    accepted = await api.client.post(
+        "/v1/runs", json={"model": "m", "seed": 0, "data_only": True}, headers=key
+    )
+    assert accepted.status_code == 202, accepted.text
+
+
 async def test_integer_trace_id_is_bounded_like_its_column(api: ApiHarness) -> None:
     key = api.auth(await api.key(await api.project(), "ingest"))
     messages = [{"role": "user", "content": "Goal: x"}, {"role": "assistant", "content": "ok"}]
