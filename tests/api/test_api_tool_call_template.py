@@ -11,6 +11,7 @@ import io
 import os
 import shutil
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import datasets
@@ -20,10 +21,11 @@ import pytest
 from core.domain import events as ev
 from core.domain.events import NewEvent
 from core.domain.ids import new_id, pair_stream
-from core.domain.trajectory import Message, ToolCall, TrainingSample
+from core.domain.trajectory import TrainingSample
 from core.llm.tiny import build_tiny_model
 from tests.api.conftest import ApiHarness, make_settings, running
 from tests.api.seed import mark_dataset_ready, meta, seed_revisions, seed_search
+from tests.ml.test_tool_call_template import tool_sample
 from train_service.tokenize import IGNORE_INDEX
 from train_service.tokenized_export import load_tokenizer
 
@@ -51,21 +53,8 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tool_revision(sample_id: str) -> TrainingSample:
-    call = ToolCall("call_9", "get_order_details", '{"order_id": "#W1000001"}')
-    return TrainingSample(
-        sample_id,
-        "revision",
-        (
-            Message("system", "You are a retail agent."),
-            Message("user", "Where is my order #W1000001?"),
-            Message("assistant", "Let me check.", 0),
-            Message("user", "I have given you everything I know."),
-            Message("assistant", "", 1, tool_calls=(call,)),
-            Message("tool", '{"status": "delivered"}', tool_call_id="call_9", name="get_order_details"),
-            Message("assistant", "Your order was delivered.", 1),
-        ),
-        reward=1.0,
-    )
+    """The probe tests' revision whose corrective step is a tool call, under ``sample_id``."""
+    return replace(tool_sample(), sample_id=sample_id)
 
 
 async def seed_tool_revision(api: ApiHarness, project: str, run_id: str, pair_id: str) -> str:
