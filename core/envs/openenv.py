@@ -41,11 +41,12 @@ import contextlib
 import json
 import logging
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from core.envs.agentgym import GENERIC_INSTRUCTION, bare_action
 from core.envs.base import EnvError, StepResult, UnknownTask
 from core.envs.openenv_schema import fetch_schema, resolve_fields
+from core.envs.uri_options import UriOptions
 
 log = logging.getLogger(__name__)
 
@@ -306,43 +307,24 @@ def open_openenv(uri: str) -> OpenEnvEnv:
         parts.port  # noqa: B018 - validates the port
     except ValueError as exc:
         raise EnvError(f"malformed environment URI {uri!r}: {exc}") from exc
-    try:
-        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError as exc:
-        raise EnvError(f"malformed environment URI {uri!r}: bad query string {parts.query!r}") from exc
-    options: dict[str, str] = {}
-    for key, value in pairs:
-        if key in options:
-            raise EnvError(f"environment URI {uri!r}: option {key!r} given twice")
-        options[key] = value
-
-    def number(key: str, default: float) -> float:
-        raw = options.pop(key, None)
-        if raw is None:
-            return default
-        try:
-            return float(raw)
-        except ValueError as exc:
-            raise EnvError(f"environment URI {uri!r}: option {key}={raw!r} is not a number") from exc
+    options = UriOptions(uri, parts.query)
 
     path = parts.path.rstrip("/")
     if transport in ("ws", "wss"):
         path = path.removesuffix("/ws")  # the URL of the socket itself names the same server
-    timeout = number("timeout", 60.0)
-    max_steps = int(number("max_steps", 50))
-    reward_min = number("reward_min", 0.0)
-    reward_max = number("reward_max", 1.0)
-    tasks = _id_range(uri, "tasks", options.pop("tasks", "0-99"))
+    timeout = options.take_number("timeout", 60.0, float)
+    max_steps = int(options.take_number("max_steps", 50, float))
+    reward_min = options.take_number("reward_min", 0.0, float)
+    reward_max = options.take_number("reward_max", 1.0, float)
+    tasks = _id_range(uri, "tasks", options.take("tasks", "0-99"))
     splits = {"test": tasks, "all": tasks}
-    if "train_tasks" in options:
-        splits["train"] = _id_range(uri, "train_tasks", options.pop("train_tasks"))
-    action_field = options.pop("action_field", "") or None
-    observation_field = options.pop("observation_field", "") or None
-    task_field = options.pop("task_field", "seed") or "seed"
-    name = options.pop("name", "openenv") or "openenv"
-    if options:
-        unknown = ", ".join(sorted(options))
-        raise EnvError(f"environment URI {uri!r}: unknown option(s) {unknown} for openenv (known: {OPTIONS})")
+    if "train_tasks" in options.values:
+        splits["train"] = _id_range(uri, "train_tasks", options.take("train_tasks", ""))
+    action_field = options.take("action_field", "") or None
+    observation_field = options.take("observation_field", "") or None
+    task_field = options.take("task_field", "seed") or "seed"
+    name = options.take("name", "openenv") or "openenv"
+    options.finish("openenv", OPTIONS)
     return OpenEnvEnv(
         f"{http}://{parts.netloc}{path}",
         name=name,

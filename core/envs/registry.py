@@ -34,49 +34,16 @@ A malformed URI, an unknown environment or an unknown / badly typed option raise
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from core.envs.base import Env, EnvError
+from core.envs.uri_options import UriOptions as _Options
 
 if TYPE_CHECKING:
     from core.envs.textcraft.recipes import RecipeBook
 
 BUILTIN = ("textcraft", "sciworld")
-
-
-class _Options:
-    def __init__(self, uri: str, query: str) -> None:
-        self.uri = uri
-        try:
-            pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
-        except ValueError as exc:
-            raise EnvError(f"malformed environment URI {uri!r}: bad query string {query!r}") from exc
-        self.values: dict[str, str] = {}
-        for key, value in pairs:
-            if key in self.values:
-                raise EnvError(f"environment URI {uri!r}: option {key!r} given twice")
-            self.values[key] = value
-
-    def take(self, key: str, default: str) -> str:
-        return self.values.pop(key, default)
-
-    def take_number(self, key: str, default: float, cast: Callable[[str], float] = int) -> float:
-        raw = self.values.pop(key, None)
-        if raw is None:
-            return default
-        try:
-            return cast(raw)
-        except ValueError as exc:
-            raise EnvError(f"environment URI {self.uri!r}: option {key}={raw!r} is not a number") from exc
-
-    def finish(self, env: str, allowed: str) -> None:
-        if self.values:
-            unknown = ", ".join(sorted(self.values))
-            raise EnvError(
-                f"environment URI {self.uri!r}: unknown option(s) {unknown} for {env} (known: {allowed})"
-            )
 
 
 def open_env(uri: str) -> Env:
