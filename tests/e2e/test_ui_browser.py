@@ -37,14 +37,9 @@ from playwright.sync_api import Page, sync_playwright
 
 from tests.e2e.helpers import quick_tiny_model
 from tests.e2e.services import Deployment, follow
-from tests.e2e.ui_seed import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.ui_seed import CHROMIUM, CHROMIUM_ARGS, require_chromium
 
-if not Path(CHROMIUM).is_file():  # .ci/test installs it where apt-get runs as root; .ci/run requires it
-    pytest.skip(
-        f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium, as root; "
-        ".ci/test does so where it can)",
-        allow_module_level=True,
-    )
+require_chromium()
 
 
 def login(page: Page, base: str, api_key: str, route: str) -> None:

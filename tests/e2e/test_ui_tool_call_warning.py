@@ -22,11 +22,10 @@ from core.llm.tiny import build_tiny_model
 from tests.api.seed import revision_sample
 from tests.api.test_api_tool_call_template import TEXTS, tool_revision
 from tests.conftest import pg_database
-from tests.e2e.ui_seed import CHROMIUM, CHROMIUM_ARGS, append_events, serve_app
+from tests.e2e.ui_seed import CHROMIUM, CHROMIUM_ARGS, append_events, require_chromium, serve_app
 from train_service.tokenized_export import load_tokenizer
 
-if not Path(CHROMIUM).is_file():
-    pytest.skip(f"Debian's chromium is not installed at {CHROMIUM}", allow_module_level=True)
+require_chromium()
 
 TIMEOUT = 60_000  # ms: a loaded 2-core machine is slow, never wrong
 DROPPING = Path(__file__).parents[1] / "ml" / "templates" / "chatml_drops_tool_calls.jinja"

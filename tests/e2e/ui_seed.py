@@ -20,7 +20,10 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
+
+import pytest
 
 from core.domain import events as ev
 from core.domain.events import Metadata, NewEvent
@@ -38,6 +41,19 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
 ]
 T = TypeVar("T")
+
+
+def require_chromium() -> None:
+    """Skip the calling test module, with the reason, where Debian's chromium is missing (.ci/test
+    installs it where apt-get runs as root; .ci/run requires it, so CI never skips these tests)."""
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(
+            f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium, as root; "
+            ".ci/test does so where it can)",
+            allow_module_level=True,
+        )
+
+
 WORDS = (
     "oak", "birch", "planks", "stick", "crafting", "table", "iron", "ingot", "furnace", "coal",
     "torch", "chest", "door", "ladder", "fence", "boat", "bowl", "wool", "bed", "sign",
