@@ -40,6 +40,7 @@ __all__ = [
     "JudgeExample",
     "MISTAKE_KINDS",
     "judge_examples",
+    "judge_mistakes",
     "judge_phase",
     "judge_phase_samples",
     "judge_sample",
@@ -108,23 +109,35 @@ def warm_start_mix(
     return mixed, max(1, round(steps / (1.0 - judge_share)))
 
 
+def judge_mistakes(config: object) -> str:
+    """The judge examples' mistake mode for a run (``judge_examples``' ``mistakes``): "valid" when the
+    run's search constrains the policy to valid actions (its trees then hold no rejected action, so
+    the judge learns the valid-but-wrong choices it will be asked about), else "all"."""
+    search = getattr(config, "search", None)
+    return "valid" if getattr(search, "constrain_actions", False) else "all"
+
+
 def warm_start_judge_samples(
     env: object, config: object, searched: Sequence[str], seed: int = 0, n_tasks: int = JUDGE_TASKS
 ) -> list[TrainingSample]:
     """The judge samples of a run's warm start: TextCraft only (other environments have no oracle
-    to label steps; an empty list, logged), on judge tasks outside ``run_exclusions``."""
+    to label steps; an empty list, logged), on judge tasks outside ``run_exclusions``, with the
+    run's mistake mode (``judge_mistakes``)."""
     if not isinstance(env, TextCraftEnv):
         log.info("warm start: no judge examples (%s has no first-error oracle)", getattr(env, "name", env))
         return []
-    return judge_samples(env, run_exclusions(env, config, searched), n_tasks, seed=seed)
+    exclude = run_exclusions(env, config, searched)
+    return judge_samples(env, exclude, n_tasks, seed=seed, mistakes=judge_mistakes(config))
 
 
-def warm_start_judge_key(env: object, phase_steps: int | None = None) -> str:
-    """What the judge data adds to the warm-start cache key ("" without judge data)."""
+def warm_start_judge_key(env: object, phase_steps: int | None = None, mistakes: str = "all") -> str:
+    """What the judge data adds to the warm-start cache key ("" without judge data); the "all"
+    mistake mode keeps the key it had before modes existed."""
     if not isinstance(env, TextCraftEnv):
         return ""
     steps = JUDGE_PHASE_STEPS if phase_steps is None else phase_steps
-    return f"{JUDGE_DATA_VERSION}:{JUDGE_TASKS}:{JUDGE_SHARE}:{steps}:{JUDGE_PHASE_LR}"
+    key = f"{JUDGE_DATA_VERSION}:{JUDGE_TASKS}:{JUDGE_SHARE}:{steps}:{JUDGE_PHASE_LR}"
+    return key if mistakes == "all" else f"{key}:{mistakes}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,6 +20,14 @@ An example is ``core.llm.judge_prompt.judge_conversation(path, k)`` + the assist
   with a wrong ingredient or count, crafting a later step too early, ``get`` of a craftable item, a
   ``get`` of a raw item the goal does not need, a repeat of the last get, and ``inventory``.
 
+Under constrained decoding (``search.constrain_actions``) the policy can only emit actions the state
+accepts, so most of those kinds (wrong ingredients, crafting too early, ``get`` of a craftable item)
+cannot occur in the trees the critic judges. ``mistakes="valid"`` then draws every mistake from the
+state's own valid actions (``TextCraftEnv.valid_actions_sync``): kind ``valid_choice``, one of the
+actions a constrained sample could take that the oracle calls the first error (a distractor's item
+or craft, a get of what is already held, ``inventory``, a craft that spends what the plan needs).
+The judge then learns the errors it will be asked about: decisions, not syntax.
+
 Deterministic: ``random.Random`` seeded with a string per (seed, task, step).
 """
 
@@ -29,7 +37,7 @@ import hashlib
 import logging
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from core.domain.critic import LABEL_WORDS
@@ -52,6 +60,9 @@ MISTAKE_KINDS = (
     "repeat",
     "inventory",
 )
+VALID_MISTAKE = "valid_choice"
+"""The mistake kind of ``mistakes="valid"``: a valid action of the state that the oracle calls an error."""
+MISTAKE_MODES = ("all", "valid")
 _CRAFT = re.compile(r"craft (\d+) (.+?) using (.+)")
 _GET = re.compile(r"get (\d+) (.+)")
 
@@ -151,6 +162,14 @@ def _mistake(kind: str, env: TextCraftEnv, gold: Sequence[str], k: int, rng: ran
     return "inventory"
 
 
+def _valid_mistakes(env: TextCraftEnv, gold: str, rng: random.Random) -> list[str]:
+    """The state's valid actions other than ``gold``, in a seeded random order (candidates for a
+    ``valid_choice`` mistake; the oracle decides which of them are errors)."""
+    actions = [a for a in (env.valid_actions_sync() or []) if a != gold]
+    rng.shuffle(actions)
+    return actions
+
+
 def _step(env: TextCraftEnv, action: str) -> Step:
     result = env.step_sync(action)
     return Step(expert_thought(action), action, result.observation, result.reward, result.done, result.valid)
@@ -163,9 +182,16 @@ def judge_examples(
     seed: int = 0,
     mistakes_per_step: int = 1,
     oracle: TextCraftOracle | None = None,
+    mistakes: str = "all",
 ) -> list[JudgeExample]:
     """Good examples on every expert step and ``mistakes_per_step`` Bad ones per step (module
-    docstring). Mistakes the oracle does not call the first error are dropped."""
+    docstring). Mistakes the oracle does not call the first error are dropped. ``mistakes``: "all"
+    (the injected kinds of ``MISTAKE_KINDS``) or "valid" (``valid_choice``: the state's valid
+    actions only, what a constrained policy can emit)."""
+    if mistakes not in MISTAKE_MODES:
+        raise JudgeDataError(
+            f"judge examples: mistakes must be one of {', '.join(MISTAKE_MODES)}, got {mistakes!r}"
+        )
     oracle = oracle or TextCraftOracle(env)
     out: list[JudgeExample] = []
     for task_id in task_ids:
@@ -174,13 +200,18 @@ def judge_examples(
         steps: list[Step] = []
         for k, action in enumerate(gold):
             rng = random.Random(f"judge:{seed}:{task_id}:{k}")
-            kinds = list(MISTAKE_KINDS)
-            rng.shuffle(kinds)
+            candidates: Iterator[tuple[str, str | None]]
+            if mistakes == "valid":
+                candidates = ((VALID_MISTAKE, a) for a in _valid_mistakes(env, action, rng))
+            else:
+                kinds = list(MISTAKE_KINDS)
+                rng.shuffle(kinds)
+                # lazily: each kind draws from rng only when it is tried (the examples of a seed stay put)
+                candidates = ((kind, _mistake(kind, env, gold, k, rng)) for kind in kinds)
             made = 0
-            for kind in kinds:
+            for kind, wrong in candidates:
                 if made >= mistakes_per_step:
                     break
-                wrong = _mistake(kind, env, gold, k, rng)
                 if wrong is None or wrong == action:
                     continue
                 twin = env.clone_sync()
@@ -222,9 +253,15 @@ def judge_sample(example: JudgeExample) -> TrainingSample:
 
 
 def judge_samples(
-    env: TextCraftEnv, exclude: Sequence[str], n_tasks: int, *, seed: int = 0, mistakes_per_step: int = 1
+    env: TextCraftEnv,
+    exclude: Sequence[str],
+    n_tasks: int,
+    *,
+    seed: int = 0,
+    mistakes_per_step: int = 1,
+    mistakes: str = "all",
 ) -> list[TrainingSample]:
     """Judge samples on ``n_tasks`` judge tasks (``judge_task_ids``: never a task in ``exclude``)."""
     tasks = judge_task_ids(env, exclude, n_tasks)
-    examples = judge_examples(env, tasks, seed=seed, mistakes_per_step=mistakes_per_step)
+    examples = judge_examples(env, tasks, seed=seed, mistakes_per_step=mistakes_per_step, mistakes=mistakes)
     return [judge_sample(e) for e in examples]

@@ -59,10 +59,11 @@ def prepare_model(plan: Plan, home: Path, seed: int) -> str:
     config = RunConfig.from_data(plan.config)
     env = open_env(config.env)
     tasks = list(plan.warm_start_tasks) or env.task_ids(config.split)[: config.max_tasks]
-    from train_service.judge_data import warm_start_judge_key
+    from train_service.judge_data import judge_mistakes, warm_start_judge_key
 
     # judge examples (train_service/judge_data.py) change the model
-    judge_key = warm_start_judge_key(env, plan.judge_phase_steps) if plan.judge_examples else ""
+    mistakes = judge_mistakes(config)
+    judge_key = warm_start_judge_key(env, plan.judge_phase_steps, mistakes) if plan.judge_examples else ""
     lr = plan.warm_start_lr
     parts: tuple[Any, ...] = (base.name, config.env, tasks, plan.warm_start_steps, WARM_START_LR, seed)
     if spec is None or lr != WARM_START_LR:  # a given folder: its path and rate name the warm start

@@ -14,11 +14,14 @@ from train_service.judge_data import (
     MISTAKE_KINDS,
     JudgeDataError,
     judge_examples,
+    judge_mistakes,
     judge_sample,
     judge_task_ids,
     run_exclusions,
+    warm_start_judge_key,
     warm_start_mix,
 )
+from train_service.judge_examples import VALID_MISTAKE
 
 ENV = TextCraftEnv(distractors=1)
 
@@ -94,3 +97,48 @@ def test_the_mix_keeps_the_expert_text_and_adds_steps() -> None:
         warm_start_mix(expert, judge, 70, judge_share=1.0)
     with pytest.raises(JudgeDataError, match="no tasks|left after"):
         judge_task_ids(ENV, ENV.task_ids("all"), 3)
+
+
+def test_valid_mode_mistakes_are_actions_a_constrained_policy_can_take() -> None:
+    """``mistakes="valid"``: every Bad example's judged action is one of the state's valid actions
+    (what constrained decoding can emit), accepted by the environment, and still the oracle's first
+    error; the set stays balanced and deterministic."""
+    tasks = judge_task_ids(ENV, ENV.task_ids("demo"), 6)
+    examples = judge_examples(ENV, tasks, seed=3, mistakes="valid")
+    oracle = TextCraftOracle(ENV)
+    bads = [e for e in examples if e.label == "bad"]
+    goods = [e for e in examples if e.label == "good"]
+    assert bads and goods and abs(len(goods) - len(bads)) <= len(examples) // 4
+    assert {e.mistake for e in bads} == {VALID_MISTAKE}
+    for example in bads:
+        *before, judged = example.path.steps
+        replay = ENV.clone_sync()
+        replay.reset_sync(example.task_id)
+        for step in before:
+            replay.step_sync(step.action)
+        assert judged.action in (replay.valid_actions_sync() or [])
+        assert judged.valid  # the environment accepted it: a decision, not a syntax error
+        actions = [s.action for s in example.path.steps]
+        assert oracle.first_error(example.task_id, actions) == example.step_index
+    # the injected kinds make rejected actions; the valid mode never does
+    assert any(not e.path.steps[-1].valid for e in judge_examples(ENV, tasks, seed=3) if e.label == "bad")
+    assert examples == judge_examples(ENV, tasks, seed=3, mistakes="valid")
+    with pytest.raises(JudgeDataError, match="mistakes must be one of all, valid"):
+        judge_examples(ENV, tasks, mistakes="syntax")
+
+
+def test_the_runs_search_decides_the_mistake_mode_and_the_warm_start_key() -> None:
+    class Search:
+        constrain_actions = True
+
+    class Config:
+        search = Search()
+
+    class Free:
+        search = type("S", (), {"constrain_actions": False})()
+
+    assert judge_mistakes(Config()) == "valid" and judge_mistakes(Free()) == "all"
+    # "all" keeps the key the warm starts cached before the modes existed; "valid" is another model
+    assert warm_start_judge_key(ENV, 100) == warm_start_judge_key(ENV, 100, "all")
+    assert warm_start_judge_key(ENV, 100, "valid") != warm_start_judge_key(ENV, 100)
+    assert warm_start_judge_key(object(), 100, "valid") == ""
