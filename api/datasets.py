@@ -38,7 +38,7 @@ DEFAULT_PAGE_SIZE = 500
 _SAMPLE_KEYS = frozenset(f.name for f in dataclasses.fields(TrainingSample))
 _TRAJECTORY_KEYS = frozenset(f.name for f in dataclasses.fields(Trajectory))
 _PLAIN_MESSAGE_KEYS = frozenset(
-    {"role", "content", "weight", "tool_call_id", "name", "reasoning", "tool_calls"}
+    {"role", "content", "weight", "tool_call_id", "name", "reasoning", "tool_calls", "why"}
 )
 _PLAIN_STEP_KEYS = frozenset(f.name for f in dataclasses.fields(Step))
 
@@ -53,6 +53,7 @@ def _message(m: dict[str, Any]) -> Message:
         tool_call_id=m.get("tool_call_id"),
         name=m.get("name"),
         reasoning=m.get("reasoning", ""),
+        why=m.get("why", ""),  # absent in samples stored before reasons existed
     )
 
 

@@ -1,17 +1,22 @@
 """Owns the sample routes: one sample, and the exact tokens and labels the trainer trains it on.
 
-``GET /v1/samples/{sample_id}`` (``read``): the sample's messages with their loss weights and its
-provenance. ``GET /v1/samples/{sample_id}/tokens`` (``read``): the sample rendered through a model's
-chat template by the trainer's own code (``train_service.tokenize.tokenize_sample``, with the run's
+``GET /v1/samples/{sample_id}`` (``read``): the sample's messages with their loss weights, each with
+why it has its weight (``why``, set by the code that built the sample), the vocabulary of reasons
+(``weight_reasons``, from core.domain.weight_reasons) and its provenance.
+
+``GET /v1/samples/{sample_id}/tokens`` (``read``): the sample rendered through a model's chat template by
+the trainer's own code (``train_service.tokenize.tokenize_sample``, with the run's
 ``train.max_length``), so the labels are the ones training uses: one entry per token with its id,
-its text and whether it carries loss. The model is the iteration's (the weights it trains from,
-``RunConfig.train_weights``) unless ``model`` names another model of the project's runs (their
-models, iteration models and checkpoints); anything else is refused, so the API never opens a
-folder a run did not name. A sample of no run (a trace's) defaults to the project's default model:
-the model of its newest run. Tokenizers are loaded once per folder and kept (a few). A sample with
-tool calls rendered by a template that drops them (``core.llm.chat_template.tool_call_problem``) says
-so: ``template_drops_tool_calls`` is true and ``tool_call_problem`` names the model and why (its calls
-are not among the trained tokens; the sample page shows the warning).
+its text, whether it carries loss, and the assistant message whose turn holds it with that message's
+reason (``message`` / ``why``; null for template text and context). The model is the iteration's
+(the weights it trains from, ``RunConfig.train_weights``) unless ``model`` names another model of
+the project's runs (their models, iteration models and checkpoints); anything else is refused, so
+the API never opens a folder a run did not name. A sample of no run (a trace's) defaults to the
+project's default model: the model of its newest run. Tokenizers are loaded once per folder and kept
+(a few). A sample with tool calls rendered by a template that drops them
+(``core.llm.chat_template.tool_call_problem``) says so: ``template_drops_tool_calls`` is true and
+``tool_call_problem`` names the model and why (its calls are not among the trained tokens; the
+sample page shows the warning).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, Field
@@ -30,8 +35,11 @@ from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error
 from api.reads import owned_row
 from api.routes.trees import sample_out
-from api.schemas import ERROR_RESPONSES, ID_PATTERN, SampleOut
+from api.schemas import ERROR_RESPONSES, ID_PATTERN
+from api.schemas.trees import SampleDetailOut
 from core.domain.config import RunConfig
+from core.domain.trajectory import TrainingSample
+from core.domain.weight_reasons import REASONS, TRAINED
 from core.store.tables import iterations, runs, samples
 
 router = APIRouter(prefix="/v1/samples", tags=["samples"], responses=ERROR_RESPONSES)
@@ -45,6 +53,20 @@ class TokenOut(BaseModel):
     id: int
     text: str = Field(description="The token's text as the tokenizer decodes it alone.")
     trained: bool = Field(description="True when the token's label is its id (it carries loss).")
+    message: int | None = Field(
+        None,
+        description=(
+            "The index (into the sample's messages) of the assistant message whose rendered turn holds "
+            "the token; null for the chat template's own text and the context messages."
+        ),
+    )
+    why: str | None = Field(
+        None,
+        description=(
+            "That assistant message's reason for its weight (`why`, core.domain.weight_reasons); null "
+            'where `message` is, "" when the sample has no recorded reasons.'
+        ),
+    )
 
 
 class SampleTokensOut(BaseModel):
@@ -65,7 +87,11 @@ class SampleTokensOut(BaseModel):
     )
 
 
-@router.get("/{sample_id}", response_model=SampleOut, summary="One sample: messages, weights, provenance")
+@router.get(
+    "/{sample_id}",
+    response_model=SampleDetailOut,
+    summary="One sample: messages, weights and why, provenance",
+)
 async def get_sample(
     sample_id: str = Path(pattern=ID_PATTERN),
     principal: Principal = Depends(require("read")),
@@ -73,7 +99,9 @@ async def get_sample(
 ) -> Any:
     async with svc.store.engine.connect() as conn:
         row = await owned_row(conn, samples, "sample_id", sample_id, principal.project(), "sample")
-    return sample_out(row)
+    return SampleDetailOut(
+        **sample_out(row).model_dump(), weight_reasons=dict(REASONS), trained_reasons=list(TRAINED)
+    )
 
 
 def _tokenizer(folder: str) -> Any:
@@ -121,16 +149,45 @@ async def _project_models(svc: ApiServices, project_id: str) -> dict[str, RunCon
     return found
 
 
-def _render(folder: str, sample: Any, max_length: int) -> tuple[list[int], list[int], list[str], str | None]:
-    """Token ids, labels and texts of ``sample``, and why its tool calls are not trained (or None)."""
+class _Rendered(NamedTuple):
+    ids: list[int]
+    labels: list[int]
+    texts: list[str]
+    owners: list[int | None]  # per token: the assistant message holding it (an index into messages)
+    tool_problem: str | None
+
+
+def _owners(tokenizer: Any, sample: TrainingSample, count: int) -> list[int | None]:
+    """For each of the first ``count`` tokens, the index of the assistant message whose rendered turn
+    holds it, by the same spans and overlap rule ``train_service.tokenize.tokenize_sample`` labels
+    with (so every trained token has an owner, and its label came from that message's weight)."""
+    from core.llm.chat_template import conversation_spans, hf_messages, hf_tools
+
+    text, spans = conversation_spans(tokenizer, hf_messages(sample.messages), hf_tools(sample.tools or None))
+    assistant = [i for i, m in enumerate(sample.messages) if m.role == "assistant"]
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    owners: list[int | None] = []
+    span = 0
+    for start, end in offsets[:count]:
+        while span < len(spans) and start >= spans[span][1]:
+            span += 1
+        inside = span < len(spans) and end > spans[span][0] and end > start
+        owners.append(assistant[span] if inside else None)
+    return owners
+
+
+def _render(folder: str, sample: TrainingSample, max_length: int) -> _Rendered:
+    """Token ids, labels, texts and owning messages of ``sample``, and why its tool calls are not
+    trained (or None)."""
     from core.llm.chat_template import calls_tools, tool_call_problem
     from train_service.tokenize import tokenize_sample
 
     tokenizer = _tokenizer(folder)
     tokenized = tokenize_sample(tokenizer, sample, max_length)
     texts = [tokenizer.decode([token]) for token in tokenized.input_ids]
+    owners = _owners(tokenizer, sample, len(tokenized.input_ids))
     problem = tool_call_problem(tokenizer) if calls_tools(sample.messages) else None
-    return tokenized.input_ids, tokenized.labels, texts, problem
+    return _Rendered(tokenized.input_ids, tokenized.labels, texts, owners, problem)
 
 
 @router.get(
@@ -177,7 +234,7 @@ async def get_sample_tokens(
     max_length = int(config.train.get("max_length") or 0) or _default_max_length()
     sample = row_to_sample(row)
     try:
-        ids, labels, texts, tool_problem = await asyncio.to_thread(_render, weights, sample, max_length)
+        rendered = await asyncio.to_thread(_render, weights, sample, max_length)
     except ImportError:
         raise ApiError(
             503, "token rendering needs the ml extra (transformers): pip install 'agentr[ml]'"
@@ -187,20 +244,29 @@ async def get_sample_tokens(
     except ValueError as exc:  # TemplateError: the template cannot mark the assistant turns
         raise field_error("query.model", f"cannot render sample {sample_id} with {chosen!r}: {exc}") from None
     tokens = [
-        TokenOut(id=i, text=t, trained=label != -100) for i, t, label in zip(ids, texts, labels, strict=True)
+        TokenOut(
+            id=i,
+            text=t,
+            trained=label != -100,
+            message=owner,
+            why=None if owner is None else sample.messages[owner].why,
+        )
+        for i, t, label, owner in zip(
+            rendered.ids, rendered.texts, rendered.labels, rendered.owners, strict=True
+        )
     ]
     return SampleTokensOut(
         sample_id=sample_id,
         model=chosen,
         weights=weights,
         max_length=max_length,
-        total_tokens=len(ids),
+        total_tokens=len(rendered.ids),
         trained_tokens=sum(1 for t in tokens if t.trained),
-        input_ids=ids,
-        labels=labels,
+        input_ids=rendered.ids,
+        labels=rendered.labels,
         tokens=tokens,
-        template_drops_tool_calls=tool_problem is not None,
-        tool_call_problem=tool_problem,
+        template_drops_tool_calls=rendered.tool_problem is not None,
+        tool_call_problem=rendered.tool_problem,
     )
 
 

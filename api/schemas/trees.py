@@ -84,7 +84,23 @@ class SampleOut(BaseModel):
     verified: bool | None = None
     template_id: str | None = None
     revision_length: int | None = None
-    sample: dict[str, Any] = Field(description="The TrainingSample: messages with loss weights, provenance.")
+    sample: dict[str, Any] = Field(
+        description=(
+            "The TrainingSample: messages with loss weights, each with `why`, the reason for its weight "
+            '(set by the code that built the sample; "" for samples stored before reasons existed), '
+            "and provenance."
+        )
+    )
+
+
+class SampleDetailOut(SampleOut):
+    weight_reasons: dict[str, str] = Field(
+        description=(
+            "The closed vocabulary of `why` (core.domain.weight_reasons): reason -> what it means. "
+            "A message has weight 1 exactly when its reason is one of `trained_reasons`."
+        )
+    )
+    trained_reasons: list[str] = Field(description="The reasons that come with weight 1.")
 
 
 class SamplePage(BaseModel):

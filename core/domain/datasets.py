@@ -53,6 +53,7 @@ from typing import Any
 from core.domain.ids import derived_id
 from core.domain.serde import from_dict, to_dict
 from core.domain.trajectory import TrainingSample
+from core.domain.weight_reasons import trained_dict
 
 DEFAULT_ALPHA_SCHEDULE: tuple[float, ...] = (0.5, 0.7, 1.0)
 
@@ -188,8 +189,9 @@ def general_count(agent_samples: int, eta: float) -> int:
 
 
 def content_digest(sample: TrainingSample) -> str:
-    """A digest of what a sample trains (no ids, no provenance)."""
-    body = {"kind": sample.kind, "messages": [to_dict(m) for m in sample.messages], "reward": sample.reward}
+    """A digest of what a sample trains (no ids, no provenance, no weight reasons)."""
+    messages = [trained_dict(m) for m in sample.messages]
+    body = {"kind": sample.kind, "messages": messages, "reward": sample.reward}
     body["tools"] = list(sample.tools)
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -9,7 +9,9 @@ defines a loop; the first occurrence stays trained) get loss weight 0 by default
 conversation as context, so the model still sees the mistake and what followed, but is never taught
 the invalid action as correct. ``trajectory_to_sample`` applies the rule and records it in the
 sample's provenance (``loss_masked``); ``core.domain.datasets`` counts the masked turns per reason
-in the manifest.
+in the manifest. Every message says why it has its weight (``Message.why``,
+core.domain.weight_reasons): ``good_step`` for a trained turn, ``masked_invalid`` /
+``masked_loop`` for a masked one, ``system`` / ``task`` / ``observation`` for the context.
 
 Revision samples follow the same rule on their good continuation (``revision_masks``: the
 continuation's rejected steps and loop repeats, a loop counted over the whole spliced path); the
@@ -24,8 +26,9 @@ from typing import Any
 
 from core.domain.critic import invalid_signal
 from core.domain.datasets import DatasetError
-from core.domain.splice import SplicedPath, conversation
+from core.domain.splice import PlannedStep, SplicedPath, conversation
 from core.domain.trajectory import Step, TrainingSample, Trajectory
+from core.domain.weight_reasons import MaskedSteps
 
 
 def loop_repeats(steps: Sequence[Step], max_period: int = 3, min_span: int = 3) -> set[int]:
@@ -66,15 +69,15 @@ def trajectory_to_sample(
     if not trajectory.steps:
         raise DatasetError(f"trajectory for sample {sample_id} has no steps")
     loops = loop_repeats(trajectory.steps) if mask_loop_steps else set()
-    planned: list[tuple[Step, int, str]] = []
+    planned: list[PlannedStep] = []
     invalid_count = loop_count = 0
     for i, step in enumerate(trajectory.steps):
-        weight = 1
+        weight, why = 1, "good_step"
         if mask_invalid_steps and invalid_signal(step) is not None:
-            weight, invalid_count = 0, invalid_count + 1
+            weight, why, invalid_count = 0, "masked_invalid", invalid_count + 1
         elif i in loops:
-            weight, loop_count = 0, loop_count + 1
-        planned.append((step, weight, ""))
+            weight, why, loop_count = 0, "masked_loop", loop_count + 1
+        planned.append((step, weight, "", why))
     msgs = conversation(trajectory.instruction, trajectory.task, planned)
     if trajectory.steps[-1].kind != "tool" and msgs[-1].role == "user":
         msgs = msgs[:-1]
@@ -97,25 +100,26 @@ def trajectory_to_sample(
 
 def revision_masks(
     path: SplicedPath, *, mask_invalid_steps: bool = True, mask_loop_steps: bool = True
-) -> tuple[frozenset[int], dict[str, Any]]:
+) -> tuple[MaskedSteps, dict[str, Any]]:
     """The good continuation's steps to keep at weight 0 in a revision sample (indexes into
     ``path.good``) and the ``loss_masked`` record (rule and counts, as ``trajectory_to_sample``
     writes it). A step is masked when the environment rejected it (``invalid_signal``), or else
     when it repeats a loop of the spliced path (``loop_repeats`` over prefix + bad + good, so a
-    loop the bad segment started and the continuation goes on with counts too)."""
+    loop the bad segment started and the continuation goes on with counts too). The indexes come
+    as ``MaskedSteps``, each with its reason (``masked_invalid`` / ``masked_loop``), which the
+    splice writes on the masked messages (``Message.why``)."""
     offset = len(path.prefix) + len(path.bad)
     loops = loop_repeats(path.steps) if mask_loop_steps else set()
-    invalid: set[int] = set()
-    loop: set[int] = set()
+    reasons: dict[int, str] = {}
     for i, step in enumerate(path.good):
         if mask_invalid_steps and invalid_signal(step) is not None:
-            invalid.add(i)
+            reasons[i] = "masked_invalid"
         elif offset + i in loops:
-            loop.add(i)
+            reasons[i] = "masked_loop"
     record = {
         "invalid_steps": mask_invalid_steps,
         "loop_steps": mask_loop_steps,
-        "invalid": len(invalid),
-        "loop": len(loop),
+        "invalid": sum(1 for why in reasons.values() if why == "masked_invalid"),
+        "loop": sum(1 for why in reasons.values() if why == "masked_loop"),
     }
-    return frozenset(invalid | loop), record
+    return MaskedSteps(reasons), record

@@ -14,8 +14,10 @@ Pure (stdlib only). A pair (``PairFound``: a bad and a good trajectory that shar
 Each side is also offered as a ``TrainingSample`` (prompt + continuation) so the tokeniser's
 chat-template masking (``train_service.tokenize``) gives exact token labels for it. Pairs whose
 two continuations are identical, or where either continuation is empty, are rejected
-(``PreferenceError``). The manifest (``preference_manifest``) lists the pair ids in order with the
-event positions they came from; its id is derived from that content.
+(``PreferenceError``). Reasons (``Message.why``, core.domain.weight_reasons): the prompt's
+shared turns are ``shared_prefix``, the continuations' turns ``chosen`` / ``rejected``. The
+manifest (``preference_manifest``) lists the pair ids in order with the event positions they came
+from; its id is derived from that content (reasons left out: they train nothing).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from core.domain.ids import derived_id
 from core.domain.serde import to_dict
 from core.domain.splice import conversation
 from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
+from core.domain.weight_reasons import trained_dict
 
 
 class PreferenceError(DatasetError):
@@ -63,9 +66,9 @@ class PreferencePair:
         )
 
 
-def _continuation(trajectory: Trajectory, shared_steps: int) -> tuple[Message, ...]:
+def _continuation(trajectory: Trajectory, shared_steps: int, why: str) -> tuple[Message, ...]:
     steps: Sequence[Step] = trajectory.steps[shared_steps:]
-    planned = [(step, 1, "") for step in steps]
+    planned = [(step, 1, "", why) for step in steps]
     full = conversation("", "", planned)  # user("") first: dropped below
     msgs = list(full[1:])
     if steps and steps[-1].kind != "tool" and msgs and msgs[-1].role == "user":
@@ -83,12 +86,14 @@ def preference_pair(
             f"{len(good.steps)} steps"
         )
     prompt = conversation(
-        good.instruction or bad.instruction, good.task, [(s, 0, "") for s in good.steps[:shared_steps]]
+        good.instruction or bad.instruction,
+        good.task,
+        [(s, 0, "", "shared_prefix") for s in good.steps[:shared_steps]],
     )
     if shared_steps and prompt[-1].role == "assistant":
         raise PreferenceError(f"pair {pair_id}: the divergence node has no observation to prompt with")
-    chosen = _continuation(good, shared_steps)
-    rejected = _continuation(bad, shared_steps)
+    chosen = _continuation(good, shared_steps, "chosen")
+    rejected = _continuation(bad, shared_steps, "rejected")
     if not any(m.role == "assistant" for m in chosen) or not any(m.role == "assistant" for m in rejected):
         raise PreferenceError(f"pair {pair_id}: a continuation after the divergence node is empty")
     if [m.content for m in chosen if m.role == "assistant"] == [
@@ -131,7 +136,10 @@ def preference_manifest(
         raise DatasetError("a pair id appears twice")
     digest = hashlib.sha256()
     for p in ordered:
-        digest.update(json.dumps(to_dict(p), sort_keys=True, ensure_ascii=False).encode() + b"\n")
+        body = to_dict(p)
+        for side in ("prompt", "chosen", "rejected"):  # reasons train nothing: not in the digest
+            body[side] = [trained_dict(m) for m in getattr(p, side)]
+        digest.update(json.dumps(body, sort_keys=True, ensure_ascii=False).encode() + b"\n")
     sha = digest.hexdigest()
     return ordered, PreferenceManifest(
         dataset_id=derived_id("preferences", run_id, iteration, sha),

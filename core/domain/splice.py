@@ -13,6 +13,11 @@ except the good continuation's steps named in ``masked`` (the caller's loss-mask
 environment rejected them, or they repeat a loop; core.domain.good_samples.revision_masks), which
 stay in the conversation at weight 0, as in good samples.
 
+Every message says why it has its weight (``Message.why``, core.domain.weight_reasons), set here
+as the weight is: ``system``, ``task``, ``observation`` (observations and tool results),
+``shared_prefix``, ``bad_step``, ``reflection`` (the first good turn), ``continuation``, and for a
+masked continuation step the reason ``masked`` names (``masked_invalid`` / ``masked_loop``).
+
 The reflection lives in the Thought of the first good action; no fake action is ever inserted, so
 the action sequence (``SplicedPath.actions``) is exactly what an environment can replay.
 
@@ -36,6 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from core.domain.trajectory import Message, Step, ToolResult, TrainingSample, Trajectory
+from core.domain.weight_reasons import mask_reason
 
 
 class SpliceError(ValueError):
@@ -132,12 +138,14 @@ def step_messages(
     weight: int,
     prefix: str = "",
     formatter: Callable[[str, str], str] = format_assistant,
+    why: str = "",
 ) -> tuple[list[Message], Message | None]:
     """One step as (its assistant/tool messages, its trailing user observation or None).
 
-    ``prefix`` (the reflection) starts the assistant content; ``weight`` goes on the assistant
-    message only. A tool step's results become ``tool`` messages in call order (a call with no
-    result gets the step's observation when it has no results at all, else an empty content).
+    ``prefix`` (the reflection) starts the assistant content; ``weight`` and ``why`` (its reason,
+    core.domain.weight_reasons) go on the assistant message only; tool results and observations
+    are ``observation``. A tool step's results become ``tool`` messages in call order (a call with
+    no result gets the step's observation when it has no results at all, else an empty content).
     """
     if step.kind == "tool":
         results: dict[str, ToolResult] = {r.call_id: r for r in step.tool_results}
@@ -148,6 +156,7 @@ def step_messages(
                 weight,
                 tool_calls=step.tool_calls,
                 reasoning=step.reasoning,
+                why=why,
             )
         ]
         for position, call in enumerate(step.tool_calls):
@@ -156,29 +165,36 @@ def step_messages(
                 content = result.content
             else:
                 content = step.observation if not step.tool_results and position == 0 else ""
-            out.append(Message("tool", content, 0, tool_call_id=call.call_id, name=call.name))
+            out.append(
+                Message("tool", content, 0, tool_call_id=call.call_id, name=call.name, why="observation")
+            )
         return out, None
     if step.kind == "answer":
         body = f"{step.thought.strip()}\n{step.action.strip()}" if step.thought.strip() else step.action
-        answer = Message("assistant", _prefixed(prefix, body), weight, reasoning=step.reasoning)
-        return [answer], Message("user", step.observation, 0)
+        answer = Message("assistant", _prefixed(prefix, body), weight, reasoning=step.reasoning, why=why)
+        return [answer], Message("user", step.observation, 0, why="observation")
     thought = _prefixed(prefix, step.thought)
-    action = Message("assistant", formatter(thought, step.action), weight, reasoning=step.reasoning)
-    return [action], Message("user", step.observation, 0)
+    action = Message("assistant", formatter(thought, step.action), weight, reasoning=step.reasoning, why=why)
+    return [action], Message("user", step.observation, 0, why="observation")
+
+
+PlannedStep = tuple[Step, int, str, str]  # (step, weight, reflection prefix, why: the weight's reason)
 
 
 def conversation(
     instruction: str,
     task: str,
-    steps: Sequence[tuple[Step, int, str]],
+    steps: Sequence[PlannedStep],
     formatter: Callable[[str, str], str] = format_assistant,
 ) -> tuple[Message, ...]:
-    """System (when non-empty) + task + each ``(step, weight, prefix)``'s messages (see the
-    module docstring); an empty observation after the last step is dropped."""
-    messages: list[Message] = [Message("system", instruction, 0)] if instruction.strip() else []
-    messages.append(Message("user", task, 0))
-    for index, (step, weight, prefix) in enumerate(steps):
-        turn, observation = step_messages(step, weight, prefix, formatter)
+    """System (when non-empty) + task + each ``(step, weight, prefix, why)``'s messages (see the
+    module docstring); an empty observation after the last step is dropped. Every message says why
+    it has its weight (core.domain.weight_reasons): ``system``, ``task``, ``observation`` for tool
+    results and observations, the planned ``why`` for the step's assistant turn."""
+    messages: list[Message] = [Message("system", instruction, 0, why="system")] if instruction.strip() else []
+    messages.append(Message("user", task, 0, why="task"))
+    for index, (step, weight, prefix, why) in enumerate(steps):
+        turn, observation = step_messages(step, weight, prefix, formatter, why)
         if index == len(steps) - 1:
             turn = _drop_unanswered(step, turn)
         messages.extend(turn)
@@ -241,14 +257,19 @@ def revision_messages(
     formatter: Callable[[str, str], str] = format_assistant,
     masked: Collection[int] = (),
 ) -> tuple[Message, ...]:
-    """The conversation with per-message loss weights (see module docstring); ``masked``: indexes
-    into ``path.good`` of the good continuation's steps kept at weight 0."""
+    """The conversation with per-message loss weights and their reasons (see module docstring and
+    core.domain.weight_reasons); ``masked``: indexes into ``path.good`` of the good continuation's
+    steps kept at weight 0 (a ``MaskedSteps`` names each one's reason, else they are ``masked``)."""
     if not reflection.strip():
         raise SpliceError("the reflection sentence is empty")
-    planned: list[tuple[Step, int, str]] = [(step, 0, "") for step in path.prefix + path.bad]
-    planned += [
-        (step, 0 if i in masked else 1, reflection if i == 0 else "") for i, step in enumerate(path.good)
-    ]
+    planned: list[PlannedStep] = [(step, 0, "", "shared_prefix") for step in path.prefix]
+    planned += [(step, 0, "", "bad_step") for step in path.bad]
+    for i, step in enumerate(path.good):
+        prefix = reflection if i == 0 else ""
+        if i in masked:
+            planned.append((step, 0, prefix, mask_reason(masked, i)))
+        else:
+            planned.append((step, 1, prefix, "reflection" if i == 0 else "continuation"))
     return conversation(instruction, task, planned, formatter)
 
 

@@ -23,6 +23,9 @@ Each message carries a loss weight (0 = context only, 1 = trained on). Messages 
 chat shape: an assistant message may carry ``tool_calls``; a ``tool`` message answers one call by
 ``tool_call_id``. Trajectories and samples keep the tool definitions (``tools``: OpenAI function
 definitions ``{"type": "function", "function": {"name", "description", "parameters"}}``).
+A message also says why it has its weight (``why``: a reason of core.domain.weight_reasons' closed
+vocabulary, set by the code that builds the sample; ``""`` when not recorded, as in samples stored
+before reasons existed, which load unchanged).
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ class Message:
     tool_call_id: str | None = None  # tool messages only: the call this message answers
     name: str | None = None  # tool messages: the function's name
     reasoning: str = ""  # assistant reasoning text (kept, not trained on unless asked)
+    why: str = ""  # why it has its weight (core.domain.weight_reasons; "" = not recorded)
 
 
 @dataclass(frozen=True)

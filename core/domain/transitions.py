@@ -116,7 +116,7 @@ class Transition:
 
 def history_messages(instruction: str, task: str, history: Sequence[Step]) -> tuple[Message, ...]:
     """A state as chat messages, ending with the last observation (weight 0 everywhere)."""
-    return conversation(instruction, task, [(step, 0, "") for step in history])
+    return conversation(instruction, task, [(step, 0, "", "history") for step in history])
 
 
 def action_text(step: Step) -> str:

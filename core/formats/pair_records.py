@@ -115,7 +115,8 @@ def stepwise_record(
     """TRL stepwise supervision over the first ``len(labels)`` steps (see the module docstring)."""
     if not labels or len(labels) > len(steps):
         raise ValueError(f"{len(labels)} labels for {len(steps)} steps")
-    messages = conversation("", "", [(step, 1, "") for step in steps[: len(labels)]])[1:]  # no empty task
+    planned = [(step, 1, "", "good_step") for step in steps[: len(labels)]]  # only the text is used
+    messages = conversation("", "", planned)[1:]  # no empty task
     completions: list[str] = []
     context: list[str] = []
     for message in messages:

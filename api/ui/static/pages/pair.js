@@ -7,6 +7,7 @@
 
 import { ApiError, get, post } from "../api.js";
 import { fmt, h, link, shortId, table, mount } from "../dom.js";
+import { whyTag } from "../reasons.js";
 
 function stepCell(step, extra = {}) {
   if (!step) return h("td", { class: "empty" }, "—");
@@ -86,14 +87,14 @@ export function correctionsTable(corrections) {
   ]), { id: "corrections" });
 }
 
-/** A sample's messages with their loss weights; those that differ from `other`'s are marked. */
+/** A sample's messages with their loss weights and why; those that differ from `other`'s are marked. */
 function sampleMessages(sample, other, id) {
   const against = other ? other.messages : [];
   return h("ol", { id, class: "messages compact", start: 0 }, sample.messages.map((m, i) => {
     const was = against[i];
     const changed = other && (!was || was.content !== m.content || was.weight !== m.weight || was.role !== m.role);
     return h("li", { class: `message ${m.weight ? "trained" : "context"}${changed ? " changed" : ""}`, dataset: { index: String(i), weight: String(m.weight), changed: changed ? "1" : "0" } },
-      h("div", { class: "meta" }, h("span", { class: "role" }, m.role), " ", h("span", { class: `weight w${m.weight}` }, `weight ${m.weight}`), changed ? h("span", { class: "tag human" }, "changed") : null),
+      h("div", { class: "meta" }, h("span", { class: "role" }, m.role), " ", h("span", { class: `weight w${m.weight}` }, `weight ${m.weight}`), " ", whyTag(m.why), changed ? h("span", { class: "tag human" }, "changed") : null),
       h("pre", {}, m.content));
   }));
 }

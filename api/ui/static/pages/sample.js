@@ -1,16 +1,18 @@
-// Owns the Sample inspector: the sample's messages with their loss weights and provenance, and the
-// same sample rendered through the target model's chat template by the trainer's tokenizer code
-// (GET /v1/samples/{id}/tokens), every token coloured by whether it carries loss; a warning when the
+// Owns the Sample inspector: the sample's messages with their loss weights, why each has its weight
+// (the reason the code that built the sample recorded, `why`), and provenance, and the same sample rendered through the target model's chat template by the trainer's tokenizer code
+// (GET /v1/samples/{id}/tokens), every token coloured by whether it carries loss, its tooltip naming
+// the assistant message it belongs to and that message's reason; a warning when the
 // sample calls tools and the model's template drops the calls (template_drops_tool_calls).
 
 import { ApiError, get } from "../api.js";
 import { fmt, h, link, mount, shortId } from "../dom.js";
+import { reasonLabel, whyTag } from "../reasons.js";
 
-function messages(sample) {
+function messages(sample, meanings) {
   return h("ol", { id: "messages", class: "messages", start: 0 }, sample.messages.map((m, i) =>
-    h("li", { class: `message ${m.role} ${m.weight ? "trained" : "context"}`, dataset: { index: String(i), weight: String(m.weight) } },
+    h("li", { class: `message ${m.role} ${m.weight ? "trained" : "context"}`, dataset: { index: String(i), weight: String(m.weight), why: m.why || "" } },
       h("div", { class: "meta" }, h("span", { class: "role" }, m.role), " ",
-        h("span", { class: `weight w${m.weight}` }, `weight ${m.weight}`)),
+        h("span", { class: `weight w${m.weight}` }, `weight ${m.weight}`), " ", whyTag(m.why, meanings)),
       h("pre", {}, m.content),
       (m.tool_calls || []).length ? h("pre", { class: "tool-calls" }, JSON.stringify(m.tool_calls, null, 1)) : null)));
 }
@@ -24,8 +26,9 @@ async function tokens(sampleId, model, box) {
     mount(box, h("p", { class: "error", id: "tokens-error" }, err instanceof ApiError ? err.message : String(err)));
     return;
   }
+  const owner = (t) => (t.message === null || t.message === undefined ? "" : ` · message ${t.message}: ${reasonLabel(t.why)}`);
   const strip = h("div", { id: "tokens", class: "tokens" }, data.tokens.map((t, i) =>
-    h("span", { class: `tok ${t.trained ? "trained" : "masked"}`, title: `#${i} id ${t.id}${t.trained ? " (loss)" : " (label -100)"}`, dataset: { i: String(i), id: String(t.id), trained: t.trained ? "1" : "0" } }, t.text)));
+    h("span", { class: `tok ${t.trained ? "trained" : "masked"}`, title: `#${i} id ${t.id}${t.trained ? " (loss)" : " (label -100)"}${owner(t)}`, dataset: { i: String(i), id: String(t.id), trained: t.trained ? "1" : "0", message: t.message === null || t.message === undefined ? "" : String(t.message), why: t.why || "" } }, t.text)));
   const dropped = data.template_drops_tool_calls
     ? h("p", { id: "tool-call-warning", class: "error", role: "alert" },
       h("strong", {}, "Tool calls are not trained: "), data.tool_call_problem || `the chat template of ${data.model} drops tool calls`)
@@ -64,7 +67,7 @@ export async function render(main, [sampleId], query) {
       ` · reward ${fmt(sample.reward)} · verified ${fmt(out.verified)}`),
     h("details", {}, h("summary", {}, "Provenance"), h("pre", { id: "provenance" }, JSON.stringify(prov, null, 2))),
     h("div", { class: "two-col" },
-      h("section", {}, h("h2", {}, "Messages and weights"), messages(sample)),
+      h("section", {}, h("h2", {}, "Messages, weights and why"), messages(sample, out.weight_reasons)),
       h("section", {}, h("h2", {}, "Chat template and loss mask"),
         h("form", { id: "token-form", onsubmit: (e) => { e.preventDefault(); tokens(sampleId, modelInput.value.trim() || undefined, box); } },
           h("label", {}, "model ", modelInput), " ", h("button", { type: "submit" }, "Render")),
