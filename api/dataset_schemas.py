@@ -66,6 +66,18 @@ class DatasetQueryIn(_Strict):
         description="Train on reasoning: every download renders an assistant message's reasoning "
         "as a '<think>\\n...\\n</think>\\n\\n' prefix of its content (weighted like the message).",
     )
+    sample_ids: list[Id] = Field(
+        default_factory=list,
+        max_length=MAX_SAMPLES,
+        description="A selection: only these samples. Each must be a sample the other filters take "
+        "(else a 422 naming the first few).",
+    )
+    exclude_sample_ids: list[Id] = Field(
+        default_factory=list,
+        max_length=MAX_SAMPLES,
+        description="Never these samples (e.g. unchecked in a preview). Each must be a sample the other "
+        "filters take, and none may also be in sample_ids.",
+    )
 
     def to_domain(self) -> DatasetQuery:
         def iso(moment: datetime | None) -> str | None:
@@ -83,6 +95,8 @@ class DatasetQueryIn(_Strict):
             critic_strategies=tuple(self.critic_strategies),
             max_samples=self.max_samples,
             include_reasoning=self.include_reasoning,
+            sample_ids=tuple(self.sample_ids),
+            exclude_sample_ids=tuple(self.exclude_sample_ids),
         )
 
 

@@ -6,8 +6,10 @@ samples: kinds (``revision`` samples and ``good`` samples), sources (``traces``:
 production traces; ``runs``: samples made by a run's search), task keys, a time range on the
 recording time of the event that made each sample, run ids, trace ids, the outcome of the trace a
 sample came from (a revision comes from a failed trace, a good sample from a successful one), and
-the critic strategy that found the first error (revisions only). ``selects`` decides one sample
-from its ``SampleFacts``.
+the critic strategy that found the first error (revisions only), and by sample id: a selection
+(``sample_ids``: only these) and exclusions (``exclude_sample_ids``: never these), each id one the
+other filters take (``plan_dataset`` refuses any other). ``selects`` decides one sample from its
+``SampleFacts``.
 
 A dataset is built once (``plan_dataset``): the samples that match, in event-position order (then
 sample id), among the events at or below the log position read at build time. The manifest
@@ -87,6 +89,10 @@ class DatasetQuery:
     max_samples: int = MAX_SAMPLES
     #: Render each assistant message's reasoning into its content (``fold_reasoning``) on export.
     include_reasoning: bool = False
+    #: A selection: only these samples (each must be one the other filters take).
+    sample_ids: tuple[str, ...] = ()
+    #: Never these samples (each must be one the other filters take).
+    exclude_sample_ids: tuple[str, ...] = ()
 
     def validated(self) -> DatasetQuery:
         """This query with sorted, de-duplicated lists; ``DatasetQueryError`` names a bad field."""
@@ -102,7 +108,17 @@ class DatasetQuery:
             critic_strategies=_strings(self.critic_strategies, "query.critic_strategies", STRATEGIES),
             max_samples=self.max_samples,
             include_reasoning=self.include_reasoning,
+            sample_ids=_strings(self.sample_ids, "query.sample_ids"),
+            exclude_sample_ids=_strings(self.exclude_sample_ids, "query.exclude_sample_ids"),
         )
+        both = sorted(set(clean.sample_ids) & set(clean.exclude_sample_ids))
+        if both:
+            raise DatasetQueryError(
+                f"query.exclude_sample_ids: {len(both)} id(s) are also in query.sample_ids, first: {both[:3]}"
+            )
+        for name in ("sample_ids", "exclude_sample_ids"):
+            if len(getattr(clean, name)) > MAX_SAMPLES:
+                raise DatasetQueryError(f"query.{name}: at most {MAX_SAMPLES} ids")
         if not isinstance(clean.include_reasoning, bool):
             raise DatasetQueryError(
                 f"query.include_reasoning must be true or false, got {clean.include_reasoning!r}"
@@ -180,6 +196,15 @@ def facts_from_provenance(
 
 def selects(query: DatasetQuery, facts: SampleFacts) -> bool:
     """Whether ``query`` takes the sample described by ``facts``."""
+    if query.sample_ids and facts.sample_id not in query.sample_ids:
+        return False
+    if facts.sample_id in query.exclude_sample_ids:
+        return False
+    return _filters_take(query, facts)
+
+
+def _filters_take(query: DatasetQuery, facts: SampleFacts) -> bool:
+    """Whether the query's filters (everything but its sample ids) take the sample."""
     if facts.kind not in query.kinds or facts.source not in query.sources:
         return False
     if query.task_keys and facts.task_key not in query.task_keys:
@@ -271,6 +296,22 @@ def _select(query: DatasetQuery, log_position: int, candidates: Iterable[SampleF
     return sorted(chosen.values(), key=lambda f: (f.position, f.sample_id))
 
 
+def _check_sample_ids(query: DatasetQuery, log_position: int, candidates: Iterable[SampleFacts]) -> None:
+    """Every selected or excluded id must be a sample the query's other filters take (at or below
+    ``log_position``): an id of no such sample is a mistake (a typo, another project's sample, a
+    filter that already leaves it out), refused with the first few ids."""
+    if not query.sample_ids and not query.exclude_sample_ids:
+        return
+    taken = {f.sample_id for f in candidates if f.position <= log_position and _filters_take(query, f)}
+    for name in ("sample_ids", "exclude_sample_ids"):
+        unknown = [sid for sid in getattr(query, name) if sid not in taken]
+        if unknown:
+            raise DatasetQueryError(
+                f"query.{name}: {len(unknown)} id(s) are not samples the query's other filters take "
+                f"(unknown, another project's, or left out by kinds / sources / ...), first: {unknown[:3]}"
+            )
+
+
 def plan_dataset(
     *,
     project_id: str,
@@ -289,6 +330,8 @@ def plan_dataset(
     query = query.validated()
     if version < 1:
         raise DatasetQueryError(f"version must be >= 1, got {version}")
+    candidates = list(candidates)
+    _check_sample_ids(query, log_position, candidates)
     ordered = _select(query, log_position, candidates)
     if not ordered and not allow_empty:
         raise DatasetQueryError(

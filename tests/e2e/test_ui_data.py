@@ -7,7 +7,9 @@ append them. The pages must:
 
 * build a named dataset from a selection of traces (traces page -> builder preview -> exclude one
   sample -> create), show its entries and preview a sample, and download it (openai JSONL holding
-  exactly the kept samples; every format button present);
+  exactly the kept samples; every format button present); exclude one sample of a run the same way
+  (``exclude_sample_ids``), and build the next version from the dataset's "exclude samples" link with
+  that sample still unchecked;
 * sort every table by a column (both directions) and filter it by text and status, the runs list
   showing the failed run's bar unlike the completed-looking one;
 * show the dashboard's figures and bars equal to the quality API's answer and to the values this
@@ -166,7 +168,9 @@ def test_build_a_dataset_from_a_selection_and_download_it(site: Site, tmp_path: 
     assert dataset_id
     api = site.api(f"/v1/datasets/{dataset_id}")
     assert {e["sample_id"] for e in api["entries"]} == kept and api["name"] == "refunds-ui"
-    assert sorted(api["query"]["trace_ids"]) == sorted(t for t in keep if t != dropped_trace)
+    assert sorted(api["query"]["trace_ids"]) == sorted(keep)  # the selection made on the traces page
+    assert api["query"]["exclude_sample_ids"] == [dropped_sample]  # unchecked in the preview
+    assert dropped_trace in keep
     # preview a sample's messages
     first = sorted(kept)[0]
     page.click(f'#entries tr[data-sample-id="{first}"] button.preview-sample')
@@ -192,17 +196,35 @@ def test_build_a_dataset_from_a_selection_and_download_it(site: Site, tmp_path: 
     page.goto(f"{site.base}/ui/#/datasets")
     page.wait_for_selector(f'#datasets tr[data-dataset-id="{dataset_id}"]')
     no_literals(page, "datasets")
-    # a run's samples: the preview lists them; one of them alone cannot be excluded (the API
-    # selects run samples by run), and the builder says so instead of sending another query
+    # a run's samples: the preview lists them; one of them alone is excluded (exclude_sample_ids)
     page.goto(f"{site.base}/ui/#/datasets?sources=runs&run_ids={site.project.run_id}")
     page.wait_for_selector("#candidates tbody tr[data-sample-id]")
     assert page.locator("#candidates tbody tr[data-sample-id]").count() == len(REVISIONS)
-    page.locator("#candidates input.select-row").first.uncheck()
+    first_row = page.locator("#candidates tbody tr[data-sample-id]").first
+    left_out = first_row.get_attribute("data-sample-id")
+    first_row.locator("input.select-row").uncheck()
     page.fill("#ds-name", "run-part")
     page.click("#create-dataset")
-    page.wait_for_selector("#build-status.error")
-    assert "whole run" in page.locator("#build-status").inner_text()
-    assert site.api("/v1/datasets", name="run-part")["items"] == []
+    page.wait_for_selector("#dataset #entries tbody tr[data-sample-id]")
+    (part,) = site.api("/v1/datasets", name="run-part")["items"]
+    assert part["samples"] == len(REVISIONS) - 1 and part["query"]["exclude_sample_ids"] == [left_out]
+    assert page.locator(f'#entries tr[data-sample-id="{left_out}"]').count() == 0
+    # "exclude samples" opens the builder on the same query, the excluded sample unchecked
+    page.click("#dataset a[href^='#/datasets?name=run-part']")
+    page.wait_for_selector("#candidates tbody tr[data-sample-id]")
+    unchecked = page.locator("#candidates tbody tr:has(input.select-row:not(:checked))").evaluate_all(
+        "rs => rs.map(r => r.dataset.sampleId)"
+    )
+    assert unchecked == [left_out]
+    page.click("#create-dataset")
+    page.wait_for_function(
+        "() => document.querySelector('#dataset h2')?.textContent === 'run-part v2'", timeout=TIMEOUT
+    )
+    versions = site.api("/v1/datasets", name="run-part")["items"]
+    assert [(d["version"], d["samples"]) for d in versions] == [
+        (2, len(REVISIONS) - 1),
+        (1, len(REVISIONS) - 1),
+    ]
     assert errors == []
 
 

@@ -1,11 +1,12 @@
 // Owns building a named dataset in the UI: the query form (POST /v1/datasets's query fields), a
 // preview of the samples the query takes (read from the trace list and the runs' sample lists and
 // matched with the same rules as core.domain.trace_datasets.selects), excluding samples from the
-// preview, and turning the kept samples back into a query the API can express.
+// preview, and turning the kept samples back into the query the API builds from.
 //
-// The API builds a dataset from a query, not from sample ids, so a selection becomes: trace ids
-// (when every previewed sample comes from a trace) or whole runs (run samples, kept or dropped a
-// run at a time). Anything else is refused with a sentence saying so, never sent approximately.
+// A selection becomes the query plus `exclude_sample_ids` (the previewed samples left unchecked;
+// the API refuses an id its other filters do not take, so nothing is sent approximately). The
+// builder opened from a dataset's "exclude samples" link previews the same query with that
+// dataset's exclusions unchecked, so the next version can exclude more or take some back.
 
 import { all, post } from "./api.js";
 import { h, link, shortId } from "./dom.js";
@@ -26,6 +27,8 @@ export function formQuery(fields) {
     run_ids: list(value("run_ids")), trace_ids: list(value("trace_ids")), critic_strategies: checked("critic_strategies"),
     include_reasoning: fields.querySelector('[name="include_reasoning"]').checked,
   };
+  const only = list(value("sample_ids"));
+  if (only.length) query.sample_ids = only;
   if (value("outcome")) query.outcome = value("outcome");
   for (const name of ["since", "until"]) if (value(name)) query[name] = value(name);
   return query;
@@ -33,6 +36,7 @@ export function formQuery(fields) {
 
 /** Whether `query` takes sample `c` (core.domain.trace_datasets.selects; recorded_at approximated). */
 export function selects(query, c) {
+  if ((query.sample_ids || []).length && !query.sample_ids.includes(c.sample_id)) return false;
   if (!query.kinds.includes(c.kind) || !query.sources.includes(c.source)) return false;
   if (query.task_keys.length && !query.task_keys.includes(c.task_key)) return false;
   if (query.run_ids.length && !query.run_ids.includes(c.run_id)) return false;
@@ -79,26 +83,14 @@ export async function candidates(query) {
 
 /**
  * The query that takes exactly `kept` of the previewed `shown` samples: `query` itself when none
- * was dropped, else by trace ids or whole runs. Returns { query } or { error }.
+ * was dropped, else `query` with the dropped ones in `exclude_sample_ids`. Returns { query } or { error }.
  */
 export function queryForSelection(query, shown, kept) {
   const keep = new Set(kept.map((c) => c.sample_id));
-  const dropped = shown.filter((c) => !keep.has(c.sample_id));
+  const dropped = shown.filter((c) => !keep.has(c.sample_id)).map((c) => c.sample_id).sort();
   if (!dropped.length) return { query };
   if (!kept.length) return { error: "Every previewed sample is excluded: keep at least one." };
-  if (shown.every((c) => c.source === "traces" && c.trace_id)) {
-    const traceIds = new Set(kept.map((c) => c.trace_id));
-    if (dropped.some((c) => traceIds.has(c.trace_id))) return { error: "A kept and an excluded sample come from the same trace." };
-    return { query: { ...query, sources: ["traces"], trace_ids: [...traceIds].sort() } };
-  }
-  if (shown.every((c) => c.source === "runs")) {
-    const runIds = new Set(kept.map((c) => c.run_id));
-    if (dropped.some((c) => runIds.has(c.run_id))) {
-      return { error: "Run samples can only be kept or excluded a whole run at a time: POST /v1/datasets selects by query (run ids), not by sample id." };
-    }
-    return { query: { ...query, sources: ["runs"], run_ids: [...runIds].sort() } };
-  }
-  return { error: "Excluding from a mix of trace and run samples cannot be written as one query: build one dataset per source." };
+  return { query: { ...query, exclude_sample_ids: dropped } };
 }
 
 const CANDIDATE_COLUMNS = [
@@ -129,6 +121,7 @@ export function builder(params, created) {
     field("task keys", h("input", { name: "task_keys", value: given("task_keys").join(", "), placeholder: "any" })),
     field("run ids", h("input", { name: "run_ids", id: "ds-run-ids", value: given("run_ids").join(", "), placeholder: "any" })),
     field("trace ids", h("textarea", { name: "trace_ids", id: "ds-trace-ids", rows: 2, placeholder: "any" }, given("trace_ids").join(", "))),
+    field("sample ids", h("textarea", { name: "sample_ids", id: "ds-sample-ids", rows: 1, placeholder: "any" }, given("sample_ids").join(", "))),
     field("outcome", h("select", { name: "outcome" }, ["", "failure", "success"].map((v) => h("option", { value: v, selected: v === (params.get("outcome") || "") }, v || "any")))),
     h("div", { class: "field" }, h("span", {}, "critic"), checkboxes("critic_strategies", STRATEGIES, given("critic_strategies"))),
     field("since", h("input", { name: "since", placeholder: "2026-11-01T00:00:00Z", value: params.get("since") || "" })),
@@ -137,6 +130,7 @@ export function builder(params, created) {
   const status = h("p", { id: "build-status", class: "muted" }, "Preview the samples, exclude the ones you do not want, then create.");
   const previewButton = h("button", { type: "button", id: "preview-dataset" }, "Preview samples");
   const createButton = h("button", { type: "submit", id: "create-dataset" }, "Create dataset");
+  const excludedBefore = new Set(given("exclude_sample_ids")); // a dataset's exclusions (its next version)
   let previewed = null; // the samples the last preview showed (null: none yet)
   let previewedQuery = null;
   const preview = dataTable(CANDIDATE_COLUMNS, {
@@ -154,10 +148,11 @@ export function builder(params, created) {
     previewed = found;
     previewedQuery = query;
     preview.update(found);
-    preview.select(found.map((c) => c.sample_id));
+    const kept = found.filter((c) => !excludedBefore.has(c.sample_id));
+    preview.select(kept.map((c) => c.sample_id));
     previewBox.hidden = false;
     const approx = query.since || query.until ? " (since / until compare the trace's time here; the server uses the sample's)" : "";
-    status.textContent = `${found.length} sample(s) match${approx}. ${found.length} kept.`;
+    status.textContent = `${found.length} sample(s) match${approx}. ${kept.length} kept.`;
   }
   previewButton.addEventListener("click", () => runPreview().catch((err) => { status.className = "error"; status.textContent = err.message; }));
   const form = h("form", { id: "dataset-builder", class: "card" }, h("h2", {}, "Build a named dataset"), fields,
@@ -175,6 +170,8 @@ export function builder(params, created) {
       }
       query = chosen.query;
       expected = preview.selected().length;
+    } else if (excludedBefore.size) {
+      query = { ...query, exclude_sample_ids: [...excludedBefore].sort() }; // not previewed: keep the exclusions
     }
     createButton.disabled = true;
     try {
@@ -191,6 +188,6 @@ export function builder(params, created) {
     }
   });
   const open = ["sources", "kinds", "trace_ids", "run_ids", "task_keys", "name"].some((k) => params.has(k));
-  if (open && (params.has("trace_ids") || params.has("run_ids"))) runPreview().catch(() => {});
+  if (open && ["trace_ids", "run_ids", "sample_ids", "exclude_sample_ids"].some((k) => params.has(k))) runPreview().catch(() => {});
   return h("details", { id: "builder", open: open || null }, h("summary", {}, "Build a named dataset from a filter or a selection"), form);
 }

@@ -27,10 +27,14 @@ const DATASET_COLUMNS = [
   { key: "download", label: "download", sortable: false, value: () => null, cell: downloadsOf },
 ];
 
-/** The query in words: only the fields that narrow it. */
+const ID_LISTS = ["sample_ids", "exclude_sample_ids"];
+
+/** The query in words: only the fields that narrow it (sample id lists as counts). */
 function queryText(query) {
   const parts = [];
   for (const key of QUERY_LISTS) if ((query[key] || []).length) parts.push(`${key} ${query[key].join(", ")}`);
+  if ((query.sample_ids || []).length) parts.push(`${query.sample_ids.length} selected sample(s)`);
+  if ((query.exclude_sample_ids || []).length) parts.push(`${query.exclude_sample_ids.length} excluded sample(s)`);
   for (const key of ["outcome", "since", "until"]) if (query[key]) parts.push(`${key} ${query[key]}`);
   if (query.include_reasoning) parts.push("reasoning trained");
   return parts.join(" · ") || "every sample";
@@ -40,7 +44,7 @@ function queryText(query) {
 function rebuildHash(dataset) {
   const q = new URLSearchParams({ name: dataset.name });
   const query = dataset.query || {};
-  for (const key of QUERY_LISTS) if ((query[key] || []).length) q.set(key, query[key].join(","));
+  for (const key of [...QUERY_LISTS, ...ID_LISTS]) if ((query[key] || []).length) q.set(key, query[key].join(","));
   for (const key of ["outcome", "since", "until"]) if (query[key]) q.set(key, query[key]);
   return `#/datasets?${q}`;
 }
