@@ -24,8 +24,10 @@ Under constrained decoding (``search.constrain_actions``) the policy can only em
 accepts, so most of those kinds (wrong ingredients, crafting too early, ``get`` of a craftable item)
 cannot occur in the trees the critic judges. ``mistakes="valid"`` then draws every mistake from the
 state's own valid actions (``TextCraftEnv.valid_actions_sync``): kind ``valid_choice``, one of the
-actions a constrained sample could take that the oracle calls the first error (a distractor's item
-or craft, a get of what is already held, ``inventory``, a craft that spends what the plan needs).
+actions a constrained sample could take that the oracle calls the first error (a wrong craft
+first: a sibling item that spends what the plan needs, another batch of what is held; else a
+distractor's item, a get of what is already held, ``inventory``), and every other task's expert
+fetches twice the raw items it needs (still progress), so that redundant crafts exist to be judged.
 The judge then learns the errors it will be asked about: decisions, not syntax.
 
 Deterministic: ``random.Random`` seeded with a string per (seed, task, step).
@@ -163,11 +165,30 @@ def _mistake(kind: str, env: TextCraftEnv, gold: Sequence[str], k: int, rng: ran
 
 
 def _valid_mistakes(env: TextCraftEnv, gold: str, rng: random.Random) -> list[str]:
-    """The state's valid actions other than ``gold``, in a seeded random order (candidates for a
-    ``valid_choice`` mistake; the oracle decides which of them are errors)."""
+    """The state's valid actions other than ``gold``, crafts first, each group in a seeded random
+    order (candidates for a ``valid_choice`` mistake; the oracle decides which are errors). Crafts
+    first because a wrong craft (a sibling item that spends the planks the goal needs, a second
+    batch of what is held) is the error a constrained policy makes most, while ``get`` variants
+    outnumber crafts in the valid list by far (measured on the default demo's iteration-0 pairs:
+    most first errors the critic missed were such crafts; docs/critic.md)."""
     actions = [a for a in (env.valid_actions_sync() or []) if a != gold]
-    rng.shuffle(actions)
-    return actions
+    crafts = [a for a in actions if a.startswith("craft ")]
+    others = [a for a in actions if not a.startswith("craft ")]
+    rng.shuffle(crafts)
+    rng.shuffle(others)
+    return crafts + others
+
+
+def _over_fetched(gold: Sequence[str]) -> list[str]:
+    """The expert plan with every ``get N item`` doubled: still progress at every step for the
+    oracle (getting more than needed is progress), and its states hold spare raw items, so a
+    redundant craft (another batch of planks) becomes a valid mistake, as in the policy's own
+    over-fetching episodes."""
+    out = []
+    for action in gold:
+        get = _GET.match(action)
+        out.append(f"get {2 * int(get.group(1))} {get.group(2)}" if get else action)
+    return out
 
 
 def _step(env: TextCraftEnv, action: str) -> Step:
@@ -194,9 +215,11 @@ def judge_examples(
         )
     oracle = oracle or TextCraftOracle(env)
     out: list[JudgeExample] = []
-    for task_id in task_ids:
+    for position, task_id in enumerate(task_ids):
         task = env.reset_sync(task_id)
         gold = solve(env.goal_of(task_id), env.book)
+        if mistakes == "valid" and position % 2 == 1:
+            gold = _over_fetched(gold)  # every other task: an expert with spare raw items
         steps: list[Step] = []
         for k, action in enumerate(gold):
             rng = random.Random(f"judge:{seed}:{task_id}:{k}")
@@ -224,7 +247,8 @@ def judge_examples(
                 made += 1
             steps.append(_step(env, action))
             path = Trajectory(task=task, instruction=env.instruction, steps=tuple(steps), reward=None)
-            out.append(JudgeExample(task_id, path, k, "good", ""))
+            if oracle.first_error(task_id, [s.action for s in steps], start=k) is None:
+                out.append(JudgeExample(task_id, path, k, "good", ""))  # the oracle's progress only
             if steps[-1].done:
                 break
     if not out:

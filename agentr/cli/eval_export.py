@@ -26,6 +26,7 @@ def eval_command(
     episodes: int = 1,
     temperature: float = 0.0,
     seed: int = 0,
+    constrain_actions: bool = False,
     out: str,
 ) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -46,6 +47,7 @@ def eval_command(
             temperature=temperature,
             recovery_episodes=0,
             baseline=False,
+            constrain_actions=constrain_actions,
         )
         probe = open_env(env)
         task_ids = held_out_tasks(probe, select_tasks(probe, tasks, split, None), max_tasks)

@@ -115,12 +115,13 @@ def register(app: typer.Typer) -> None:
             "process may use fewer cores); never the machine's momentary load. Recorded in the run's "
             "config, report and checkpoints; --resume keeps the recorded count. 1 on a busy machine.",
         ),
-        judge_mix: bool = typer.Option(
-            False,
-            "--judge-mix",
-            help="Default demo: keep the warm start's judge examples (Good/Bad on other train goals) "
-            "mixed into every iteration's SFT as general data (eta rule), so the model critic keeps "
-            "judging; measured 9.5x slower iteration SFT (docs/critic.md).",
+        judge_mix: bool | None = typer.Option(
+            None,
+            "--judge-mix/--no-judge-mix",
+            help="Default demo (on unless --no-judge-mix): keep a small replay of the warm start's "
+            "judge examples (Good/Bad on other train goals, at most 24 per iteration) mixed into "
+            "every iteration's SFT as general data (eta rule), so the model critic keeps judging "
+            "after training (docs/critic.md). Not under --quick, --env or --model.",
         ),
     ) -> None:
         """Run the whole Agent-R loop in this process: MCTS search -> first-error critic -> revision
@@ -174,6 +175,13 @@ def register(app: typer.Typer) -> None:
             help="Sampling temperature (0 = greedy; then use --episodes 1).",
         ),
         seed: int = typer.Option(0, "--seed", help="Seed of the episodes' sampling."),
+        constrain_actions: bool = typer.Option(
+            False,
+            "--constrain-actions",
+            help="Sample each Action line among the state's valid actions (the environment's "
+            "valid_actions(); free where it lists none), as evaluation.constrain_actions in a run "
+            "(docs/constrained-decoding.md). Recorded in the metrics.",
+        ),
         out: str = typer.Option(
             "", "--out", "-o", help="Folder for eval.json / eval.md / eval.png (default: print only)."
         ),
@@ -195,6 +203,7 @@ def register(app: typer.Typer) -> None:
                 episodes=episodes,
                 temperature=temperature,
                 seed=seed,
+                constrain_actions=constrain_actions,
                 out=out,
             )
         )

@@ -130,3 +130,25 @@ async def test_greedy_constrained_equals_free_whenever_free_is_valid(trained: HF
     moved = parse_action(row[0].text)
     assert moved is not None and moved.normalized in {a.lower() for a in others}
     assert moved.thought == chosen.thought
+
+
+def test_agentr_eval_constrain_actions_plays_only_valid_actions(tiny_folder, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``agentr eval --constrain-actions``: the untrained model's episodes hold no rejected action
+    (free decoding on the same tasks and seeds rejects most), and the metrics record the setting."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rates = {}
+    for flag in ("--constrain-actions", ""):
+        out = tmp_path / (flag or "free")
+        args = [str(Path(sys.executable).parent / "agentr"), "eval", "--model", str(tiny_folder), "--env",
+                "textcraft?distractors=1", "--tasks", "goal:oak_planks,goal:stick", "--max-steps", "3",
+                "--max-tokens", "24", "--episodes", "1", "--out", str(out)]  # fmt: skip
+        done = subprocess.run([*args, *([flag] if flag else [])], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        metrics = json.loads((out / "eval.json").read_text())
+        assert metrics["constrain_actions"] is bool(flag)
+        rates[flag] = metrics["invalid_action_rate"]
+    assert rates["--constrain-actions"] == 0.0 and rates[""] > 0.0
