@@ -65,7 +65,7 @@ JUDGE_TASKS = 16
 """Judge tasks of the demo's warm start (8 of depth 1, 8 of depth 2: about 130 examples)."""
 JUDGE_SHARE = 0.3
 """Share of the warm start's training text that is judge examples (by characters)."""
-JUDGE_DATA_VERSION = "judge-v4"
+JUDGE_DATA_VERSION = "judge-v5"
 """Changes whenever the judge data's rule or mix changes (part of the warm-start cache key)."""
 
 
@@ -113,8 +113,9 @@ def judge_mistakes(config: object) -> str:
     """The judge examples' mistake mode for a run (``judge_examples``' ``mistakes``): "valid" when the
     run's search constrains the policy to valid actions (its trees then hold no rejected action, so
     the judge learns the valid-but-wrong choices it will be asked about), else "all"."""
-    search = getattr(config, "search", None)
-    return "valid" if getattr(search, "constrain_actions", False) else "all"
+    search = getattr(config, "search", None)  # RunConfig.search: the settings as a mapping
+    constrained = search.get("constrain_actions") if isinstance(search, dict) else None
+    return "valid" if constrained is True else "all"
 
 
 def warm_start_judge_samples(
@@ -131,8 +132,8 @@ def warm_start_judge_samples(
 
 
 def warm_start_judge_key(env: object, phase_steps: int | None = None, mistakes: str = "all") -> str:
-    """What the judge data adds to the warm-start cache key ("" without judge data); the "all"
-    mistake mode keeps the key it had before modes existed."""
+    """What the judge data adds to the warm-start cache key ("" without judge data); the mistake
+    mode is part of it (the "all" mode adds nothing, its key has the version alone)."""
     if not isinstance(env, TextCraftEnv):
         return ""
     steps = JUDGE_PHASE_STEPS if phase_steps is None else phase_steps
@@ -244,8 +245,10 @@ def with_judge_general(config: dict[str, Any], model_ref: str) -> tuple[dict[str
     if config.get("general_data"):
         return config, f"general data: {config['general_data']} (the warm start's judge set is not mixed in)"
     eta = config.get("eta", 0.2)
+    cap = config.get("max_general")
+    capped = f", at most {cap}: a small replay" if cap is not None else ""
     note = (
         f"general data: the warm start's judge examples ({path}), mixed into every iteration's SFT "
-        f"by the eta rule (eta {eta}: round(A * (1 - eta) / eta) of them next to A agent samples)"
+        f"by the eta rule (eta {eta}: round(A * (1 - eta) / eta) of them next to A agent samples{capped})"
     )
     return {**config, "general_data": str(path)}, note

@@ -34,14 +34,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# The demo: TextCraft's wooden goals, one distractor recipe. 8 woods x 8 products (planks, wood /
-# hyphae, button, pressure plate, slab, door, stairs, trapdoor: 2-4 actions each); searched (and
-# warm-started on): the 24 combinations with (wood + product) % 8 in {0, 1, 2}; held out: 10 other
-# combinations ((wood + product) % 8 == 4, plus == 6 for planks and wood), never searched or
-# trained on, which share sub-recipes with the searched ones (acacia planks are crafted inside the
-# searched acacia slab / door / stairs) or their pattern (jungle wood like oak wood), 4 of depth 1
-# and 6 of depth 2.
-DEMO_ENV = "textcraft?distractors=1&max_steps=12"
+# The demo: TextCraft's wooden goals, three distractor recipes. 8 woods x 8 products (planks, wood
+# / hyphae, button, pressure plate, slab, door, stairs, trapdoor: 2-4 actions each); searched (and
+# warm-started on): the 24 combinations with (wood + product) % 8 in {0, 1, 2}. Held out (never
+# searched or trained on), at two distances from the searched goals:
+#   - near: 10 other combinations of the same products ((wood + product) % 8 == 4, plus == 6 for
+#     planks and wood), which share sub-recipes (acacia planks are crafted inside the searched
+#     acacia slab / door / stairs) or their pattern (jungle wood like oak wood), 4 of depth 1 and 6
+#     of depth 2;
+#   - new products: 10 goals of products never searched (boat, fence, fence gate, sign, all depth
+#     2), made of the same woods' planks but also needing sticks or another recipe shape.
+# Measured on the warm-started model with constrained decoding (agentr eval --constrain-actions,
+# 2 episodes per goal at temperature 0.7): near 0.80, new products 0.35, so the starting model is
+# competent but imperfect on the held-out set (issue #25 asks for a start in [0.2, 0.7]; depth-1/2
+# goals of the same products alone were 0.8-0.9, too easy to show a change).
+DEMO_ENV = "textcraft?distractors=3&max_steps=12"
 QUICK_ENV = "textcraft?distractors=0&split=demo&max_steps=6"
 _WOODS = ("oak", "birch", "spruce", "jungle", "acacia", "dark_oak", "crimson", "warped")
 _PRODUCTS = ("planks", "wood", "button", "pressure_plate", "slab", "door", "stairs", "trapdoor")
@@ -59,12 +66,25 @@ DEMO_GOALS: tuple[str, ...] = tuple(
     for j, p in enumerate(_PRODUCTS)
     if (i + j) % len(_PRODUCTS) in (0, 1, 2)
 )
-DEMO_HELD_OUT: tuple[str, ...] = tuple(
+DEMO_HELD_OUT_NEAR: tuple[str, ...] = tuple(
     _goal(w, p)
     for i, w in enumerate(_WOODS)
     for j, p in enumerate(_PRODUCTS)
     if (i + j) % len(_PRODUCTS) == 4 or ((i + j) % len(_PRODUCTS) == 6 and p in ("planks", "wood"))
 )
+DEMO_HELD_OUT_NEW: tuple[str, ...] = (
+    "goal:oak_boat",
+    "goal:jungle_boat",
+    "goal:birch_fence",
+    "goal:acacia_fence",
+    "goal:warped_fence",
+    "goal:spruce_fence_gate",
+    "goal:dark_oak_fence_gate",
+    "goal:crimson_fence_gate",
+    "goal:birch_sign",
+    "goal:dark_oak_sign",
+)
+DEMO_HELD_OUT: tuple[str, ...] = DEMO_HELD_OUT_NEAR + DEMO_HELD_OUT_NEW
 
 
 @dataclass(frozen=True)
@@ -91,7 +111,9 @@ class RunOptions:
     home: str = ""
     resume: str = ""
     train_from: str = ""  # local weights of a served --model URL (RunConfig.train["model_path"])
-    judge_mix: bool = False  # --judge-mix: keep the warm start's judge examples in every iteration
+    # --judge-mix / --no-judge-mix: keep a small replay of the warm start's judge examples in every
+    # iteration's SFT (None = the default: on for the default demo, DEMO_JUDGE_REPLAY of them)
+    judge_mix: bool | None = None
     method: tuple[str, ...] = ("sft",)  # --method: the learner schedule (agentr.cli.methods.parse_methods)
     # --bf16 auto|on|off: train with fp32 weights under bfloat16 autocast (None = auto: where the
     # CPU has native bfloat16 matmuls, core.runtime.cpu_features; never under --quick)
@@ -110,11 +132,11 @@ class Plan:
     warm_start_cap_s: float  # wall-clock safety cap on the warm start (a slow machine stops early)
     warm_start_tasks: tuple[str, ...]
     warm_start_lr: float = 3e-3  # the tiny model's; a pretrained --model folder gets REAL_MODEL_LR
-    # --judge-mix (default demo only): the warm start's judge examples become the run's general
-    # data, mixed into every iteration's SFT by the eta rule (train_service/judge_data.py:
-    # with_judge_general). Opt-in: measured, it kept the critic's judging through iteration 0's
-    # SFT (oracle match 1.00 vs 0.85 on the same pairs) but made that SFT 9.5x slower (1101 s vs
-    # 116 s, docs/critic.md), which the demo's time budget cannot carry.
+    # the default demo (off with --no-judge-mix): the warm start's judge examples become the run's
+    # general data, mixed into every iteration's SFT by the eta rule capped at DEMO_JUDGE_REPLAY
+    # (train_service/judge_data.py: with_judge_general; RunConfig.max_general). The whole set (eta's
+    # ~112) kept the critic's judging through iteration 0's SFT (oracle match 1.00 vs 0.85 on the
+    # same pairs) but made that SFT 9.5x slower (docs/critic.md); the cap makes it a small replay.
     judge_general: bool = False
     # optimizer steps of the warm start's judge phase (None = train_service.judge_data's default)
     judge_phase_steps: int | None = None
@@ -132,6 +154,12 @@ class Plan:
 # divergence), fallback 0.02, judge accuracy on unseen goals 0.82 (0.65 at 40 steps). --quick keeps
 # 40 (its fixed-seed tests and the small model).
 DEMO_JUDGE_PHASE_STEPS = 100
+
+# The default demo's judge replay: at most this many of the warm start's judge examples are mixed
+# into every iteration's SFT (RunConfig.max_general), so the actor-as-critic keeps judging after
+# the iteration's SFT (issue #25: without it, iteration 1's model critic fell back on 74 of 80
+# pairs, docs/results.md). A fixed count, so the cost is bounded (each example trains one token).
+DEMO_JUDGE_REPLAY = 24
 
 
 # A pretrained --model folder (SmolLM2-135M-Instruct, ...): the tiny model's 3e-3 warm start and
@@ -252,6 +280,7 @@ def plan_run(opts: RunOptions) -> Plan:
     if opts.train_from:
         train_config["model_path"] = opts.train_from
     demo = not opts.quick and not opts.env  # the demo's own goals (module constants)
+    judge_general = demo and not opts.model and opts.judge_mix is not False and "sft" in schedule
     if opts.judge_mix and "sft" not in schedule:
         raise ValueError(
             f"--judge-mix mixes the judge examples into SFT's data; --method {','.join(schedule)} "
@@ -278,6 +307,7 @@ def plan_run(opts: RunOptions) -> Plan:
         evaluation=evaluation,
         data_only=opts.data_only,
         seed=opts.seed,
+        max_general=DEMO_JUDGE_REPLAY if judge_general else None,
     )
     return Plan(
         config=config.to_data(),
@@ -286,7 +316,7 @@ def plan_run(opts: RunOptions) -> Plan:
         warm_start_cap_s=warm_cap,
         warm_start_tasks=tuple(tasks[:max_tasks] if max_tasks else tasks),
         warm_start_lr=warm_lr,
-        judge_general=demo and not opts.model and opts.judge_mix,
+        judge_general=judge_general,
         judge_phase_steps=DEMO_JUDGE_PHASE_STEPS if demo and not opts.model else None,
         judge_examples=not opts.model,
         mixed_bf16=mixed_bf16,

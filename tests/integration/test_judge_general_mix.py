@@ -90,7 +90,8 @@ async def test_max_general_makes_the_judge_set_a_small_replay(store: SqlEventSto
     warm = tmp_path / "warm"
     warm.mkdir()
     write_judge_general(judge_samples(ENV, ENV.task_ids("demo"), 2), warm)
-    data, _ = with_judge_general(RunConfig(model=str(warm), eta=0.2, max_general=3).to_data(), str(warm))
+    data, note = with_judge_general(RunConfig(model=str(warm), eta=0.2, max_general=3).to_data(), str(warm))
+    assert "at most 3: a small replay" in note  # the decision printed names the cap
     rows, manifest = await _dataset(store, tmp_path / "home", RunConfig.from_data(data), 2)
     assert sum(r["kind"] == "general" for r in rows) == 3 and len(rows) == 5
     assert manifest["general_wanted"] == 8 and "max_general caps it at 3" in manifest["note"]

@@ -1,13 +1,14 @@
 """The warm start leaves its judge set next to the model, and `agentr run`'s default demo (only it,
-with --judge-mix) mixes that set into every iteration's SFT as general data: a real tiny model warm-started by
-``agentr.cli.warm_start.prepare_model`` (a few steps), the file read back by the run's reader."""
+unless --no-judge-mix) mixes a small replay of that set into every iteration's SFT as general data:
+a real tiny model warm-started by ``agentr.cli.warm_start.prepare_model`` (a few steps), the file
+read back by the run's reader."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
-from agentr.cli.demo import DEMO_JUDGE_PHASE_STEPS, RunOptions, plan_run
+from agentr.cli.demo import DEMO_JUDGE_PHASE_STEPS, DEMO_JUDGE_REPLAY, RunOptions, plan_run
 from agentr.cli.warm_start import prepare_model
 from core.domain.config import RunConfig
 from core.envs.registry import open_env
@@ -15,9 +16,14 @@ from core.formats.export import read_general_chat
 from train_service.judge_data import JUDGE_GENERAL_FILE, warm_start_judge_samples, with_judge_general
 
 
-def test_only_the_demo_with_judge_mix_keeps_the_judge_set_mixed_in() -> None:
+def test_only_the_demo_keeps_a_small_judge_replay_mixed_in() -> None:
     assert plan_run(RunOptions(judge_mix=True)).judge_general
-    assert not plan_run(RunOptions()).judge_general  # opt-in (--judge-mix): it slows every SFT
+    default = plan_run(RunOptions())
+    assert default.judge_general  # the default demo: on, capped (a small replay)
+    assert RunConfig.from_data(default.config).max_general == DEMO_JUDGE_REPLAY
+    off = plan_run(RunOptions(judge_mix=False))
+    assert not off.judge_general and RunConfig.from_data(off.config).max_general is None
+    assert not plan_run(RunOptions(method=("dpo",))).judge_general  # no SFT iteration to mix into
     assert plan_run(RunOptions()).judge_phase_steps == DEMO_JUDGE_PHASE_STEPS
     assert plan_run(RunOptions(quick=True)).judge_phase_steps is None
     assert not plan_run(RunOptions(quick=True)).judge_general

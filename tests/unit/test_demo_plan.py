@@ -4,21 +4,37 @@ from __future__ import annotations
 
 from collections import Counter
 
-from agentr.cli.demo import DEMO_GOALS, DEMO_HELD_OUT, RunOptions, plan_run
+from agentr.cli.demo import (
+    DEMO_GOALS,
+    DEMO_HELD_OUT,
+    DEMO_HELD_OUT_NEAR,
+    DEMO_HELD_OUT_NEW,
+    RunOptions,
+    plan_run,
+)
 from core.envs.textcraft import TextCraftEnv
 
 
 def test_demo_searches_and_holds_out_disjoint_wooden_goals() -> None:
     env = TextCraftEnv(distractors=1)
     book = env.book
-    assert len(DEMO_GOALS) == 24 and len(DEMO_HELD_OUT) == 10
+    assert len(DEMO_GOALS) == 24 and len(DEMO_HELD_OUT) == 20 == len(set(DEMO_HELD_OUT))
+    assert DEMO_HELD_OUT == DEMO_HELD_OUT_NEAR + DEMO_HELD_OUT_NEW
     assert not set(DEMO_GOALS) & set(DEMO_HELD_OUT)
     searched_recipes = {r.text for goal in DEMO_GOALS for r in book.tree(env.goal_of(goal))}
-    depths = Counter(book.depth[env.goal_of(goal)] for goal in DEMO_HELD_OUT)
+    depths = Counter(book.depth[env.goal_of(goal)] for goal in DEMO_HELD_OUT_NEAR)
     assert depths == {1: 4, 2: 6}
-    sharing = [g for g in DEMO_HELD_OUT if any(r.text in searched_recipes for r in book.tree(env.goal_of(g)))]
-    # most held-out goals need a recipe the searched goals' trees hold (their planks)
+    sharing = [
+        g for g in DEMO_HELD_OUT_NEAR if any(r.text in searched_recipes for r in book.tree(env.goal_of(g)))
+    ]
+    # most near held-out goals need a recipe the searched goals' trees hold (their planks)
     assert len(sharing) >= 6
+    # the new-product goals: depth 2, products no searched goal makes, planks from the searched trees
+    searched_products = {g.split("_", 1)[1] for g in DEMO_GOALS}
+    assert {book.depth[env.goal_of(g)] for g in DEMO_HELD_OUT_NEW} == {2}
+    for goal in DEMO_HELD_OUT_NEW:
+        assert not any(goal.endswith(f"_{p}") and not goal.endswith("_gate") for p in searched_products)
+        assert any(r.text in searched_recipes for r in book.tree(env.goal_of(goal)))
 
 
 def test_demo_plan_uses_the_goals_and_warm_starts_on_the_searched_ones_only() -> None:

@@ -128,17 +128,16 @@ def test_valid_mode_mistakes_are_actions_a_constrained_policy_can_take() -> None
 
 
 def test_the_runs_search_decides_the_mistake_mode_and_the_warm_start_key() -> None:
-    class Search:
-        constrain_actions = True
+    from agentr.cli.demo import RunOptions, plan_run
+    from core.domain.config import RunConfig
 
-    class Config:
-        search = Search()
-
-    class Free:
-        search = type("S", (), {"constrain_actions": False})()
-
-    assert judge_mistakes(Config()) == "valid" and judge_mistakes(Free()) == "all"
-    # "all" keeps the key the warm starts cached before the modes existed; "valid" is another model
+    assert judge_mistakes(RunConfig(search={"constrain_actions": True})) == "valid"
+    assert judge_mistakes(RunConfig(search={"constrain_actions": False})) == "all"
+    assert judge_mistakes(RunConfig()) == "all"
+    # the default demo constrains its search, so its warm start judges valid-action mistakes
+    assert judge_mistakes(RunConfig.from_data(plan_run(RunOptions()).config)) == "valid"
+    assert judge_mistakes(RunConfig.from_data(plan_run(RunOptions(quick=True)).config)) == "all"
+    # the mode is part of the key: "valid" judge data warm-starts another model
     assert warm_start_judge_key(ENV, 100) == warm_start_judge_key(ENV, 100, "all")
     assert warm_start_judge_key(ENV, 100, "valid") != warm_start_judge_key(ENV, 100)
     assert warm_start_judge_key(object(), 100, "valid") == ""
