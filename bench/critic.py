@@ -31,7 +31,8 @@ Also printed: the model critic's fallback share (lower is better; baseline = Dir
 blames the first action after the divergence (the pairing makes that the oracle's answer on most
 pairs, so a critic answering Bad to everything scores it); ``judge_accuracy_unseen_tasks``: the
 model's Good/Bad accuracy on oracle-labelled judge examples of 8 goals it never saw, against always
-answering the more common label.
+answering the more common label (the examples' mistakes are the run's mode: valid actions only
+where its search constrains them, ``train_service.judge_data.judge_mistakes``).
 Retention (``*_after_sft_judge_mix_vs_agent_only``): iteration 0's SFT run twice from the same model
 with the run's trainer settings, on the run's dataset (agent samples + the warm start's judge set
 as general data, ``train_service.judge_data.with_judge_general``) and on its agent samples alone;
@@ -344,12 +345,20 @@ async def judge_accuracy(policy: Any, config: Any) -> tuple[float, float]:
     the most common label."""
     from core.envs.registry import open_env
     from critic_service.critic import judge_prefix
-    from train_service.judge_data import JUDGE_TASKS, judge_examples, judge_task_ids, run_exclusions
+    from train_service.judge_data import (
+        JUDGE_TASKS,
+        judge_examples,
+        judge_mistakes,
+        judge_task_ids,
+        run_exclusions,
+    )
 
     env = open_env(config.env)
     excluded = run_exclusions(env, config, list(config.tasks))
     trained = judge_task_ids(env, excluded, JUDGE_TASKS)
-    examples = judge_examples(env, judge_task_ids(env, excluded + trained, 8), seed=1)
+    # the run's own mistake mode (valid-action mistakes where its search constrains actions)
+    unseen = judge_task_ids(env, excluded + trained, 8)
+    examples = judge_examples(env, unseen, seed=1, mistakes=judge_mistakes(config))
     right = 0
     for example in examples:
         (verdict,), _ = await judge_prefix(policy, example.path, [example.step_index], early_exit=False)
