@@ -15,9 +15,10 @@ of a page opened after another resumes after the position already seen (not from
 table shows model, environment and tasks and cancels a running run; a data-only run shows its data
 figures; a run's good sample links to its tree leaf; a trace's sample renders its tokens with the
 project's default model (its newest run's); a correction keeps its "Re-spliced" confirmation and
-shows the sample before and after it side by side; the review page renders. Every
+shows the sample before and after it side by side; each message of the sample page shows the
+reason the splice recorded for its weight; the review page renders. Every
 page is screenshotted into the test's tmp folder (``screens/``); with ``AGENTR_UI_SCREENSHOTS=DIR``
-they are copied there.
+they are copied there as ``ui-NAME.png`` (so are the other browser tests' screenshots: ``shot``).
 """
 
 from __future__ import annotations
@@ -74,9 +75,19 @@ def wait_for(check: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def shot(page: Page, folder: Path, name: str) -> None:
+def shot(page: Page, folder: Path, name: str, selector: str | None = None) -> None:
+    """Screenshot the page (or only ``selector``) into ``folder/NAME.png``; with
+    ``AGENTR_UI_SCREENSHOTS=DIR`` also into ``DIR/ui-NAME.png`` (how docs/ui-*.png are refreshed)."""
     folder.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+    path = folder / f"{name}.png"
+    if selector is None:
+        page.screenshot(path=str(path), full_page=True)
+    else:
+        page.locator(selector).screenshot(path=str(path))
+    copy_to = os.environ.get("AGENTR_UI_SCREENSHOTS")
+    if copy_to:
+        Path(copy_to).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(copy_to) / f"ui-{name}.png")
 
 
 def test_ui_pages_over_a_real_run(
@@ -266,6 +277,12 @@ def test_ui_pages_over_a_real_run(
                 "#messages li", "els => els.map(e => Number(e.dataset.weight))"
             )
             assert weights == [m["weight"] for m in before["messages"]]
+            # beside each weight, the reason the splice worker recorded for it
+            reasons = page.eval_on_selector_all("#messages li", "els => els.map(e => e.dataset.why)")
+            assert reasons == [m["why"] for m in before["messages"]]
+            trained_reasons = {"reflection", "continuation"}
+            assert all(reasons) and {"shared_prefix", "bad_step"} & set(reasons), reasons
+            assert all((w == 1) == (r in trained_reasons) for w, r in zip(weights, reasons, strict=True))
             no_literals(page, "sample")
             shot(page, screens, "sample")
 
@@ -391,11 +408,6 @@ def test_ui_pages_over_a_real_run(
             shot(other, screens, "other-project")
         finally:
             browser.close()
-    copy_to = os.environ.get("AGENTR_UI_SCREENSHOTS")
-    if copy_to:
-        Path(copy_to).mkdir(parents=True, exist_ok=True)
-        for png in screens.glob("*.png"):
-            shutil.copy(png, Path(copy_to) / f"ui-{png.name}")
 
 
 async def synthetic_tree(pg_url: str, project_id: str, run_id: str) -> tuple[str, int, str]:

@@ -196,6 +196,7 @@ def test_build_a_dataset_from_a_selection_and_download_it(site: Site, tmp_path: 
     page.goto(f"{site.base}/ui/#/datasets")
     page.wait_for_selector(f'#datasets tr[data-dataset-id="{dataset_id}"]')
     no_literals(page, "datasets")
+    shot(page, tmp_path, "datasets")
     # a run's samples: the preview lists them; one of them alone is excluded (exclude_sample_ids)
     page.goto(f"{site.base}/ui/#/datasets?sources=runs&run_ids={site.project.run_id}")
     page.wait_for_selector("#candidates tbody tr[data-sample-id]")
@@ -349,7 +350,7 @@ def test_the_quality_dashboard_equals_the_api_and_the_seed(site: Site, tmp_path:
     }
     assert bars(page, "chart-agreement")[("critic", "share")] == pytest.approx(want["agree"] / want["oracle"])
     no_literals(page, "quality 0")
-    page.locator("#quality").screenshot(path=str(tmp_path / "quality.png"))
+    shot(page, tmp_path, "quality", "#quality")
 
     # iteration 1: one judged pair (t' 4, oracle 0, after no shared step), no revisions
     page.select_option("#quality-iteration", "1")

@@ -257,7 +257,7 @@ def test_the_review_queue_steps_through_disputed_pairs_with_j_and_k(site: Site, 
     page.wait_for_selector(shown.format(site.disputed[0]))
     assert page.locator("#review-position").inner_text() == f"1 of {len(site.disputed)}"
     no_literals(page, "review")
-    shot(page, tmp_path, "review")
+    shot(page, tmp_path, "review-queue")
 
     page.locator("body").press("j")
     page.wait_for_selector(shown.format(site.disputed[1]))
