@@ -1,7 +1,7 @@
 // Owns the Traces pages: production traces filtered by task key, outcome and critic result (the
 // trace's status; server-side), sorted and filtered in the page and selected to build a dataset;
 // and one trace with its steps, its critique (per-step verdicts, t') and its sample, with the
-// correction form when the trace has a pair.
+// correction form when the trace has a pair (a finished correction redraws the trace from the API).
 
 import { get, post } from "../api.js";
 import { fmt, h, link, shortId, mount } from "../dom.js";
@@ -60,7 +60,12 @@ export async function list(main, _params, query) {
   );
 }
 
-export async function detail(main, [traceId]) {
+/**
+ * One trace into `main`. After a correction through its form the page draws itself again from the
+ * API (the trace's new t', its re-spliced sample, the corrections table), keeping the correction's
+ * outcome (`outcome`: the finished correction) on top of the form, so nothing stays stale until a reload.
+ */
+export async function detail(main, [traceId], query = null, outcome = null) {
   const trace = await get(`/v1/traces/${traceId}`);
   const critique = trace.critique;
   const verdicts = new Map((critique ? critique.verdicts : []).map((v) => [v.step_index, v]));
@@ -95,13 +100,16 @@ export async function detail(main, [traceId]) {
           verdictCell(v));
       }))),
     h("h2", {}, "Sample"),
-    trace.sample ? h("p", {}, link(`#/samples/${trace.sample.sample_id}`, `sample ${shortId(trace.sample.sample_id)}`),
+    trace.sample ? h("p", { id: "trace-sample" }, link(`#/samples/${trace.sample.sample_id}`, `sample ${shortId(trace.sample.sample_id)}`),
       ` · ${trace.sample.messages.length} messages${(trace.sample.provenance || {}).origin ? ` · ${trace.sample.provenance.origin}` : ""}`) : h("p", { class: "muted" }, "none"),
+    outcome ? h("p", { id: "trace-correction-result", class: outcome.status === "respliced" ? "ok" : "error", dataset: { status: outcome.status } },
+      outcome.status === "respliced" ? `Re-spliced at t'=${outcome.new_transition_index}.` : `Rejected: ${outcome.reason}`) : null,
     pairDetail && pairDetail.critic ? correctionForm(pairDetail, async (body, status) => {
       const accepted = await post(`/v1/traces/${traceId}/corrections`, body);
       const done = await waitForCorrection(pairDetail.pair_id, accepted.correction_id, status);
       status.className = done.status === "respliced" ? "ok" : "error";
       status.textContent = done.status === "respliced" ? `Re-spliced at t'=${done.new_transition_index}.` : `Rejected: ${done.reason}`;
+      if (window.location.hash.startsWith(`#/traces/${traceId}`)) await detail(main, [traceId], query, done); // still on this page
     }) : null,
     pairDetail && pairDetail.corrections.length ? correctionsTable(pairDetail.corrections) : null,
   );
