@@ -22,6 +22,7 @@ from api.docs_ui import router as docs_ui_router
 from api.errors import ERROR_LOGGED, install_error_handlers
 from api.idempotency import IdempotentReplay, replay_handler
 from api.middleware import AccessLogMiddleware, ApiMetrics, BodyLimitMiddleware, JsonSanitizeMiddleware
+from api.openapi import install_openapi
 from api.proxy.routes import ProxySettings, load_proxy_settings, start_proxy
 from api.proxy.routes import router as proxy_router
 from api.ratelimit import RateLimits
@@ -136,6 +137,7 @@ def create_app(
         openapi_url="/openapi.json",
     )
     install_error_handlers(app)
+    install_openapi(app)  # /openapi.json states the sanitiser's NUL rule (api/openapi.py)
     app.add_exception_handler(IdempotentReplay, replay_handler)
     routers = (health, projects, runs, trees, datasets, traces, otlp, listings, events, review, samples)
     for module in (*routers, quality):

@@ -71,9 +71,14 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+NUL_FREE_PATTERN = "^[^\\u0000]*$"
+"""The NUL rule of ``text_problem`` as a JSON Schema (ECMA-262) ``pattern``: api/openapi.py states it on
+every request string the server refuses a NUL in (tests/api/test_api_schema_rules.py checks both agree)."""
+
+
 def text_problem(text: str) -> str | None:
     """Why ``text`` cannot be stored as UTF-8 text, or None when it can."""
-    if "\x00" in text:
+    if "\x00" in text:  # NUL_FREE_PATTERN, checked without a regex: every string of a body passes here
         return "text must not contain NUL (\\u0000) characters"
     try:
         text.encode("utf-8")

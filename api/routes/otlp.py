@@ -51,6 +51,36 @@ from core.formats.otlp import SpanRecord, group_by_trace, spans_from_otlp_json, 
 
 router = APIRouter(prefix="/v1/otlp", tags=["traces"], responses=ERROR_RESPONSES)
 PROTOBUF = "application/x-protobuf"
+_LIST_OF_OBJECTS = {"type": "array", "items": {"type": "object"}}
+OTLP_JSON_REQUEST: dict[str, object] = {
+    "type": "object",
+    "required": ["resourceSpans"],
+    "properties": {
+        "resourceSpans": {
+            "type": "array",
+            "description": "ResourceSpans blocks (core.formats.otlp.spans_from_otlp_json reads them).",
+            "items": {
+                "type": "object",
+                "required": ["scopeSpans"],
+                "properties": {
+                    # `block.get("resource") or {}`: a falsy value is no resource
+                    "resource": {"anyOf": [{"type": "object"}, {"enum": [None, False, 0, "", []]}]},
+                    "scopeSpans": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["spans"],
+                            "properties": {"spans": _LIST_OF_OBJECTS},
+                        },
+                    },
+                },
+            },
+        }
+    },
+}
+"""The OTLP/JSON ExportTraceServiceRequest as far as the document states it (``require`` in
+core.formats.otlp): resourceSpans -> scopeSpans -> spans, each a list of objects. A span's own fields
+(hex ids, AnyValue attributes) are the importer's rules (docs/security.md, "Not in the schema")."""
 
 
 def otlp_trace_id(project_id: str, trace_hex: str) -> str:
@@ -238,7 +268,7 @@ async def _trace_events(
             "required": True,
             "content": {
                 PROTOBUF: {"schema": {"type": "string", "format": "binary"}},
-                "application/json": {"schema": {"type": "object", "required": ["resourceSpans"]}},
+                "application/json": {"schema": OTLP_JSON_REQUEST},
             },
         }
     },

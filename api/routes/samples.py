@@ -222,15 +222,17 @@ async def get_sample_tokens(
     # a sample of no run (a trace's) defaults to the project's default model: its newest run's
     chosen = model or iteration_model or next(iter(known), None)
     if chosen is None:
-        raise field_error("model", "this sample belongs to no run and the project has no run: name a model")
+        raise field_error(
+            "query.model", "this sample belongs to no run and the project has no run: name a model"
+        )
     if chosen not in known:
         names = ", ".join(sorted(known)[:5]) or "none"
-        raise field_error("model", f"{chosen!r} is not a model of this project's runs (known: {names})")
+        raise field_error("query.model", f"{chosen!r} is not a model of this project's runs (known: {names})")
     config = known[chosen]
     try:
         weights = config.train_weights(chosen)
     except ValueError as exc:
-        raise field_error("model", str(exc)) from None
+        raise field_error("query.model", str(exc)) from None
     max_length = int(config.train.get("max_length") or 0) or _default_max_length()
     sample = row_to_sample(row)
     try:

@@ -95,6 +95,26 @@ class _Strict(BaseModel):
             raise ValueError(f"{where or 'value'}: text must not contain NUL (\\u0000) characters")
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_floats_are_integers(cls, data: Any) -> Any:
+        # JSON Schema's "integer" is any number without a fractional part (5.0 is one); a strict int
+        # field would refuse it. Booleans and text stay refused, as the schema says.
+        if not isinstance(data, dict):
+            return data
+        whole = {
+            name: int(value)
+            for name, value in data.items()
+            if isinstance(value, float)
+            and value.is_integer()
+            and name in cls.model_fields
+            and cls.model_fields[name].annotation in _INT_ANNOTATIONS
+        }
+        return {**data, **whole} if whole else data
+
+
+_INT_ANNOTATIONS: tuple[Any, ...] = (int, int | None)
+
 
 # ------------------------------------------------------------------------------------------------
 # Errors and pages

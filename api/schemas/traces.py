@@ -277,6 +277,16 @@ class TraceOutcomeIn(_Strict):
 
 
 class TraceOutcomeItem(TraceOutcomeIn):
+    # _one_reference, stated: exactly one of the two is a string (a null one counts as absent)
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": [name], "properties": {name: {"type": "string"}}}
+                for name in ("trace_id", "external_id")
+            ]
+        }
+    )
+
     trace_id: str | None = Field(None, pattern=ID_PATTERN, description="The trace to set.")
     external_id: str | None = Field(
         None,
