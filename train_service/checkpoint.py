@@ -89,9 +89,11 @@ def load_checkpoint(path: str | Path, dtype: Any = None) -> tuple[Any, Any, Chec
     """(model, tokenizer, meta) of a checkpoint, loaded through the ordinary ``from_pretrained``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from core.llm.hf_folder import load_pretrained
+
     meta = read_meta(path)
     kwargs: dict[str, Any] = {} if dtype is None else {"dtype": dtype}
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model = load_pretrained(AutoModelForCausalLM, path, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model, tokenizer, meta
 

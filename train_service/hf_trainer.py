@@ -142,7 +142,10 @@ def load_causal_lm(model_path: str | Path, bf16: bool) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16 if bf16 else torch.float32)
+    from core.llm.hf_folder import load_pretrained
+
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    model = load_pretrained(AutoModelForCausalLM, model_path, dtype=dtype)
     model.config.use_cache = False
     return model
 

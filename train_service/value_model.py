@@ -95,7 +95,9 @@ def build_critic(model_path: str | Path, shape: CriticShape | None = None, seed:
     """A fresh critic whose encoder starts from the actor's transformer body at ``model_path``."""
     from transformers import AutoModel
 
-    encoder = AutoModel.from_pretrained(model_path, dtype=torch.float32)
+    from core.llm.hf_folder import load_pretrained
+
+    encoder = load_pretrained(AutoModel, model_path, dtype=torch.float32)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return UtteranceCritic(encoder, shape or CriticShape())

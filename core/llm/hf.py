@@ -72,7 +72,7 @@ from typing import Any
 from core.llm.action_trie import ActionConstraint
 from core.llm.chat_template import hf_messages
 from core.llm.hf_decoding import Sample
-from core.llm.hf_folder import check_folder, resolve_dtype, weights_fingerprint
+from core.llm.hf_folder import check_folder, load_pretrained, resolve_dtype, weights_fingerprint
 from core.llm.hf_scoring import HFScoring, PromptLogprobs
 from core.llm.kv_prefix import PrefixCache
 from core.llm.ports import Completion, Conversation, PolicyError, Seeds, conversation_seeds
@@ -188,7 +188,7 @@ class HFPolicy(HFScoring):
         torch_dtype = resolve_dtype(torch, dtype, device)
         try:
             tokenizer = AutoTokenizer.from_pretrained(folder)
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype)
+            model = load_pretrained(AutoModelForCausalLM, folder, dtype=torch_dtype)
         except (OSError, ValueError, KeyError) as exc:
             raise PolicyError(f"cannot load model folder {folder}: {exc}") from exc
         if not getattr(tokenizer, "chat_template", None):

@@ -1,9 +1,11 @@
 """Owns model-folder handling for the hf backend: checking a folder's files, fingerprinting its
-weights (for ``model_version``) and resolving the torch dtype to load it in."""
+weights (for ``model_version``), resolving the torch dtype to load it in, and loading weights
+one at a time in a process (``load_pretrained``)."""
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,21 @@ WEIGHT_FILES = (
 )
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 _FULL_HASH_LIMIT = 256 * 1024 * 1024  # bytes; bigger weight files are fingerprinted by size + ends
+
+_LOAD_LOCK = threading.RLock()
+"""Serialises ``from_pretrained`` in a process: transformers builds the model under process-wide
+state (an empty-weights / default-device context), so two threads loading at once leave meta
+tensors in each other's models ("Cannot copy out of meta tensor"; reproduced: 3 threads loading
+the demo model at once failed every time). The embedded run's search, critic and train workers
+are threads of one process and load models concurrently (a run's first search and the starting
+model's evaluation)."""
+
+
+def load_pretrained(loader: Any, *args: Any, **kwargs: Any) -> Any:
+    """``loader.from_pretrained(*args, **kwargs)`` (an ``AutoModel*`` class) under the process's load
+    lock, so concurrent loads from worker threads each get a whole model."""
+    with _LOAD_LOCK:
+        return loader.from_pretrained(*args, **kwargs)
 
 
 def check_folder(folder: Path) -> None:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from core.llm.hf_folder import check_folder
+from core.llm.hf_folder import check_folder, load_pretrained
 
 IMPORT_FILE = "agentr-import.json"
 
@@ -91,7 +91,7 @@ def _load_gguf(path: Path, torch_dtype: Any) -> tuple[Any, Any, str]:
             f"loader (supported: {', '.join(supported)})"
         )
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch_dtype)
+    loaded = load_pretrained(AutoModelForCausalLM, path.parent, gguf_file=path.name, dtype=torch_dtype)
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -132,7 +132,7 @@ def _load_folder(path: Path, torch_dtype: Any) -> tuple[Any, Any, str]:
     except PolicyError as exc:
         raise ModelImportError(str(exc)) from exc
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    model = load_pretrained(AutoModelForCausalLM, path, dtype=torch_dtype)
     return model, tokenizer, str(getattr(model.config, "model_type", "?"))
 
 
