@@ -8,7 +8,9 @@ so it is deep along the visited paths and bushy with unvisited candidates), its 
 NodesExpanded / RolloutFinished / TreeCompleted events, and one bad/good pair of its leaves (PairFound + the
 critic's FirstErrorMarked). ``pair_events`` builds a critiqued pair outside any tree with the
 verdicts a test asks for (disagreeing with the oracle, fallen back, uncertain, low margin).
-Nothing here calls a service: the events are what the search and critic workers append.
+Nothing here runs a worker: the events are what the search and critic workers append, and
+``splice_as_worker`` does the splice worker's part for one pair on demand (its real handlers: the
+first splice of a critiqued pair, the re-splice of a reviewer's correction).
 ``serve_app`` serves the real API app on such a database (no workers) for a browser to open.
 """
 
@@ -361,6 +363,40 @@ def append_events(database_url: str, batches: list[list[NewEvent]]) -> None:
             await store.close()
 
     _in_thread(go)
+
+
+def splice_as_worker(database_url: str, pair_id: str) -> list[Any]:
+    """Do the splice worker's job for the last event of the pair's stream, through its real handlers,
+    and append what they return (as the worker does): a FirstErrorMarked is spliced
+    (``SpliceHandlers.on_first_error``), a FirstErrorCorrected re-spliced
+    (``CorrectionHandlers.on_correction``). The pair must have no environment to replay in (no
+    ``env_uri``): nothing here opens one. Returns the appended events."""
+    from core.runtime.settings import Settings
+    from core.store.factory import open_store
+    from critic_service.corrections import CorrectionHandlers
+    from critic_service.splicer import SpliceHandlers
+
+    def no_env(uri: str) -> Any:
+        raise AssertionError(f"the UI tests replay in no environment (asked for {uri})")
+
+    async def go() -> list[Any]:
+        store = await open_store(database_url, create_tables=True)
+        try:
+            settings = Settings(database_url=database_url, redis_url=None)
+            splicer = SpliceHandlers(settings, store, env_opener=no_env)
+            recorded = (await store.read_stream(pair_stream(pair_id)))[-1]
+            if recorded.event_type == "FirstErrorMarked":
+                result = await splicer.on_first_error(recorded)
+            elif recorded.event_type == "FirstErrorCorrected":
+                result = await CorrectionHandlers(splicer).on_correction(recorded)
+            else:
+                raise AssertionError(f"pair {pair_id} ends with {recorded.event_type}: nothing to splice")
+            await store.append(list(result.events))
+            return [e.event for e in result.events]
+        finally:
+            await store.close()
+
+    return _in_thread(go)
 
 
 def _in_thread(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
