@@ -45,6 +45,32 @@ def revision_sample(sample_id: str, index: int) -> TrainingSample:
     )
 
 
+def revision_event(
+    project_id: str,
+    pair_id: str,
+    run_id: str | None,
+    sample: TrainingSample,
+    *,
+    iteration: int = 0,
+    template_id: str = "r01",
+    revision_length: int = 1,
+    verified: bool | None = True,
+) -> NewEvent:
+    """``sample`` spliced for the pair: its RevisionMaterialized on the pair's stream, as the splicer
+    appends it."""
+    materialized = ev.RevisionMaterialized(
+        sample_id=sample.sample_id,
+        pair_id=pair_id,
+        run_id=run_id,
+        iteration=iteration,
+        sample=sample,
+        template_id=template_id,
+        revision_length=revision_length,
+        verified=verified,
+    )
+    return NewEvent(pair_stream(pair_id), materialized, meta(project_id, "splice"))
+
+
 @dataclass
 class SeededRun:
     run_id: str
@@ -167,26 +193,15 @@ async def seed_revisions(
 ) -> list[str]:
     """``count`` RevisionMaterialized events (appended in batches), as the splicer writes them."""
     ids: list[str] = []
-    m = meta(project_id, "splice")
     for start in range(0, count, batch):
         events = []
         for index in range(start, min(count, start + batch)):
             sample_id = new_id()
             ids.append(sample_id)
+            sample = revision_sample(sample_id, index)
             events.append(
-                NewEvent(
-                    pair_stream(pair_id),
-                    ev.RevisionMaterialized(
-                        sample_id=sample_id,
-                        pair_id=pair_id,
-                        run_id=run_id,
-                        iteration=iteration,
-                        sample=revision_sample(sample_id, index),
-                        template_id="r01",
-                        revision_length=1 + index % 3,
-                        verified=True,
-                    ),
-                    m,
+                revision_event(
+                    project_id, pair_id, run_id, sample, iteration=iteration, revision_length=1 + index % 3
                 )
             )
         await store.append(events)
@@ -238,19 +253,7 @@ async def critique_trace(store: SqlEventStore, project_id: str, trace_id: str) -
                 ),
                 meta(project_id, "critic"),
             ),
-            NewEvent(
-                pair_stream(trace_id),
-                ev.RevisionMaterialized(
-                    sample_id=sample_id,
-                    pair_id=trace_id,
-                    run_id=None,
-                    iteration=0,
-                    sample=sample,
-                    template_id="r02",
-                    revision_length=1,
-                ),
-                meta(project_id, "splice"),
-            ),
+            revision_event(project_id, trace_id, None, sample, template_id="r02", verified=None),
         ]
     )
     return sample_id

@@ -10,14 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from core.domain import events as ev
-from core.domain.events import NewEvent
-from core.domain.ids import new_id, pair_stream
+from core.domain.ids import new_id
 from core.domain.splice import revision_sample, splice_path
 from core.domain.weight_reasons import REASONS, TRAINED
 from core.llm.tiny import build_tiny_model
 from tests.api.conftest import ApiHarness, make_settings, running
-from tests.api.seed import meta, seed_revisions, seed_search, trajectory
+from tests.api.seed import revision_event, seed_revisions, seed_search, trajectory
 
 TEXTS = ["Answer with Thought: ... Action: ... Goal: craft stick. obs get 1 oak logs craft 4 planks"] * 20
 
@@ -37,22 +35,7 @@ async def _seed_spliced(api: ApiHarness, project: str, run_id: str, pair_id: str
     sample_id = new_id()
     sample = revision_sample(sample_id, bad, good, path, "I should have made planks.")
     await api.store.append(
-        [
-            NewEvent(
-                pair_stream(pair_id),
-                ev.RevisionMaterialized(
-                    sample_id=sample_id,
-                    pair_id=pair_id,
-                    run_id=run_id,
-                    iteration=0,
-                    sample=sample,
-                    template_id="r01",
-                    revision_length=path.revision_length,
-                    verified=True,
-                ),
-                meta(project, "splice"),
-            )
-        ]
+        [revision_event(project, pair_id, run_id, sample, revision_length=path.revision_length)]
     )
     return sample_id
 

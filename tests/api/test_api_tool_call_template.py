@@ -18,13 +18,11 @@ import datasets
 import pyarrow.parquet as pq
 import pytest
 
-from core.domain import events as ev
-from core.domain.events import NewEvent
-from core.domain.ids import new_id, pair_stream
+from core.domain.ids import new_id
 from core.domain.trajectory import TrainingSample
 from core.llm.tiny import build_tiny_model
 from tests.api.conftest import ApiHarness, make_settings, running
-from tests.api.seed import mark_dataset_ready, meta, seed_revisions, seed_search
+from tests.api.seed import mark_dataset_ready, revision_event, seed_revisions, seed_search
 from tests.ml.test_tool_call_template import tool_sample
 from train_service.tokenize import IGNORE_INDEX
 from train_service.tokenized_export import load_tokenizer
@@ -59,24 +57,7 @@ def tool_revision(sample_id: str) -> TrainingSample:
 
 async def seed_tool_revision(api: ApiHarness, project: str, run_id: str, pair_id: str) -> str:
     sample_id = new_id()
-    await api.store.append(
-        [
-            NewEvent(
-                pair_stream(pair_id),
-                ev.RevisionMaterialized(
-                    sample_id=sample_id,
-                    pair_id=pair_id,
-                    run_id=run_id,
-                    iteration=0,
-                    sample=tool_revision(sample_id),
-                    template_id="r01",
-                    revision_length=1,
-                    verified=True,
-                ),
-                meta(project, "splice"),
-            )
-        ]
-    )
+    await api.store.append([revision_event(project, pair_id, run_id, tool_revision(sample_id))])
     return sample_id
 
 

@@ -38,7 +38,7 @@ from playwright.sync_api import Page, sync_playwright
 
 from tests.e2e.helpers import quick_tiny_model
 from tests.e2e.services import Deployment, follow
-from tests.e2e.ui_seed import CHROMIUM, CHROMIUM_ARGS, require_chromium
+from tests.e2e.ui_seed import CHROMIUM, CHROMIUM_ARGS, require_chromium, watched_page
 
 require_chromium()
 
@@ -106,9 +106,7 @@ def test_ui_pages_over_a_real_run(
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page, errors = watched_page(browser)
             streams: list[str] = []  # GET /v1/events URLs, in order
             page.on("request", lambda r: streams.append(r.url) if "/v1/events" in r.url else None)
 

@@ -17,19 +17,26 @@ import httpx
 import pytest
 from playwright.sync_api import sync_playwright
 
-from core.domain import events as ev
-from core.domain.events import Metadata, NewEvent
+from core.domain.events import NewEvent
 from core.domain.good_samples import revision_masks
-from core.domain.ids import new_id, pair_stream, project_stream, run_stream
+from core.domain.ids import new_id
 from core.domain.splice import revision_sample, splice_path
 from core.domain.trajectory import TrainingSample
 from core.domain.weight_reasons import TRAINED
 from core.llm.tiny import build_tiny_model
+from tests.api.seed import revision_event, trajectory
 from tests.api.seed import revision_sample as unreasoned_sample
-from tests.api.seed import trajectory
 from tests.conftest import pg_database
 from tests.e2e.test_ui_browser import login, no_literals, shot
-from tests.e2e.ui_seed import CHROMIUM, CHROMIUM_ARGS, append_events, require_chromium, serve_app
+from tests.e2e.ui_seed import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    append_events,
+    project_events,
+    require_chromium,
+    serve_app,
+    watched_page,
+)
 
 require_chromium()
 
@@ -58,40 +65,12 @@ def spliced_sample(sample_id: str) -> TrainingSample:
 
 
 def seeded(model: str) -> Seeded:
-    from api.keys import generate_key
-
-    project_id, run_id, pair_id = new_id(), new_id(), new_id()
-    issued = generate_key()
-    meta = Metadata(producer="test", project_id=project_id)
-    splice = Metadata(producer="splice", project_id=project_id)
+    project, events = project_events("reasons-ui", ("read",), model)
     spliced, old_id = spliced_sample(new_id()), new_id()
-    events = [
-        NewEvent(project_stream(project_id), ev.ProjectCreated(project_id, "reasons-ui"), meta),
-        NewEvent(
-            project_stream(project_id),
-            ev.ApiKeyIssued(project_id, new_id(), issued.prefix, issued.salt, issued.key_hash, ("read",)),
-            meta,
-        ),
-        NewEvent(
-            run_stream(run_id),
-            ev.RunRequested(run_id, project_id, {"model": model, "env": "textcraft", "iterations": 1}),
-            meta,
-        ),
-        NewEvent(run_stream(run_id), ev.IterationStarted(run_id, 0, model, 0.5, ()), meta),
-    ]
+    pair_id = new_id()
     for sample in (spliced, unreasoned_sample(old_id, 0)):
-        materialized = ev.RevisionMaterialized(
-            sample_id=sample.sample_id,
-            pair_id=pair_id,
-            run_id=run_id,
-            iteration=0,
-            sample=sample,
-            template_id="r01",
-            revision_length=1,
-            verified=True,
-        )
-        events.append(NewEvent(pair_stream(pair_id), materialized, splice))
-    return Seeded(issued.key, spliced, old_id, events)
+        events.append(revision_event(project.project_id, pair_id, project.run_id, sample))
+    return Seeded(project.key, spliced, old_id, events)
 
 
 @pytest.fixture(scope="module")
@@ -119,9 +98,7 @@ def test_the_sample_page_shows_why_each_message_and_token_is_trained(
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page, errors = watched_page(browser)
             login(page, base, seed.key, f"/samples/{sample_id}")
             page.wait_for_selector("#tokens .tok", timeout=TIMEOUT)
             rows = page.eval_on_selector_all(

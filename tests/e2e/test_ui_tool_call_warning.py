@@ -15,14 +15,22 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import sync_playwright
 
-from core.domain import events as ev
-from core.domain.events import Metadata, NewEvent
-from core.domain.ids import new_id, pair_stream, project_stream, run_stream
+from core.domain.events import NewEvent
+from core.domain.ids import new_id
 from core.llm.tiny import build_tiny_model
-from tests.api.seed import revision_sample
+from tests.api.seed import revision_event, revision_sample
 from tests.api.test_api_tool_call_template import TEXTS, tool_revision
 from tests.conftest import pg_database
-from tests.e2e.ui_seed import CHROMIUM, CHROMIUM_ARGS, append_events, require_chromium, serve_app
+from tests.e2e.test_ui_browser import login
+from tests.e2e.ui_seed import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    append_events,
+    project_events,
+    require_chromium,
+    serve_app,
+    watched_page,
+)
 from train_service.tokenized_export import load_tokenizer
 
 require_chromium()
@@ -41,37 +49,11 @@ class Seeded:
 
 
 def seeded(model: str) -> Seeded:
-    from api.keys import generate_key
-
-    project_id, run_id, pair_id = new_id(), new_id(), new_id()
-    issued = generate_key()
-    meta = Metadata(producer="test", project_id=project_id)
-    splice = Metadata(producer="splice", project_id=project_id)
-    tool_id, plain_id = new_id(), new_id()
-    config = {"model": model, "env": "textcraft", "iterations": 1}
-    events = [
-        NewEvent(project_stream(project_id), ev.ProjectCreated(project_id, "tool-ui"), meta),
-        NewEvent(
-            project_stream(project_id),
-            ev.ApiKeyIssued(project_id, new_id(), issued.prefix, issued.salt, issued.key_hash, ("read",)),
-            meta,
-        ),
-        NewEvent(run_stream(run_id), ev.RunRequested(run_id, project_id, config), meta),
-        NewEvent(run_stream(run_id), ev.IterationStarted(run_id, 0, model, 0.5, ()), meta),
-    ]
+    project, events = project_events("tool-ui", ("read",), model)
+    pair_id, tool_id, plain_id = new_id(), new_id(), new_id()
     for sample in (tool_revision(tool_id), revision_sample(plain_id, 0)):
-        materialized = ev.RevisionMaterialized(
-            sample_id=sample.sample_id,
-            pair_id=pair_id,
-            run_id=run_id,
-            iteration=0,
-            sample=sample,
-            template_id="r01",
-            revision_length=1,
-            verified=True,
-        )
-        events.append(NewEvent(pair_stream(pair_id), materialized, splice))
-    return Seeded(issued.key, model, tool_id, plain_id, events)
+        events.append(revision_event(project.project_id, pair_id, project.run_id, sample))
+    return Seeded(project.key, model, tool_id, plain_id, events)
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +75,8 @@ def test_sample_page_warns_when_the_template_drops_tool_calls(site: tuple[str, S
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page()
-            page.goto(f"{base}/ui/")
-            page.fill("#key-input", seed.key)
-            page.click("#key-form button[type=submit]")
-            page.wait_for_selector("#signout:not([hidden])")
-            page.goto(f"{base}/ui/#/samples/{seed.tool_sample}")
+            page, errors = watched_page(browser)
+            login(page, base, seed.key, f"/samples/{seed.tool_sample}")
             warning = page.locator("#tool-call-warning")
             warning.wait_for(state="visible", timeout=TIMEOUT)
             text = " ".join(warning.inner_text().split())
@@ -111,5 +89,6 @@ def test_sample_page_warns_when_the_template_drops_tool_calls(site: tuple[str, S
             page.wait_for_selector("#messages:has-text('oak planks')", timeout=TIMEOUT)  # the new page
             page.wait_for_selector("#tokens-summary", timeout=TIMEOUT)
             assert page.locator("#tool-call-warning").count() == 0
+            assert errors == []
         finally:
             browser.close()

@@ -34,6 +34,7 @@ from tests.e2e.ui_seed import (
     seed,
     serve_app,
     splice_as_worker,
+    watched_page,
 )
 
 require_chromium()
@@ -106,10 +107,8 @@ def test_a_finished_correction_redraws_the_trace_page(site: Site) -> None:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page, errors = watched_page(browser)
             page.set_default_timeout(TIMEOUT)
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
             login(page, site.base, site.project.key, f"/traces/{site.trace_id}")
             page.wait_for_selector("#correct-form")
             # as the critic left it: t' at its step, the first sample, no correction yet

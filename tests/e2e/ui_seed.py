@@ -1,17 +1,19 @@
 """Owns the data the UI browser tests and ``bench/ui.py`` seed: a project with a key, a run, a large
 search tree and critiqued pairs, appended to the event store as the services write them.
 
-``seed_project`` appends ProjectCreated + ApiKeyIssued (the key's secret is returned) and a run
-(RunRequested + IterationStarted, alpha 0.5). ``tree_events`` builds a tree of exactly ``size``
-nodes the way MCTS grows one (the nodes the descents went through are expanded, 2-4 candidates each,
-so it is deep along the visited paths and bushy with unvisited candidates), its TreeStarted /
-NodesExpanded / RolloutFinished / TreeCompleted events, and one bad/good pair of its leaves (PairFound + the
-critic's FirstErrorMarked). ``pair_events`` builds a critiqued pair outside any tree with the
-verdicts a test asks for (disagreeing with the oracle, fallen back, uncertain, low margin).
+``project_events`` builds ProjectCreated + ApiKeyIssued (the key's secret is returned) and a run
+(RunRequested + IterationStarted, alpha 0.5), which ``seed_project`` appends. ``tree_events``
+builds a tree of exactly ``size`` nodes the way MCTS grows one (the nodes the descents went through
+are expanded, 2-4 candidates each, so it is deep along the visited paths and bushy with unvisited
+candidates), its TreeStarted / NodesExpanded / RolloutFinished / TreeCompleted events, and one
+bad/good pair of its leaves (PairFound + the critic's FirstErrorMarked). ``pair_events`` builds a
+critiqued pair outside any tree with the verdicts a test asks for (disagreeing with the oracle,
+fallen back, uncertain, low margin).
 Nothing here runs a worker: the events are what the search and critic workers append, and
 ``splice_as_worker`` does the splice worker's part for one pair on demand (its real handlers: the
 first splice of a critiqued pair, the re-splice of a reviewer's correction).
-``serve_app`` serves the real API app on such a database (no workers) for a browser to open.
+``serve_app`` serves the real API app on such a database (no workers) for a browser to open;
+``watched_page`` opens a page in it that collects its uncaught errors.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -31,6 +33,9 @@ from core.domain import events as ev
 from core.domain.events import Metadata, NewEvent
 from core.domain.ids import new_id, pair_stream, project_stream, run_stream, tree_stream
 from core.domain.trajectory import Step, Trajectory
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
 
 CHROMIUM = "/usr/bin/chromium"
 """Debian's chromium, the browser the UI tests and bench/ui.py drive (through Playwright)."""
@@ -85,29 +90,42 @@ class SyntheticTree:
     parents: dict[str, str | None] = field(default_factory=dict)
 
 
-async def seed_project(store: Any, name: str, scopes: tuple[str, ...] = ("read", "review")) -> SeededProject:
+def project_events(
+    name: str, scopes: tuple[str, ...] = ("read", "review"), model: str = "tiny"
+) -> tuple[SeededProject, list[NewEvent]]:
+    """A project, a key of ``scopes`` (its secret in the SeededProject) and a run of ``model`` at its
+    first iteration (alpha 0.5): the events the API and the run's workers append for them."""
     from api.keys import generate_key
 
     project_id, run_id = new_id(), new_id()
     issued = generate_key()
     meta = Metadata(producer="test", project_id=project_id)
-    await store.append(
-        [
-            NewEvent(project_stream(project_id), ev.ProjectCreated(project_id, name), meta),
-            NewEvent(
-                project_stream(project_id),
-                ev.ApiKeyIssued(project_id, new_id(), issued.prefix, issued.salt, issued.key_hash, scopes),
-                meta,
-            ),
-            NewEvent(
-                run_stream(run_id),
-                ev.RunRequested(run_id, project_id, {"model": "tiny", "env": "textcraft", "iterations": 1}),
-                meta,
-            ),
-            NewEvent(run_stream(run_id), ev.IterationStarted(run_id, 0, "tiny", 0.5, ()), meta),
-        ]
-    )
-    return SeededProject(project_id, issued.key, run_id)
+    config = {"model": model, "env": "textcraft", "iterations": 1}
+    events = [
+        NewEvent(project_stream(project_id), ev.ProjectCreated(project_id, name), meta),
+        NewEvent(
+            project_stream(project_id),
+            ev.ApiKeyIssued(project_id, new_id(), issued.prefix, issued.salt, issued.key_hash, scopes),
+            meta,
+        ),
+        NewEvent(run_stream(run_id), ev.RunRequested(run_id, project_id, config), meta),
+        NewEvent(run_stream(run_id), ev.IterationStarted(run_id, 0, model, 0.5, ()), meta),
+    ]
+    return SeededProject(project_id, issued.key, run_id), events
+
+
+async def seed_project(store: Any, name: str, scopes: tuple[str, ...] = ("read", "review")) -> SeededProject:
+    project, events = project_events(name, scopes)
+    await store.append(events)
+    return project
+
+
+def watched_page(browser: Browser, width: int = 1400, height: int = 900) -> tuple[Page, list[str]]:
+    """A new page of ``width`` x ``height`` and the list its uncaught page errors are collected in."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    return page, errors
 
 
 def _action(rng: random.Random) -> str:
