@@ -32,13 +32,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def method_variant(config: dict[str, Any], method: str, mode: str = "offline") -> dict[str, Any]:
+def method_variant(
+    config: dict[str, Any], method: str, mode: str = "offline", **rates: Any
+) -> dict[str, Any]:
     """A whole run configuration for ``bench/paper.py``: ``config`` (the Agent-R SFT variant's) with
     its ``train`` replaced by ``method``'s trainer on the SAME budget (``agentr.cli.methods.learner_train``,
     the rule ``agentr run --method`` uses too: ``time_budget_s``, ``batch_size``, ``max_length``,
-    ``learning_rate`` carried over; ArCHer runs until the time budget ends it) and the cheapest critic
-    (``direct``: neither DPO nor ArCHer trains on revisions; the search, pairs and trees are the
-    same). ``method``: ``dpo`` or ``archer`` (``mode`` offline | online)."""
+    ``learning_rate`` carried over) and the cheapest critic (``direct``: neither DPO nor ArCHer
+    trains on revisions; the search, pairs and trees are the same). ``method``: ``dpo`` or
+    ``archer`` (``mode`` offline | online). ``rates``: ``learner_train``'s keyword settings
+    (``archer_iterations``, ``actor_lr_ratio``, ``dpo_lr_ratio``); none given = its defaults (SFT's
+    learning rate for DPO, SFT's / 10 for ArCHer's actor, ArCHer until the time budget ends it:
+    this file's own comparison); ``bench/paper.py`` passes ``agentr run``'s measured-stable ones."""
     import copy
 
     from agentr.cli.methods import learner_train, schedule_critic
@@ -46,7 +51,7 @@ def method_variant(config: dict[str, Any], method: str, mode: str = "offline") -
     if method not in ("dpo", "archer"):
         raise ValueError(f"method_variant: method must be dpo or archer, got {method!r}")
     out = copy.deepcopy(config)
-    out["train"] = learner_train(dict(config.get("train") or {}), method, mode)
+    out["train"] = learner_train(dict(config.get("train") or {}), method, mode, **rates)
     out["critic"] = schedule_critic((method,), dict(config.get("critic") or {}))
     return out
 

@@ -15,12 +15,16 @@ only the named settings differ), for ``--iterations`` (default 2) search -> trai
 - ``agent_r_value``   Agent-R SFT with the ``value`` critic: t' chosen by the ArCHer critic of the
   ``archer_offline`` run's iteration-0 checkpoint (both iterations; it runs after that variant).
 
-The learners' ``train`` settings come from ``bench/learners.method_variant`` (docs/learners.md).
+The learners' ``train`` settings come from ``bench/learners.method_variant`` (docs/learners.md)
+with ``agentr run``'s measured-stable rates (``learner_rates``: DPO at SFT's learning rate / 10,
+ArCHer's actor at / 100; SFT's own rate collapsed the demo model, docs/learners.md).
 The budget is matched in OPTIMIZER STEPS: every SFT and DPO variant trains exactly
 ``train.max_steps`` = ``--train-steps`` steps per iteration (whatever its data size: good-only's
 few samples are passed over more often, not trained for less), under the same wall-clock SAFETY
 cap ``train.time_budget_s`` = ``--train-budget-s`` (a capped iteration shows "(cap)" in the table);
-ArCHer keeps its own rounds and trains until the cap (its updates are shown, not matched). The table
+ArCHer runs a fixed number of rounds per iteration (``DEMO_ARCHER_ROUNDS``, as ``agentr run
+--method archer``: a count of critic and actor updates, not the wall clock; they are not SFT
+steps, so its updates are shown beside them, not equal to them). The table
 shows each iteration's training seconds and optimizer updates, so the compute actually spent is
 visible, not assumed equal.
 
@@ -87,13 +91,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paper_table import LEARNERS, VARIANTS, comparisons, numbers, statistics, table  # noqa: E402
 
 DEFAULT_VARIANTS = tuple(VARIANTS)
-# per-iteration training cap of every variant (s): ArCHer fills it, SFT / DPO stop at their epochs
+# per-iteration training SAFETY cap of every variant (s): every learner stops at its own fixed amount
+# (SFT / DPO: --train-steps; ArCHer: its rounds, learner_rates) unless a slow machine hits the cap
 QUICK_TRAIN_BUDGET_S = 120.0
 DEMO_TRAIN_BUDGET_S = 1200.0
 # optimizer steps per iteration of every SFT / DPO variant (the matched budget)
 QUICK_TRAIN_STEPS = 6
 DEMO_TRAIN_STEPS = 40
 HOME = "<home>"  # stands for --home in stored results and their keys
+
+
+def learner_rates(quick: bool) -> dict[str, Any]:
+    """The DPO and ArCHer arms' settings: ``agentr run --method``'s, measured stable on the demo model
+    (docs/learners.md: DPO at SFT's learning rate / ``RUN_DPO_LR_RATIO``, ArCHer's actor at SFT's /
+    ``RUN_ACTOR_LR_RATIO``; at SFT's own rate / 10 both collapsed it) and ArCHer's FIXED rounds per
+    iteration (``QUICK_ARCHER_ROUNDS`` / ``DEMO_ARCHER_ROUNDS``), so its budget is a count of
+    updates, as SFT's and DPO's are optimizer steps, never the wall clock."""
+    from agentr.cli.demo import DEMO_ARCHER_ROUNDS, QUICK_ARCHER_ROUNDS
+    from agentr.cli.methods import RUN_ACTOR_LR_RATIO, RUN_DPO_LR_RATIO
+
+    return {
+        "archer_iterations": QUICK_ARCHER_ROUNDS if quick else DEMO_ARCHER_ROUNDS,
+        "actor_lr_ratio": RUN_ACTOR_LR_RATIO,
+        "dpo_lr_ratio": RUN_DPO_LR_RATIO,
+    }
 
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -116,6 +137,7 @@ def variant_config(
     archer_checkpoint: str | Path | None = None,
     archer_warmup: int | None = None,
     train_steps: int | None = None,
+    quick: bool = False,
 ) -> dict[str, Any]:
     """The whole run configuration of ``variant`` from the shared ``base`` (model filled in): the
     same env, goals, seed, search and evaluation for every variant; ``train.time_budget_s`` set to
@@ -123,7 +145,7 @@ def variant_config(
     ``first`` variant. ``agent_r_value`` needs ``archer_checkpoint`` (a folder with ``critic/``).
     ``archer_warmup``: the ArCHer variants' critic-only warm-up rounds (None: method_variant's).
     ``train_steps``: optimizer steps per iteration of every SFT and DPO variant (``train.max_steps``;
-    None: their epochs)."""
+    None: their epochs). The DPO and ArCHer arms take ``learner_rates(quick)``."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
     if train_budget_s <= 0:
@@ -135,7 +157,9 @@ def variant_config(
     if variant in LEARNERS:
         from learners import method_variant
 
-        config = merge(method_variant(shared, *LEARNERS[variant]), VARIANTS[variant][1])
+        config = merge(
+            method_variant(shared, *LEARNERS[variant], **learner_rates(quick)), VARIANTS[variant][1]
+        )
         if archer_warmup is not None and config["train"].get("method") == "archer":
             if archer_warmup < 0:
                 raise ValueError(f"archer_warmup must be >= 0, got {archer_warmup}")
@@ -407,6 +431,7 @@ def main() -> int:
                 archer_checkpoint=archer,
                 archer_warmup=args.archer_warmup,
                 train_steps=steps,
+                quick=args.quick,
             )
             key = config_key(config, home)
             result = None if args.fresh else stored_result(results_dir, variant, key)

@@ -275,3 +275,23 @@ def test_statistics_over_tasks_and_seeds_pair_agent_r_with_each_baseline() -> No
         and "recovery_success_iter1_vs_direct" in by_metric
     )
     assert "| heldout_success | 0.750 [0.583, 0.917] (n=6) | 0.250 [0.083, 0.417] (n=6) |" in text
+
+
+def test_learner_arms_take_the_runs_stable_rates_and_a_fixed_archer_round_count(base: dict) -> None:
+    from agentr.cli.demo import DEMO_ARCHER_ROUNDS, QUICK_ARCHER_ROUNDS
+    from agentr.cli.methods import RUN_ACTOR_LR_RATIO, RUN_DPO_LR_RATIO
+
+    sft_lr = float(base["train"]["learning_rate"])
+    for quick, rounds in ((True, QUICK_ARCHER_ROUNDS), (False, DEMO_ARCHER_ROUNDS)):
+        dpo = paper.variant_config(base, "dpo", train_budget_s=60.0, first=False, quick=quick)["train"]
+        assert dpo["learning_rate"] == pytest.approx(sft_lr / RUN_DPO_LR_RATIO)
+        for variant in ("archer_offline", "archer_online"):
+            archer = paper.variant_config(base, variant, train_budget_s=60.0, first=False, quick=quick)
+            RunConfig.from_data(archer)
+            # a count of rounds, not "until the time budget ends it" (learner_train's default)
+            assert archer["train"]["iterations"] == rounds, (variant, quick)
+            assert archer["train"]["actor_lr"] == pytest.approx(sft_lr / RUN_ACTOR_LR_RATIO)
+            assert archer["train"]["critic_lr"] == pytest.approx(sft_lr)
+    # the SFT arms are untouched by the learner rates
+    sft = paper.variant_config(base, "agent_r_model", train_budget_s=60.0, first=False)["train"]
+    assert sft["learning_rate"] == sft_lr and "actor_lr" not in sft
