@@ -5,6 +5,7 @@ rejected with a reason; replay verification rejects a path that does not reach t
 
 from __future__ import annotations
 
+import logging
 import re
 from contextlib import asynccontextmanager
 from typing import Any
@@ -113,9 +114,15 @@ def _events(recorded: list[Any], cls: type) -> list[Any]:
     return [r.event for r in recorded if isinstance(r.event, cls)]
 
 
-async def _search_run(store: Any, splice: dict[str, Any], model_ref: str = "tiny") -> tuple[Any, ...]:
-    """A run whose iteration 0 has one completed tree with one TextCraft pair (rules critic)."""
+async def _search_run(
+    store: Any, splice: dict[str, Any], model_ref: str = "tiny", good_steps_cut: int = 0
+) -> tuple[Any, ...]:
+    """A run whose iteration 0 has one completed tree with one TextCraft pair (rules critic);
+    ``good_steps_cut``: the good path loses that many last steps but keeps its logged reward, so
+    the splice's replay falls short of it."""
     task_id, bad, good, shared = await _textcraft_pair()
+    if good_steps_cut:
+        good = Trajectory(good.task, good.instruction, good.steps[:-good_steps_cut], reward=good.reward)
     run_id, tree_id, project = new_id(), new_id(), new_id()
     config = RunConfig(env=ENV_URI, critic={"strategy": "rules"}, splice=splice)
     meta = Metadata(project_id=project)
@@ -308,12 +315,30 @@ async def test_model_reflections_batch_and_fall_back_per_answer() -> None:
     assert got[1] == Reflection(f"model|fallback:{template.template_id}", template.text)
 
 
-async def test_unknown_reflection_source_rejects_the_revision(stack) -> None:  # type: ignore[no-untyped-def]
+async def test_unknown_reflection_source_rejects_the_revision(stack, caplog) -> None:  # type: ignore[no-untyped-def]
     store, settle = stack
-    _, pair_id, *_ = await _search_run(store, {"reflection": "oracle"})
-    await settle()
+    with caplog.at_level(logging.INFO, logger="critic_service.splicer"):
+        _, pair_id, *_ = await _search_run(store, {"reflection": "oracle"})
+        await settle()
     (rejected,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionRejected)
     assert "splice.reflection: unknown source 'oracle'" in rejected.reason
+    # a splice that broke is a fault: a WARNING naming the pair and the reason
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert pair_id in warning.getMessage() and "unknown source 'oracle'" in warning.getMessage()
+
+
+async def test_an_unverified_replay_is_an_expected_rejection_logged_at_info(stack, caplog) -> None:  # type: ignore[no-untyped-def]
+    store, settle = stack
+    with caplog.at_level(logging.INFO, logger="critic_service.splicer"):
+        splice = {"verify": True, "keep_unverified": False}
+        _, pair_id, *_ = await _search_run(store, splice, good_steps_cut=1)
+        await settle()
+    (rejected,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionRejected)
+    assert rejected.reason.startswith("unverified") and "below the good reward" in rejected.reason
+    # the method's expected outcome on many pairs (the report counts them): no WARNING per pair
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    (info,) = [r for r in caplog.records if "rejected" in r.getMessage()]
+    assert info.levelno == logging.INFO and pair_id in info.getMessage()
 
 
 async def test_a_sampled_nul_in_a_reflection_is_kept_as_a_replacement_character() -> None:
