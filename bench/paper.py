@@ -6,6 +6,8 @@ only the named settings differ), for ``--iterations`` (default 2) search -> trai
 - ``agent_r_model``   Agent-R, critic strategy ``model`` (the actor judges each step: the paper);
 - ``agent_r_reflect`` Agent-R, critic strategy ``reflect`` (the likelihood the actor gives to a
   reflection right after step t);
+- ``agent_r_first``   Agent-R, critic strategy ``first`` (t' = the first action after the
+  divergence: the trivial critic that is the oracle's answer on most demo pairs, docs/critic.md);
 - ``direct``          Direct-Revision (t' = the last action of the bad path: the paper's baseline);
 - ``good_only``       SFT on good trajectories only (``include_revisions = false``: the "good" rows of
   the paper's Figure 3; its search and pairs are the same, its revision samples are not trained on);

@@ -17,6 +17,9 @@ from typing import Any
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "agent_r_model": ("Agent-R (model critic)", {"critic": {"strategy": "model"}}),
     "agent_r_reflect": ("Agent-R (reflect critic)", {"critic": {"strategy": "reflect"}}),
+    # t' = the first action after the divergence: the trivial critic that matches the TextCraft
+    # oracle on most demo pairs (docs/critic.md); does a better t' train a better model than it?
+    "agent_r_first": ("Agent-R (first-after-divergence t')", {"critic": {"strategy": "first"}}),
     "direct": ("Direct-Revision", {"critic": {"strategy": "direct"}}),
     # the critic does not matter when revisions are not trained on: the cheapest one
     "good_only": ("good trajectories only", {"critic": {"strategy": "direct"}, "include_revisions": False}),

@@ -44,6 +44,8 @@ def test_every_variant_shares_goals_seeds_search_and_the_training_cap(base: dict
         assert evaluation == {k: v for k, v in base["evaluation"].items() if k != "baseline"}
     assert configs["agent_r_model"]["critic"]["strategy"] == "model"
     assert configs["agent_r_reflect"]["critic"]["strategy"] == "reflect"
+    assert configs["agent_r_first"]["critic"]["strategy"] == "first"
+    assert configs["agent_r_first"].get("include_revisions", True) is True  # it trains revisions
     assert configs["direct"]["critic"]["strategy"] == "direct"
     assert configs["good_only"]["include_revisions"] is False
     assert configs["dpo"]["train"]["method"] == "dpo" and configs["dpo"]["include_revisions"] is False
