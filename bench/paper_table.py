@@ -10,6 +10,7 @@ then holds the iterations that were evaluated, and ``table`` says which ones are
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 # name -> (label, overrides of the Agent-R SFT run configuration); the learner variants' ``train``
@@ -241,6 +242,14 @@ STAT_METRICS: tuple[tuple[str, str, str, bool], ...] = (
 PAIRED_AGAINST = ("good_only", "direct")
 
 
+def paired_against(variants: Iterable[str]) -> list[str]:
+    """The variants Agent-R (model critic) is tested against, paired: good-only and Direct-Revision
+    first (the issue's two), then every other variant that ran (reflect, DPO, ArCHer, ...), each
+    its own test (several tests: read a lone p below 0.05 as one of many)."""
+    present = [v for v in variants if v != OURS]
+    return [v for v in PAIRED_AGAINST if v in present] + [v for v in present if v not in PAIRED_AGAINST]
+
+
 def task_units(reports: dict[int, dict[str, Any]], model: str, where: str, key: str) -> dict[Any, float]:
     """``{(task, seed): value}`` of one variant: the per-task figure ``key`` of the report row
     ``model`` (e.g. "iter 1") under ``where`` (``by_task`` held-out, ``recovery_by_task``), per run
@@ -270,9 +279,10 @@ def statistics(
     per_seed: dict[str, dict[int, dict[str, Any]]], iteration: int, *, resamples: int = 10_000
 ) -> tuple[list[dict[str, Any]], str]:
     """JSON lines and a Markdown table: every variant's mean and 95% bootstrap interval over tasks x
-    seeds of iteration ``iteration``'s model, and Agent-R (model critic) against good-only and
-    Direct-Revision, paired by (task, seed): the mean difference, its interval and the sign-flip
-    p-value (core.domain.stats). Revision length: run-level units (one per seed)."""
+    seeds of iteration ``iteration``'s model, and Agent-R (model critic) against good-only,
+    Direct-Revision and every other variant present (``paired_against``), paired by (task, seed):
+    the mean difference, its interval and the sign-flip p-value (core.domain.stats). Revision
+    length: run-level units (one per seed)."""
     from core.domain.stats import bootstrap_mean, paired_test
 
     model = f"iter {iteration}"
@@ -294,7 +304,7 @@ def statistics(
         ours = units.get((name, OURS))
         if ours is None:
             continue
-        for other in PAIRED_AGAINST:
+        for other in paired_against(per_seed):
             theirs = units.get((name, other))
             if theirs is None:
                 continue

@@ -259,7 +259,9 @@ def test_statistics_over_tasks_and_seeds_pair_agent_r_with_each_baseline() -> No
         "agent_r_model": {s: report({"t1": 1.0, "t2": 0.5}, 2.0) for s in (0, 1, 2)},
         "good_only": {s: report({"t1": 0.5, "t2": 0.0}, None) for s in (0, 1, 2)},
         "direct": {s: report({"t1": 1.0, "t2": 0.5}, 1.0 + s) for s in (0, 1, 2)},
+        "dpo": {s: report({"t1": 0.0, "t2": 0.0}, None) for s in (0, 1, 2)},
     }
+    assert paper_table.paired_against(per_seed) == ["good_only", "direct", "dpo"]
     lines, text = paper_table.statistics(per_seed, 1, resamples=500)
     by_metric = {line["metric"]: line for line in lines}
     good = by_metric["heldout_success_iter1_vs_good_only"]
@@ -277,6 +279,10 @@ def test_statistics_over_tasks_and_seeds_pair_agent_r_with_each_baseline() -> No
         and "recovery_success_iter1_vs_direct" in by_metric
     )
     assert "| heldout_success | 0.750 [0.583, 0.917] (n=6) | 0.250 [0.083, 0.417] (n=6) |" in text
+    # every other variant that ran is tested against Agent-R too (here DPO: 0.75 against 0)
+    dpo = by_metric["heldout_success_iter1_vs_dpo"]
+    assert dpo["paired_units"] == 6 and dpo["difference"] == 0.75 and dpo["significant"] is True
+    assert "revision_length_iter1_vs_dpo" not in by_metric  # DPO trains no revision
 
 
 def test_learner_arms_take_the_runs_stable_rates_and_a_fixed_archer_round_count(base: dict) -> None:
