@@ -54,6 +54,10 @@ class EvalConfig:
     shared_passes: run each turn's prompts in shared forward passes of a local policy (module
         docstring: deterministic per seed; cheaper only for short prompts); False (default) =
         batch-invariant passes, every episode exactly as if played alone.
+    workers: processes that play a local model's episodes (``train_service.episode_processes``:
+        the same episodes, shard by shard, since each plays as if alone); None (default) = one per
+        usable core where the batch is large enough, 1 = in the evaluating process. Never more
+        than one under ``shared_passes``.
     constrain_actions: each turn's Action line is sampled among the episode's valid actions (the
         env's ``valid_actions()``; free where it lists none) by constrained decoding
         (docs/constrained-decoding.md); False (default) = free decoding. Recorded in the metrics.
@@ -73,6 +77,7 @@ class EvalConfig:
     stratify: bool = True
     shared_passes: bool = False
     constrain_actions: bool = False
+    workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.max_tokens < 1:
@@ -81,6 +86,8 @@ class EvalConfig:
             raise ValueError("EvalConfig: recovery_episodes must be >= 0")
         if self.seen_max_tasks is not None and self.seen_max_tasks < 1:
             raise ValueError(f"EvalConfig: seen_max_tasks must be >= 1 or null, got {self.seen_max_tasks}")
+        if self.workers is not None and (isinstance(self.workers, bool) or self.workers < 1):
+            raise ValueError(f"EvalConfig: workers must be >= 1 or null, got {self.workers}")
         if self.recovery_seeds < 1:
             raise ValueError(f"EvalConfig: recovery_seeds must be >= 1, got {self.recovery_seeds}")
         if self.episodes_per_task < 1:

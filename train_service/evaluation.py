@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from contextlib import nullcontext
+from typing import Any, Protocol
 
 from core.domain.eval_protocol import (
     RecoveryPrefix,
@@ -112,12 +113,34 @@ def by_task(results: Sequence[EpisodeResult], success_threshold: float) -> dict[
     return {task: summarize(group, success_threshold=success_threshold) for task, group in groups.items()}
 
 
+class _InProcess:
+    """The default player: ``play`` with ``policy`` in this process."""
+
+    def __init__(self, policy: Policy, env_opener: Callable[[], Env]) -> None:
+        self.policy = policy
+        self.env_opener = env_opener
+        self.model_version = policy.model_version
+
+    async def __call__(
+        self,
+        task_ids: Sequence[str],
+        cfg: EvalConfig,
+        *,
+        seeds: Sequence[int] | None = None,
+        prefixes: Sequence[Sequence[str]] | None = None,
+        progress: Progress | None = None,
+    ) -> list[EpisodeResult]:
+        return await play(
+            self.policy, self.env_opener, task_ids, cfg, seeds=seeds, prefixes=prefixes, progress=progress
+        )
+
+
 def _summary(
-    policy: Policy, task_ids: Sequence[str], results: Sequence[EpisodeResult], cfg: EvalConfig
+    model_version: str, task_ids: Sequence[str], results: Sequence[EpisodeResult], cfg: EvalConfig
 ) -> dict[str, Any]:
     metrics = summarize(results, success_threshold=cfg.success_threshold)
     metrics["by_task"] = by_task(results, cfg.success_threshold)
-    metrics["model_version"] = policy.model_version
+    metrics["model_version"] = model_version
     metrics["tasks"] = list(task_ids)
     metrics["episodes_per_task"] = cfg.episodes_per_task
     metrics["max_steps"] = cfg.max_steps
@@ -126,8 +149,25 @@ def _summary(
     return metrics
 
 
+class Player(Protocol):
+    """Plays a batch of episodes as ``play`` does (``train_service.episode_processes.ProcessPlayer``:
+    in worker processes); ``model_version`` names the model once it has played."""
+
+    model_version: str
+
+    async def __call__(
+        self,
+        task_ids: Sequence[str],
+        cfg: EvalConfig,
+        *,
+        seeds: Sequence[int] | None = None,
+        prefixes: Sequence[Sequence[str]] | None = None,
+        progress: Progress | None = None,
+    ) -> list[EpisodeResult]: ...
+
+
 async def evaluate(
-    policy: Policy,
+    policy: Policy | None,
     env_opener: Callable[[], Env],
     task_ids: Sequence[str],
     cfg: EvalConfig,
@@ -137,8 +177,12 @@ async def evaluate(
     recovery: Sequence[RecoveryPrefix] = (),
     build_recovery_set: bool = False,
     progress: Progress | None = None,
+    player: Player | None = None,
 ) -> dict[str, Any]:
     """Metrics of ``policy`` on ``task_ids`` (``cfg.episodes_per_task`` seeded episodes each).
+
+    ``player``: plays the episodes instead of ``play(policy, env_opener, ...)`` in this process
+    (then ``policy`` may be None): the same episodes, seeds and protocol, e.g. in worker processes.
 
     ``seen``: the run's searched tasks, evaluated the same way in the same batches and summarised
     under ``seen`` (none: no ``seen`` key).
@@ -149,6 +193,10 @@ async def evaluate(
     """
     if not task_ids:
         raise ValueError("evaluation needs at least one task")
+    if player is None:
+        if policy is None:
+            raise ValueError("evaluation needs a policy or a player")
+        player = _InProcess(policy, env_opener)
     if build_recovery_set and recovery:
         raise ValueError("give recovery prefixes or build_recovery_set, not both")
     overlap = sorted(set(task_ids) & set(seen))
@@ -173,13 +221,11 @@ async def evaluate(
     seeds = [episode_seed(seed, task, e) for task, e in runs + seen_runs]
     seeds += [recovery_seed(seed, p, c) for p, c in continued]
     replays: list[Sequence[str]] = [()] * (len(runs) + len(seen_runs)) + [p.actions for p, _ in continued]
-    with shared_passes(policy, cfg.shared_passes):
-        results = await play(
-            policy, env_opener, episode_tasks, cfg, seeds=seeds, prefixes=replays, progress=report
-        )
+    with shared_passes(policy, cfg.shared_passes) if policy is not None else nullcontext():
+        results = await player(episode_tasks, cfg, seeds=seeds, prefixes=replays, progress=report)
         held, seen_results = results[: len(runs)], results[len(runs) : len(runs) + len(seen_runs)]
         recovered = results[len(runs) + len(seen_runs) :]
-        metrics = _summary(policy, task_ids, held, cfg)
+        metrics = _summary(player.model_version, task_ids, held, cfg)
         if build_recovery_set:
             prefixes = recovery_set(
                 [(e, r) for (_, e), r in zip(runs, held, strict=True)],
@@ -192,9 +238,7 @@ async def evaluate(
             state["total"] = state["before"] + k * len(prefixes)
             if prefixes:
                 continued = [(p, c) for p in prefixes for c in range(k)]
-                recovered = await play(
-                    policy,
-                    env_opener,
+                recovered = await player(
                     [p.task_id for p, _ in continued],
                     cfg,
                     seeds=[recovery_seed(seed, p, c) for p, c in continued],
@@ -210,12 +254,12 @@ async def evaluate(
     else:
         metrics["recovery"] = summarize([])
     if seen:
-        metrics["seen"] = _summary(policy, seen, seen_results, cfg)
+        metrics["seen"] = _summary(player.model_version, seen, seen_results, cfg)
         metrics["seen"]["recovery"] = summarize([])
     log.info(
         "evaluated %s on %d tasks x %d episodes: success %.2f, reward %.2f, invalid %.2f, loops %.2f; "
         "recovery %s/%s; seen tasks %d",
-        policy.model_version, len(task_ids), cfg.episodes_per_task, metrics["success_rate"],
+        player.model_version, len(task_ids), cfg.episodes_per_task, metrics["success_rate"],
         metrics["avg_reward"], metrics["invalid_action_rate"], metrics["dead_loop_rate"],
         metrics["recovery"]["success_rate"], metrics["recovery"]["episodes"], len(seen),
     )  # fmt: skip

@@ -39,6 +39,7 @@ from core.domain.runs import EvaluateModel, RunState, TrainModel
 from core.envs.base import Env
 from core.llm.ports import Policy
 from core.runtime.settings import Settings
+from train_service.episode_processes import ProcessPlayer, resolve_workers
 from train_service.evaluation import (
     EvalConfig,
     evaluate,
@@ -252,13 +253,25 @@ class RunEffects(RunDatasets):
         cfg: EvalConfig,
         **options: Any,
     ) -> dict[str, Any]:
+        def progress(done: int, total: int) -> None:
+            if self.on_eval:
+                self.on_eval(label, done, total)
+
+        workers = self._eval_workers(model_ref, cfg, tasks, options)
+        if workers > 1:  # a local model's episodes in worker processes: the same results, more cores
+            player = ProcessPlayer(model_ref, config.env, workers)
+            return await evaluate(
+                None,
+                lambda: self.env_opener(config.env),
+                tasks,
+                cfg,
+                seed=config.seed,
+                progress=progress,
+                player=player,
+                **options,
+            )
         policy = await asyncio.to_thread(self.policy_opener, model_ref)
         try:
-
-            def progress(done: int, total: int) -> None:
-                if self.on_eval:
-                    self.on_eval(label, done, total)
-
             return await evaluate(
                 policy,
                 lambda: self.env_opener(config.env),
@@ -270,6 +283,21 @@ class RunEffects(RunDatasets):
             )
         finally:
             await policy.close()
+
+    def _eval_workers(
+        self, model_ref: str, cfg: EvalConfig, tasks: list[str], options: dict[str, Any]
+    ) -> int:
+        """Processes for one model's evaluation (``evaluation.workers``): only a local model folder
+        opened by the registry, on an environment opened from its URI, without shared passes; the
+        count from the first batch's episodes (held-out, seen and known recovery continuations)."""
+        local = not model_ref.startswith(("http://", "https://"))
+        openers = self.policy_opener is _open_policy and self.env_opener is _open_env
+        if not (local and openers) or cfg.shared_passes or cfg.workers == 1:
+            return 1
+        seen = options.get("seen") or ()
+        recovery = options.get("recovery") or ()
+        episodes = (len(tasks) + len(seen)) * cfg.episodes_per_task + len(recovery) * cfg.recovery_seeds
+        return resolve_workers(cfg.workers, episodes)
 
     async def evaluate(self, state: RunState, effect: EvaluateModel) -> IterationEvaluated:
         """The iteration's model on the held-out tasks (with the recovery test) and on the seen

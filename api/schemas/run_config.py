@@ -199,6 +199,14 @@ class EvaluationSettings(_Strict):
         "per seed, cheaper only for short prompts); false (default): batch-invariant passes, each "
         "episode as if played alone.",
     )
+    workers: int | None = Field(
+        None,
+        strict=True,
+        ge=1,
+        le=256,
+        description="Processes that play a local model's evaluation episodes (null: one per usable core "
+        "where the batch is large enough; 1: in the train service's process). The results are the same.",
+    )
 
 
 class RunConfigIn(_Strict):

