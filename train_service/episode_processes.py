@@ -1,9 +1,12 @@
 """Owns playing one local model's episodes in worker PROCESSES (``evaluation.workers``).
 
-The episodes of one ``play`` call are dealt round-robin into shards; each shard is played by a
-process of its own (``spawn``: a fresh interpreter, never a fork of a process holding threads and a
-loaded model) that loads the model folder, opens the environment from its URI and runs the very
-same batched loop (``train_service.episodes.play``); the results come back in the caller's order.
+``EpisodeWorkers`` is a pool of worker processes for one evaluation (``spawn``: fresh interpreters,
+never forks of a process holding threads and a loaded model), started once and reused by every
+batch of it (the starting model's episodes, its recovery continuations, the iteration model's): a
+worker keeps the last model folder it loaded. The episodes of one ``play`` call are dealt
+round-robin into shards, one per worker; each worker opens the environment from its URI and runs
+the very same batched loop (``train_service.episodes.play``); the results come back in the
+caller's order. ``ProcessPlayer`` is the pool bound to one model, as ``evaluate`` takes it.
 
 Why processes: decoding the demo's tiny model is bound by Python (transformers' per-op overhead
 under the GIL: docs/results.md, "Decode threads"), so decode threads of one process keep one core
@@ -23,6 +26,7 @@ process (a Celery prefork child may not have children) or where there is one cor
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import multiprocessing
 import os
@@ -82,16 +86,13 @@ def shards(count: int, workers: int) -> list[list[int]]:
 
 
 class ProcessPlayer:
-    """Plays episodes of the local model folder ``model_ref`` on ``env_uri`` in ``workers``
-    processes; ``model_version`` is the loaded policy's (known after the first call)."""
+    """``workers.play`` bound to the local model folder ``model_ref`` on ``env_uri`` (the ``Player``
+    that ``train_service.evaluation.evaluate`` takes); ``model_version`` is known once it has played."""
 
-    def __init__(self, model_ref: str, env_uri: str, workers: int, threads: int = 1) -> None:
-        if workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
+    def __init__(self, workers: EpisodeWorkers, model_ref: str, env_uri: str) -> None:
+        self.workers = workers
         self.model_ref = model_ref
         self.env_uri = env_uri
-        self.workers = workers
-        self.threads = threads
         self.model_version = ""
 
     async def __call__(
@@ -103,60 +104,111 @@ class ProcessPlayer:
         prefixes: Sequence[Sequence[str]] | None = None,
         progress: Progress | None = None,
     ) -> list[EpisodeResult]:
+        version, results = await self.workers.play(
+            self.model_ref, self.env_uri, task_ids, cfg, seeds=seeds, prefixes=prefixes, progress=progress
+        )
+        self.model_version = self.model_version or version
+        return results
+
+
+class EpisodeWorkers:
+    """``count`` worker processes that play episodes (an async context manager: started on entry,
+    stopped on exit); one ``play`` call at a time."""
+
+    def __init__(self, count: int, threads: int = 1) -> None:
+        if count < 1:
+            raise ValueError(f"workers must be >= 1, got {count}")
+        self.count = count
+        self.threads = threads
+        self._ctx = multiprocessing.get_context("spawn")
+        self._outbox: Any = None
+        self._inboxes: list[Any] = []
+        self._procs: list[Any] = []
+        self._jobs = 0
+
+    async def __aenter__(self) -> EpisodeWorkers:
+        self._outbox = self._ctx.Queue()
+        for k in range(self.count):
+            inbox = self._ctx.Queue()
+            proc = self._ctx.Process(
+                target=_worker,
+                args=(inbox, self._outbox, k, self.threads),
+                name=f"agentr-episodes-{k}",
+                daemon=True,
+            )
+            proc.start()
+            self._inboxes.append(inbox)
+            self._procs.append(proc)
+        log.info("started %d episode worker processes", self.count)
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        for inbox, proc in zip(self._inboxes, self._procs, strict=True):
+            if proc.is_alive():
+                inbox.put(None)
+        for proc in self._procs:
+            await asyncio.to_thread(proc.join, 10)
+            if proc.is_alive():
+                proc.terminate()
+                await asyncio.to_thread(proc.join, 5)
+        for queue in (*self._inboxes, self._outbox):
+            queue.close()
+        self._inboxes, self._procs = [], []
+
+    def player(self, model_ref: str, env_uri: str) -> ProcessPlayer:
+        return ProcessPlayer(self, model_ref, env_uri)
+
+    async def play(
+        self,
+        model_ref: str,
+        env_uri: str,
+        task_ids: Sequence[str],
+        cfg: EvalConfig,
+        *,
+        seeds: Sequence[int] | None = None,
+        prefixes: Sequence[Sequence[str]] | None = None,
+        progress: Progress | None = None,
+    ) -> tuple[str, list[EpisodeResult]]:
+        """(model version, one result per entry of ``task_ids`` in order), as ``play`` returns them."""
+        if not self._procs:
+            raise RuntimeError("EpisodeWorkers.play outside its 'async with' block")
         if prefixes is not None and len(prefixes) != len(task_ids):
             raise ValueError(f"{len(prefixes)} prefixes for {len(task_ids)} tasks")
         if seeds is not None and len(seeds) != len(task_ids):
             raise ValueError(f"{len(seeds)} seeds for {len(task_ids)} episodes")
         if not task_ids:
-            return []
+            return "", []
         all_seeds = list(seeds) if seeds is not None else list(range(len(task_ids)))
         all_prefixes = [list(p) for p in prefixes] if prefixes is not None else [[] for _ in task_ids]
-        parts = shards(len(task_ids), self.workers)
-        ctx = multiprocessing.get_context("spawn")
-        messages: Any = ctx.Queue()
-        procs = []
+        parts = shards(len(task_ids), self.count)
+        self._jobs += 1
+        job = self._jobs
         for k, indexes in enumerate(parts):
-            args = (
-                messages,
-                k,
-                self.model_ref,
-                self.env_uri,
-                [task_ids[i] for i in indexes],
-                cfg,
-                [all_seeds[i] for i in indexes],
-                [all_prefixes[i] for i in indexes],
-                self.threads,
-            )
-            procs.append(ctx.Process(target=_play_shard, args=args, name=f"agentr-episodes-{k}", daemon=True))
-        log.info("playing %d episodes of %s in %d processes", len(task_ids), self.model_ref, len(procs))
+            shard_tasks = [task_ids[i] for i in indexes]
+            shard_seeds = [all_seeds[i] for i in indexes]
+            shard_prefixes = [all_prefixes[i] for i in indexes]
+            self._inboxes[k].put((job, model_ref, env_uri, shard_tasks, cfg, shard_seeds, shard_prefixes))
+        log.info("playing %d episodes of %s in %d processes", len(task_ids), model_ref, len(parts))
         done = [0] * len(parts)
         results: dict[int, list[EpisodeResult]] = {}
-        try:
-            for proc in procs:
-                proc.start()
-            while len(results) < len(parts):
-                message = await asyncio.to_thread(_next_message, messages)
-                if message is None:
-                    _check_alive(procs, results)
-                    continue
-                kind, k, payload = message
-                if kind == "progress":
-                    done[k] = payload
-                    if progress:
-                        progress(sum(done), len(task_ids))
-                elif kind == "done":
-                    version, shard_results = payload
-                    self.model_version = self.model_version or version
-                    results[k] = shard_results
-                else:
-                    raise EpisodeWorkerError(f"episode worker {k} of {self.model_ref} failed:\n{payload}")
-        finally:
-            for proc in procs:
-                if proc.is_alive():
-                    proc.terminate()
-            for proc in procs:
-                proc.join(timeout=10)
-            messages.close()
+        version = ""
+        while len(results) < len(parts):
+            message = await asyncio.to_thread(_next_message, self._outbox)
+            if message is None:
+                self._check_alive(len(parts), results)
+                continue
+            kind, job_id, k, payload = message
+            if job_id != job:
+                continue  # a late message of an earlier, failed call
+            if kind == "progress":
+                done[k] = payload
+                if progress:
+                    progress(sum(done), len(task_ids))
+            elif kind == "done":
+                version = version or payload[0]
+                results[k] = payload[1]
+            else:
+                raise EpisodeWorkerError(f"episode worker {k} failed playing {model_ref}:\n{payload}")
         ordered: list[EpisodeResult | None] = [None] * len(task_ids)
         for k, indexes in enumerate(parts):
             if len(results[k]) != len(indexes):
@@ -165,73 +217,66 @@ class ProcessPlayer:
                 )
             for i, result in zip(indexes, results[k], strict=True):
                 ordered[i] = result
-        return [r for r in ordered if r is not None]
+        return version, [r for r in ordered if r is not None]
+
+    def _check_alive(self, busy: int, finished: dict[int, Any]) -> None:
+        for k, proc in enumerate(self._procs[:busy]):
+            if k not in finished and proc.exitcode is not None:
+                raise EpisodeWorkerError(
+                    f"episode worker {k} exited with code {proc.exitcode} before returning its episodes "
+                    "(killed for memory?)"
+                )
 
 
-def _next_message(messages: Any) -> tuple[str, int, Any] | None:
+def _next_message(messages: Any) -> tuple[str, int, int, Any] | None:
     try:
-        message: tuple[str, int, Any] = messages.get(timeout=_POLL_S)
+        message: tuple[str, int, int, Any] = messages.get(timeout=_POLL_S)
         return message
     except queue_module.Empty:
         return None
 
 
-def _check_alive(procs: Sequence[Any], finished: dict[int, Any]) -> None:
-    for k, proc in enumerate(procs):
-        if k not in finished and proc.exitcode is not None:
-            raise EpisodeWorkerError(
-                f"episode worker {k} exited with code {proc.exitcode} before returning its episodes "
-                "(killed for memory?)"
-            )
-
-
-def _play_shard(
-    messages: Any,
-    shard: int,
-    model_ref: str,
-    env_uri: str,
-    task_ids: list[str],
-    cfg: EvalConfig,
-    seeds: list[int],
-    prefixes: list[list[str]],
-    threads: int,
-) -> None:
-    """A worker process: load the model, play the shard, send (version, results) back."""
+def _worker(inbox: Any, outbox: Any, index: int, threads: int) -> None:
+    """A worker process: play each job sent to ``inbox`` (None stops it), keeping the last model."""
     os.environ["OMP_NUM_THREADS"] = str(threads)  # before torch is imported in this process
-    try:
-        import torch
+    import torch
 
-        torch.set_num_threads(threads)
-        version, results = asyncio.run(
-            _play(messages, shard, model_ref, env_uri, task_ids, cfg, seeds, prefixes)
-        )
-        messages.put(("done", shard, (version, results)))
-    except BaseException:  # noqa: BLE001 - every failure goes back to the parent, named
-        messages.put(("error", shard, traceback.format_exc()))
+    torch.set_num_threads(threads)
+    asyncio.run(_serve(inbox, outbox, index))
 
 
-async def _play(
-    messages: Any,
-    shard: int,
-    model_ref: str,
-    env_uri: str,
-    task_ids: list[str],
-    cfg: EvalConfig,
-    seeds: list[int],
-    prefixes: list[list[str]],
-) -> tuple[str, list[EpisodeResult]]:
+async def _serve(inbox: Any, outbox: Any, index: int) -> None:
     from core.envs.registry import open_env
     from core.llm.registry import open_policy
 
-    policy = open_policy(model_ref)
+    policy: Any = None
+    loaded = ""
     try:
+        while (job := await asyncio.to_thread(inbox.get)) is not None:
+            job_id, model_ref, env_uri, task_ids, cfg, seeds, prefixes = job
+            try:
+                if model_ref != loaded:
+                    if policy is not None:
+                        await policy.close()
+                        policy, loaded = None, ""
+                    policy = await asyncio.to_thread(open_policy, model_ref)
+                    loaded = model_ref
 
-        def report(done: int, _total: int) -> None:
-            messages.put(("progress", shard, done))
+                def report(done: int, _total: int, job_id: int = job_id) -> None:
+                    outbox.put(("progress", job_id, index, done))
 
-        results = await play(
-            policy, lambda: open_env(env_uri), task_ids, cfg, seeds=seeds, prefixes=prefixes, progress=report
-        )
-        return policy.model_version, results
+                results = await play(
+                    policy,
+                    functools.partial(open_env, env_uri),
+                    task_ids,
+                    cfg,
+                    seeds=seeds,
+                    prefixes=prefixes,
+                    progress=report,
+                )
+                outbox.put(("done", job_id, index, (policy.model_version, results)))
+            except Exception:  # noqa: BLE001 - every failure goes back to the parent, named
+                outbox.put(("error", job_id, index, traceback.format_exc()))
     finally:
-        await policy.close()
+        if policy is not None:
+            await policy.close()

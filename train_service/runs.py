@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from core.domain.runs import EvaluateModel, RunState, TrainModel
 from core.envs.base import Env
 from core.llm.ports import Policy
 from core.runtime.settings import Settings
-from train_service.episode_processes import ProcessPlayer, resolve_workers
+from train_service.episode_processes import EpisodeWorkers, resolve_workers
 from train_service.evaluation import (
     EvalConfig,
     evaluate,
@@ -251,26 +252,16 @@ class RunEffects(RunDatasets):
         config: RunConfig,
         tasks: list[str],
         cfg: EvalConfig,
+        workers: EpisodeWorkers | None,
         **options: Any,
     ) -> dict[str, Any]:
         def progress(done: int, total: int) -> None:
             if self.on_eval:
                 self.on_eval(label, done, total)
 
-        workers = self._eval_workers(model_ref, cfg, tasks, options)
-        if workers > 1:  # a local model's episodes in worker processes: the same results, more cores
-            player = ProcessPlayer(model_ref, config.env, workers)
-            return await evaluate(
-                None,
-                lambda: self.env_opener(config.env),
-                tasks,
-                cfg,
-                seed=config.seed,
-                progress=progress,
-                player=player,
-                **options,
-            )
-        policy = await asyncio.to_thread(self.policy_opener, model_ref)
+        # a local model's episodes in worker processes (the same results on more cores), else here
+        player = workers.player(model_ref, config.env) if workers and self._shardable(model_ref) else None
+        policy = None if player else await asyncio.to_thread(self.policy_opener, model_ref)
         try:
             return await evaluate(
                 policy,
@@ -279,24 +270,25 @@ class RunEffects(RunDatasets):
                 cfg,
                 seed=config.seed,
                 progress=progress,
+                player=player,
                 **options,
             )
         finally:
-            await policy.close()
+            if policy is not None:
+                await policy.close()
 
-    def _eval_workers(
-        self, model_ref: str, cfg: EvalConfig, tasks: list[str], options: dict[str, Any]
-    ) -> int:
-        """Processes for one model's evaluation (``evaluation.workers``): only a local model folder
-        opened by the registry, on an environment opened from its URI, without shared passes; the
-        count from the first batch's episodes (held-out, seen and known recovery continuations)."""
+    def _shardable(self, model_ref: str) -> bool:
+        """Whether ``model_ref``'s episodes may be played in worker processes: a local model folder
+        opened by the registry, on an environment the workers open from its URI (a test's own
+        openers, or a served model, stay in this process)."""
         local = not model_ref.startswith(("http://", "https://"))
-        openers = self.policy_opener is _open_policy and self.env_opener is _open_env
-        if not (local and openers) or cfg.shared_passes or cfg.workers == 1:
+        return local and self.policy_opener is _open_policy and self.env_opener is _open_env
+
+    def eval_workers(self, cfg: EvalConfig, episodes: int, model_refs: Sequence[str]) -> int:
+        """Worker processes for an evaluation of ``episodes`` episodes per model
+        (``evaluation.workers``; 1 = none): never under shared passes, nor when no model is local."""
+        if cfg.shared_passes or cfg.workers == 1 or not any(self._shardable(m) for m in model_refs):
             return 1
-        seen = options.get("seen") or ()
-        recovery = options.get("recovery") or ()
-        episodes = (len(tasks) + len(seen)) * cfg.episodes_per_task + len(recovery) * cfg.recovery_seeds
         return resolve_workers(cfg.workers, episodes)
 
     async def evaluate(self, state: RunState, effect: EvaluateModel) -> IterationEvaluated:
@@ -311,27 +303,34 @@ class RunEffects(RunDatasets):
         first = state.iteration(0)
         start: dict[str, Any] | None = None
         recovery = recorded_recovery_set((first.eval_metrics or {}).get("start") if first else None)
-        if effect.iteration == 0 and (cfg.baseline or cfg.recovery_episodes > 0):
-            # held-out and seen episodes in the same batches (train_service.evaluation)
-            start = await self._evaluate_model(
-                "starting model",
-                effect.start_model_ref,
+        with_start = effect.iteration == 0 and (cfg.baseline or cfg.recovery_episodes > 0)
+        refs = [effect.model_ref, *([effect.start_model_ref] if with_start else [])]
+        batch = (len(tasks) + len(seen)) * cfg.episodes_per_task  # the first batch of each model
+        count = self.eval_workers(cfg, batch, refs)
+        async with EpisodeWorkers(count) if count > 1 else nullcontext() as workers:
+            if with_start:
+                # held-out and seen episodes in the same batches (train_service.evaluation)
+                start = await self._evaluate_model(
+                    "starting model",
+                    effect.start_model_ref,
+                    config,
+                    tasks,
+                    cfg,
+                    workers,
+                    seen=seen if cfg.baseline else (),
+                    build_recovery_set=cfg.recovery_episodes > 0,
+                )
+                recovery = recorded_recovery_set(start)
+            metrics = await self._evaluate_model(
+                f"iteration {effect.iteration}",
+                effect.model_ref,
                 config,
                 tasks,
                 cfg,
-                seen=seen if cfg.baseline else (),
-                build_recovery_set=cfg.recovery_episodes > 0,
+                workers,
+                seen=seen,
+                recovery=recovery or (),
             )
-            recovery = recorded_recovery_set(start)
-        metrics = await self._evaluate_model(
-            f"iteration {effect.iteration}",
-            effect.model_ref,
-            config,
-            tasks,
-            cfg,
-            seen=seen,
-            recovery=recovery or (),
-        )
         lengths = await revision_lengths(self.store, state.run_id)
         metrics["revision_length_mean"] = lengths.get(effect.iteration)
         if start is not None:

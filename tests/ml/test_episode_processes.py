@@ -1,8 +1,9 @@
 """Evaluation episodes in worker processes (``train_service.episode_processes``) with the real tiny
 model of ``agentr run --quick`` on real TextCraft: the starting model's whole protocol (held-out and
 seen episodes, its recovery set and the continuations) played in 2 and 3 processes gives the very
-same episodes and metrics as in one process; a worker that cannot load its model fails the call
-with the worker's own error; ``RunEffects`` uses processes only where they cannot change results.
+same episodes and metrics as in one process, and one pool serves two models in turn; a worker that
+cannot load its model fails the call with the worker's own error and the pool still serves the
+next one; ``RunEffects`` uses processes only where they cannot change results.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tests.e2e.helpers import quick_tiny_model
 from train_service.episode_processes import (
     MIN_EPISODES_PER_WORKER,
     EpisodeWorkerError,
-    ProcessPlayer,
+    EpisodeWorkers,
     auto_workers,
     resolve_workers,
     shards,
@@ -41,6 +42,22 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return ref
 
 
+@pytest.fixture(scope="module")
+def other_model(model: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The same model with its weights perturbed: other episodes, another model version."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("other-model")
+    net = AutoModelForCausalLM.from_pretrained(model)
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        for param in net.parameters():
+            param.add_(0.05 * torch.randn(param.shape, generator=generator))
+    net.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(model).save_pretrained(folder)
+    return str(folder)
+
+
 def _open() -> Any:
     return open_env(ENV)
 
@@ -50,19 +67,28 @@ def _without_version(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("workers", [2, 3])
-async def test_sharded_evaluation_equals_in_process(model: str, workers: int) -> None:
-    policy = HFPolicy.from_folder(model, device="cpu")
-    try:
-        alone = await evaluate(policy, _open, HELD_OUT, CFG, seed=5, seen=SEEN, build_recovery_set=True)
-    finally:
-        await policy.close()
-    player = ProcessPlayer(model, ENV, workers)
-    sharded = await evaluate(
-        None, _open, HELD_OUT, CFG, seed=5, seen=SEEN, build_recovery_set=True, player=player
-    )
-    assert alone["recovery_set"], "the quick model fails some held-out episode, so continuations are played"
-    assert sharded == alone  # every count, rate, per-task figure, recovery prefix and the model version
-    assert player.model_version == alone["model_version"]
+async def test_sharded_evaluation_equals_in_process(model: str, other_model: str, workers: int) -> None:
+    alone = {}
+    for ref in (model, other_model):
+        policy = HFPolicy.from_folder(ref, device="cpu")
+        try:
+            alone[ref] = await evaluate(
+                policy, _open, HELD_OUT, CFG, seed=5, seen=SEEN, build_recovery_set=True
+            )
+        finally:
+            await policy.close()
+    async with EpisodeWorkers(workers) as pool:
+        for ref in (model, other_model, model):  # one pool, the models in turn (each worker reloads)
+            player = pool.player(ref, ENV)
+            sharded = await evaluate(
+                None, _open, HELD_OUT, CFG, seed=5, seen=SEEN, build_recovery_set=True, player=player
+            )
+            assert alone[ref]["recovery_set"], (
+                "the quick model fails a held-out episode: continuations played"
+            )
+            assert sharded == alone[ref]  # every count, rate, per-task figure, recovery prefix, model version
+            assert player.model_version == alone[ref]["model_version"]
+    assert alone[model]["model_version"] != alone[other_model]["model_version"]
 
 
 async def test_episodes_come_back_in_order_with_their_actions(model: str) -> None:
@@ -75,19 +101,25 @@ async def test_episodes_come_back_in_order_with_their_actions(model: str) -> Non
     finally:
         await policy.close()
     seen_progress: list[tuple[int, int]] = []
-    sharded = await ProcessPlayer(model, ENV, 2)(
-        tasks, CFG, seeds=seeds, prefixes=prefixes, progress=lambda d, t: seen_progress.append((d, t))
-    )
+    async with EpisodeWorkers(2) as pool:
+        sharded = await pool.player(model, ENV)(
+            tasks, CFG, seeds=seeds, prefixes=prefixes, progress=lambda d, t: seen_progress.append((d, t))
+        )
     assert [r.task_id for r in sharded] == tasks
     assert sharded == alone  # actions, validity, rewards, prefix lengths, episode by episode
     assert sharded[-1].prefix_steps == 1 and sharded[-1].actions[0] == "get 1 oak log"
     assert seen_progress and seen_progress[-1] == (len(tasks), len(tasks))
 
 
-async def test_a_worker_that_fails_names_its_error(tmp_path: Path) -> None:
+async def test_a_worker_that_fails_names_its_error_and_the_pool_goes_on(model: str, tmp_path: Path) -> None:
     missing = tmp_path / "no-model-here"
-    with pytest.raises(EpisodeWorkerError, match="no-model-here"):
-        await ProcessPlayer(str(missing), ENV, 2)(HELD_OUT, CFG, seeds=[1, 2, 3])
+    async with EpisodeWorkers(2) as pool:
+        with pytest.raises(EpisodeWorkerError, match="no-model-here"):
+            await pool.player(str(missing), ENV)(HELD_OUT, CFG, seeds=[1, 2, 3])
+        results = await pool.player(model, ENV)(HELD_OUT, CFG, seeds=[1, 2, 3])
+    assert [r.task_id for r in results] == HELD_OUT
+    with pytest.raises(RuntimeError, match="async with"):
+        await pool.play(model, ENV, HELD_OUT, CFG)  # stopped on exit
 
 
 def test_worker_counts() -> None:
@@ -113,12 +145,12 @@ async def test_run_effects_use_processes_only_where_results_cannot_change(tmp_pa
     from train_service.runs import RunEffects
 
     effects = RunEffects(Settings(home=tmp_path), store=None)
-    tasks = [f"goal:t{i}" for i in range(20)]
-    big = EvalConfig(episodes_per_task=2)
-    auto = effects._eval_workers("/models/m", big, tasks, {})
-    assert auto == resolve_workers(None, 40)
-    assert effects._eval_workers("/models/m", EvalConfig(episodes_per_task=2, workers=3), tasks, {}) == 3
-    assert effects._eval_workers("/models/m", EvalConfig(workers=4, shared_passes=True), tasks, {}) == 1
-    assert effects._eval_workers("http://127.0.0.1:8000/v1", EvalConfig(workers=4), tasks, {}) == 1
+    local, served = "/models/m", "http://127.0.0.1:8000/v1"
+    assert effects.eval_workers(EvalConfig(), 40, [local]) == resolve_workers(None, 40)
+    assert effects.eval_workers(EvalConfig(workers=3), 40, [local]) == 3
+    assert effects.eval_workers(EvalConfig(workers=3), 40, [served, local]) == 3  # the local one shards
+    assert effects.eval_workers(EvalConfig(workers=4, shared_passes=True), 40, [local]) == 1
+    assert effects.eval_workers(EvalConfig(workers=4), 40, [served]) == 1
+    assert not effects._shardable(served) and effects._shardable(local)
     custom = RunEffects(Settings(home=tmp_path), store=None, env_opener=lambda uri: open_env(uri))
-    assert custom._eval_workers("/models/m", EvalConfig(workers=4), tasks, {}) == 1  # a test's own opener
+    assert custom.eval_workers(EvalConfig(workers=4), 40, [local]) == 1  # a test's own opener
