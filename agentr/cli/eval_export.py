@@ -28,6 +28,7 @@ def eval_command(
     seed: int = 0,
     constrain_actions: bool = False,
     out: str,
+    workers: int | None = None,
 ) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -35,6 +36,7 @@ def eval_command(
     from core.envs.registry import open_env
     from core.llm.ports import PolicyError
     from core.llm.registry import open_policy
+    from train_service.episode_processes import EpisodeWorkers, resolve_workers
     from train_service.evaluation import EvalConfig, evaluate, held_out_tasks
     from train_service.report import eval_markdown, write_eval
     from train_service.runs import select_tasks
@@ -48,6 +50,7 @@ def eval_command(
             recovery_episodes=0,
             baseline=False,
             constrain_actions=constrain_actions,
+            workers=workers,
         )
         probe = open_env(env)
         task_ids = held_out_tasks(probe, select_tasks(probe, tasks, split, None), max_tasks)
@@ -66,7 +69,23 @@ def eval_command(
         def progress(done: int, total: int) -> None:
             bars.update(bar, completed=done, total=total)
 
+        local = not model.startswith(("http://", "https://"))
+        count = resolve_workers(workers, len(task_ids) * episodes) if local else 1
+
         async def go() -> dict[str, Any]:
+            if count > 1:  # a local model's episodes in worker processes (train_service.episode_processes)
+                await policy.close()  # it was opened to name a bad folder before any work
+                async with EpisodeWorkers(count) as pool:
+                    player = pool.player(model, env)
+                    return await evaluate(
+                        None,
+                        lambda: open_env(env),
+                        task_ids,
+                        cfg,
+                        seed=seed,
+                        progress=progress,
+                        player=player,
+                    )
             try:
                 return await evaluate(
                     policy, lambda: open_env(env), task_ids, cfg, seed=seed, progress=progress

@@ -185,6 +185,13 @@ def register(app: typer.Typer) -> None:
         out: str = typer.Option(
             "", "--out", "-o", help="Folder for eval.json / eval.md / eval.png (default: print only)."
         ),
+        workers: int | None = typer.Option(
+            None,
+            "--workers",
+            min=1,
+            help="Processes that play a local model's episodes (default: one per usable core when there "
+            "are at least 16 episodes; 1 = this process). The same episodes and metrics either way.",
+        ),
     ) -> None:
         """Evaluate a model with seeded episodes on a stratified choice of tasks: average reward,
         success rate, average steps, dead loops and invalid-action rate (episodes are batched: one
@@ -205,6 +212,7 @@ def register(app: typer.Typer) -> None:
                 seed=seed,
                 constrain_actions=constrain_actions,
                 out=out,
+                workers=workers,
             )
         )
 

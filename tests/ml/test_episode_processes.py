@@ -154,3 +154,23 @@ async def test_run_effects_use_processes_only_where_results_cannot_change(tmp_pa
     assert not effects._shardable(served) and effects._shardable(local)
     custom = RunEffects(Settings(home=tmp_path), store=None, env_opener=lambda uri: open_env(uri))
     assert custom.eval_workers(EvalConfig(workers=4), 40, [local]) == 1  # a test's own opener
+
+
+def test_agentr_eval_workers_give_the_same_metrics(model: str, tmp_path: Path) -> None:
+    """``agentr eval --workers 2`` (episodes in two processes) writes the same eval.json as
+    ``--workers 1`` on the same model, tasks and seeds."""
+    import json
+    import subprocess
+    import sys
+
+    metrics = {}
+    for workers in ("1", "2"):
+        out = tmp_path / f"w{workers}"
+        args = [str(Path(sys.executable).parent / "agentr"), "eval", "--model", model, "--env", ENV,
+                "--tasks", ",".join(HELD_OUT + SEEN), "--max-steps", "4", "--max-tokens", "24",
+                "--episodes", "2", "--workers", workers, "--out", str(out)]  # fmt: skip
+        done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        metrics[workers] = json.loads((out / "eval.json").read_text())
+    assert metrics["1"]["episodes"] == 2 * len(HELD_OUT + SEEN)
+    assert metrics["2"] == metrics["1"]
