@@ -259,6 +259,8 @@ def multi_line(multi: dict[str, Any], metric: str = "first_error_match_multi") -
         "last_action": trivial["direct"],
         "rules": trivial["rules"],
         "reflect": multi.get("reflect"),
+        # pair by pair against the best baseline: right where it is not / the reverse, McNemar's p
+        "discordant": (multi.get("versus") or {}).get(best),
     }
     print(json.dumps(line), flush=True)
 

@@ -23,7 +23,10 @@ finished run can be re-measured at any time. Per iteration:
   with the same model: ``FirstErrorMarked.baselines``; None where a pair of the group lacks it),
   ``rules`` (invalid actions and loops, last action when none fires), ``direct`` (Direct-Revision:
   the last action) and ``first`` (the first action after the divergence). ``BASELINE_CRITICS``
-  lists the baselines.
+  lists the baselines. ``versus`` holds, per baseline, the paired comparison on those same pairs:
+  ``critic_only`` (pairs the critic gets right and the baseline not), ``baseline_only`` (the
+  reverse) and ``p`` (exact McNemar, ``core.domain.stats.mcnemar_exact``): a share difference that
+  rests on a pair or two is no difference.
 
 Rates are None where there is nothing to measure.
 """
@@ -35,6 +38,7 @@ from typing import Any
 
 from core.domain.critic import rule_verdicts, transition_index
 from core.domain.events import FirstErrorMarked, PairFound
+from core.domain.stats import mcnemar_exact
 
 BASELINE_CRITICS = ("reflect", "rules", "direct", "first")
 GROUPS = ("1", "2+", "all")
@@ -68,11 +72,32 @@ def split_matches(rows: Sequence[tuple[PairFound, FirstErrorMarked]]) -> dict[st
             if group == "all" or (actions_after_divergence(p) == 1) == (group == "1")
         ]
         entry: dict[str, Any] = {"pairs": len(members)}
+        right: dict[str, list[bool] | None] = {}
         for critic in ("critic", *BASELINE_CRITICS):
             chosen = [(critic_transitions(p, m)[critic], m.oracle_index) for p, m in members]
             known = members and all(t is not None for t, _ in chosen)
-            entry[critic] = sum(t == o for t, o in chosen) / len(chosen) if known else None
+            right[critic] = [t == o for t, o in chosen] if known else None
+            entry[critic] = sum(right[critic] or ()) / len(chosen) if known else None
+        entry["versus"] = _versus(right)
         out[group] = entry
+    return out
+
+
+def _versus(right: dict[str, list[bool] | None]) -> dict[str, dict[str, Any]]:
+    """Per baseline: pairs only the critic / only the baseline gets right, and McNemar's exact p."""
+    ours = right.get("critic")
+    out: dict[str, dict[str, Any]] = {}
+    for baseline in BASELINE_CRITICS:
+        theirs = right.get(baseline)
+        if ours is None or theirs is None:
+            continue
+        only_critic = sum(a and not b for a, b in zip(ours, theirs, strict=True))
+        only_baseline = sum(b and not a for a, b in zip(ours, theirs, strict=True))
+        out[baseline] = {
+            "critic_only": only_critic,
+            "baseline_only": only_baseline,
+            "p": round(mcnemar_exact(only_critic, only_baseline), 4),
+        }
     return out
 
 
@@ -210,6 +235,19 @@ def _split_markdown(metrics: dict[Any, dict[str, Any]]) -> list[str]:
             label = {"1": "1", "2+": ">= 2", "all": "all"}[group]
             cells = [label, _fmt(g.get("pairs"))] + [_fmt(g.get(c)) for c in ("critic", *BASELINE_CRITICS)]
             lines.append(f"| {iteration} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "On the pairs with >= 2 actions after the divergence, the critic against each baseline, pair by "
+        "pair: right where the baseline is not / the reverse (exact McNemar p; a difference of a pair "
+        "or two is none):",
+        "",
+    ]
+    for iteration, m in rows:
+        versus = (m["split"].get("2+") or {}).get("versus") or {}
+        shown = "; ".join(
+            f"{name} {v['critic_only']} / {v['baseline_only']} (p {v['p']:.2f})" for name, v in versus.items()
+        )
+        lines.append(f"- iteration {iteration}: {shown or '-'}")
     lines += ["", "Pairs by bad actions after the divergence (all critiqued pairs):", ""]
     for iteration, m in rows:
         histogram = m.get("actions_after_divergence") or {}

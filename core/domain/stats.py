@@ -9,6 +9,10 @@ p-value (under the null the sign of each unit's difference is a coin flip; exact
 2^n sign patterns when n <= ``EXACT_MAX_UNITS``, else ``resamples`` random patterns with the +1
 correction, so p is never 0). A difference whose interval holds 0 (p above the level) is no
 difference: callers must report it as none.
+
+``mcnemar_exact`` compares two classifiers on the SAME items by the items only one of them gets
+right (the discordant ones): under the null each such item is a coin flip, so the two-sided p is
+the exact binomial tail (McNemar's exact test); items both get right or wrong say nothing.
 """
 
 from __future__ import annotations
@@ -120,6 +124,18 @@ def sign_flip_p_value(
         abs(sum(d if rng.random() < 0.5 else -d for d in diffs)) >= observed for _ in range(resamples)
     )
     return (extreme + 1) / (resamples + 1), False
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value: ``only_a`` items right by A alone, ``only_b`` by B alone
+    (1.0 without discordant items)."""
+    if only_a < 0 or only_b < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {only_a}, {only_b}")
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(only_a, only_b) + 1)) / 2**n
+    return min(1.0, 2 * tail)
 
 
 def paired_test(

@@ -9,7 +9,12 @@ from core.domain.events import FirstErrorMarked, NewEvent, PairFound, StepVerdic
 from core.domain.ids import new_id, pair_stream
 from core.domain.trajectory import Step, Trajectory
 from core.store.factory import open_store
-from train_service.critic_metrics import critic_markdown, critic_metrics, load_critic_metrics
+from train_service.critic_metrics import (
+    BASELINE_CRITICS,
+    critic_markdown,
+    critic_metrics,
+    load_critic_metrics,
+)
 
 
 def _path(n: int) -> Trajectory:
@@ -39,6 +44,14 @@ def test_metrics_per_iteration() -> None:
         _judged(run, 1, 4, 2, 1, False),  # 1 off
     ]
     metrics = critic_metrics(rows)
+    # pair by pair on the 3 oracle pairs (divergence after step 0, last action 5): against first, the
+    # critic alone is right where the oracle is 5, first alone where the critic fell back but the
+    # oracle is 1; against direct and rules (the last action), the critic alone where both are 1
+    versus = {
+        "rules": {"critic_only": 1, "baseline_only": 0, "p": 1.0},  # rules = the last action here
+        "direct": {"critic_only": 1, "baseline_only": 0, "p": 1.0},
+        "first": {"critic_only": 1, "baseline_only": 1, "p": 1.0},
+    }
     assert metrics[0] == {
         "pairs": 4,
         "fallback_share": 0.5,
@@ -50,7 +63,15 @@ def test_metrics_per_iteration() -> None:
         "strategies": ["model"],
         "actions_after_divergence": {"5": 4},
         "split": {
-            "1": {"pairs": 0, "critic": None, "reflect": None, "rules": None, "direct": None, "first": None},
+            "1": {
+                "pairs": 0,
+                "critic": None,
+                "reflect": None,
+                "rules": None,
+                "direct": None,
+                "first": None,
+                "versus": {},
+            },
             "2+": {
                 "pairs": 3,
                 "critic": pytest.approx(2 / 3),
@@ -58,6 +79,7 @@ def test_metrics_per_iteration() -> None:
                 "rules": pytest.approx(1 / 3),  # no rule fires: the last action
                 "direct": pytest.approx(1 / 3),
                 "first": pytest.approx(2 / 3),
+                "versus": versus,
             },
             "all": {
                 "pairs": 3,
@@ -66,6 +88,7 @@ def test_metrics_per_iteration() -> None:
                 "rules": pytest.approx(1 / 3),
                 "direct": pytest.approx(1 / 3),
                 "first": pytest.approx(2 / 3),
+                "versus": versus,
             },
         },
     }
@@ -141,6 +164,7 @@ def test_critic_against_every_baseline_split_by_actions_after_the_divergence() -
         "rules": 1.0,
         "direct": 1.0,
         "first": 1.0,
+        "versus": {name: {"critic_only": 0, "baseline_only": 0, "p": 1.0} for name in BASELINE_CRITICS},
     }
     assert split["2+"] == {
         "pairs": 2,
@@ -149,12 +173,22 @@ def test_critic_against_every_baseline_split_by_actions_after_the_divergence() -
         "rules": 1.0,
         "direct": 0.0,
         "first": 0.5,
+        "versus": {
+            "reflect": {"critic_only": 1, "baseline_only": 1, "p": 1.0},
+            "rules": {"critic_only": 0, "baseline_only": 1, "p": 1.0},
+            "direct": {"critic_only": 1, "baseline_only": 0, "p": 1.0},
+            "first": {"critic_only": 1, "baseline_only": 1, "p": 1.0},
+        },
     }
     assert split["all"]["pairs"] == 3 and split["all"]["rules"] == 1.0
     assert critic_metrics(rows)[0]["actions_after_divergence"] == {"1": 1, "3": 2}
     table = critic_markdown(critic_metrics(rows))
     assert "| 0 | >= 2 | 2 | 0.500 | 0.500 | 1.000 | 0.000 | 0.500 |" in table
     assert "- iteration 0: 1: 1, 3: 2" in table
+    assert (
+        "- iteration 0: reflect 1 / 1 (p 1.00); rules 0 / 1 (p 1.00); direct 1 / 0 (p 1.00); first 1 / 1"
+        in table
+    )
     # the first-after-divergence strategy: its own t' is the critic column; reflect from baselines
     first = [judged([ok, invalid, ok, ok], 1, 1, 2, "first")]
     assert critic_metrics(first)[0]["split"]["2+"]["critic"] == 1.0

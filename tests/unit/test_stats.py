@@ -62,3 +62,18 @@ def test_paired_test_pairs_units_by_key() -> None:
     assert null.difference.mean == 0.0 and null.p_value == 1.0 and not null.significant
     data = null.to_data()
     assert data["p_value"] == 1.0 and data["significant"] is False
+
+
+def test_mcnemar_exact_is_the_binomial_tail_of_the_discordant_items() -> None:
+    from core.domain.stats import mcnemar_exact
+
+    assert mcnemar_exact(0, 0) == 1.0  # nothing discordant: no evidence either way
+    assert mcnemar_exact(1, 0) == 1.0  # one item: 2 * 1/2
+    assert mcnemar_exact(5, 0) == pytest.approx(2 / 32)  # 2 * (1/2)^5
+    assert mcnemar_exact(0, 5) == mcnemar_exact(5, 0)  # two-sided, symmetric
+    assert mcnemar_exact(5, 11) == pytest.approx(
+        2 * (1 + 16 + 120 + 560 + 1820 + 4368) / 2**16
+    )  # C(16, 0..5)
+    assert mcnemar_exact(3, 3) == 1.0  # capped at 1
+    with pytest.raises(ValueError, match=">= 0"):
+        mcnemar_exact(-1, 2)
