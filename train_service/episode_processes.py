@@ -125,6 +125,9 @@ class EpisodeWorkers:
         self._inboxes: list[Any] = []
         self._procs: list[Any] = []
         self._jobs = 0
+        # the workers log and show transformers' progress bars as this process does
+        self._quiet = _progress_bars_off()
+        self._log_level = logging.getLogger().getEffectiveLevel()
 
     async def __aenter__(self) -> EpisodeWorkers:
         self._outbox = self._ctx.Queue()
@@ -132,7 +135,7 @@ class EpisodeWorkers:
             inbox = self._ctx.Queue()
             proc = self._ctx.Process(
                 target=_worker,
-                args=(inbox, self._outbox, k, self.threads),
+                args=(inbox, self._outbox, k, self.threads, self._quiet, self._log_level),
                 name=f"agentr-episodes-{k}",
                 daemon=True,
             )
@@ -236,12 +239,25 @@ def _next_message(messages: Any) -> tuple[str, int, int, Any] | None:
         return None
 
 
-def _worker(inbox: Any, outbox: Any, index: int, threads: int) -> None:
+def _progress_bars_off() -> bool:
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - the ml extra is what plays local models
+        return False
+    return not hf_logging.is_progress_bar_enabled()
+
+
+def _worker(inbox: Any, outbox: Any, index: int, threads: int, quiet: bool, log_level: int) -> None:
     """A worker process: play each job sent to ``inbox`` (None stops it), keeping the last model."""
     os.environ["OMP_NUM_THREADS"] = str(threads)  # before torch is imported in this process
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import torch
 
     torch.set_num_threads(threads)
+    if quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     asyncio.run(_serve(inbox, outbox, index))
 
 
