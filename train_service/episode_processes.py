@@ -57,17 +57,20 @@ def auto_workers(episodes: int, cores: int, *, cuda: bool = False, daemonic: boo
 
 def resolve_workers(configured: int | None, episodes: int) -> int:
     """``evaluation.workers`` for a batch of ``episodes``: the configured count (never more processes
-    than episodes), or ``auto_workers`` on this machine when unset."""
+    than episodes), or ``auto_workers`` on this machine when unset; 1 in a daemonic process, which
+    may not start children, whatever is configured."""
+    daemonic = bool(multiprocessing.current_process().daemon)
+    if daemonic:
+        if configured not in (None, 1):
+            log.warning(
+                "evaluation.workers = %s ignored: a daemonic process may not start workers", configured
+            )
+        return 1
     if configured is not None:
         return max(1, min(configured, episodes))
     from core.runtime.torch_threads import usable_cores
 
-    return auto_workers(
-        episodes,
-        usable_cores(),
-        cuda=_cuda_available(),
-        daemonic=bool(multiprocessing.current_process().daemon),
-    )
+    return auto_workers(episodes, usable_cores(), cuda=_cuda_available())
 
 
 def _cuda_available() -> bool:

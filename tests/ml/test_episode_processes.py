@@ -140,6 +140,25 @@ def test_worker_counts() -> None:
         EvalConfig(workers=0)
 
 
+def _resolve_in_child(results: Any) -> None:
+    results.put((resolve_workers(4, 100), resolve_workers(None, 100)))
+
+
+def test_a_daemonic_process_never_starts_workers() -> None:
+    """A Celery prefork child is daemonic and may not have children: even a configured count is 1."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    child = ctx.Process(target=_resolve_in_child, args=(results,), daemon=True)
+    child.start()
+    try:
+        assert results.get(timeout=120) == (1, 1)
+    finally:
+        child.join(30)
+    assert resolve_workers(4, 100) == 4  # the same call in this (non-daemonic) process
+
+
 async def test_run_effects_use_processes_only_where_results_cannot_change(tmp_path: Path) -> None:
     from core.runtime.settings import Settings
     from train_service.runs import RunEffects
