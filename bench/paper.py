@@ -51,9 +51,10 @@ only (``evaluation.baseline``; the held-out one runs in each, as it builds the r
 Each finished variant is stored at once under ``<home>/paper-results/`` (keyed by its whole run
 configuration), so a rerun with the same ``--home`` and settings reuses it instead of running it
 again: a long comparison can be stopped, resumed, or run variant by variant (``--variants``) and
-then printed whole (``--fresh`` ignores stored results; ``--print-stored`` runs nothing and prints the
-newest stored result of each listed variant, e.g. of variants run in separate processes whose
-``paper-results`` files were copied into one home).
+then printed whole (``--fresh`` ignores stored results; ``--print-stored`` runs nothing and prints,
+from the newest stored result of each listed variant and ``--seeds`` seed, the table and the
+statistics, e.g. of variants run in separate processes whose ``paper-results`` files were copied
+into one home).
 
 Output: one JSON line per comparison, ``{"metric", "ours", "baseline", "unit", "ratio"}`` with
 "ours" = ``agent_r_model`` and "baseline" = another variant, per iteration (``ratio`` > 1 means
@@ -204,15 +205,6 @@ def store_result(results_dir: Path, variant: str, key: str, result: dict[str, An
     return path
 
 
-def latest_stored(results_dir: Path, variant: str) -> dict[str, Any] | None:
-    """The newest stored result of ``variant`` whatever its configuration (``--print-stored``)."""
-    paths = sorted(results_dir.glob(f"{variant}-*.json"), key=lambda p: p.stat().st_mtime)
-    if not paths:
-        return None
-    data: dict[str, Any] = json.loads(paths[-1].read_text())
-    return data
-
-
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -287,7 +279,8 @@ def _args() -> argparse.Namespace:
     parser.add_argument(
         "--print-stored",
         action="store_true",
-        help="run nothing: print the newest stored result of each listed variant under --home",
+        help="run nothing: the table and statistics of the newest stored result of each listed variant "
+        "and seed under --home",
     )
     parser.add_argument("--fresh", action="store_true", help="ignore stored results under --home")
     parser.add_argument("--out", default="", help="also write the table to this file (and FILE.json)")
@@ -319,20 +312,42 @@ def _args() -> argparse.Namespace:
     return args
 
 
+def stored_by_seed(results_dir: Path, variant: str, seeds: list[int]) -> dict[int, dict[str, Any]]:
+    """The newest stored result of ``variant`` per run seed in ``seeds`` (the seed its run's config
+    recorded), whatever the rest of its configuration: variants run in separate processes (homes),
+    their ``paper-results`` copied into one, combine into one comparison."""
+    by_seed: dict[int, dict[str, Any]] = {}
+    for path in sorted(results_dir.glob(f"{variant}-*.json"), key=lambda p: p.stat().st_mtime):
+        data: dict[str, Any] = json.loads(path.read_text())
+        seed = ((data.get("report") or {}).get("config") or {}).get("seed")
+        if isinstance(seed, int) and seed in seeds:
+            by_seed[seed] = data  # newer files replace older ones
+    return by_seed
+
+
 def print_stored(args: argparse.Namespace) -> int:
-    """``--print-stored``: the table and JSON lines of stored results, no run."""
+    """``--print-stored``: the table (the first of ``--seeds``) and, over every listed seed stored,
+    the statistics of stored results; no run."""
     if not args.home:
         raise SystemExit("--print-stored needs --home")
     home = Path(args.home).resolve()
     results: dict[str, dict[str, Any]] = {}
+    per_seed: dict[str, dict[int, dict[str, Any]]] = {}
     for variant in args.variant_list:
-        result = latest_stored(home / "paper-results", variant)
-        if result is None:
-            print(f"# {variant}: no stored result under {home / 'paper-results'}", file=sys.stderr)
+        by_seed = stored_by_seed(home / "paper-results", variant, args.seed_list)
+        missing = [seed for seed in args.seed_list if seed not in by_seed]
+        if missing:
+            print(
+                f"# {variant}: no stored result for seed(s) {missing} under {home / 'paper-results'}",
+                file=sys.stderr,
+            )
+        if not by_seed:
             continue
-        results[variant] = {**result, "numbers": numbers(result.get("report") or {}, variant)}
+        first = by_seed[min(by_seed, key=args.seed_list.index)]
+        results[variant] = {**first, "numbers": numbers(first.get("report") or {}, variant)}
+        per_seed[variant] = {seed: r.get("report") or {} for seed, r in by_seed.items()}
     models = {str((r.get("report") or {}).get("config", {}).get("model")) for r in results.values()}
-    return report(args, results, f"model: {', '.join(sorted(models))} (stored results); ")
+    return report(args, results, f"model: {', '.join(sorted(models))} (stored results); ", per_seed)
 
 
 def report(

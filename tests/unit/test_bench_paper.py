@@ -223,16 +223,25 @@ def test_archer_warmup_changes_only_the_archer_variants(base: dict) -> None:
         paper.variant_config(base, "archer_online", train_budget_s=10, first=False, archer_warmup=-1)
 
 
-def test_latest_stored_takes_the_newest_result_of_a_variant(tmp_path: Path) -> None:
+def test_stored_by_seed_takes_the_newest_result_of_each_seed_of_a_variant(tmp_path: Path) -> None:
+    """--print-stored combines variants run in separate homes: per variant and seed the newest file."""
     import os
 
-    paper.store_result(tmp_path, "archer_offline", "k1", {"run_id": "old"})
-    paper.store_result(tmp_path, "archer_online", "k3", {"run_id": "other variant"})
-    newer = paper.store_result(tmp_path, "archer_offline", "k2", {"run_id": "new"})
-    os.utime(newer, (newer.stat().st_mtime + 10, newer.stat().st_mtime + 10))
-    assert paper.latest_stored(tmp_path, "archer_offline") == {"run_id": "new"}
-    assert paper.latest_stored(tmp_path, "archer_online") == {"run_id": "other variant"}
-    assert paper.latest_stored(tmp_path, "dpo") is None
+    def stored(variant: str, key: str, run: str, seed: int, later: float = 0.0) -> None:
+        path = paper.store_result(
+            tmp_path, variant, key, {"run_id": run, "report": {"config": {"seed": seed}}}
+        )
+        os.utime(path, (path.stat().st_mtime + later, path.stat().st_mtime + later))
+
+    stored("archer_offline", "k1", "old", 0)
+    stored("archer_offline", "k2", "new", 0, later=10)  # the same seed, stored later (other settings)
+    stored("archer_offline", "k3", "seed 1", 1)
+    stored("archer_offline", "k4", "seed 7", 7)  # not asked for
+    stored("archer_online", "k5", "other variant", 0)
+    found = paper.stored_by_seed(tmp_path, "archer_offline", [0, 1, 2])
+    assert {seed: r["run_id"] for seed, r in found.items()} == {0: "new", 1: "seed 1"}
+    assert paper.stored_by_seed(tmp_path, "archer_online", [0])[0]["run_id"] == "other variant"
+    assert paper.stored_by_seed(tmp_path, "dpo", [0, 1]) == {}
 
 
 def test_train_steps_match_every_sft_and_dpo_variant(base: dict) -> None:
