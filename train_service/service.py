@@ -10,6 +10,11 @@ with whatever it decides (e.g. the next iteration's ``IterationStarted`` + ``Sea
 
 Training runs inline in embedded mode (``agentr run``) and as the Celery task on the ``train`` queue
 when ``AGENTR_REDIS_URL`` is set. A run cancelled while a step was running gets nothing more.
+
+``MessageDeadLettered``: when one of this service's own run steps failed on every delivery (an
+evaluation that keeps crashing, say), the run can never go on, so it FAILS (``RunFailed`` naming the
+event, the deliveries and the last line of the error) instead of waiting forever; dead letters of
+other services, or of events not on a run stream, are left to the dead-letter stream.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from core.domain.events import (
     IterationDatasetEmpty,
     IterationDatasetReady,
     IterationEvaluated,
+    MessageDeadLettered,
     ModelTrained,
     NewEvent,
     RecordedEvent,
@@ -147,6 +153,34 @@ class RunDriver:
         return HandlerResult([NewEvent(p.stream_id, p.event, meta, p.event_id) for p in planned])
 
 
+class DeadLetterHandler:
+    """Fails the run whose step this service dead-lettered (module docstring)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def __call__(self, recorded: RecordedEvent) -> HandlerResult:
+        dead = recorded.event
+        if not isinstance(dead, MessageDeadLettered) or dead.consumer != SERVICE_NAME:
+            return HandlerResult()
+        failed = await self.store.get(dead.position)
+        run_id = getattr(failed.event, "run_id", None) if failed is not None else None
+        if failed is None or not isinstance(run_id, str) or failed.stream_id != run_stream(run_id):
+            return HandlerResult()
+        history = await self.store.read_stream(run_stream(run_id))
+        state = fold(run_id, [r.event for r in history])
+        if state.terminal:
+            return HandlerResult()
+        last = (dead.error.strip().splitlines() or ["(no message)"])[-1]
+        iteration = getattr(failed.event, "iteration", None)
+        where = f"iteration {iteration}: " if iteration is not None else ""
+        reason = f"{where}{failed.event_type} could not be handled after {dead.deliveries} deliveries: {last}"
+        log.error("run %s failed: %s", run_id, reason)
+        planned = _failure(state, reason).events
+        meta = caused_by(recorded, SERVICE_NAME)
+        return HandlerResult([NewEvent(p.stream_id, p.event, meta, p.event_id) for p in planned])
+
+
 def _failure(state: RunState, reason: str) -> Decision:
     from core.domain.events import RunFailed
 
@@ -171,8 +205,6 @@ def build_service(settings: Settings, store: Any, **effects_options: Any) -> Ser
     openers, inline training, progress callbacks)."""
     effects = RunEffects(settings, store, **effects_options)
     driver = RunDriver(effects)
-    return Service(
-        name=SERVICE_NAME,
-        handlers={cls.event_type: driver for cls in HANDLED},
-        concurrency=1,
-    )
+    handlers: dict[str, Any] = {cls.event_type: driver for cls in HANDLED}
+    handlers[MessageDeadLettered.event_type] = DeadLetterHandler(store)
+    return Service(name=SERVICE_NAME, handlers=handlers, concurrency=1)

@@ -7,6 +7,7 @@ a redelivered RunRequested changes nothing. Bad configuration fails the run with
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 import pytest
@@ -75,3 +76,40 @@ async def test_unknown_task_split_fails_the_run_with_the_reason(pg_url: str, tmp
     failed = [r.event for r in events if r.event_type == "RunFailed"]
     assert len(failed) == 1 and isinstance(failed[0], RunFailed)
     assert "no-such-split" in failed[0].reason
+
+
+async def test_a_run_step_that_keeps_failing_fails_the_run_instead_of_hanging(
+    pg_url: str, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The evaluation raises on every delivery: the worker dead-letters ModelTrained, and the train
+    service, seeing its own run step dead-lettered, fails the run with the error (before this, the
+    run waited forever). Training is replaced (the noisy expert has no weights); the rest is real."""
+    from core.domain.events import ModelTrained
+    from train_service.runs import RunEffects
+
+    async def trained(self, state, effect):  # type: ignore[no-untyped-def]
+        return ModelTrained(state.run_id, effect.iteration, effect.dataset_id, str(tmp_path / "ck-0"))
+
+    async def broken(self, state, effect):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the evaluation exploded")
+
+    monkeypatch.setattr(RunEffects, "train", trained)
+    monkeypatch.setattr(RunEffects, "evaluate", broken)
+    monkeypatch.setenv("AGENTR_MAX_DELIVERIES", "2")
+    config = RunConfig(
+        env="textcraft",
+        model="noisy-expert",
+        tasks=("goal:oak_planks",),
+        iterations=1,
+        search={"iterations": 2},
+    )
+    events = await asyncio.wait_for(_run(pg_url, tmp_path, config, "run-pg-dead"), timeout=120)
+    dead = [r.event for r in events if r.event_type == "MessageDeadLettered"]
+    assert [d.topic for d in dead] == ["ModelTrained"] and dead[0].consumer == "train"
+    failed = [r.event for r in events if r.event_type == "RunFailed"]
+    assert len(failed) == 1 and isinstance(failed[0], RunFailed)
+    assert failed[0].reason == (
+        "iteration 0: ModelTrained could not be handled after 2 deliveries: "
+        "RuntimeError: the evaluation exploded"
+    )
+    assert not [r for r in events if r.event_type in ("IterationEvaluated", "RunCompleted")]
