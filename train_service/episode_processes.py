@@ -18,7 +18,9 @@ prompts share padded passes, so a shard's batch would change the floats: such an
 never sharded.
 
 ``auto_workers`` (pure) is the default: one process per usable core, at most one per
-``MIN_EPISODES_PER_WORKER`` episodes (a process costs a few seconds to start and load the model),
+``MIN_EPISODES_PER_WORKER`` episodes (a process costs a few seconds to start and load the model)
+and at most ``MAX_AUTO_WORKERS`` (each holds its own copy of the model: a big host's cores would
+otherwise hold dozens; ``evaluation.workers`` sets more),
 and 1 (in the caller's process) where a CUDA device decodes, where the caller is itself a daemonic
 process (a Celery prefork child may not have children) or where there is one core.
 """
@@ -41,6 +43,7 @@ from train_service.episodes import EvalConfig, Progress, play
 log = logging.getLogger(__name__)
 
 MIN_EPISODES_PER_WORKER = 8
+MAX_AUTO_WORKERS = 8
 _POLL_S = 0.5
 
 
@@ -52,7 +55,7 @@ def auto_workers(episodes: int, cores: int, *, cuda: bool = False, daemonic: boo
     """How many processes play ``episodes`` episodes on ``cores`` usable cores (module docstring)."""
     if cuda or daemonic or cores < 2 or episodes < 2 * MIN_EPISODES_PER_WORKER:
         return 1
-    return max(1, min(cores, episodes // MIN_EPISODES_PER_WORKER))
+    return max(1, min(cores, episodes // MIN_EPISODES_PER_WORKER, MAX_AUTO_WORKERS))
 
 
 def resolve_workers(configured: int | None, episodes: int) -> int:

@@ -18,6 +18,7 @@ from core.envs.registry import open_env
 from core.llm.hf import HFPolicy
 from tests.e2e.helpers import quick_tiny_model
 from train_service.episode_processes import (
+    MAX_AUTO_WORKERS,
     MIN_EPISODES_PER_WORKER,
     EpisodeWorkerError,
     EpisodeWorkers,
@@ -125,7 +126,8 @@ async def test_a_worker_that_fails_names_its_error_and_the_pool_goes_on(model: s
 def test_worker_counts() -> None:
     many = 10 * MIN_EPISODES_PER_WORKER
     assert auto_workers(many, 2) == 2
-    assert auto_workers(many, 16) == 10  # at most one process per MIN_EPISODES_PER_WORKER episodes
+    assert auto_workers(4 * MIN_EPISODES_PER_WORKER, 16) == 4  # one process per MIN_EPISODES_PER_WORKER
+    assert auto_workers(many, 64) == MAX_AUTO_WORKERS  # each holds a model copy: capped
     assert auto_workers(2 * MIN_EPISODES_PER_WORKER - 1, 8) == 1  # a small batch stays in-process
     assert auto_workers(many, 1) == 1
     assert auto_workers(many, 8, cuda=True) == 1  # one GPU decodes for all
