@@ -245,6 +245,18 @@ def _next_message(messages: Any) -> tuple[str, int, int, Any] | None:
         return None
 
 
+def _next_job(inbox: Any) -> Any:
+    """The next job, or None to stop: when told to, or when the parent process is gone (killed
+    without its ``async with`` exit, a worker would otherwise wait on its queue forever)."""
+    parent = multiprocessing.parent_process()
+    while True:
+        try:
+            return inbox.get(timeout=_POLL_S)
+        except queue_module.Empty:
+            if parent is not None and not parent.is_alive():
+                return None
+
+
 def _progress_bars_off() -> bool:
     try:
         from transformers.utils import logging as hf_logging
@@ -274,7 +286,7 @@ async def _serve(inbox: Any, outbox: Any, index: int) -> None:
     policy: Any = None
     loaded = ""
     try:
-        while (job := await asyncio.to_thread(inbox.get)) is not None:
+        while (job := await asyncio.to_thread(_next_job, inbox)) is not None:
             job_id, model_ref, env_uri, task_ids, cfg, seeds, prefixes = job
             try:
                 if model_ref != loaded:

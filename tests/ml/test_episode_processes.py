@@ -142,6 +142,49 @@ def test_worker_counts() -> None:
         EvalConfig(workers=0)
 
 
+def _pool_then_hang(pids: Any) -> None:
+    """A parent that starts a pool, reports its workers' pids and hangs until it is killed."""
+    import asyncio
+
+    async def main() -> None:
+        async with EpisodeWorkers(2) as pool:
+            pids.put([proc.pid for proc in pool._procs])
+            await asyncio.Event().wait()  # never set: only the kill ends this
+
+    asyncio.run(main())
+
+
+def test_workers_exit_when_their_parent_is_killed() -> None:
+    """A parent SIGKILLed inside its ``async with`` never stops its pool: the workers notice the
+    parent is gone and exit instead of waiting on their queues forever."""
+    import multiprocessing
+    import os
+    import signal
+    import time
+
+    ctx = multiprocessing.get_context("spawn")
+    pids = ctx.Queue()
+    parent = ctx.Process(target=_pool_then_hang, args=(pids,))
+    parent.start()
+    workers = pids.get(timeout=120)
+    assert len(workers) == 2 and all(_alive(pid) for pid in workers)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.join(10)
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in workers), "workers outlived their killed parent"
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped by init, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 def _resolve_in_child(results: Any) -> None:
     results.put((resolve_workers(4, 100), resolve_workers(None, 100)))
 
