@@ -32,6 +32,7 @@ from typing import Any, Literal
 from core.domain.config import RunConfig
 from core.domain.events import (
     FirstErrorMarked,
+    GoodTrajectoryFound,
     NewEvent,
     PairFound,
     RecordedEvent,
@@ -42,7 +43,7 @@ from core.domain.events import (
     caused_by,
 )
 from core.domain.good_samples import revision_masks
-from core.domain.ids import derived_id, pair_stream
+from core.domain.ids import derived_id, pair_stream, tree_stream
 from core.domain.reflections import (
     DEFAULT_TEMPLATES,
     Reflection,
@@ -51,8 +52,16 @@ from core.domain.reflections import (
     model_or_template,
     pair_choice_key,
 )
-from core.domain.splice import SplicedPath, SpliceError, revision_sample, splice_path
-from core.domain.trajectory import Step
+from core.domain.splice import (
+    SPLICE_PARTNERS,
+    Partner,
+    SplicedPath,
+    SpliceError,
+    revision_sample,
+    splice_partners,
+    splice_path,
+)
+from core.domain.trajectory import Step, Trajectory
 from core.envs.base import Env, EnvError
 from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult
@@ -65,6 +74,10 @@ from critic_service.service import PolicyCache, open_model, run_context
 log = logging.getLogger(__name__)
 SERVICE_NAME = "splice"
 REWARD_TOLERANCE = 1e-6
+# at most this many good paths are replayed for one pair (its own first among equals, then the
+# tree's other good leaves nearest to t'): a bounded cost per pair
+MAX_PARTNERS = 4
+GOODS_CACHE_TREES = 64
 
 
 def _open_env(uri: str) -> Env:
@@ -92,6 +105,10 @@ class SpliceConfig:
     """Reflection templates (id -> sentence); None = core.domain.reflections.DEFAULT_TEMPLATES."""
     reflection: Literal["template", "model"] = "template"
     """Where the reflection sentence comes from: a template, or the iteration's model (with fallback)."""
+    partner: str = "adjacent"
+    """Which good path the bad one is spliced onto (core.domain.splice.splice_partners): ``adjacent``
+    (the tree's good path that branches off nearest before t', the paper's rule; the next ones
+    are tried when a replay misses the good reward) or ``pair`` (the pair's own good path only)."""
 
     @classmethod
     def of_run(cls, run_config: RunConfig) -> tuple[SpliceConfig, LossMasking]:
@@ -106,11 +123,15 @@ class SpliceConfig:
         source = data.get("reflection", "template")
         if source not in ("template", "model"):
             raise ReflectionError(f"splice.reflection: unknown source {source!r} (template, model)")
+        partner = str(data.get("partner", "adjacent"))
+        if partner not in SPLICE_PARTNERS:
+            raise SpliceError(f"splice.partner: unknown rule {partner!r} ({', '.join(SPLICE_PARTNERS)})")
         return cls(
             verify=bool(data.get("verify", True)),
             keep_unverified=bool(data.get("keep_unverified", False)),
             reflections=dict(templates) if templates else None,
             reflection=source,
+            partner=partner,
         )
 
 
@@ -154,6 +175,7 @@ class SpliceHandlers:
         self.store = store
         self.env_opener = env_opener
         self.policies = policies or PolicyCache(open_model)
+        self._goods: dict[str, list[tuple[str, Trajectory]]] = {}  # tree id -> its good leaves
 
     async def _pair(self, pair_id: str) -> PairFound | None:
         for recorded in await self.store.read_stream(pair_stream(pair_id)):
@@ -230,6 +252,33 @@ class SpliceHandlers:
         (reflection,) = await model_reflections(policy, [request], templates)
         return reflection
 
+    async def _partners(
+        self, pair: PairFound, marked: FirstErrorMarked, config: SpliceConfig
+    ) -> list[Partner]:
+        """The good paths to try, in order (core.domain.splice.splice_partners): the pair's own, and
+        under ``adjacent`` the tree's other good leaves (its ``GoodTrajectoryFound`` events; a
+        trace pair has no tree), at most ``MAX_PARTNERS``."""
+        own = Partner(pair.good_leaf_id, pair.good, pair.shared_steps, own=True)
+        others: list[tuple[str, Trajectory]] = []
+        if config.partner == "adjacent" and pair.source == "search" and pair.tree_id:
+            others = await self._tree_goods(pair.tree_id)
+        found = splice_partners(pair.bad, own, others, marked.transition_index, config.partner)
+        return found[:MAX_PARTNERS]
+
+    async def _tree_goods(self, tree_id: str) -> list[tuple[str, Trajectory]]:
+        """The tree's good leaves (a completed tree's never change: cached, a bounded number of trees)."""
+        cached = self._goods.get(tree_id)
+        if cached is None:
+            cached = [
+                (recorded.event.leaf_id, recorded.event.trajectory)
+                for recorded in await self.store.read_stream(tree_stream(tree_id))
+                if isinstance(recorded.event, GoodTrajectoryFound)
+            ]
+            if len(self._goods) >= GOODS_CACHE_TREES:
+                self._goods.pop(next(iter(self._goods)))
+            self._goods[tree_id] = cached
+        return cached
+
     async def _splice(
         self,
         pair: PairFound,
@@ -240,26 +289,52 @@ class SpliceHandlers:
         masking: LossMasking | None = None,
     ) -> RevisionMaterialized | RevisionRejected:
         """Splice ``pair`` at ``marked.transition_index``; ``reflection`` given (a reviewer's) is used
-        as it is, otherwise one is chosen as ``config`` says."""
-        path = splice_path(
-            pair.bad, pair.good, pair.shared_steps, marked.transition_index, same_task=pair.source != "trace"
-        )
-        if reflection is None:  # t' checked by splice_path first
+        as it is, otherwise one is chosen as ``config`` says. The good path is the first of
+        ``_partners`` whose replay reaches its reward (``config.partner``); when none does, the
+        first one's outcome stands (kept unverified, or rejected with its reason)."""
+        same_task = pair.source != "trace"
+        partners = await self._partners(pair, marked, config)
+        # t' checked by splice_path before anything else (a bad t' is a SpliceError)
+        attempts = [
+            (
+                partner,
+                splice_path(
+                    pair.bad, partner.path, partner.shared, marked.transition_index, same_task=same_task
+                ),
+            )
+            for partner in partners
+        ]
+        if reflection is None:
             reflection = await self._reflection(pair, marked, config, model_ref)
+        partner, path = attempts[0]
         verified: bool | None = None
+        tried = 0
         if config.verify and pair.env_uri and pair.task_id is not None:
             env = self.env_opener(pair.env_uri)
+            first: Replay | None = None
+            chosen: tuple[Partner, Replay] | None = None
             try:
-                result = await replay(env, pair.task_id, path, pair.good.reward)
+                for candidate, candidate_path in attempts:
+                    tried += 1
+                    result = await replay(env, pair.task_id, candidate_path, candidate.path.reward)
+                    first = first or result
+                    if result.verified:
+                        chosen = (candidate, result)
+                        break
             except EnvError as exc:
                 return RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"replay failed: {exc}")
             finally:
                 await env.close()
+            assert first is not None
+            if chosen is None:
+                chosen = (attempts[0][0], first)
+            partner, result = chosen
             verified = result.verified
             path = result.path
             if not verified and not config.keep_unverified:
+                others = f" (nor did {tried - 1} other good path(s) of the tree)" if tried > 1 else ""
                 return RevisionRejected(
-                    pair.pair_id, pair.run_id, pair.iteration, f"unverified: {result.reason}"
+                    pair.pair_id, pair.run_id, pair.iteration, f"unverified: {first.reason}{others}"
                 )
         provenance: dict[str, Any] = {
             "pair_id": pair.pair_id,
@@ -268,9 +343,13 @@ class SpliceHandlers:
             "iteration": pair.iteration,
             "tree_id": pair.tree_id,
             "bad_leaf_id": pair.bad_leaf_id,
-            "good_leaf_id": pair.good_leaf_id,
+            "good_leaf_id": partner.leaf_id,
             "divergence_node_id": pair.divergence_node_id,
-            "shared_steps": pair.shared_steps,
+            "shared_steps": partner.shared,
+            # which good path the revision continues with (config.partner): the pair's own, or the
+            # tree's good path that branches off the bad one nearer to t' (then pair_* name the pair's)
+            "partner": "pair" if partner.own else "adjacent",
+            "partners_tried": tried,
             "transition_index": marked.transition_index,
             "critic_strategy": marked.strategy,
             "model_version": marked.model_version,
@@ -296,8 +375,11 @@ class SpliceHandlers:
                 "environment or repeats a loop (weight 0)",
             )
         sample_id = derived_id("revision", pair.pair_id)
+        if not partner.own:
+            provenance["pair_good_leaf_id"] = pair.good_leaf_id
+            provenance["pair_shared_steps"] = pair.shared_steps
         sample = revision_sample(
-            sample_id, pair.bad, pair.good, path, reflection.text, provenance, masked=masked
+            sample_id, pair.bad, partner.path, path, reflection.text, provenance, masked=masked
         )
         return RevisionMaterialized(
             sample_id=sample_id,

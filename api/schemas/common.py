@@ -47,7 +47,12 @@ _DATE_START = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]")
 Timestamp = Annotated[datetime, BeforeValidator(_rfc3339_text), AfterValidator(_in_utc)]
 """A date-time given as RFC 3339 text (not Unix seconds), normalised to UTC; use for every
 timestamp the API accepts (query parameters and body fields)."""
-TaskId = Annotated[str, Field(min_length=1, max_length=1000, description="A task id of the environment.")]
+# at least one non-whitespace character (the run config's validators reject a blank id; the schema
+# says so, so that generated clients and fuzzers agree with the server)
+TaskId = Annotated[
+    str,
+    Field(min_length=1, max_length=1000, pattern=r"\S", description="A task id of the environment."),
+]
 
 
 def _path_shape(value: str) -> str:

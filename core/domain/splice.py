@@ -312,6 +312,49 @@ def longest_common_prefix(a: Sequence[Step], b: Sequence[Step]) -> int:
     return shared
 
 
+@dataclass(frozen=True)
+class Partner:
+    """A good path to splice a bad path onto: ``shared`` leading actions in common with the bad path."""
+
+    leaf_id: str | None
+    path: Trajectory
+    shared: int
+    own: bool  # the pair's own good path (the others are the tree's other good leaves)
+
+
+SPLICE_PARTNERS = ("adjacent", "pair")  # RunConfig.splice["partner"]
+
+
+def splice_partners(
+    bad: Trajectory,
+    own: Partner,
+    others: Sequence[tuple[str, Trajectory]],
+    transition: int,
+    rule: str = "adjacent",
+) -> list[Partner]:
+    """The good paths a bad path can be spliced onto at ``transition``, in the order to try them.
+
+    ``pair``: the pair's own good path only. ``adjacent`` (the paper's "adjacent correct path, which
+    shares the same parent node"): every good path of the tree that leaves the bad path at or before
+    t' (its shared prefix with the bad path is at most ``transition`` actions and it has a step after
+    it), deepest branch first - the one that branches off right at t' when the tree holds it, so the
+    fewest bad actions run between the branch and the reflection and the good continuation starts
+    from the state nearest to the one it was found in; ties: the pair's own path first, then by leaf
+    id. Paths that took the erroneous action too (shared beyond t') are no partners."""
+    if rule not in SPLICE_PARTNERS:
+        raise SpliceError(f"splice.partner: unknown rule {rule!r} ({', '.join(SPLICE_PARTNERS)})")
+    if rule == "pair":
+        return [own]
+    found = [own]
+    for leaf_id, path in others:
+        if leaf_id == own.leaf_id or path.task != bad.task:
+            continue
+        shared = longest_common_prefix(bad.steps, path.steps)
+        if shared <= transition and shared < len(path.steps) and shared < len(bad.steps):
+            found.append(Partner(leaf_id, path, shared, own=False))
+    return sorted(found, key=lambda p: (-p.shared, not p.own, p.leaf_id or ""))
+
+
 def rejection_kind(reason: str) -> str:
     """The kind of a ``RevisionRejected`` reason, for counting (numbers and details dropped):
     ``unverified: ended early`` (the replay's episode ended before the last action), ``unverified:

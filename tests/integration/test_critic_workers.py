@@ -16,6 +16,7 @@ from core.bus.redis_streams import RedisStreamsBus
 from core.domain.config import RunConfig
 from core.domain.events import (
     FirstErrorMarked,
+    GoodTrajectoryFound,
     IterationDatasetReady,
     IterationStarted,
     Metadata,
@@ -41,7 +42,7 @@ from critic_service.reflector import ReflectionRequest, model_reflections
 from critic_service.service import build_service as build_critic
 from critic_service.splice_service import build_service as build_splice
 from critic_service.splice_service import replay
-from tests.integration.textcraft_pairs import ENV_URI, INVALID_CRAFT, textcraft_pair
+from tests.integration.textcraft_pairs import ENV_URI, INVALID_CRAFT, play, textcraft_pair
 
 
 async def _textcraft_pair() -> tuple[str, Trajectory, Trajectory, int]:
@@ -115,15 +116,38 @@ def _events(recorded: list[Any], cls: type) -> list[Any]:
 
 
 async def _search_run(
-    store: Any, splice: dict[str, Any], model_ref: str = "tiny", good_steps_cut: int = 0
+    store: Any,
+    splice: dict[str, Any],
+    model_ref: str = "tiny",
+    good_steps_cut: int = 0,
+    wrong: tuple[str, ...] = (),
+    tree_goods: tuple[tuple[str, ...], ...] = (),
+    tree_goods_cut: int = 0,
 ) -> tuple[Any, ...]:
     """A run whose iteration 0 has one completed tree with one TextCraft pair (rules critic);
     ``good_steps_cut``: the good path loses that many last steps but keeps its logged reward, so
-    the splice's replay falls short of it."""
-    task_id, bad, good, shared = await _textcraft_pair()
+    the splice's replay falls short of it; ``wrong``: the bad path's actions after the shared step
+    (default: an invalid craft, then inventory); ``tree_goods``: more good leaves of the tree
+    (``GoodTrajectoryFound``, ids ``good-0``, ``good-1``, ...), each the gold recipe with the given
+    actions inserted after the shared step, cut by ``tree_goods_cut`` last steps (reward kept)."""
+    if wrong:
+        task_id, bad, good, shared = await textcraft_pair(list(wrong))
+    else:
+        task_id, bad, good, shared = await _textcraft_pair()
+    gold = [step.action for step in good.steps]
     if good_steps_cut:
         good = Trajectory(good.task, good.instruction, good.steps[:-good_steps_cut], reward=good.reward)
     run_id, tree_id, project = new_id(), new_id(), new_id()
+    env = TextCraftEnv(distractors=2)
+    try:
+        leaves = [await play(env, task_id, [*gold[:shared], *extra, *gold[shared:]]) for extra in tree_goods]
+    finally:
+        await env.close()
+    assert all(leaf.reward == 1.0 for leaf in leaves)
+    leaves = [
+        Trajectory(leaf.task, leaf.instruction, leaf.steps[: len(leaf.steps) - tree_goods_cut], reward=1.0)
+        for leaf in leaves
+    ]
     config = RunConfig(env=ENV_URI, critic={"strategy": "rules"}, splice=splice)
     meta = Metadata(project_id=project)
     pair_id = derived_id("pair", tree_id, 0)
@@ -148,6 +172,16 @@ async def _search_run(
                 ),
                 meta,
             ),  # fmt: skip
+            *[
+                NewEvent(
+                    tree_stream(tree_id),
+                    GoodTrajectoryFound(
+                        derived_id(tree_id, "good", i), tree_id, run_id, 0, f"good-{i}", leaf
+                    ),
+                    meta,
+                )
+                for i, leaf in enumerate(leaves)
+            ],
             NewEvent(tree_stream(tree_id), TreeCompleted(tree_id, run_id, 0, 9, 8, 1.0, 1, 1, 1), meta),
         ]
     )
@@ -339,6 +373,80 @@ async def test_an_unverified_replay_is_an_expected_rejection_logged_at_info(stac
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     (info,) = [r for r in caplog.records if "rejected" in r.getMessage()]
     assert info.levelno == logging.INFO and pair_id in info.getMessage()
+
+
+async def test_the_revision_continues_with_the_good_path_that_branches_off_nearest_before_t_prime(
+    stack,
+) -> None:  # type: ignore[no-untyped-def]
+    """The paper's "adjacent correct path, which shares the same parent node": the bad path looks at
+    its inventory, then crafts what cannot be crafted (t', rules critic); the tree also holds a good
+    path that looked at its inventory too and then followed the recipe, so it branches off the bad
+    path right at t'. The revision continues with it (one bad action before the reflection, not two);
+    under ``partner: pair`` with the pair's own good path (which branched one step earlier)."""
+    store, settle = stack
+    wrong = ("inventory", INVALID_CRAFT, "inventory")
+    for rule, partner, bad_actions in (("adjacent", "adjacent", 1), ("pair", "pair", 2)):
+        splice = {"verify": True, "keep_unverified": False, "partner": rule}
+        # the tree's other good leaf: the gold recipe's first step, inventory, then the rest
+        _, pair_id, bad, good, shared = await _search_run(
+            store, splice, wrong=wrong, tree_goods=(("inventory",),)
+        )
+        await settle()
+        events = await store.read_stream(pair_stream(pair_id))
+        (marked,) = _events(events, FirstErrorMarked)
+        assert marked.transition_index == shared + 1  # the invalid craft after the inventory look-up
+        (revision,) = _events(events, RevisionMaterialized)
+        provenance = revision.sample.provenance
+        assert revision.verified is True and revision.revision_length == bad_actions, rule
+        assert provenance["partner"] == partner and provenance["partners_tried"] == 1
+        if rule == "adjacent":
+            assert provenance["good_leaf_id"] == "good-0" and provenance["shared_steps"] == shared + 1
+            assert provenance["pair_shared_steps"] == shared
+        else:
+            assert provenance["shared_steps"] == shared and "pair_shared_steps" not in provenance
+        # either way the spliced actions are the bad path through t', then the recipe's rest
+        actions = [m.content.split("Action: ")[-1] for m in revision.sample.messages if m.role == "assistant"]
+        assert actions == [s.action for s in bad.steps[: marked.transition_index + 1]] + [
+            s.action for s in good.steps[shared:]
+        ]
+
+
+async def test_when_the_pairs_good_path_does_not_replay_the_next_good_path_of_the_tree_is_tried(
+    stack,
+) -> None:  # type: ignore[no-untyped-def]
+    """The pair's good path misses its reward on replay (its last step cut, reward kept); the tree's
+    other good leaf that branches off at the same step replays to the goal: the revision is kept,
+    verified, with that path; under ``partner: pair`` it is rejected, and the reason says so."""
+    store, settle = stack
+    _, pair_id, *_ = await _search_run(store, {"verify": True}, good_steps_cut=1, tree_goods=((),))
+    await settle()
+    (revision,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionMaterialized)
+    provenance = revision.sample.provenance
+    assert revision.verified is True and provenance["partners_tried"] == 2
+    assert provenance["partner"] == "adjacent" and provenance["good_leaf_id"] == "good-0"
+    # the same pair, only its own good path: the replay falls short and nothing else is tried
+    _, pair_id, *_ = await _search_run(
+        store, {"verify": True, "partner": "pair"}, good_steps_cut=1, tree_goods=((),)
+    )
+    await settle()
+    (rejected,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionRejected)
+    assert rejected.reason.startswith("unverified") and "other good path" not in rejected.reason
+    # and when no good path of the tree replays either, the reason counts the others tried
+    _, pair_id, *_ = await _search_run(
+        store, {"verify": True}, good_steps_cut=1, tree_goods=((), ("inventory",)), tree_goods_cut=1
+    )
+    await settle()
+    (rejected,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionRejected)
+    assert rejected.reason.startswith("unverified: replay reward")
+    assert rejected.reason.endswith("(nor did 2 other good path(s) of the tree)")
+
+
+async def test_an_unknown_splice_partner_rule_rejects_the_revision_with_its_name(stack) -> None:  # type: ignore[no-untyped-def]
+    store, settle = stack
+    _, pair_id, *_ = await _search_run(store, {"partner": "nearest"})
+    await settle()
+    (rejected,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionRejected)
+    assert "splice.partner: unknown rule 'nearest'" in rejected.reason
 
 
 async def test_a_sampled_nul_in_a_reflection_is_kept_as_a_replacement_character() -> None:

@@ -14,10 +14,12 @@ from core.domain.reflections import (
     reflection_prompt,
 )
 from core.domain.splice import (
+    Partner,
     SpliceError,
     check_pair,
     longest_common_prefix,
     revision_sample,
+    splice_partners,
     splice_path,
 )
 from core.domain.trajectory import Step, Trajectory
@@ -122,6 +124,43 @@ def test_different_tasks_rejected() -> None:
 def test_longest_common_prefix() -> None:
     assert longest_common_prefix(BAD.steps, GOOD.steps) == 2
     assert longest_common_prefix(BAD.steps, ()) == 0
+
+
+def test_splice_partners_adjacent_first_and_never_past_t_prime() -> None:
+    """BAD = logs, planks, sand (t'=2 below), inventory, dirt. The tree's good paths branch off it
+    after 0, 2 and 3 shared actions; the pair's own after 2. Adjacent: the deepest branch at or
+    before t' first, the pair's own first among equals, then leaf id; a path that took t' too (3
+    shared) is no partner; a path of another task neither. Pair: the own path only."""
+    own = Partner("own", GOOD, 2, own=True)
+    at_root = _traj(["get 2 oak logs", "craft 8 oak planks using 2 oak logs"], 1.0, "root")
+    at_two = _traj([*[s.action for s in BAD.steps[:2]], "craft 4 stick using 2 oak planks"], 1.0, "two")
+    took_t = _traj([*[s.action for s in BAD.steps[:3]], "get 1 oak logs", "craft 4 stick"], 1.0, "late")
+    other_task = Trajectory("Goal: craft boat.", BAD.instruction, at_two.steps, reward=1.0)
+    others = [
+        ("z-root", at_root),
+        ("b-two", at_two),
+        ("a-late", took_t),
+        ("c-task", other_task),
+        ("own", GOOD),
+    ]
+    found = splice_partners(BAD, own, others, transition=2)
+    assert [(p.leaf_id, p.shared, p.own) for p in found] == [
+        ("own", 2, True),
+        ("b-two", 2, False),
+        ("z-root", 0, False),
+    ]
+    # t' deeper: the path that branches at 3 (right at t') comes first
+    found = splice_partners(BAD, own, others, transition=3)
+    assert [p.leaf_id for p in found] == ["a-late", "own", "b-two", "z-root"]
+    # every partner splices into a path whose actions are the bad ones through t', then its own rest
+    for partner in found:
+        path = splice_path(BAD, partner.path, partner.shared, 3)
+        assert path.actions[:4] == [s.action for s in BAD.steps[:4]]
+        assert path.actions[4:] == [s.action for s in partner.path.steps[partner.shared :]]
+        assert path.revision_length == 4 - partner.shared
+    assert splice_partners(BAD, own, others, transition=3, rule="pair") == [own]
+    with pytest.raises(SpliceError, match="splice.partner: unknown rule 'nearest'"):
+        splice_partners(BAD, own, others, transition=3, rule="nearest")
 
 
 def test_replayed_observations_replace_logged_ones() -> None:
