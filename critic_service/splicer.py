@@ -105,10 +105,11 @@ class SpliceConfig:
     """Reflection templates (id -> sentence); None = core.domain.reflections.DEFAULT_TEMPLATES."""
     reflection: Literal["template", "model"] = "template"
     """Where the reflection sentence comes from: a template, or the iteration's model (with fallback)."""
-    partner: str = "adjacent"
-    """Which good path the bad one is spliced onto (core.domain.splice.splice_partners): ``adjacent``
-    (the tree's good path that branches off nearest before t', the paper's rule; the next ones
-    are tried when a replay misses the good reward) or ``pair`` (the pair's own good path only)."""
+    partner: str = "pair"
+    """Which good path the bad one is spliced onto (core.domain.splice.splice_partners): ``pair``
+    (the pair's own good path only, the default) or ``adjacent`` (the tree's good path that
+    branches off nearest before t', the paper's rule; the next ones are tried when a replay misses
+    the good reward). Measured, not the default: docs/critic.md, "Which good path"."""
 
     @classmethod
     def of_run(cls, run_config: RunConfig) -> tuple[SpliceConfig, LossMasking]:
@@ -123,7 +124,7 @@ class SpliceConfig:
         source = data.get("reflection", "template")
         if source not in ("template", "model"):
             raise ReflectionError(f"splice.reflection: unknown source {source!r} (template, model)")
-        partner = str(data.get("partner", "adjacent"))
+        partner = str(data.get("partner", "pair"))
         if partner not in SPLICE_PARTNERS:
             raise SpliceError(f"splice.partner: unknown rule {partner!r} ({', '.join(SPLICE_PARTNERS)})")
         return cls(

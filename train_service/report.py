@@ -216,7 +216,9 @@ def report_markdown(report: dict[str, Any]) -> str:
         search = config.get("search") or {}
         out.append(
             f"Pairs per tree: at most {search.get('max_pairs_per_tree', 8)}, chosen by pair_selection "
-            f"**{search.get('pair_selection', 'stratified')}** (core/domain/pairs.py); rejected: pairs that "
+            f"**{search.get('pair_selection', 'stratified')}** (core/domain/pairs.py), each revision "
+            f"continued with splice.partner **{(config.get('splice') or {}).get('partner', 'pair')}** "
+            "(core.domain.splice.splice_partners); rejected: pairs that "
             "became no revision sample, by reason (a splice whose replay ended early or fell short of the "
             "good reward, a critic refusal, ...)."
         )

@@ -122,9 +122,9 @@ class SpliceSettings(_Strict):
     keep_unverified: bool = Field(False, description="Keep revisions whose replay missed the good reward.")
     partner: Literal["adjacent", "pair"] | None = Field(
         None,
-        description="Which good path a revision continues with: adjacent (the default; the tree's good "
-        "path that branches off the bad one nearest before t', the next ones tried when a replay misses "
-        "the good reward) or pair (the pair's own good path only).",
+        description="Which good path a revision continues with: pair (the default: the pair's own good "
+        "path) or adjacent (the tree's good path that branches off the bad one nearest before t', the "
+        "next ones tried when a replay misses the good reward).",
     )
     reflection: Literal["template", "model"] | None = Field(
         None, description="Where the reflection sentence comes from (template, the default, or model)."

@@ -9,6 +9,8 @@ Pure (stdlib only). A revision trajectory is, in order (DESIGN §1 step 4):
       starts with the reflection sentence                      weight 1
     the rest of the good continuation                          weight 1 (observations 0)
 
+where the good continuation is the pair's own good path or, under ``splice_partners``'s
+``adjacent`` rule, another good path of the tree that leaves the bad path nearer to t'; and
 except the good continuation's steps named in ``masked`` (the caller's loss-masking rule: the
 environment rejected them, or they repeat a loop; core.domain.good_samples.revision_masks), which
 stay in the conversation at weight 0, as in good samples.
@@ -322,7 +324,7 @@ class Partner:
     own: bool  # the pair's own good path (the others are the tree's other good leaves)
 
 
-SPLICE_PARTNERS = ("adjacent", "pair")  # RunConfig.splice["partner"]
+SPLICE_PARTNERS = ("pair", "adjacent")  # RunConfig.splice["partner"]; the first is the default
 
 
 def splice_partners(
@@ -330,7 +332,7 @@ def splice_partners(
     own: Partner,
     others: Sequence[tuple[str, Trajectory]],
     transition: int,
-    rule: str = "adjacent",
+    rule: str = "pair",
 ) -> list[Partner]:
     """The good paths a bad path can be spliced onto at ``transition``, in the order to try them.
 

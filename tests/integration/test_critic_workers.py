@@ -418,22 +418,27 @@ async def test_when_the_pairs_good_path_does_not_replay_the_next_good_path_of_th
     other good leaf that branches off at the same step replays to the goal: the revision is kept,
     verified, with that path; under ``partner: pair`` it is rejected, and the reason says so."""
     store, settle = stack
-    _, pair_id, *_ = await _search_run(store, {"verify": True}, good_steps_cut=1, tree_goods=((),))
+    _, pair_id, *_ = await _search_run(
+        store, {"verify": True, "partner": "adjacent"}, good_steps_cut=1, tree_goods=((),)
+    )
     await settle()
     (revision,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionMaterialized)
     provenance = revision.sample.provenance
     assert revision.verified is True and provenance["partners_tried"] == 2
     assert provenance["partner"] == "adjacent" and provenance["good_leaf_id"] == "good-0"
-    # the same pair, only its own good path: the replay falls short and nothing else is tried
-    _, pair_id, *_ = await _search_run(
-        store, {"verify": True, "partner": "pair"}, good_steps_cut=1, tree_goods=((),)
-    )
+    # the same pair, only its own good path (the default rule): the replay falls short and
+    # nothing else is tried
+    _, pair_id, *_ = await _search_run(store, {"verify": True}, good_steps_cut=1, tree_goods=((),))
     await settle()
     (rejected,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionRejected)
     assert rejected.reason.startswith("unverified") and "other good path" not in rejected.reason
     # and when no good path of the tree replays either, the reason counts the others tried
     _, pair_id, *_ = await _search_run(
-        store, {"verify": True}, good_steps_cut=1, tree_goods=((), ("inventory",)), tree_goods_cut=1
+        store,
+        {"verify": True, "partner": "adjacent"},
+        good_steps_cut=1,
+        tree_goods=((), ("inventory",)),
+        tree_goods_cut=1,
     )
     await settle()
     (rejected,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionRejected)

@@ -143,14 +143,14 @@ def test_splice_partners_adjacent_first_and_never_past_t_prime() -> None:
         ("c-task", other_task),
         ("own", GOOD),
     ]
-    found = splice_partners(BAD, own, others, transition=2)
+    found = splice_partners(BAD, own, others, transition=2, rule="adjacent")
     assert [(p.leaf_id, p.shared, p.own) for p in found] == [
         ("own", 2, True),
         ("b-two", 2, False),
         ("z-root", 0, False),
     ]
     # t' deeper: the path that branches at 3 (right at t') comes first
-    found = splice_partners(BAD, own, others, transition=3)
+    found = splice_partners(BAD, own, others, transition=3, rule="adjacent")
     assert [p.leaf_id for p in found] == ["a-late", "own", "b-two", "z-root"]
     # every partner splices into a path whose actions are the bad ones through t', then its own rest
     for partner in found:
@@ -159,6 +159,7 @@ def test_splice_partners_adjacent_first_and_never_past_t_prime() -> None:
         assert path.actions[4:] == [s.action for s in partner.path.steps[partner.shared :]]
         assert path.revision_length == 4 - partner.shared
     assert splice_partners(BAD, own, others, transition=3, rule="pair") == [own]
+    assert splice_partners(BAD, own, others, transition=3) == [own]  # pair: the default
     with pytest.raises(SpliceError, match="splice.partner: unknown rule 'nearest'"):
         splice_partners(BAD, own, others, transition=3, rule="nearest")
 
