@@ -57,6 +57,7 @@ from core.domain.splice import (
     Partner,
     SplicedPath,
     SpliceError,
+    check_partner_rule,
     revision_sample,
     splice_partners,
     splice_path,
@@ -124,9 +125,7 @@ class SpliceConfig:
         source = data.get("reflection", "template")
         if source not in ("template", "model"):
             raise ReflectionError(f"splice.reflection: unknown source {source!r} (template, model)")
-        partner = str(data.get("partner", "pair"))
-        if partner not in SPLICE_PARTNERS:
-            raise SpliceError(f"splice.partner: unknown rule {partner!r} ({', '.join(SPLICE_PARTNERS)})")
+        partner = check_partner_rule(str(data.get("partner", SPLICE_PARTNERS[0])))
         return cls(
             verify=bool(data.get("verify", True)),
             keep_unverified=bool(data.get("keep_unverified", False)),
@@ -312,24 +311,21 @@ class SpliceHandlers:
         tried = 0
         if config.verify and pair.env_uri and pair.task_id is not None:
             env = self.env_opener(pair.env_uri)
-            first: Replay | None = None
-            chosen: tuple[Partner, Replay] | None = None
+            replays: list[tuple[Partner, Replay]] = []
             try:
                 for candidate, candidate_path in attempts:
-                    tried += 1
-                    result = await replay(env, pair.task_id, candidate_path, candidate.path.reward)
-                    first = first or result
-                    if result.verified:
-                        chosen = (candidate, result)
+                    replays.append(
+                        (candidate, await replay(env, pair.task_id, candidate_path, candidate.path.reward))
+                    )
+                    if replays[-1][1].verified:
                         break
             except EnvError as exc:
                 return RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"replay failed: {exc}")
             finally:
                 await env.close()
-            assert first is not None
-            if chosen is None:
-                chosen = (attempts[0][0], first)
-            partner, result = chosen
+            tried = len(replays)
+            first = replays[0][1]
+            partner, result = replays[-1] if replays[-1][1].verified else replays[0]
             verified = result.verified
             path = result.path
             if not verified and not config.keep_unverified:

@@ -327,6 +327,13 @@ class Partner:
 SPLICE_PARTNERS = ("pair", "adjacent")  # RunConfig.splice["partner"]; the first is the default
 
 
+def check_partner_rule(rule: str) -> str:
+    """``rule`` when it names a ``splice.partner`` rule, else a SpliceError naming it."""
+    if rule not in SPLICE_PARTNERS:
+        raise SpliceError(f"splice.partner: unknown rule {rule!r} ({', '.join(SPLICE_PARTNERS)})")
+    return rule
+
+
 def splice_partners(
     bad: Trajectory,
     own: Partner,
@@ -343,9 +350,7 @@ def splice_partners(
     fewest bad actions run between the branch and the reflection and the good continuation starts
     from the state nearest to the one it was found in; ties: the pair's own path first, then by leaf
     id. Paths that took the erroneous action too (shared beyond t') are no partners."""
-    if rule not in SPLICE_PARTNERS:
-        raise SpliceError(f"splice.partner: unknown rule {rule!r} ({', '.join(SPLICE_PARTNERS)})")
-    if rule == "pair":
+    if check_partner_rule(rule) == "pair":
         return [own]
     found = [own]
     for leaf_id, path in others:
