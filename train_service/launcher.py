@@ -40,7 +40,15 @@ from typing import Any
 
 from core.domain.config import LAUNCHERS, launch_problem
 
-__all__ = ["LAUNCHERS", "LaunchFailed", "LaunchSettings", "launch_problem", "launch_torchrun"]
+__all__ = [
+    "LAUNCHERS",
+    "LaunchFailed",
+    "LaunchSettings",
+    "launch_problem",
+    "launch_torchrun",
+    "parse_progress",
+    "progress_line",
+]
 log = logging.getLogger(__name__)
 child_log = logging.getLogger("agentr.train.child")
 
@@ -150,18 +158,12 @@ def launch_torchrun(
     def forward() -> None:
         assert proc.stdout is not None
         for raw in proc.stdout:
-            line = raw.rstrip("\n")
-            progress = line.find(PROGRESS_PREFIX)
-            if progress >= 0:
-                if on_step is not None:
-                    try:
-                        info = json.loads(line[progress + len(PROGRESS_PREFIX) :])
-                        on_step(int(info["step"]), int(info["max_steps"]), info.get("loss"))
-                    except (ValueError, KeyError, TypeError):
-                        pass
-                continue
-            tail.append(line)
-            child_log.info("%s", line)
+            step, rest = parse_progress(raw.rstrip("\n"))
+            if step is not None and on_step is not None:
+                on_step(*step)
+            if rest.strip():
+                tail.append(rest)
+                child_log.info("%s", rest)
 
     reader = threading.Thread(target=forward, name="torchrun-output", daemon=True)
     reader.start()
@@ -191,6 +193,30 @@ def launch_torchrun(
     result: dict[str, Any] = json.loads(result_file.read_text())
     shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def progress_line(step: int, max_steps: int, loss: float | None) -> bytes:
+    """Rank 0's progress line for the dispatcher, as ONE ``os.write`` must send it: the ranks share
+    the dispatcher's pipe, and a line written in pieces (``print`` under ``PYTHONUNBUFFERED`` writes
+    the text and its newline separately) can take another rank's log line in between."""
+    payload = json.dumps({"step": step, "max_steps": max_steps, "loss": loss})
+    return f"{PROGRESS_PREFIX}{payload}\n".encode()
+
+
+def parse_progress(line: str) -> tuple[tuple[int, int, float | None] | None, str]:
+    """A child's output line -> (its progress report ``(step, max_steps, loss)`` or None, the rest of
+    the line to log). Tolerates text around the report (another process's output that landed in
+    the same line of the shared pipe): the JSON object after the prefix is decoded on its own."""
+    start = line.find(PROGRESS_PREFIX)
+    if start < 0:
+        return None, line
+    body = line[start + len(PROGRESS_PREFIX) :]
+    try:
+        info, end = json.JSONDecoder().raw_decode(body)
+        step = (int(info["step"]), int(info["max_steps"]), info.get("loss"))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None, line
+    return step, line[:start] + body[end:]
 
 
 _ERROR_LINE = re.compile(r"^(\[rank\d+\]:)?\s*[A-Za-z_][\w.]*(Error|Exception|Failed|Interrupt)\b")

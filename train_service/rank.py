@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from train_service.launcher import PROGRESS_PREFIX
+from train_service.launcher import progress_line
 
 
 def _rank() -> int:
@@ -28,9 +28,9 @@ def main(job_file: str) -> int:
     rank = _rank()
 
     def progress(step: int, max_steps: int, loss: float | None) -> None:
-        if rank == 0:
-            payload = json.dumps({"step": step, "max_steps": max_steps, "loss": loss})
-            print(PROGRESS_PREFIX + payload, flush=True)
+        if rank == 0:  # one write: the other ranks' log lines share the pipe (launcher.progress_line)
+            sys.stdout.flush()
+            os.write(sys.stdout.fileno(), progress_line(step, max_steps, loss))
 
     result = run_train_iteration(**job, on_step=progress)
     if rank == 0:
