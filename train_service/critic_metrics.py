@@ -209,8 +209,26 @@ def critic_markdown(metrics: dict[Any, dict[str, Any]]) -> str:
             _fmt(m.get("first_step_match")),
         )
         lines.append(f"| {iteration} | " + " | ".join(cells) + " |")
+    lines += _all_fallback_warnings(metrics)
     lines += _split_markdown(metrics)
     return "\n".join(lines) + "\n"
+
+
+def _all_fallback_warnings(metrics: dict[Any, dict[str, Any]]) -> list[str]:
+    """A plain line for each iteration whose model critic judged no step Bad on any pair: its t' was
+    the last action on every pair, so that iteration's revisions are Direct-Revision's, not
+    Agent-R's (what an instruct model that was never taught the judge question does, docs/critic.md)."""
+    lines = []
+    for iteration in sorted(metrics, key=int):
+        m = metrics[iteration]
+        if "model" in (m.get("strategies") or []) and m.get("pairs") and m.get("fallback_share") == 1.0:
+            lines.append(
+                f"**Iteration {iteration}: the model critic judged no step Bad on any of its {m['pairs']} "
+                "pairs, so every t' fell back to the last action: this iteration's revision samples are "
+                "Direct-Revision's.** A model that cannot answer the judge question does this "
+                "(docs/critic.md); `critic.strategy: reflect` needs no judge answers."
+            )
+    return ["", *lines] if lines else []
 
 
 def _split_markdown(metrics: dict[Any, dict[str, Any]]) -> list[str]:

@@ -96,8 +96,21 @@ def test_metrics_per_iteration() -> None:
     assert metrics[1]["fallback_share"] == 0.0 and metrics[1]["direct_exact_match"] == 0.0
     table = critic_markdown(metrics)
     assert "| 0 | model | 4 | 0.500 | 3 | 0.667 | 1.33 | 0.333 | 0.667 |" in table
+    assert "judged no step Bad" not in table  # iteration 0 fell back on half its pairs, 1 on none
     with pytest.raises(ValueError, match="given with pair"):
         critic_metrics([(rows[0][0], rows[1][1])])
+
+
+def test_an_iteration_whose_model_critic_never_judged_bad_is_named_direct_revision() -> None:
+    """SmolLM2-135M-Instruct, not taught the judge question, fell back on every pair: the report says
+    that iteration's revisions are Direct-Revision's instead of leaving it to a 1.000 in a table."""
+    run = new_id()
+    rows = [_judged(run, 0, 6, 5, 1, True), _judged(run, 0, 4, 3, 1, True), _judged(run, 1, 6, 1, 1, False)]
+    table = critic_markdown(critic_metrics(rows))
+    assert "**Iteration 0: the model critic judged no step Bad on any of its 2 pairs" in table
+    assert "Iteration 1: the model critic" not in table
+    direct = [(p, FirstErrorMarked(p.pair_id, "direct", 5, m.verdicts, fallback=True)) for p, m in rows[:1]]
+    assert "judged no step Bad" not in critic_markdown(critic_metrics(direct))  # asked for: no warning
 
 
 async def test_metrics_from_the_store(store_url: str) -> None:
