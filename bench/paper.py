@@ -1,4 +1,5 @@
-"""Benchmark: the Agent-R paper's comparison in miniature, measured side by side in one process.
+"""Benchmark: the Agent-R paper's comparison in miniature, measured side by side in one command
+(each variant's run in a process of its own, ``in_child``).
 
 On the SAME starting model, tasks, seeds and training budget (one ``agentr run`` configuration;
 only the named settings differ), for ``--iterations`` (default 2) search -> train iterations each:
@@ -206,18 +207,59 @@ def store_result(results_dir: Path, variant: str, key: str, result: dict[str, An
 
 
 def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """CPU seconds of this process and of its children that ended (the runs' processes, their
+    evaluation workers)."""
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def run_variant(settings: Any, home: Path, variant: str, config: dict[str, Any]) -> dict[str, Any]:
-    """Run one variant's ``agentr run`` in this process; its result with wall, CPU and load."""
-    from agentr.cli.embedded_run import run_config
+def _write_result(target: Any, args: tuple[Any, ...], out: str) -> None:
+    Path(out).write_text(json.dumps(target(*args)))
 
+
+def in_child(target: Any, *args: Any) -> tuple[Any, int]:
+    """``target(*args)`` in a spawned process of its own: (its JSON-able return value, or None when
+    the process died without one; the process's exit code). Why a process per run: models and
+    allocator arenas of one run stay in the process, and a process that ran SmolLM2-135M runs one
+    after another grew to 24.7 GB and was killed by the kernel's OOM killer in its fourth run."""
+    import multiprocessing
+
+    with tempfile.TemporaryDirectory(prefix="paper-run-") as tmp:
+        out = Path(tmp) / "result.json"
+        process = multiprocessing.get_context("spawn").Process(
+            target=_write_result, args=(target, args, str(out))
+        )
+        process.start()
+        process.join()
+        value = json.loads(out.read_text()) if process.exitcode == 0 and out.is_file() else None
+        return value, int(process.exitcode if process.exitcode is not None else -1)
+
+
+def _run_config(home: str, config: dict[str, Any]) -> list[Any]:
+    """One ``agentr run`` of ``config`` under ``home`` (in a run's own process): [exit code, run id]."""
+    from agentr.cli.embedded_run import embedded_settings, run_config
+
+    settings, where = embedded_settings(Path(home))
+    return list(run_config(settings, where, config, show_report=False))
+
+
+def run_variant(home: Path, variant: str, config: dict[str, Any]) -> dict[str, Any] | None:
+    """Run one variant's ``agentr run`` in a process of its own (``in_child``); its result with
+    wall, CPU (its process and its workers) and load, or None when that process died (nothing is
+    stored: a rerun runs it again)."""
     load_before = os.getloadavg()[0]
     t0, c0 = time.monotonic(), _cpu_seconds()
-    code, run_id = run_config(settings, home, config, show_report=False)
+    value, exitcode = in_child(_run_config, str(home), config)
     seconds, cpu = time.monotonic() - t0, _cpu_seconds() - c0
+    if value is None:
+        print(
+            f"# {variant}: its run's process died (exit code {exitcode}; -9 is SIGKILL, e.g. the OOM "
+            f"killer) after {seconds:.0f}s; not stored",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    code, run_id = int(value[0]), str(value[1])
     report_path = home / "runs" / run_id / "report.json"
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     first = home / "runs" / run_id / "checkpoints" / "iter-0"
@@ -402,7 +444,7 @@ def main() -> int:
     from agentr.cli.warm_start import prepare_model
 
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="agentr-paper-"))
-    settings, home = embedded_settings(home)
+    _, home = embedded_settings(home)  # the runs' processes open it again (run_variant)
     plan = plan_run(
         RunOptions(
             model=args.model,
@@ -458,7 +500,9 @@ def main() -> int:
                     file=sys.stderr,
                 )
             else:
-                result = run_variant(settings, home, variant, config)
+                result = run_variant(home, variant, config)
+                if result is None:
+                    continue
                 store_result(results_dir, variant, key, result)
             seeded[variant] = {**result, "numbers": numbers(result.get("report") or {}, variant)}
             per_seed.setdefault(variant, {})[seed] = result.get("report") or {}

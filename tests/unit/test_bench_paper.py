@@ -312,3 +312,15 @@ def test_learner_arms_take_the_runs_stable_rates_and_a_fixed_archer_round_count(
     # the SFT arms are untouched by the learner rates
     sft = paper.variant_config(base, "agent_r_model", train_budget_s=60.0, first=False)["train"]
     assert sft["learning_rate"] == sft_lr and "actor_lr" not in sft
+
+
+def test_each_run_goes_in_a_process_of_its_own_and_a_dead_one_gives_none() -> None:
+    """bench/paper.py runs every variant in a spawned process (a process that ran SmolLM2 runs one
+    after another grew to 24.7 GB and was killed): the value comes back from the other process, and
+    a process that dies gives None with its exit code instead of a result to store."""
+    import os
+
+    value, code = paper.in_child(os.getpid)
+    assert code == 0 and isinstance(value, int) and value != os.getpid()
+    assert paper.in_child(max, [3, 1, 2]) == (3, 0)
+    assert paper.in_child(os._exit, 3) == (None, 3)
