@@ -24,8 +24,10 @@ The critic for a search pair is the iteration's actor: the ``model_ref`` of its 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from sqlalchemy import select
@@ -51,6 +53,7 @@ from core.domain.events import (
 )
 from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
+from core.llm.policy_cache import PolicyCache
 from core.llm.ports import Policy
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
@@ -67,25 +70,6 @@ def open_model(ref: str) -> Policy:
     from core.llm.registry import open_policy
 
     return open_policy(ref)
-
-
-class PolicyCache:
-    """One policy per model reference, opened on first use, closed with the service."""
-
-    def __init__(self, opener: Callable[[str], Policy]) -> None:
-        self._opener = opener
-        self._policies: dict[str, Policy] = {}
-
-    def get(self, ref: str) -> Policy:
-        if ref not in self._policies:
-            log.info("critic: opening model %s", ref)
-            self._policies[ref] = self._opener(ref)
-        return self._policies[ref]
-
-    async def close(self) -> None:
-        for policy in self._policies.values():
-            await policy.close()
-        self._policies.clear()
 
 
 async def run_context(store: EventStore, run_id: str, iteration: int) -> tuple[RunConfig, str | None]:
@@ -132,17 +116,18 @@ class CriticHandlers:
             if pair.source == "trace" and pair.bad_leaf_id:
                 failed = await self._trace_state(pair.bad_leaf_id)
             if failed is not None:
-                config, policy = await self._trace_critic(failed)
+                config, ref = await self._trace_critic(failed)
             else:
                 config = CriticConfig.from_data(critic_data)
                 needs_model = config.strategy in ("model", "reflect") or (
                     config.strategy == "value" and config.value_model is None  # the actor's critic/
                 )
-                policy = self.policies.get(model_ref) if needs_model and model_ref else None
-            result = await critique(config, pair.bad, pair.shared_steps, policy)
-            baselines: dict[str, int] = {}
-            if pair.source == "search":  # the run report's critic baselines, on the same pair
-                baselines = await reflect_baseline(config, pair.bad, pair.shared_steps, policy)
+                ref = model_ref if needs_model and model_ref else None
+            async with self._model(ref) as policy:
+                result = await critique(config, pair.bad, pair.shared_steps, policy)
+                baselines: dict[str, int] = {}
+                if pair.source == "search":  # the run report's critic baselines, on the same pair
+                    baselines = await reflect_baseline(config, pair.bad, pair.shared_steps, policy)
             if pair.source == "trace" and result.fallback and config.strategy != "direct":
                 raise CriticInputError(
                     f"no_error_found: the {config.strategy} critic judged no step after the divergence "
@@ -199,8 +184,9 @@ class CriticHandlers:
     async def _critique_trace(self, trace: TraceIngested, meta: Metadata) -> list[NewEvent]:
         out: list[NewEvent] = []
         if trace.outcome == "failure" and trace.trajectory.steps:
-            config, policy = await self._trace_critic(trace)
-            result = await critique(config, trace.trajectory, 0, policy)
+            config, ref = await self._trace_critic(trace)
+            async with self._model(ref) as policy:
+                result = await critique(config, trace.trajectory, 0, policy)
             bad = [v.step_index for v in result.verdicts if v.label == "bad"]
             critiqued = TraceCritiqued(
                 trace_id=trace.trace_id,
@@ -248,10 +234,15 @@ class CriticHandlers:
             [recorded.event for recorded in await self.store.read_stream(trace_stream(trace_id))]
         )
 
-    async def _trace_critic(self, trace: TraceIngested) -> tuple[CriticConfig, Policy | None]:
-        """The critic for a failed trace: the upload's choice, else the project's (ProjectCreated),
-        else the worker's settings. Strategy ``model`` without a model to run is judged by rules, and
-        the critique says ``rules``."""
+    def _model(self, ref: str | None) -> AbstractAsyncContextManager[Policy | None]:
+        """A lease on the model ``ref`` names (``PolicyCache``), or None where no model is needed."""
+        return self.policies.lease(ref) if ref else contextlib.nullcontext(None)
+
+    async def _trace_critic(self, trace: TraceIngested) -> tuple[CriticConfig, str | None]:
+        """The critic for a failed trace and the model reference it judges with (None: no model):
+        the upload's choice, else the project's (ProjectCreated), else the worker's settings.
+        Strategy ``model`` without a model to run is judged by rules, and the critique says
+        ``rules``."""
         strategy, model_ref = trace.critic_strategy, trace.critic_model
         if strategy is None:
             for recorded in await self.store.read_stream(project_stream(trace.project_id)):
@@ -264,7 +255,7 @@ class CriticHandlers:
             if not model_ref:
                 log.warning("critic: trace %s: %s without a critic model: rules", trace.trace_id, strategy)
                 return CriticConfig(strategy="rules"), None
-            return config, self.policies.get(model_ref)
+            return config, model_ref
         if config.strategy == "value":  # needs an archer checkpoint (critic.value_model): runs only
             log.warning(
                 "critic: trace %s: the value strategy is for runs (critic.value_model): rules", trace.trace_id
@@ -357,7 +348,7 @@ def build_service(
     settings: Settings, store: EventStore, *, policy_opener: Callable[[str], Policy] = open_model
 ) -> Service:
     """The critic worker's composition root."""
-    policies = PolicyCache(policy_opener)
+    policies = PolicyCache(policy_opener, max_open=settings.max_open_models, name="critic")
     handlers = CriticHandlers(settings, store, policies)
     return Service(
         name=SERVICE_NAME,

@@ -25,13 +25,14 @@ from core.domain.events import (
     TreeCompleted,
 )
 from core.envs.base import Env
+from core.llm.policy_cache import PolicyCache
 from core.llm.ports import Policy
 from core.runtime.service import Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
 from critic_service.corrections import CorrectionHandlers
 from critic_service.good_traces import GoodTraceHandlers
-from critic_service.service import PolicyCache, open_model
+from critic_service.service import open_model
 from critic_service.splicer import (
     REWARD_TOLERANCE,
     SERVICE_NAME,
@@ -61,7 +62,7 @@ def build_service(
     policy_opener: Callable[[str], Policy] = open_model,
 ) -> Service:
     """The splice worker's composition root."""
-    policies = PolicyCache(policy_opener)
+    policies = PolicyCache(policy_opener, max_open=settings.max_open_models, name="splice")
     handlers = SpliceHandlers(settings, store, env_opener, policies)
     goods = GoodTraceHandlers(store)
     return Service(

@@ -24,6 +24,7 @@ the splice worker; ``critic_service.splice_service`` wires them into the worker)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,13 +65,14 @@ from core.domain.splice import (
 )
 from core.domain.trajectory import Step, Trajectory
 from core.envs.base import Env, EnvError
+from core.llm.policy_cache import PolicyCache
 from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
 from critic_service.iteration_dataset import iteration_dataset_events
 from critic_service.reflector import ReflectionRequest, model_reflections
-from critic_service.service import PolicyCache, open_model, run_context
+from critic_service.service import open_model, run_context
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "splice"
@@ -174,7 +176,7 @@ class SpliceHandlers:
         self.settings = settings
         self.store = store
         self.env_opener = env_opener
-        self.policies = policies or PolicyCache(open_model)
+        self.policies = policies or PolicyCache(open_model, name="splice")
         self._goods: dict[str, list[tuple[str, Trajectory]]] = {}  # tree id -> its good leaves
 
     async def _pair(self, pair_id: str) -> PairFound | None:
@@ -236,21 +238,22 @@ class SpliceHandlers:
             reflection, _ = model_or_template(None, key, wrong.action, templates)
             log.warning("splice: pair %s: no model to reflect with; %s", pair.pair_id, reflection.template_id)
             return reflection
-        try:
-            policy: Policy = self.policies.get(model_ref)
-        except (PolicyError, OSError, ValueError) as exc:
-            reflection, _ = model_or_template(None, key, wrong.action, templates)
-            log.warning(
-                "splice: pair %s: cannot open %s (%s); %s",
-                pair.pair_id,
-                model_ref,
-                exc,
-                reflection.template_id,
-            )
+        async with contextlib.AsyncExitStack() as models:
+            try:
+                policy: Policy = await models.enter_async_context(self.policies.lease(model_ref))
+            except (PolicyError, OSError, ValueError) as exc:
+                reflection, _ = model_or_template(None, key, wrong.action, templates)
+                log.warning(
+                    "splice: pair %s: cannot open %s (%s); %s",
+                    pair.pair_id,
+                    model_ref,
+                    exc,
+                    reflection.template_id,
+                )
+                return reflection
+            request = ReflectionRequest(pair.pair_id, pair.bad.task, wrong.action, wrong.observation, key)
+            (reflection,) = await model_reflections(policy, [request], templates)
             return reflection
-        request = ReflectionRequest(pair.pair_id, pair.bad.task, wrong.action, wrong.observation, key)
-        (reflection,) = await model_reflections(policy, [request], templates)
-        return reflection
 
     async def _partners(
         self, pair: PairFound, marked: FirstErrorMarked, config: SpliceConfig

@@ -1,7 +1,8 @@
 """Owns the search worker's composition root: ``build_service(settings, store) -> Service``.
 
 The service handles ``SearchRequested``: it opens the environment from its URI and the policy from
-its model ref (one policy per ref, cached for the life of the worker and wrapped in a
+its model ref (one policy per ref, kept open by ``core.llm.policy_cache.PolicyCache``: at most
+``settings.max_open_models`` refs, least recently used closed first, each wrapped in a
 ``BatchingPolicy`` so that the trees searched at once - ``settings.search_concurrency`` - share
 batched policy calls), runs ``TreeSearch``, appends progress events to the tree's stream as it goes
 (expected stream versions guard against two workers on one tree), and returns ``TreeCompleted``,
@@ -21,7 +22,7 @@ with mistakes, for tests and demos).
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -41,6 +42,7 @@ from core.domain.ids import derived_id, run_stream, tree_stream
 from core.domain.mcts import SearchConfigError
 from core.envs.base import Env, EnvError, UnknownTask
 from core.llm.context import ContextOverflow
+from core.llm.policy_cache import PolicyCache
 from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
@@ -69,33 +71,6 @@ def open_search_env(uri: str) -> Env:
     from core.envs.registry import open_env
 
     return open_env(uri)
-
-
-class PolicyCache:
-    """One BatchingPolicy per model ref, opened once (in a thread: loading weights blocks)."""
-
-    def __init__(self, opener: Callable[[str], Policy], *, max_batch: int = 32) -> None:
-        self.opener = opener
-        self.max_batch = max_batch
-        self._policies: dict[str, asyncio.Task[BatchingPolicy]] = {}
-
-    async def get(self, ref: str) -> BatchingPolicy:
-        task = self._policies.get(ref)
-        if task is None or (task.done() and task.exception() is not None):
-            task = asyncio.ensure_future(self._open(ref))
-            self._policies[ref] = task
-        return await asyncio.shield(task)
-
-    async def _open(self, ref: str) -> BatchingPolicy:
-        log.info("opening policy %s", ref)
-        inner = await asyncio.to_thread(self.opener, ref)
-        return BatchingPolicy(inner, max_batch=self.max_batch)
-
-    async def close(self) -> None:
-        for task in self._policies.values():
-            if task.done() and task.exception() is None:
-                await task.result().close()
-        self._policies.clear()
 
 
 class SearchHandler:
@@ -138,43 +113,44 @@ class SearchHandler:
             env = self.env_opener(event.env_uri)
         except EnvError as exc:
             return failed(f"cannot open environment {event.env_uri!r}: {exc}")
-        try:
-            policy = await self.policies.get(event.model_ref)
-        except (PolicyError, ValueError, OSError) as exc:
-            await env.close()
-            return failed(f"cannot open model {event.model_ref!r}: {exc}")
+        async with contextlib.AsyncExitStack() as models:  # the model stays open while this tree searches
+            try:
+                policy = await models.enter_async_context(self.policies.lease(event.model_ref))
+            except (PolicyError, ValueError, OSError) as exc:
+                await env.close()
+                return failed(f"cannot open model {event.model_ref!r}: {exc}")
 
-        state = {"version": version}
-        stop = RunCancelCheck(self.store, event.run_id)
-        reason = await stop.check(force=True)
-        if reason is not None:
-            await env.close()
-            return failed(reason)
+            state = {"version": version}
+            stop = RunCancelCheck(self.store, event.run_id)
+            reason = await stop.check(force=True)
+            if reason is not None:
+                await env.close()
+                return failed(reason)
 
-        async def sink(events: Sequence[NewEvent]) -> None:
-            stored = await self.store.append(events, expected_versions={stream: state["version"]})
-            versions = [r.stream_version for r in stored if r.stream_id == stream]
-            if versions:
-                state["version"] = max(versions)
+            async def sink(events: Sequence[NewEvent]) -> None:
+                stored = await self.store.append(events, expected_versions={stream: state["version"]})
+                versions = [r.stream_version for r in stored if r.stream_id == stream]
+                if versions:
+                    state["version"] = max(versions)
 
-        search = TreeSearch(
-            request, env, policy, sink, metadata=_with_producer(metadata), should_stop=stop.check
-        )
-        try:
-            await search.run(prior)
-        except SearchStopped as exc:
-            log.info("tree %s: stopped: %s", event.tree_id, exc.reason)
-            stopped = SearchFailed(event.tree_id, event.run_id, event.iteration, exc.reason)
-            new = NewEvent(stream, stopped, metadata, derived_id(event.tree_id, "SearchFailed"))
-            return HandlerResult(events=[new], expected_versions={stream: state["version"]})
-        except UnknownTask as exc:
-            return failed(f"unknown task {event.task_id!r} in {event.env_uri!r}: {exc}")
-        except ContextOverflow as exc:
-            return failed(f"model {event.model_ref!r}: {exc}")
-        finally:
-            await search.close()
-            await env.close()
-        return HandlerResult(events=search.final_events(), expected_versions={stream: state["version"]})
+            search = TreeSearch(
+                request, env, policy, sink, metadata=_with_producer(metadata), should_stop=stop.check
+            )
+            try:
+                await search.run(prior)
+            except SearchStopped as exc:
+                log.info("tree %s: stopped: %s", event.tree_id, exc.reason)
+                stopped = SearchFailed(event.tree_id, event.run_id, event.iteration, exc.reason)
+                new = NewEvent(stream, stopped, metadata, derived_id(event.tree_id, "SearchFailed"))
+                return HandlerResult(events=[new], expected_versions={stream: state["version"]})
+            except UnknownTask as exc:
+                return failed(f"unknown task {event.task_id!r} in {event.env_uri!r}: {exc}")
+            except ContextOverflow as exc:
+                return failed(f"model {event.model_ref!r}: {exc}")
+            finally:
+                await search.close()
+                await env.close()
+            return HandlerResult(events=search.final_events(), expected_versions={stream: state["version"]})
 
 
 class RunCancelCheck:
@@ -216,7 +192,13 @@ def build_service(
     env_opener: Callable[[str], Env] = open_search_env,
 ) -> Service:
     """The search worker's composition root."""
-    policies = PolicyCache(policy_opener, max_batch=max(1, settings.search_concurrency))
+    batch = max(1, settings.search_concurrency)
+    policies = PolicyCache(
+        policy_opener,
+        wrap=lambda inner: BatchingPolicy(inner, max_batch=batch),
+        max_open=settings.max_open_models,
+        name="search",
+    )
     handler = SearchHandler(store, policies, env_opener)
     return Service(
         name=SERVICE_NAME,

@@ -34,6 +34,11 @@ class Settings(BaseSettings):
     search_concurrency: int = Field(
         8, description="Trees one search worker searches at once (their policy calls are batched together)."
     )
+    max_open_models: int = Field(
+        2,
+        ge=1,
+        description="Models one search, critic or splice worker keeps open (least recently used closed first).",
+    )
     # critic / splicer (production traces; search pairs take these from their RunConfig)
     critic_model: str | None = Field(
         None, description="Model (folder or OpenAI-compatible URL) that judges production traces."

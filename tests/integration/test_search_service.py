@@ -4,6 +4,7 @@ worker consumes SearchRequested from real Redis and writes to real PostgreSQL.""
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from pathlib import Path
 
@@ -190,4 +191,45 @@ async def test_worker_consumes_search_requests_from_redis_and_writes_postgres(
     finally:
         await service.on_close()  # type: ignore[misc]
         await bus.close()
+        await store.close()
+
+
+async def test_a_worker_keeps_at_most_max_open_models_and_trees_in_flight_keep_theirs(pg_url):
+    """A long-lived search worker serving a new model ref per iteration (here max_open_models=1):
+    the older model is closed once no tree searches with it, a tree whose model is evicted while it
+    searches completes with it, and a ref seen again is reopened."""
+    from search_service.noisy_expert import NoisyExpertPolicy
+    from search_service.service import open_search_policy
+
+    log: list[tuple[str, str]] = []
+
+    class Recorded(NoisyExpertPolicy):
+        async def close(self) -> None:
+            log.append(("close", self.model_version))
+
+    def opener(ref: str) -> NoisyExpertPolicy:
+        base = open_search_policy(ref)
+        assert isinstance(base, NoisyExpertPolicy)
+        log.append(("open", base.model_version))
+        return Recorded(mistake_rate=base.mistake_rate)
+
+    store = await open_store(pg_url, create_tables=True)
+    try:
+        service = build_service(
+            load_settings(search_concurrency=2, max_open_models=1), store, policy_opener=opener
+        )
+        first, second = "noisy-expert?mistake=0.5", "noisy-expert?mistake=0.4"
+        recorded = await store.append([request(model_ref=first), request(model_ref=second)])
+        # both trees at once: the second ref evicts the first while its tree still searches
+        await asyncio.gather(*(handle_like_the_worker(store, r, service) for r in recorded))
+        (third,) = await store.append([request(model_ref=first)])
+        await handle_like_the_worker(store, third, service)
+        for r in [*recorded, third]:
+            events = [e.event for e in await store.read_stream(r.stream_id)]
+            assert isinstance(events[-1], TreeCompleted) and events[-1].rollouts == 8
+        v1, v2 = (f"noisy-expert(mistake={m},garbage=0.0)" for m in ("0.5", "0.4"))
+        assert log == [("open", v1), ("open", v2), ("close", v1), ("close", v2), ("open", v1)]
+        await service.on_close()  # type: ignore[misc]
+        assert log[-1] == ("close", v1)
+    finally:
         await store.close()

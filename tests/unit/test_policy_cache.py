@@ -1,0 +1,99 @@
+"""PolicyCache: a long-lived worker keeps at most ``max_open`` models open (least recently used
+closed first), a model evicted while in use stays usable until its lease ends, a failed open is
+retried, and concurrent first uses open a model once. The policies are the project's noisy expert
+(a real Policy), recording when they are closed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from core.llm.policy_cache import PolicyCache
+from core.llm.ports import Message, PolicyError
+from search_service.noisy_expert import NoisyExpertPolicy, from_ref
+
+
+class Recorded(NoisyExpertPolicy):
+    def __init__(self, ref: str, log: list[tuple[str, str]]) -> None:
+        base = from_ref(ref)
+        assert base is not None
+        super().__init__(mistake_rate=base.mistake_rate, garbage_rate=base.garbage_rate, seed=0)
+        self.ref, self.log, self.is_closed = ref, log, False
+
+    async def close(self) -> None:
+        self.is_closed = True
+        self.log.append(("close", self.ref))
+
+
+def cache(max_open: int) -> tuple[PolicyCache, list[tuple[str, str]]]:
+    log: list[tuple[str, str]] = []
+
+    def opener(ref: str) -> Recorded:
+        log.append(("open", ref))
+        if "fail" in ref:
+            raise PolicyError(f"cannot open {ref}")
+        return Recorded(ref, log)
+
+    return PolicyCache(opener, max_open=max_open), log
+
+
+A, B, C = (f"noisy-expert?mistake={m}" for m in ("0.1", "0.2", "0.3"))
+TASK = [[Message("user", "Crafting commands:\ncraft 4 oak planks using 1 oak logs\nGoal: craft oak planks.")]]
+
+
+async def test_keeps_at_most_max_open_and_closes_the_least_recently_used():
+    policies, log = cache(max_open=2)
+    for ref in (A, B, A, C):  # A used after B: B is the least recently used when C opens
+        async with policies.lease(ref) as policy:
+            assert (await policy.sample(TASK, n=1, seed=1))[0][0].text
+    # B is closed before C loads: the two are never in memory together
+    assert log == [("open", A), ("open", B), ("close", B), ("open", C)]
+    assert policies.open_refs() == [A, C]
+    assert (policies.opened, policies.closed) == (3, 1)
+    async with policies.lease(B):  # reopened: the oldest (A) goes
+        pass
+    assert log[-2:] == [("close", A), ("open", B)] and policies.open_refs() == [C, B]
+    await policies.close()
+    assert sorted(log[-2:]) == [("close", B), ("close", C)] and policies.open_refs() == []
+
+
+async def test_a_model_evicted_while_leased_stays_usable_until_the_lease_ends():
+    policies, log = cache(max_open=1)
+    async with policies.lease(A) as held:
+        async with policies.lease(B):
+            pass  # B opened: A is evicted but still leased
+        assert policies.open_refs() == [B] and not held.is_closed  # type: ignore[attr-defined]
+        assert (await held.sample(TASK, n=2, seed=3))[0][1].text  # still works
+    assert held.is_closed  # type: ignore[attr-defined]
+    assert log == [("open", A), ("open", B), ("close", A)]
+
+
+async def test_the_same_model_leased_at_once_opens_once_and_shares_one_policy():
+    policies, log = cache(max_open=1)
+
+    async def use() -> object:
+        async with policies.lease(A) as policy:
+            await asyncio.sleep(0)
+            return policy
+
+    first, second, third = await asyncio.gather(use(), use(), use())
+    assert first is second is third and log == [("open", A)]
+
+
+async def test_a_failed_open_raises_and_the_next_lease_tries_again():
+    policies, log = cache(max_open=2)
+    bad = "noisy-expert?mistake=0.5&fail"
+    for _ in range(2):
+        with pytest.raises(PolicyError, match="cannot open"):
+            async with policies.lease(bad):
+                pass
+    assert log == [("open", bad), ("open", bad)]
+    async with policies.lease(A):  # a failed entry holds no model and is never closed
+        pass
+    assert ("close", bad) not in log
+
+
+def test_max_open_must_be_at_least_one():
+    with pytest.raises(ValueError, match="max_open must be >= 1"):
+        PolicyCache(lambda ref: Recorded(ref, []), max_open=0)
