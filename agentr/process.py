@@ -57,9 +57,11 @@ def load_service_factory(name: str) -> Callable[..., Any]:
     return factory  # type: ignore[no-any-return]
 
 
-async def build_service(name: str, settings: Settings, store: Any) -> Service:
+async def build_service(name: str, settings: Settings, store: Any, **options: Any) -> Service:
+    """The service behind worker ``name``; ``options`` go to its factory (e.g. ``policies``, the
+    model cache an embedded run shares between its search, critic and splice services)."""
     factory = load_service_factory(name)
-    service = factory(settings, store)
+    service = factory(settings, store, **options)
     if inspect.isawaitable(service):
         service = await service
     if not isinstance(service, Service):

@@ -345,11 +345,18 @@ class CriticHandlers:
 
 
 def build_service(
-    settings: Settings, store: EventStore, *, policy_opener: Callable[[str], Policy] = open_model
+    settings: Settings,
+    store: EventStore,
+    *,
+    policy_opener: Callable[[str], Policy] = open_model,
+    policies: PolicyCache | None = None,
 ) -> Service:
-    """The critic worker's composition root."""
-    policies = PolicyCache(policy_opener, max_open=settings.max_open_models, name="critic")
-    handlers = CriticHandlers(settings, store, policies)
+    """The critic worker's composition root. ``policies``: a model cache shared with other services
+    of this process (an embedded run's; its owner closes it), else the worker's own."""
+    own = policies is None
+    cache = PolicyCache(policy_opener, max_open=settings.max_open_models, name="critic") if own else policies
+    assert cache is not None
+    handlers = CriticHandlers(settings, store, cache)
     return Service(
         name=SERVICE_NAME,
         handlers={
@@ -358,5 +365,5 @@ def build_service(
             TraceOutcomeSet.event_type: handlers.on_trace_outcome_set,
         },
         concurrency=1,
-        on_close=policies.close,
+        on_close=cache.close if own else None,
     )

@@ -60,10 +60,14 @@ def build_service(
     *,
     env_opener: Callable[[str], Env] = _open_env,
     policy_opener: Callable[[str], Policy] = open_model,
+    policies: PolicyCache | None = None,
 ) -> Service:
-    """The splice worker's composition root."""
-    policies = PolicyCache(policy_opener, max_open=settings.max_open_models, name="splice")
-    handlers = SpliceHandlers(settings, store, env_opener, policies)
+    """The splice worker's composition root. ``policies``: a model cache shared with other services
+    of this process (an embedded run's; its owner closes it), else the worker's own."""
+    own = policies is None
+    cache = PolicyCache(policy_opener, max_open=settings.max_open_models, name="splice") if own else policies
+    assert cache is not None
+    handlers = SpliceHandlers(settings, store, env_opener, cache)
     goods = GoodTraceHandlers(store)
     return Service(
         name=SERVICE_NAME,
@@ -78,5 +82,5 @@ def build_service(
             FirstErrorCorrected.event_type: CorrectionHandlers(handlers).on_correction,
         },
         concurrency=1,
-        on_close=policies.close,
+        on_close=cache.close if own else None,
     )

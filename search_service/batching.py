@@ -73,10 +73,15 @@ def batch_seeds(calls: Sequence[_Call]) -> list[int] | None:
 class BatchingPolicy:
     """A Policy that batches concurrent ``sample()`` calls into calls of ``inner``."""
 
-    def __init__(self, inner: Policy, *, max_batch: int = 32, window_s: float = 0.005) -> None:
+    def __init__(
+        self, inner: Policy, *, max_batch: int = 32, window_s: float = 0.005, owns_inner: bool = True
+    ) -> None:
+        """``owns_inner``: ``close()`` closes the wrapped policy too (False where another owner,
+        e.g. a ``core.llm.policy_cache.PolicyCache``, closes it)."""
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.inner = inner
+        self.owns_inner = owns_inner
         self.max_batch = max_batch
         self.window_s = window_s
         self.stats = BatchStats()
@@ -235,4 +240,5 @@ class BatchingPolicy:
             for call in self._pending.pop(key):
                 if not call.future.done():
                     call.future.set_exception(RuntimeError("policy closed while a call was waiting"))
-        await self.inner.close()
+        if self.owns_inner:
+            await self.inner.close()

@@ -2,11 +2,12 @@
 
 The service handles ``SearchRequested``: it opens the environment from its URI and the policy from
 its model ref (one policy per ref, kept open by ``core.llm.policy_cache.PolicyCache``: at most
-``settings.max_open_models`` refs, least recently used closed first, each wrapped in a
-``BatchingPolicy`` so that the trees searched at once - ``settings.search_concurrency`` - share
-batched policy calls), runs ``TreeSearch``, appends progress events to the tree's stream as it goes
-(expected stream versions guard against two workers on one tree), and returns ``TreeCompleted``,
-``GoodTrajectoryFound`` and ``PairFound`` for the worker to append with its tracking row.
+``settings.max_open_models`` refs, least recently used closed first; while trees search with it,
+wrapped in one ``BatchingPolicy`` so that the trees searched at once -
+``settings.search_concurrency`` - share batched policy calls), runs ``TreeSearch``, appends
+progress events to the tree's stream as it goes (expected stream versions guard against two
+workers on one tree), and returns ``TreeCompleted``, ``GoodTrajectoryFound`` and ``PairFound`` for
+the worker to append with its tracking row.
 
 A redelivered request resumes from the tree's stored events (nothing is redone or written twice);
 one whose tree already completed or failed returns nothing. A search whose run is cancelled stops
@@ -26,7 +27,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from core.domain.events import (
     Metadata,
@@ -73,13 +74,42 @@ def open_search_env(uri: str) -> Env:
     return open_env(uri)
 
 
+class BatchedPolicies:
+    """The search worker's models: a ``PolicyCache``'s policies, each wrapped in ONE
+    ``BatchingPolicy`` while trees search with it, so the trees searched at once share batched
+    calls. The cache owns (and closes) the models; the wrapper of a model ends with its last tree."""
+
+    def __init__(self, cache: PolicyCache, *, max_batch: int) -> None:
+        self.cache = cache
+        self.max_batch = max_batch
+        self._batched: dict[str, tuple[BatchingPolicy, list[int]]] = {}  # ref -> (wrapper, [users])
+
+    @contextlib.asynccontextmanager
+    async def lease(self, ref: str) -> AsyncIterator[BatchingPolicy]:
+        async with self.cache.lease(ref) as inner:
+            entry = self._batched.get(ref)
+            if entry is None or entry[0].inner is not inner:  # first tree, or the model was reopened
+                entry = (BatchingPolicy(inner, max_batch=self.max_batch, owns_inner=False), [0])
+                self._batched[ref] = entry
+            wrapper, users = entry
+            users[0] += 1
+            try:
+                yield wrapper
+            finally:
+                users[0] -= 1
+                if users[0] == 0:
+                    if self._batched.get(ref) is entry:
+                        del self._batched[ref]
+                    await wrapper.close()
+
+
 class SearchHandler:
     """Handles SearchRequested; see the module docstring."""
 
     def __init__(
         self,
         store: EventStore,
-        policies: PolicyCache,
+        policies: BatchedPolicies,
         env_opener: Callable[[str], Env] = open_search_env,
     ) -> None:
         self.store = store
@@ -190,19 +220,18 @@ def build_service(
     *,
     policy_opener: Callable[[str], Policy] = open_search_policy,
     env_opener: Callable[[str], Env] = open_search_env,
+    policies: PolicyCache | None = None,
 ) -> Service:
-    """The search worker's composition root."""
-    batch = max(1, settings.search_concurrency)
-    policies = PolicyCache(
-        policy_opener,
-        wrap=lambda inner: BatchingPolicy(inner, max_batch=batch),
-        max_open=settings.max_open_models,
-        name="search",
-    )
-    handler = SearchHandler(store, policies, env_opener)
+    """The search worker's composition root. ``policies``: a model cache shared with other services
+    of this process (an embedded run's; its owner closes it), else the worker's own."""
+    own = policies is None
+    cache = PolicyCache(policy_opener, max_open=settings.max_open_models, name="search") if own else policies
+    assert cache is not None
+    batched = BatchedPolicies(cache, max_batch=max(1, settings.search_concurrency))
+    handler = SearchHandler(store, batched, env_opener)
     return Service(
         name=SERVICE_NAME,
         handlers={SearchRequested.event_type: handler},
         concurrency=max(1, settings.search_concurrency),
-        on_close=policies.close,
+        on_close=cache.close if own else None,
     )

@@ -223,8 +223,10 @@ async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any])
     from core.domain.config import RunConfig
     from core.domain.ids import run_stream
     from core.domain.runs import fold
+    from core.llm.policy_cache import PolicyCache
     from core.runtime.embedded import run_embedded
     from core.store.tables import iterations
+    from search_service.service import open_search_policy
     from train_service.service import build_service as build_train
 
     cfg = RunConfig.from_data(config)
@@ -249,10 +251,12 @@ async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any])
     def on_eval(label: str, done: int, total: int) -> None:
         eval_state.update(label=label, done=done, total=total)
 
+    # one process: search, critic and splice share ONE model cache (one copy of each model, not three)
+    models = PolicyCache(open_search_policy, max_open=settings.max_open_models, name="models")
     services = [
-        await build_service("search", settings, store),
-        await build_service("critic", settings, store),
-        await build_service("splice", settings, store),
+        await build_service("search", settings, store, policies=models),
+        await build_service("critic", settings, store, policies=models),
+        await build_service("splice", settings, store, policies=models),
         build_train(settings, store, inline_training=True, on_train_step=on_train_step, on_eval=on_eval),
     ]
     status = {"value": "running"}
@@ -302,6 +306,9 @@ async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any])
         await asyncio.sleep(0.5)
         return state.terminal
 
-    with bars:
-        await run_embedded(store, services, until, settings=settings)
+    try:
+        with bars:
+            await run_embedded(store, services, until, settings=settings)
+    finally:
+        await models.close()
     return status["value"]

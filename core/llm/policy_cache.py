@@ -1,4 +1,5 @@
-"""Owns the models a long-lived worker keeps open (search, critic and splice workers).
+"""Owns the models a long-lived worker keeps open (search, critic and splice workers; in an embedded
+run, where the three share one process, one cache shared by all three: one copy of each model).
 
 A worker serves run after run and iteration after iteration, and every iteration names a new
 checkpoint. ``PolicyCache`` opens a policy per model reference on first use (in a thread: loading
@@ -36,20 +37,18 @@ class _Entry:
 
 class PolicyCache:
     """At most ``max_open`` open policies by model reference (module docstring). ``opener`` turns a
-    reference into a Policy (it may block); ``wrap`` wraps each opened policy (e.g. batching)."""
+    reference into a Policy (it may block: it runs in a thread)."""
 
     def __init__(
         self,
         opener: Callable[[str], Policy],
         *,
-        wrap: Callable[[Policy], Policy] | None = None,
         max_open: int = DEFAULT_MAX_OPEN,
         name: str = "policy cache",
     ) -> None:
         if max_open < 1:
             raise ValueError(f"max_open must be >= 1 (models a worker keeps open), got {max_open}")
         self.opener = opener
-        self.wrap = wrap
         self.max_open = max_open
         self.name = name
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
@@ -83,7 +82,7 @@ class PolicyCache:
         log.info("%s: opening model %s", self.name, ref)
         policy = await asyncio.to_thread(self.opener, ref)
         self.opened += 1
-        return self.wrap(policy) if self.wrap is not None else policy
+        return policy
 
     async def _evict(self) -> None:
         while len(self._entries) > self.max_open:

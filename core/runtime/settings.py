@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     max_open_models: int = Field(
         2,
         ge=1,
-        description="Models one search, critic or splice worker keeps open (least recently used closed first).",
+        description="Models a search, critic or splice worker keeps open (least recently used closed first).",
     )
     # critic / splicer (production traces; search pairs take these from their RunConfig)
     critic_model: str | None = Field(
