@@ -38,8 +38,15 @@ with the run's trainer settings, on the run's dataset (agent samples + the warm 
 as general data, ``train_service.judge_data.with_judge_general``) and on its agent samples alone;
 then each model's judge accuracy on unseen goals, its ``model`` critic's match and fallback on the
 iteration-0 pairs. Ours = with the judge mix.
+``--goals multi``: the same match measures on pairs the critic may have more to find in: the
+default demo's warm-started model (not retrained) searches ``MULTI_INGREDIENT_GOALS`` (boats,
+fences, signs and fence gates of planks and sticks, 4-8 actions, never searched, held out or judged
+in the demo) at depth 10, one data-only iteration per ``--seeds`` seed, and the pairs of all seeds
+are pooled; the metrics' names end in ``_multi_ingredient`` (value and retention, when not
+skipped, use the first seed's run). A completed run of the same configuration in ``--home`` is
+reused, so seeds can be added later.
 Usage: python bench/critic.py [--quick] [--only cost|match] [--home DIR (reuse a warm start)]
-       [--skip value,retention]
+       [--skip value,retention] [--goals demo|multi] [--seeds 0,1,2]
 """
 
 from __future__ import annotations
@@ -153,7 +160,96 @@ async def _critique_all(judged: list[Any], config: Any, policy: Any) -> list[Any
     return out
 
 
-async def first_error_match(quick: bool, home: str, skip: set[str]) -> None:
+# Goals for ``--goals multi``: wooden products with two ingredients (planks and sticks) or two
+# crafts of planks (boats), so several orders are progress and the divergence action is progress
+# more often than on the demo's one-ingredient goals (docs/critic.md, "Why first-after-divergence is
+# so hard to beat"). Neither searched, held out, nor among the warm start's judge goals or the
+# judge accuracy's unseen ones (``multi_ingredient_goals`` checks this against the plan).
+MULTI_INGREDIENT_GOALS: tuple[str, ...] = (
+    *(f"goal:{w}_boat" for w in ("birch", "spruce", "acacia", "dark_oak")),
+    *(f"goal:{w}_fence" for w in ("oak", "spruce", "jungle", "dark_oak", "crimson")),
+    *(f"goal:{w}_sign" for w in ("spruce", "jungle", "acacia", "crimson", "warped")),
+    *(f"goal:{w}_fence_gate" for w in ("oak", "jungle", "acacia", "warped")),
+)
+MULTI_INGREDIENT_DEPTH = 10  # the longest goal (a fence gate) takes 8 actions
+
+
+def multi_ingredient_goals(config: Any) -> list[str]:
+    """``MULTI_INGREDIENT_GOALS``, checked against the demo run ``config`` (a RunConfig): ValueError
+    when one is a searched or held-out goal, or its item is one of the judge set's goals."""
+    from core.envs.registry import open_env
+    from train_service.judge_data import JUDGE_TASKS, judge_task_ids, run_exclusions
+
+    env = open_env(config.env)
+    excluded = run_exclusions(env, config, list(config.tasks))
+    judged = judge_task_ids(env, excluded, JUDGE_TASKS)
+    judged += judge_task_ids(env, excluded + judged, 8)  # judge_accuracy's unseen goals
+    judge_items = {env.goal_of(t) for t in judged}
+    clash = [g for g in MULTI_INGREDIENT_GOALS if g in excluded or env.goal_of(g) in judge_items]
+    if clash:
+        raise ValueError(f"multi-ingredient goals already used by the demo run: {clash}")
+    return list(MULTI_INGREDIENT_GOALS)
+
+
+def multi_ingredient_config(folder: Path, seed: int) -> dict[str, Any]:
+    """The demo's warm-started model (the default plan's, built once and cached under ``folder``),
+    then ONE data-only iteration (search, model critic, splice) on ``MULTI_INGREDIENT_GOALS`` with
+    search depth ``MULTI_INGREDIENT_DEPTH``, run seed ``seed``: the run's configuration."""
+    from agentr.cli.demo import RunOptions, plan_run
+    from agentr.cli.embedded_run import embedded_settings
+    from agentr.cli.warm_start import prepare_model
+    from core.domain.config import RunConfig
+
+    _, where = embedded_settings(folder)
+    plan = plan_run(RunOptions(iterations=1, data_only=True))
+    goals = multi_ingredient_goals(RunConfig.from_data(plan.config))
+    model = prepare_model(plan, where, 0)  # the warm start's own seed stays the demo's
+    search = {**plan.config["search"], "max_depth": MULTI_INGREDIENT_DEPTH}
+    return {**plan.config, "model": model, "tasks": goals, "max_tasks": None, "search": search, "seed": seed}
+
+
+async def multi_ingredient_runs(folder: Path, seeds: list[int]) -> list[str]:
+    """One run of ``multi_ingredient_config`` per seed (a completed run of the same configuration
+    in ``folder``'s store is reused): their run ids."""
+    from agentr.cli.embedded_run import embedded_settings, run_config
+    from core.domain.config import RunConfig
+    from core.domain.events import RunCompleted, RunRequested
+    from core.store.factory import open_store
+
+    settings, where = embedded_settings(folder)
+    run_ids = []
+    for seed in seeds:
+        config = await asyncio.to_thread(multi_ingredient_config, folder, seed)
+        # the same configuration: everything but what the run recorded of its machine ("runtime")
+        wanted = {k: v for k, v in RunConfig.from_data(config).to_data().items() if k != "runtime"}
+        store = await open_store(settings.effective_database_url, create_tables=True)
+        try:
+            done = {r.event.run_id for r in await store.read_all(event_types=["RunCompleted"], limit=10_000)
+                    if isinstance(r.event, RunCompleted)}  # fmt: skip
+            same = [
+                r.event.run_id
+                for r in await store.read_all(event_types=["RunRequested"], limit=10_000)
+                if isinstance(r.event, RunRequested)
+                and r.event.run_id in done
+                and {k: v for k, v in RunConfig.from_data(r.event.config).to_data().items() if k != "runtime"}
+                == wanted
+            ]
+        finally:
+            await store.close()
+        if same:
+            print(f"# seed {seed}: completed run {same[-1]} of this configuration reused", file=sys.stderr)
+            run_ids.append(same[-1])
+            continue
+        code, run_id = await asyncio.to_thread(run_config, settings, where, config, show_report=False)
+        if code != 0:
+            raise SystemExit(f"the multi-ingredient run {run_id} failed ({code}); see {where}/runs/{run_id}")
+        run_ids.append(run_id)
+    return run_ids
+
+
+async def first_error_match(
+    quick: bool, home: str, skip: set[str], goals: str = "demo", seeds: tuple[int, ...] = (0,)
+) -> None:
     import os
     import subprocess
 
@@ -167,31 +263,41 @@ async def first_error_match(quick: bool, home: str, skip: set[str]) -> None:
     from train_service.critic_metrics import critic_metrics, load_judged
 
     folder = Path(home or tempfile.mkdtemp(prefix="agentr-bench-critic-"))
-    agentr = Path(sys.executable).with_name("agentr")
-    command = [str(agentr), "run", "--iterations", "1", "--data-only", "--home", str(folder)]
-    if quick:
-        command.append("--quick")
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    tag = "" if goals == "demo" else "_multi_ingredient"  # the metrics' names say which goals
     started = time.perf_counter()
-    done = await asyncio.to_thread(subprocess.run, command, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"agentr run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    print(f"# demo run (warm start + iteration 0 search + critic) took {time.perf_counter() - started:.0f}s",
-          file=sys.stderr)  # fmt: skip
+    run_ids: list[str] = []
+    if goals == "multi":
+        if quick:
+            raise SystemExit("--goals multi runs the default demo's model; --quick has no such plan")
+        run_ids = await multi_ingredient_runs(folder, list(seeds))
+    else:
+        agentr = Path(sys.executable).with_name("agentr")
+        command = [str(agentr), "run", "--iterations", "1", "--data-only", "--home", str(folder)]
+        if quick:
+            command.append("--quick")
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        done = await asyncio.to_thread(subprocess.run, command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"agentr run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    seconds = time.perf_counter() - started
+    print(f"# {goals} run (warm start + iteration 0 search + critic) took {seconds:.0f}s", file=sys.stderr)
     settings = load_settings(home=folder, redis_url=None)
     store = await open_store(settings.effective_database_url)
     try:
         runs = await store.read_all(event_types=["RunRequested"], limit=10_000)
-        requested = [r.event for r in runs if isinstance(r.event, RunRequested)][-1]
-        run_id, config = requested.run_id, RunConfig.from_data(requested.config)
-        judged = [(p, m) for p, m in await load_judged(store, run_id) if p.iteration == 0]
+        requested = [r.event for r in runs if isinstance(r.event, RunRequested)]
+        run_ids = run_ids or [requested[-1].run_id]  # the demo: the run just made
+        run_id = run_ids[0]
+        config = RunConfig.from_data(next(e.config for e in requested if e.run_id == run_id))
+        judged = [(p, m) for rid in run_ids for p, m in await load_judged(store, rid) if p.iteration == 0]
         metrics = critic_metrics(judged).get(0)
         if not metrics or not metrics["oracle_pairs"]:
             raise SystemExit(f"the demo's iteration 0 produced no pair the oracle could judge: {metrics}")
         oracle = [(p, m) for p, m in judged if m.oracle_index is not None]
         several = _several_actions(oracle)
         print(
-            f"# iteration 0 of run {run_id} (critic {config.critic}): {json.dumps(metrics)}", file=sys.stderr
+            f"# iteration 0 of run(s) {', '.join(run_ids)} (critic {config.critic}): {json.dumps(metrics)}",
+            file=sys.stderr,
         )
         one = len(oracle) - len(several)
         print(
@@ -200,16 +306,23 @@ async def first_error_match(quick: bool, home: str, skip: set[str]) -> None:
             file=sys.stderr,
         )
         # ours: the model critic's t' = the oracle's; baseline: Direct-Revision's (the last action)
-        _line("first_error_match", metrics["exact_match"], metrics["direct_exact_match"], "share")
+        _line("first_error_match" + tag, metrics["exact_match"], metrics["direct_exact_match"], "share")
         if several:  # where the critics can disagree at all
             m = critic_metrics(several)[0]
-            _line("first_error_match_two_plus_actions", m["exact_match"], m["direct_exact_match"], "share")
+            _line(
+                "first_error_match_two_plus_actions" + tag, m["exact_match"], m["direct_exact_match"], "share"
+            )
         # the trivial critic that blames the first action after the divergence, on the same pairs
-        _line("first_error_match_vs_first_step", metrics["exact_match"], metrics["first_step_match"], "share")
-        multi_line(metrics["split"]["2+"])
+        _line(
+            "first_error_match_vs_first_step" + tag,
+            metrics["exact_match"],
+            metrics["first_step_match"],
+            "share",
+        )
+        multi_line(metrics["split"]["2+"], "first_error_match_multi" + tag)
         fallback = metrics["fallback_share"]
         _line(
-            "critic_fallback_share",
+            "critic_fallback_share" + tag,
             fallback,
             1.0,
             "share",
@@ -221,16 +334,18 @@ async def first_error_match(quick: bool, home: str, skip: set[str]) -> None:
         # the reflect strategy on the same pairs, with the same (warm-started) model
         reflect = critic_metrics(await _critique_all(judged, CriticConfig(strategy="reflect"), policy))[0]
         print(f"# iteration 0 reflect metrics: {json.dumps(reflect)}", file=sys.stderr)
-        _line("first_error_match_reflect", reflect["exact_match"], reflect["direct_exact_match"], "share")
+        _line(
+            "first_error_match_reflect" + tag, reflect["exact_match"], reflect["direct_exact_match"], "share"
+        )
         if "value" not in skip:
             # the value strategy (ArCHer's advantage) on the same pairs: bench/learners.py trains its critic
             from learners import value_critic_match
 
             value = await value_critic_match(store, run_id, model_ref, folder / "value-critic", quick)
             print(f"# iteration 0 value metrics: {json.dumps(value)}", file=sys.stderr)
-            _line("first_error_match_value", value["exact_match"], value["direct_exact_match"], "share")
+            _line("first_error_match_value" + tag, value["exact_match"], value["direct_exact_match"], "share")
         accuracy, majority = await judge_accuracy(policy, config)
-        _line("judge_accuracy_unseen_tasks", accuracy, majority, "share")
+        _line("judge_accuracy_unseen_tasks" + tag, accuracy, majority, "share")
         if "retention" not in skip:
             await judge_retention(settings, store, run_id, model_ref, oracle, folder / "retention")
     finally:
@@ -375,13 +490,30 @@ if __name__ == "__main__":
     parser.add_argument("--only", choices=("cost", "match"), default=None, help="run one part only")
     parser.add_argument("--home", default="", help="agentr home for the demo run (reuses its warm start)")
     parser.add_argument(
+        "--goals",
+        choices=("demo", "multi"),
+        default="demo",
+        help="match: the demo's searched goals, or multi-ingredient goals (boats, fences, signs, gates)",
+    )
+    parser.add_argument(
+        "--seeds",
+        default="0",
+        help="--goals multi: run seeds (comma-separated); the pairs of all are pooled",
+    )
+    parser.add_argument(
         "--skip", default="", help="comma-separated match parts to leave out: value, retention"
     )
     args = parser.parse_args()
     skip = {p.strip() for p in args.skip.split(",") if p.strip()}
     if skip - {"value", "retention"}:
         parser.error(f"--skip: unknown part(s) {sorted(skip - {'value', 'retention'})} (value, retention)")
+    try:
+        seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
+    except ValueError:
+        parser.error(f"--seeds: comma-separated whole numbers, got {args.seeds!r}")
+    if not seeds:
+        parser.error("--seeds: at least one seed")
     if args.only in (None, "cost"):
         asyncio.run(main(args.quick))
     if args.only in (None, "match"):
-        asyncio.run(first_error_match(args.quick, args.home, skip))
+        asyncio.run(first_error_match(args.quick, args.home, skip, args.goals, seeds))
