@@ -97,3 +97,27 @@ async def test_a_failed_open_raises_and_the_next_lease_tries_again():
 def test_max_open_must_be_at_least_one():
     with pytest.raises(ValueError, match="max_open must be >= 1"):
         PolicyCache(lambda ref: Recorded(ref, []), max_open=0)
+
+
+async def test_the_search_worker_batches_the_trees_of_one_model_through_one_wrapper():
+    """search_service's BatchedPolicies: trees searching with the same model at once get ONE
+    BatchingPolicy (their calls batch together); when the last ends the wrapper goes, the model
+    stays open in the cache (closed only by the cache)."""
+    from search_service.service import BatchedPolicies
+
+    policies, log = cache(max_open=2)
+    batched = BatchedPolicies(policies, max_batch=8)
+    seen: list[object] = []
+
+    async def tree(seed: int) -> None:
+        async with batched.lease(A) as policy:
+            seen.append(policy)
+            await policy.sample(TASK, n=2, seed=seed)
+
+    await asyncio.gather(tree(1), tree(2))
+    assert seen[0] is seen[1] and seen[0].stats.backend_calls == 1  # type: ignore[attr-defined]
+    async with batched.lease(A) as later:
+        assert later is not seen[0] and later.inner is seen[0].inner  # type: ignore[attr-defined]
+    assert log == [("open", A)]  # one model, never closed by the wrappers
+    await policies.close()
+    assert log == [("open", A), ("close", A)]
