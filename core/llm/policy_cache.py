@@ -9,7 +9,8 @@ and decode threads of each). A policy is used under a lease (``async with cache.
 policy``); a policy evicted while leased is closed when its last lease ends, so a search in flight
 keeps its model while the next iteration's opens. ``max_open`` comes from
 ``AGENTR_MAX_OPEN_MODELS`` (``Settings.max_open_models``, default 2: an iteration's model and the
-one before it, as consecutive runs or iterations overlap in a shared worker).
+one before it, as consecutive runs or iterations overlap in a shared worker). Prometheus:
+``agentr_worker_models_open`` and ``agentr_worker_models_opened_total``, labelled by the cache's name.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from core.llm.ports import Policy
+from core.runtime.metrics import MODELS_OPEN, MODELS_OPENED
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,8 @@ class PolicyCache:
         log.info("%s: opening model %s", self.name, ref)
         policy = await asyncio.to_thread(self.opener, ref)
         self.opened += 1
+        MODELS_OPENED.labels(self.name).inc()
+        MODELS_OPEN.labels(self.name).set(self.opened - self.closed)
         return policy
 
     async def _evict(self) -> None:
@@ -103,6 +107,7 @@ class PolicyCache:
             return
         log.info("%s: closing model %s", self.name, ref)
         self.closed += 1
+        MODELS_OPEN.labels(self.name).set(self.opened - self.closed)
         await entry.opening.result().close()
 
     async def close(self) -> None:

@@ -19,6 +19,10 @@ DEAD_LETTERED = Counter("agentr_worker_dead_lettered", "Messages moved to a dead
 LAG = Gauge(
     "agentr_worker_lag", "Store's last position minus the newest position this worker handled.", ["service"]
 )
+MODELS_OPEN = Gauge(
+    "agentr_worker_models_open", "Models a worker's model cache holds open (loaded, not closed).", ["cache"]
+)
+MODELS_OPENED = Counter("agentr_worker_models_opened", "Models a worker's model cache loaded.", ["cache"])
 RELAY_PUBLISHED = Counter("agentr_relay_published", "Events the relay published to the bus.", ["relay"])
 RELAY_ERRORS = Counter("agentr_relay_errors", "Relay publish attempts that failed (bus down).", ["relay"])
 RELAY_LAG = Gauge("agentr_relay_lag", "Store's last position minus the relay checkpoint.", ["relay"])

@@ -121,3 +121,20 @@ async def test_the_search_worker_batches_the_trees_of_one_model_through_one_wrap
     assert log == [("open", A)]  # one model, never closed by the wrappers
     await policies.close()
     assert log == [("open", A), ("close", A)]
+
+
+async def test_open_models_are_counted_for_prometheus():
+    from prometheus_client import REGISTRY
+
+    log: list[tuple[str, str]] = []
+    policies = PolicyCache(lambda ref: Recorded(ref, log), max_open=1, name="test-metrics")
+
+    def value(metric: str) -> float | None:
+        return REGISTRY.get_sample_value(metric, {"cache": "test-metrics"})
+
+    for ref in (A, B, A):
+        async with policies.lease(ref):
+            assert value("agentr_worker_models_open") == 1.0
+    assert value("agentr_worker_models_opened_total") == 3.0
+    await policies.close()
+    assert value("agentr_worker_models_open") == 0.0
