@@ -70,15 +70,19 @@ class PolicyCache:
         if entry is None or _failed(entry.opening):
             entry = _Entry(asyncio.ensure_future(self._open(ref)))
             self._entries[ref] = entry
-            await self._evict()
-        self._entries.move_to_end(ref)
-        entry.leases += 1
+        else:
+            self._entries.move_to_end(ref)
+        entry.leases += 1  # before anything can suspend: a concurrent eviction must see the lease
         try:
+            await self._evict()
             yield await asyncio.shield(entry.opening)
         finally:
             entry.leases -= 1
-            if entry.evicted and entry.leases == 0:
-                await self._close(ref, entry)
+            if entry.leases == 0:
+                if entry.evicted:
+                    await self._close(ref, entry)
+                elif _failed(entry.opening) and self._entries.get(ref) is entry:
+                    del self._entries[ref]  # a failed open holds no model: it takes no place
 
     async def _open(self, ref: str) -> Policy:
         log.info("%s: opening model %s", self.name, ref)

@@ -89,6 +89,7 @@ async def test_a_failed_open_raises_and_the_next_lease_tries_again():
             async with policies.lease(bad):
                 pass
     assert log == [("open", bad), ("open", bad)]
+    assert policies.open_refs() == []  # a failed open takes no place among the open models
     async with policies.lease(A):  # a failed entry holds no model and is never closed
         pass
     assert ("close", bad) not in log
@@ -138,3 +139,32 @@ async def test_open_models_are_counted_for_prometheus():
     assert value("agentr_worker_models_opened_total") == 3.0
     await policies.close()
     assert value("agentr_worker_models_open") == 0.0
+
+
+async def test_a_model_still_opening_is_not_evicted_by_a_concurrent_first_use():
+    """Three models asked for at once with room for one, while closing the idle one suspends: the
+    model still opening for a lease is kept for it (evicted, closed when that lease ends), never
+    cancelled under its user."""
+    log: list[tuple[str, str]] = []
+
+    class SlowClose(Recorded):
+        async def close(self) -> None:
+            await asyncio.sleep(0.01)
+            await super().close()
+
+    def opener(ref: str) -> Recorded:
+        log.append(("open", ref))
+        return SlowClose(ref, log)
+
+    policies = PolicyCache(opener, max_open=1)
+    async with policies.lease(A):
+        pass
+
+    async def use(ref: str) -> str:
+        async with policies.lease(ref) as policy:
+            return (await policy.sample(TASK, n=1, seed=1))[0][0].text
+
+    texts = await asyncio.gather(use(B), use(C))
+    assert all(texts)
+    assert sorted(log) == sorted([("open", A), ("close", A), ("open", B), ("open", C), ("close", B)])
+    assert policies.open_refs() == [C]
