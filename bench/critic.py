@@ -216,12 +216,15 @@ async def multi_ingredient_runs(folder: Path, seeds: list[int]) -> list[str]:
     from core.domain.events import RunCompleted, RunRequested
     from core.store.factory import open_store
 
+    def same_settings(config: dict[str, Any]) -> dict[str, Any]:
+        """A run configuration without what a run records of its machine ("runtime")."""
+        return {k: v for k, v in RunConfig.from_data(config).to_data().items() if k != "runtime"}
+
     settings, where = embedded_settings(folder)
     run_ids = []
     for seed in seeds:
         config = await asyncio.to_thread(multi_ingredient_config, folder, seed)
-        # the same configuration: everything but what the run recorded of its machine ("runtime")
-        wanted = {k: v for k, v in RunConfig.from_data(config).to_data().items() if k != "runtime"}
+        wanted = same_settings(config)
         store = await open_store(settings.effective_database_url, create_tables=True)
         try:
             done = {r.event.run_id for r in await store.read_all(event_types=["RunCompleted"], limit=10_000)
@@ -231,8 +234,7 @@ async def multi_ingredient_runs(folder: Path, seeds: list[int]) -> list[str]:
                 for r in await store.read_all(event_types=["RunRequested"], limit=10_000)
                 if isinstance(r.event, RunRequested)
                 and r.event.run_id in done
-                and {k: v for k, v in RunConfig.from_data(r.event.config).to_data().items() if k != "runtime"}
-                == wanted
+                and same_settings(r.event.config) == wanted
             ]
         finally:
             await store.close()

@@ -53,7 +53,7 @@ from core.domain.events import (
 )
 from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
-from core.llm.policy_cache import PolicyCache
+from core.llm.policy_cache import PolicyCache, service_cache
 from core.llm.ports import Policy
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
@@ -353,9 +353,7 @@ def build_service(
 ) -> Service:
     """The critic worker's composition root. ``policies``: a model cache shared with other services
     of this process (an embedded run's; its owner closes it), else the worker's own."""
-    own = policies is None
-    cache = PolicyCache(policy_opener, max_open=settings.max_open_models, name="critic") if own else policies
-    assert cache is not None
+    cache, close = service_cache(policies, policy_opener, settings.max_open_models, "critic")
     handlers = CriticHandlers(settings, store, cache)
     return Service(
         name=SERVICE_NAME,
@@ -365,5 +363,5 @@ def build_service(
             TraceOutcomeSet.event_type: handlers.on_trace_outcome_set,
         },
         concurrency=1,
-        on_close=cache.close if own else None,
+        on_close=close,
     )

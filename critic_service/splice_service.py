@@ -25,7 +25,7 @@ from core.domain.events import (
     TreeCompleted,
 )
 from core.envs.base import Env
-from core.llm.policy_cache import PolicyCache
+from core.llm.policy_cache import PolicyCache, service_cache
 from core.llm.ports import Policy
 from core.runtime.service import Service
 from core.runtime.settings import Settings
@@ -64,9 +64,7 @@ def build_service(
 ) -> Service:
     """The splice worker's composition root. ``policies``: a model cache shared with other services
     of this process (an embedded run's; its owner closes it), else the worker's own."""
-    own = policies is None
-    cache = PolicyCache(policy_opener, max_open=settings.max_open_models, name="splice") if own else policies
-    assert cache is not None
+    cache, close = service_cache(policies, policy_opener, settings.max_open_models, "splice")
     handlers = SpliceHandlers(settings, store, env_opener, cache)
     goods = GoodTraceHandlers(store)
     return Service(
@@ -82,5 +80,5 @@ def build_service(
             FirstErrorCorrected.event_type: CorrectionHandlers(handlers).on_correction,
         },
         concurrency=1,
-        on_close=cache.close if own else None,
+        on_close=close,
     )

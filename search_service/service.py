@@ -43,7 +43,7 @@ from core.domain.ids import derived_id, run_stream, tree_stream
 from core.domain.mcts import SearchConfigError
 from core.envs.base import Env, EnvError, UnknownTask
 from core.llm.context import ContextOverflow
-from core.llm.policy_cache import PolicyCache
+from core.llm.policy_cache import PolicyCache, service_cache
 from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
@@ -224,14 +224,12 @@ def build_service(
 ) -> Service:
     """The search worker's composition root. ``policies``: a model cache shared with other services
     of this process (an embedded run's; its owner closes it), else the worker's own."""
-    own = policies is None
-    cache = PolicyCache(policy_opener, max_open=settings.max_open_models, name="search") if own else policies
-    assert cache is not None
+    cache, close = service_cache(policies, policy_opener, settings.max_open_models, "search")
     batched = BatchedPolicies(cache, max_batch=max(1, settings.search_concurrency))
     handler = SearchHandler(store, batched, env_opener)
     return Service(
         name=SERVICE_NAME,
         handlers={SearchRequested.event_type: handler},
         concurrency=max(1, settings.search_concurrency),
-        on_close=cache.close if own else None,
+        on_close=close,
     )

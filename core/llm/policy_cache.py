@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -122,6 +122,17 @@ class PolicyCache:
             entry.evicted = True
             if entry.leases == 0:
                 await self._close(ref, entry)
+
+
+def service_cache(
+    shared: PolicyCache | None, opener: Callable[[str], Policy], max_open: int, name: str
+) -> tuple[PolicyCache, Callable[[], Awaitable[None]] | None]:
+    """A worker's model cache and what closes it with the service: the cache the process shares
+    (an embedded run's; its owner closes it, so nothing) or a cache of the worker's own."""
+    if shared is not None:
+        return shared, None
+    own = PolicyCache(opener, max_open=max_open, name=name)
+    return own, own.close
 
 
 def _failed(task: asyncio.Task[Policy]) -> bool:
