@@ -10,6 +10,7 @@ cropped away afterwards). The scores equal a plain full forward pass up to float
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, cast
@@ -75,37 +76,31 @@ class PrefixScorer:
         cache = DynamicCache()
         cached: list[int] = []
         results: list[list[float]] = []
-        lock = getattr(self.policy, "_lock", None)
-        with torch.inference_mode():
-            if lock is not None:
-                lock.acquire()
-            try:
-                for text, group in zip(prompts, per_prompt, strict=True):
-                    label_ids = [encoded_labels[label] for label in group]
-                    ids = self.policy.encode(text)
-                    shared = 0
-                    for a, b in zip(cached if self.reuse else [], ids, strict=False):
-                        if a != b:
-                            break
-                        shared += 1
-                    shared = min(shared, len(ids) - 1)  # always feed at least the last token
-                    crop_to(cache, shared)
-                    logits = self._feed(ids[shared:], cache)
-                    cached = list(ids)
-                    first = torch.log_softmax(logits[-1], dim=-1)
-                    row = []
-                    for tokens in label_ids:
-                        score = float(first[tokens[0]])
-                        if len(tokens) > 1:
-                            extra = self._feed(tokens[:-1], cache)
-                            logprobs = torch.log_softmax(extra, dim=-1)
-                            score += float(sum(logprobs[k, tokens[k + 1]] for k in range(len(tokens) - 1)))
-                            crop_to(cache, len(ids))
-                        row.append(score)
-                    results.append(row)
-                    if stop_when is not None and stop_when(row):
+        slot = getattr(self.policy, "call_slot", None)  # HFPolicy: one of its concurrent calls
+        with slot() if slot is not None else contextlib.nullcontext(), torch.inference_mode():
+            for text, group in zip(prompts, per_prompt, strict=True):
+                label_ids = [encoded_labels[label] for label in group]
+                ids = self.policy.encode(text)
+                shared = 0
+                for a, b in zip(cached if self.reuse else [], ids, strict=False):
+                    if a != b:
                         break
-            finally:
-                if lock is not None:
-                    lock.release()
+                    shared += 1
+                shared = min(shared, len(ids) - 1)  # always feed at least the last token
+                crop_to(cache, shared)
+                logits = self._feed(ids[shared:], cache)
+                cached = list(ids)
+                first = torch.log_softmax(logits[-1], dim=-1)
+                row = []
+                for tokens in label_ids:
+                    score = float(first[tokens[0]])
+                    if len(tokens) > 1:
+                        extra = self._feed(tokens[:-1], cache)
+                        logprobs = torch.log_softmax(extra, dim=-1)
+                        score += float(sum(logprobs[k, tokens[k + 1]] for k in range(len(tokens) - 1)))
+                        crop_to(cache, len(ids))
+                    row.append(score)
+                results.append(row)
+                if stop_when is not None and stop_when(row):
+                    break
         return results

@@ -55,12 +55,13 @@ class HFDecoding(HFPrefill, HFConstrained):
     eos_ids: set[int]
     batch_invariant: bool
     max_batch_rows: int
-    _lock: threading.Lock
+    _calls: threading.BoundedSemaphore
+    _pool_lock: threading.Lock
+    concurrent_calls: int
     _cache_kw: str
     prefix_cache: PrefixCache | None
     _decode_threads: int
-    _decode_pool: ThreadPoolExecutor | None = None
-    _decode_pool_size = 0
+    _idle_pools: list[ThreadPoolExecutor]
 
     def decode_threads(self) -> int:
         """Prompts decoded at once by one call (core/llm/hf.py's docstring): 1 with shared padded
@@ -108,22 +109,26 @@ class HFDecoding(HFPrefill, HFConstrained):
                     chunk[2] if any(c is not None for c in chunk[2]) else None,
                 )
 
-        with self._lock:
-            workers = min(self.decode_threads(), len(chunks))
-            if workers <= 1:
+        with self._calls:  # core/llm/hf.py: concurrent calls
+            if min(self.decode_threads(), len(chunks)) <= 1:
                 parts = [decode(chunk) for chunk in chunks]
             else:  # independent prompts at once (core/llm/hf.py: decode threads); order kept
-                parts = list(self._decode_executor(workers).map(decode, chunks))
+                parts = self._decode_at_once(decode, chunks)
         return [samples for part in parts for samples in part]
 
-    def _decode_executor(self, workers: int) -> ThreadPoolExecutor:
-        pool = self._decode_pool
-        if pool is None or self._decode_pool_size != workers:
-            if pool is not None:
-                pool.shutdown(wait=False)
-            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hf-decode")
-            self._decode_pool, self._decode_pool_size = pool, workers
-        return pool
+    def _decode_at_once(self, decode: Any, chunks: list[Any]) -> list[Any]:
+        """``decode`` over ``chunks`` in ``decode_threads`` threads, order kept. A call takes a pool
+        of its own from the idle ones (at most ``concurrent_calls`` pools ever exist) and gives it
+        back, so concurrent calls never share or shut down each other's threads."""
+        with self._pool_lock:
+            pool = self._idle_pools.pop() if self._idle_pools else None
+        if pool is None:
+            pool = ThreadPoolExecutor(max_workers=self.decode_threads(), thread_name_prefix="hf-decode")
+        try:
+            return list(pool.map(decode, chunks))
+        finally:
+            with self._pool_lock:
+                self._idle_pools.append(pool)
 
     def _decode_chunk(
         self,

@@ -33,7 +33,7 @@ class HFScoring(HFDecoding):
         torch = self._torch
         n_labels = len(label_ids)
         longest = max(len(label) for label in label_ids)
-        with self._lock, torch.inference_mode():
+        with self._calls, torch.inference_mode():  # core/llm/hf.py: concurrent calls
             # 1. prefill every conversation once (one alone: through the prefix cache); its last
             # position predicts each label's first token
             last_logits, cache, mask, positions = self._prefill(prompts)
@@ -68,7 +68,7 @@ class HFScoring(HFDecoding):
     def _prompt_logprobs_blocking(self, texts: list[str | Sequence[int]]) -> list[PromptLogprobs]:
         torch = self._torch
         results: list[PromptLogprobs] = []
-        with self._lock, torch.inference_mode():
+        with self._calls, torch.inference_mode():  # core/llm/hf.py: concurrent calls
             for text in texts:
                 if isinstance(text, str):
                     enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)

@@ -13,7 +13,7 @@ texts, token ids or lists of token ids; n, seed, temperature, max_tokens, stop, 
 ``{"tokens", "count", "max_model_len"}``) so a client without the tokenizer can score labels
 exactly. Errors come back as ``{"error": {"message", "type", "code"}}``: 404 for an unknown model,
 400 for bad parameters.
-Requests run one at a time on the model (HFPolicy's lock); the event loop stays free meanwhile.
+Requests share the model as HFPolicy allows (its concurrent calls); the event loop stays free meanwhile.
 This module owns the app and its routes; the request bodies are in ``core.llm.server_schemas`` and
 the token-by-token answer (logprobs entries, stream chunks) in ``core.llm.server_stream``.
 """
