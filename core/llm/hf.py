@@ -149,6 +149,7 @@ class HFPolicy(HFScoring):
         self._calls = threading.BoundedSemaphore(calls)  # module docstring: concurrent calls
         self._pool_lock = threading.Lock()
         self._idle_pools = []  # decode-thread pools not in use (core/llm/hf_decoding.py)
+        self._closed = False
         budget_mb = default_prefix_cache_mb() if prefix_cache_mb is None else prefix_cache_mb
         if budget_mb < 0:
             raise ValueError(f"prefix_cache_mb must be >= 0, got {budget_mb}")
@@ -389,7 +390,7 @@ class HFPolicy(HFScoring):
         return self._calls
 
     async def close(self) -> None:
-        with self._pool_lock:  # idle decode threads end; a call in flight gives its pool back after
-            pools, self._idle_pools = self._idle_pools, []
+        with self._pool_lock:  # idle decode threads end now, a call in flight's when it ends
+            pools, self._idle_pools, self._closed = self._idle_pools, [], True
         for pool in pools:
             pool.shutdown(wait=False)

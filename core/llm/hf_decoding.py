@@ -62,6 +62,7 @@ class HFDecoding(HFPrefill, HFConstrained):
     prefix_cache: PrefixCache | None
     _decode_threads: int
     _idle_pools: list[ThreadPoolExecutor]
+    _closed: bool
 
     def decode_threads(self) -> int:
         """Prompts decoded at once by one call (core/llm/hf.py's docstring): 1 with shared padded
@@ -128,7 +129,11 @@ class HFDecoding(HFPrefill, HFConstrained):
             return list(pool.map(decode, chunks))
         finally:
             with self._pool_lock:
-                self._idle_pools.append(pool)
+                closed = self._closed
+                if not closed:
+                    self._idle_pools.append(pool)
+            if closed:  # the policy was closed meanwhile: these threads end too
+                pool.shutdown(wait=False)
 
     def _decode_chunk(
         self,

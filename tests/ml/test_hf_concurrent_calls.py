@@ -94,3 +94,25 @@ def test_settings_that_cannot_hold_are_named(tiny_folder: Path) -> None:
     with pytest.raises(ValueError, match="needs batch_invariant"):
         load(tiny_folder, batch_invariant=False, concurrent_calls=2)
     assert load(tiny_folder, batch_invariant=False).concurrent_calls == 1  # shared padded passes
+
+
+async def test_concurrent_calls_with_decode_threads_keep_their_own_pools(tiny_folder: Path) -> None:
+    """Two calls at once, each decoding its prompts in decode threads: each gets a pool of its own
+    (none shut down under the other), samples as alone, and close() ends every pool."""
+    convs = [[*SAMPLED[0][:1], Message("user", f"Goal: craft {i} oak planks.")] for i in range(4)]
+    alone = load(tiny_folder, decode_threads=2)
+    expected = [await alone.sample(convs[:2], n=2, temperature=1.0, max_tokens=12, seed=[1, 2]),
+                await alone.sample(convs[2:], n=2, temperature=1.0, max_tokens=12, seed=[3, 4])]  # fmt: skip
+    policy = load(tiny_folder, decode_threads=2)
+    got = await asyncio.gather(
+        policy.sample(convs[:2], n=2, temperature=1.0, max_tokens=12, seed=[1, 2]),
+        policy.sample(convs[2:], n=2, temperature=1.0, max_tokens=12, seed=[3, 4]),
+    )
+    assert [[[c.text for c in row] for row in call] for call in got] == [
+        [[c.text for c in row] for row in call] for call in expected
+    ]
+    assert 1 <= len(policy._idle_pools) <= policy.concurrent_calls
+    pools = list(policy._idle_pools)
+    await policy.close()
+    assert policy._idle_pools == [] and all(pool._shutdown for pool in pools)
+    await alone.close()
