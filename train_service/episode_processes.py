@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.domain.metrics import EpisodeResult
+from core.runtime.parent_watch import exit_with_parent
 from train_service.episodes import EvalConfig, Progress, play
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class EpisodeWorkers:
             inbox = self._ctx.Queue()
             proc = self._ctx.Process(
                 target=_worker,
-                args=(inbox, self._outbox, k, self.threads, self._quiet, self._log_level),
+                args=(inbox, self._outbox, k, self.threads, self._quiet, self._log_level, os.getpid()),
                 name=f"agentr-episodes-{k}",
                 daemon=True,
             )
@@ -265,8 +266,12 @@ def _progress_bars_off() -> bool:
     return not hf_logging.is_progress_bar_enabled()
 
 
-def _worker(inbox: Any, outbox: Any, index: int, threads: int, quiet: bool, log_level: int) -> None:
-    """A worker process: play each job sent to ``inbox`` (None stops it), keeping the last model."""
+def _worker(
+    inbox: Any, outbox: Any, index: int, threads: int, quiet: bool, log_level: int, parent: int
+) -> None:
+    """A worker process: play each job sent to ``inbox`` (None stops it), keeping the last model;
+    it ends when its parent process dies (core/runtime/parent_watch.py)."""
+    exit_with_parent(parent)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # before torch is imported in this process
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import torch
