@@ -20,7 +20,6 @@ Usage: python bench/concurrent_calls.py [--quick] [--home DIR] [--trees N] [--mo
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -31,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hf_workloads import Work, in_home, line, same_share, workloads  # noqa: E402
+from hf_workloads import Work, in_home, line, same_share, workload_arguments, workloads  # noqa: E402
 
 
 async def _measured(model: str, calls: int, works: dict[str, Work]) -> tuple[list[Any], float, float]:
@@ -71,11 +70,7 @@ async def main(quick: bool, home: Path, trees: int, model_folder: str, repeats: 
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the --quick run's model and 2 trees")
-    parser.add_argument("--home", default="", help="AGENTR_HOME whose cached warm start to reuse")
-    parser.add_argument("--trees", type=int, default=0, help="searched goals (default 8; --quick 2)")
-    parser.add_argument("--model", default="", help="a model folder instead of the demo's tiny model")
+    parser = workload_arguments(__doc__.splitlines()[0], 8)
     parser.add_argument("--repeats", type=int, default=2, help="measurements per setting (default 2)")
     args = parser.parse_args()
     if args.repeats < 1:

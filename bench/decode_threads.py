@@ -18,7 +18,6 @@ Usage: python bench/decode_threads.py [--quick] [--home DIR] [--trees N] [--thre
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -28,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hf_workloads import Work, in_home, line, same_share, side_by_side, workloads  # noqa: E402
+from hf_workloads import Work, in_home, line, same_share, side_by_side, workload_arguments, workloads  # noqa: E402
 
 
 async def _measured(model: str, threads: int, work: Work) -> tuple[list[Any], float, float, int]:
@@ -67,11 +66,7 @@ async def main(quick: bool, home: Path, trees: int, threads: int, model_folder: 
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the --quick run's model (about a minute)")
-    parser.add_argument("--home", default="", help="AGENTR_HOME whose cached warm start to reuse")
-    parser.add_argument("--trees", type=int, default=0, help="searched goals (default 8; --quick 2)")
-    parser.add_argument("--model", default="", help="a model folder instead of the demo's tiny model")
+    parser = workload_arguments(__doc__.splitlines()[0], 8)
     parser.add_argument("--threads", type=int, default=2, help="decode threads of 'ours' (default 2)")
     args = parser.parse_args()
     if args.threads < 2:

@@ -11,6 +11,7 @@ that two settings behave the same).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
@@ -51,6 +52,21 @@ async def side_by_side(
         results = [await measured(setting, work) for setting in order]
         first, second = results if index % 2 == 0 else results[::-1]
         yield phase, first, second
+
+
+def workload_arguments(
+    description: str, default_trees: int, *, model: bool = True
+) -> argparse.ArgumentParser:
+    """A parser with the options every workload bench shares: --quick, --home, --trees [, --model]."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="the --quick run's model and 2 trees")
+    parser.add_argument("--home", default="", help="AGENTR_HOME whose cached warm start to reuse")
+    parser.add_argument(
+        "--trees", type=int, default=0, help=f"searched goals (default {default_trees}; --quick 2)"
+    )
+    if model:
+        parser.add_argument("--model", default="", help="a model folder instead of the demo's tiny model")
+    return parser
 
 
 def in_home(home: str, main: Callable[[Path], Coroutine[Any, Any, None]]) -> None:

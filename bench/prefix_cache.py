@@ -23,7 +23,6 @@ Usage: OMP_NUM_THREADS=1 python bench/prefix_cache.py [--quick] [--home DIR] [--
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -33,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hf_workloads import Work, in_home, line, same_share, side_by_side, workloads  # noqa: E402
+from hf_workloads import Work, in_home, line, same_share, side_by_side, workload_arguments, workloads  # noqa: E402
 
 
 class PromptTokens:
@@ -85,10 +84,7 @@ async def main(quick: bool, home: Path, trees: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the --quick run's model (about a minute)")
-    parser.add_argument("--home", default="", help="AGENTR_HOME whose cached warm start to reuse")
-    parser.add_argument("--trees", type=int, default=0, help="searched goals (default 6; --quick 2)")
+    parser = workload_arguments(__doc__.splitlines()[0], 6, model=False)
     args = parser.parse_args()
     n_trees = args.trees or (2 if args.quick else 6)
     in_home(args.home, lambda home: main(args.quick, home, n_trees))
