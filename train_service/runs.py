@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -89,7 +89,10 @@ class RunEffects(RunDatasets):
         inline_training: bool | None = None,
         on_train_step: TrainProgress | None = None,
         on_eval: EvalProgress | None = None,
+        before_training: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
+        """``before_training``: awaited before each training of this process (inline training: an
+        embedded run closes the models its search and critic no longer use, core.llm.policy_cache)."""
         self.settings = settings
         self.store = store
         self.env_opener = env_opener
@@ -97,6 +100,7 @@ class RunEffects(RunDatasets):
         self.inline_training = settings.embedded if inline_training is None else inline_training
         self.on_train_step = on_train_step
         self.on_eval = on_eval
+        self.before_training = before_training
         self._celery: Any = None
 
     # ---------------------------------------------------------------------------- tasks
@@ -201,6 +205,8 @@ class RunEffects(RunDatasets):
             if self.inline_training:
                 from train_service.celery_app import run_train_iteration
 
+                if self.before_training is not None:
+                    await self.before_training()
                 result = await asyncio.to_thread(run_train_iteration, on_step=self.on_train_step, **kwargs)
             else:
                 result = await self._train_with_celery(kwargs)

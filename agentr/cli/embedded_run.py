@@ -257,7 +257,14 @@ async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any])
         await build_service("search", settings, store, policies=models),
         await build_service("critic", settings, store, policies=models),
         await build_service("splice", settings, store, policies=models),
-        build_train(settings, store, inline_training=True, on_train_step=on_train_step, on_eval=on_eval),
+        build_train(
+            settings,
+            store,
+            inline_training=True,
+            on_train_step=on_train_step,
+            on_eval=on_eval,
+            before_training=models.close_idle,  # the searched models are not used again: free them
+        ),
     ]
     status = {"value": "running"}
 

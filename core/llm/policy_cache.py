@@ -114,6 +114,16 @@ class PolicyCache:
         MODELS_OPEN.labels(self.name).set(self.opened - self.closed)
         await entry.opening.result().close()
 
+    async def close_idle(self) -> int:
+        """Close every policy no lease holds (an embedded run before it trains in the same process:
+        the models it searched with are not used again, and their weights and prefix caches would
+        sit beside the trainer's); returns how many were closed or cancelled."""
+        idle = [(ref, entry) for ref, entry in self._entries.items() if entry.leases == 0]
+        for ref, entry in idle:
+            del self._entries[ref]
+            await self._close(ref, entry)
+        return len(idle)
+
     async def close(self) -> None:
         """Close every open policy (the worker is stopping); leases still held keep theirs."""
         entries = list(self._entries.items())

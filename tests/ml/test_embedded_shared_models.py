@@ -56,3 +56,33 @@ def test_search_critic_and_splice_of_an_embedded_run_share_one_copy_of_the_model
     assert marked and all(e.strategy == "model" for e in marked)  # the critic used the model
     assert any(isinstance(e, RevisionMaterialized) for e in recorded)  # the splicer reflected with it
     assert opened == {str(Path(config["model"]).resolve()): 1}
+
+
+def test_an_embedded_run_closes_its_searched_models_before_it_trains(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer runs in the same process: the model the search and critic used is closed before
+    training starts (its weights and prefix cache would sit beside the trainer's), not at the end."""
+    import train_service.celery_app as celery_app
+    from agentr.cli.embedded_run import embedded_settings, run_config
+
+    config = quick_run_config(tmp_path_factory.getbasetemp() / "agentr-quick-home", iterations=1)
+    closed: list[str] = []
+    open_at_training: list[list[str]] = []
+    original_close = HFPolicy.close
+    original_train = celery_app.run_train_iteration
+
+    async def close(self: HFPolicy) -> None:
+        closed.append(self.model_version.split("@")[0])
+        await original_close(self)
+
+    def train(**kwargs: Any) -> Any:
+        open_at_training.append(list(closed))  # what was closed when training began
+        return original_train(**kwargs)
+
+    monkeypatch.setattr(HFPolicy, "close", close)
+    monkeypatch.setattr(celery_app, "run_train_iteration", train)
+    settings, home = embedded_settings(tmp_path / "home")
+    code, _ = run_config(settings, home, config, show_report=False)
+    assert code == 0
+    assert open_at_training == [[str(Path(config["model"]).resolve())]]

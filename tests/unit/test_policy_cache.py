@@ -69,6 +69,24 @@ async def test_a_model_evicted_while_leased_stays_usable_until_the_lease_ends():
     assert log == [("open", A), ("open", B), ("close", A)]
 
 
+async def test_close_idle_closes_what_no_lease_holds_and_keeps_the_rest():
+    policies, log = cache(max_open=3)
+    for ref in (A, B):
+        async with policies.lease(ref):
+            pass
+    async with policies.lease(C) as held:
+        assert await policies.close_idle() == 2  # A and B: nothing leases them
+        assert policies.open_refs() == [C] and not held.is_closed  # type: ignore[attr-defined]
+        assert (await held.sample(TASK, n=1, seed=1))[0][0].text  # the leased one still works
+    assert log[:3] == [("open", A), ("open", B), ("open", C)]
+    assert sorted(log[3:5]) == [("close", A), ("close", B)]
+    assert policies.open_refs() == [C] and await policies.close_idle() == 1
+    assert policies.open_refs() == [] and log[-1] == ("close", C)
+    async with policies.lease(A):  # a closed model opens again on its next use
+        pass
+    assert log[-1] == ("open", A) and (policies.opened, policies.closed) == (4, 3)
+
+
 async def test_the_same_model_leased_at_once_opens_once_and_shares_one_policy():
     policies, log = cache(max_open=1)
 
