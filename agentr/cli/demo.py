@@ -166,6 +166,12 @@ DEMO_JUDGE_REPLAY = 24
 # 3e-4 x 8 epochs per iteration would wreck its weights; these are the usual full fine-tuning rates.
 REAL_MODEL_WARM_START_LR = 1e-4
 REAL_MODEL_TRAIN = {"learning_rate": 5e-5, "epochs": 2.0}
+# ... and in micro-batches of 2, accumulated to the plan's batch (the same optimizer steps and, with
+# the Trainer's token-count normalisation, the same gradient up to float rounding): a pretrained
+# model's activations at batch 8 x 768 tokens are what a CPU run holds. Measured on SmolLM2-135M
+# (its iteration-0 SFT of 15 samples, 4 steps, 2 threads): peak resident 16.3-22.9 GB at batch 8,
+# 6.1 GB at 2 x 4 accumulated (docs/results.md).
+REAL_MODEL_MICRO_BATCH = 2
 
 # ArCHer's rounds per iteration under --method archer (each round: 5 critic updates, then 3 actor
 # updates once the 5 critic-only warm-up rounds are done; agentr.cli.methods.learner_train). A fixed
@@ -258,7 +264,9 @@ def plan_run(opts: RunOptions) -> Plan:
     warm_lr = 3e-3
     if opts.model:  # no warm start unless asked; gentler fine-tuning of a pretrained model
         warm_steps, warm_lr = 0, REAL_MODEL_WARM_START_LR
-        train = {**train, **REAL_MODEL_TRAIN}
+        micro = min(REAL_MODEL_MICRO_BATCH, int(train["batch_size"]))
+        accumulate = max(1, int(train["batch_size"]) // micro)
+        train = {**train, **REAL_MODEL_TRAIN, "batch_size": micro, "grad_accumulation": accumulate}
     if opts.warm_start_steps is not None:
         warm_steps = opts.warm_start_steps
     mixed_bf16 = _mixed_bf16(opts)

@@ -92,7 +92,8 @@ def learner_train(
     budget = {k: base[k] for k in ("time_budget_s",) if k in base}
     # the precision: DPO's Trainer takes it, ArCHer's own loop does not
     precision = {k: base[k] for k in ("mixed_bf16",) if k in base}
-    batch = int(base.get("batch_size", 8))
+    # the effective batch (a real model's SFT runs micro-batches accumulated to it: agentr.cli.demo)
+    batch = int(base.get("batch_size", 8)) * int(base.get("grad_accumulation", 1))
     lr = float(base.get("learning_rate", 3e-4))
     length = int(base.get("max_length", 768))
     if method == "dpo":

@@ -51,6 +51,17 @@ def test_demo_plan_uses_the_goals_and_warm_starts_on_the_searched_ones_only() ->
     given = plan_run(RunOptions(model="/models/x"))
     assert given.tiny is None and given.warm_start_steps == 0
     assert given.config["train"]["learning_rate"] < plan.config["train"]["learning_rate"]
+    # ... in micro-batches of 2 accumulated to the plan's batch (same optimizer steps, less memory)
+    train, planned = given.config["train"], plan.config["train"]
+    assert (train["batch_size"], train["grad_accumulation"]) == (2, planned["batch_size"] // 2)
+    for method in (("dpo",), ("archer",)):  # the other learners keep the effective batch
+        as_given = plan_run(RunOptions(model="/models/x", method=method)).config["train"]["batch_size"]
+        assert as_given == plan_run(RunOptions(method=method)).config["train"]["batch_size"]
+    quick = plan_run(RunOptions(model="/models/x", quick=True)).config["train"]
+    assert (
+        quick["batch_size"] * quick["grad_accumulation"]
+        == plan_run(RunOptions(quick=True)).config["train"]["batch_size"]
+    )
 
 
 def test_bf16_option_sets_mixed_precision_for_the_warm_start_and_every_training() -> None:
