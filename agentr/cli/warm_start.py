@@ -13,12 +13,21 @@ from typing import Any
 
 from rich.console import Console
 
-from agentr.cli.demo import Plan
+from agentr.cli.demo import REAL_MODEL_MICRO_BATCH, Plan
 from core.runtime.torch_threads import in_training_phase
 
 console = Console(stderr=True)
 
 WARM_START_LR = 3e-3
+
+
+def warm_start_batches(plan: Plan) -> tuple[int, int]:
+    """The warm start's (batch size, accumulation), a batch of 8: at once for the tiny model, in
+    micro-batches accumulated to 8 for a pretrained ``--model`` (agentr.cli.demo.REAL_MODEL_MICRO_BATCH:
+    what a CPU holds)."""
+    if plan.tiny is not None:
+        return 8, 1
+    return REAL_MODEL_MICRO_BATCH, 8 // REAL_MODEL_MICRO_BATCH
 
 
 def _key(*parts: Any) -> str:
@@ -68,6 +77,8 @@ def prepare_model(plan: Plan, home: Path, seed: int) -> str:
     parts: tuple[Any, ...] = (base.name, config.env, tasks, plan.warm_start_steps, WARM_START_LR, seed)
     if spec is None or lr != WARM_START_LR:  # a given folder: its path and rate name the warm start
         parts = (str(base), config.env, tasks, plan.warm_start_steps, lr, seed)
+    if spec is None:  # a pretrained model warm-starts in micro-batches (an older cache key had none)
+        parts = (*parts, "micro_batch", REAL_MODEL_MICRO_BATCH)
     if plan.mixed_bf16:  # bfloat16 autocast trains another model (fp32 keeps its old cache key)
         parts = (*parts, "mixed_bf16")
     # the training threads and ISA caps change the float reductions, hence the weights: a model
@@ -131,7 +142,8 @@ def _warm_start(
         time_budget_s=plan.warm_start_cap_s,
         packing=True,
         max_length=512,
-        batch_size=8,
+        batch_size=warm_start_batches(plan)[0],
+        grad_accumulation=warm_start_batches(plan)[1],
         logging_steps=20,
         seed=seed,
         mixed_bf16=plan.mixed_bf16,

@@ -103,3 +103,11 @@ def test_default_demo_decodes_with_constrained_actions_and_says_so() -> None:
     assert "constrained decoding (Action line among the env's valid actions): search on, evaluation on" in (
         report_markdown(report)
     )
+
+
+def test_a_pretrained_model_warm_starts_in_micro_batches_of_the_same_batch() -> None:
+    from agentr.cli.warm_start import warm_start_batches
+
+    assert warm_start_batches(plan_run(RunOptions())) == (8, 1)  # the tiny model: one batch of 8
+    micro, accumulate = warm_start_batches(plan_run(RunOptions(model="/models/x", warm_start_steps=4)))
+    assert micro < 8 and micro * accumulate == 8
