@@ -7,15 +7,16 @@ Training table is ``train_service.report.training_markdown``).
 
 The rule of ``learner_train`` (docs/learners.md): DPO and ArCHer train on the SAME budget as the
 plan's SFT (``time_budget_s``, ``batch_size``, ``max_length``, ``learning_rate`` carried over). DPO
-keeps SFT's epochs, takes its learning rate divided by ``dpo_lr_ratio`` (the bench: 1; ``agentr
-run``: 10, ``RUN_DPO_LR_RATIO``), halves the batch (a pair is two sequences) and has no warm-up;
-ArCHer keeps the batch (one accumulation step), critic learning rate = SFT's, actor's SFT's divided by
-``actor_lr_ratio`` (the bench: 10; ``agentr run``: 100, ``RUN_ACTOR_LR_RATIO``), 5 critic-only warm-up
-rounds, states cut to 512 tokens, and either a fixed number of rounds
-(``archer_iterations``: ``agentr run``, whose time budget is a safety cap) or as many as its time
-budget allows (``bench/``). A run whose schedule has no ``sft`` iteration uses the ``direct`` critic:
-neither DPO nor ArCHer trains on revision samples, so the model critic's calls would be spent on
-data no learner reads (the pairs, trees and transitions are the same under any critic).
+keeps SFT's epochs (or its fixed ``max_steps``: the default demo's), takes its learning rate divided
+by ``dpo_lr_ratio`` (the bench: 1; ``agentr run``: 10, ``RUN_DPO_LR_RATIO``), halves the batch (a
+pair is two sequences) and has no warm-up; ArCHer keeps the batch (one accumulation step), critic
+learning rate = SFT's, actor's SFT's divided by ``actor_lr_ratio`` (the bench: 10; ``agentr run``:
+100, ``RUN_ACTOR_LR_RATIO``), 5 critic-only warm-up rounds, states cut to 512 tokens, and either a
+fixed number of rounds (``archer_iterations``: ``agentr run``, whose time budget is a safety cap) or
+as many as its time budget allows (``bench/``). A run whose schedule has no ``sft`` iteration uses
+the ``direct`` critic: neither DPO nor ArCHer trains on revision samples, so the model critic's
+calls would be spent on data no learner reads (the pairs, trees and transitions are the same under
+any critic).
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def learner_train(
     base = dict(train)
     run_level = {k: base[k] for k in (TRAIN_MODEL_PATH, *LAUNCH_KEYS) if k in base}
     budget = {k: base[k] for k in ("time_budget_s",) if k in base}
+    # a fixed budget of optimizer steps (the default demo's SFT) is DPO's too: matched in steps
+    steps = {k: base[k] for k in ("max_steps",) if int(base.get(k, -1)) > 0}
     # the precision: DPO's Trainer takes it, ArCHer's own loop does not
     precision = {k: base[k] for k in ("mixed_bf16",) if k in base}
     # the effective batch (a real model's SFT runs micro-batches accumulated to it: agentr.cli.demo)
@@ -105,6 +108,7 @@ def learner_train(
             "learning_rate": lr / dpo_lr_ratio,
             "warmup": 0.0,
             "logging_steps": 5,
+            **steps,
             **budget,
             **precision,
             **run_level,

@@ -9,6 +9,7 @@ from agentr.cli.demo import (
     DEMO_HELD_OUT,
     DEMO_HELD_OUT_NEAR,
     DEMO_HELD_OUT_NEW,
+    DEMO_SFT_STEPS,
     RunOptions,
     plan_run,
 )
@@ -111,3 +112,23 @@ def test_a_pretrained_model_warm_starts_in_micro_batches_of_the_same_batch() -> 
     assert warm_start_batches(plan_run(RunOptions())) == (8, 1)  # the tiny model: one batch of 8
     micro, accumulate = warm_start_batches(plan_run(RunOptions(model="/models/x", warm_start_steps=4)))
     assert micro < 8 and micro * accumulate == 8
+
+
+def test_the_default_demo_trains_a_fixed_budget_of_optimizer_steps_per_iteration() -> None:
+    """Not "8 epochs of whatever the search found": the same steps every iteration, so the run's
+    length does not follow the search's luck; --quick, --env and --model runs, and runs cut to fewer
+    goals (where 48 steps would be dozens of passes over the data), keep their epochs."""
+    from core.domain.config import RunConfig
+
+    default = plan_run(RunOptions()).config["train"]
+    assert default["max_steps"] == DEMO_SFT_STEPS > 0
+    assert RunConfig.from_data(plan_run(RunOptions()).config).training_problem() is None
+    for opts in (
+        RunOptions(quick=True),
+        RunOptions(env="textcraft"),
+        RunOptions(model="/models/x"),
+        RunOptions(max_tasks=2),
+        RunOptions(tasks=("goal:oak_planks",)),
+    ):
+        train = plan_run(opts).config["train"]
+        assert "max_steps" not in train and train["epochs"] > 0, opts

@@ -101,6 +101,8 @@ def test_each_learner_trains_on_the_plans_sft_budget(quick: bool) -> None:
         "warmup": 0.0,
         "logging_steps": 5,
         "time_budget_s": budget["time_budget_s"],
+        # the default demo's fixed budget of optimizer steps is DPO's too (--quick trains epochs)
+        **({"max_steps": budget["max_steps"]} if not quick else {}),
         # the training precision (--bf16) carries over; --quick stays fp32 under auto
         **({"mixed_bf16": True} if budget.get("mixed_bf16") else {}),
     }
