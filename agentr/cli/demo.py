@@ -168,7 +168,7 @@ DEMO_JUDGE_REPLAY = 24
 # rule for comparisons: budgets matched in optimizer steps, never in what the search happened to
 # find). Under "8 epochs" the steps followed the data: 56 and 104 on one AMD run, 88 and 144 on an
 # Intel one, so the run's length followed the search's luck (docs/results.md). Measured on 2 idle
-# cores of an AMD EPYC with AVX512-BF16: 10 min 55 s -> 8 min 50 s (seed 0), 7 min 59 s (seed 1).
+# cores of an AMD EPYC with AVX512-BF16: 10 min 55 s -> 8 min 50 s (seed 0); seeds 1, 2: 7:59, 9:30.
 DEMO_SFT_STEPS = 48
 
 
