@@ -183,6 +183,14 @@ REAL_MODEL_TRAIN = {"learning_rate": 5e-5, "epochs": 2.0}
 # 6.1 GB at 2 x 4 accumulated (docs/results.md).
 REAL_MODEL_MICRO_BATCH = 2
 
+
+def micro_batches(batch: int) -> tuple[int, int]:
+    """A pretrained model's (micro-batch, accumulation) for an effective ``batch``: micro-batches of
+    ``REAL_MODEL_MICRO_BATCH`` accumulated to it (the iteration SFT and the warm start alike)."""
+    micro = min(REAL_MODEL_MICRO_BATCH, batch)
+    return micro, max(1, batch // micro)
+
+
 # ArCHer's rounds per iteration under --method archer (each round: 5 critic updates, then 3 actor
 # updates once the 5 critic-only warm-up rounds are done; agentr.cli.methods.learner_train). A fixed
 # amount, like SFT's epochs: the time budget stays a safety cap. Measured at load 4-5
@@ -274,8 +282,7 @@ def plan_run(opts: RunOptions) -> Plan:
     warm_lr = 3e-3
     if opts.model:  # no warm start unless asked; gentler fine-tuning of a pretrained model
         warm_steps, warm_lr = 0, REAL_MODEL_WARM_START_LR
-        micro = min(REAL_MODEL_MICRO_BATCH, int(train["batch_size"]))
-        accumulate = max(1, int(train["batch_size"]) // micro)
+        micro, accumulate = micro_batches(int(train["batch_size"]))
         train = {**train, **REAL_MODEL_TRAIN, "batch_size": micro, "grad_accumulation": accumulate}
     elif not opts.quick and not opts.env and not opts.tasks and not opts.max_tasks:
         # the default goals: a fixed step budget (a run cut to fewer goals keeps the epochs: 48

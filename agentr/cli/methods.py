@@ -92,7 +92,7 @@ def learner_train(
     run_level = {k: base[k] for k in (TRAIN_MODEL_PATH, *LAUNCH_KEYS) if k in base}
     budget = {k: base[k] for k in ("time_budget_s",) if k in base}
     # a fixed budget of optimizer steps (the default demo's SFT) is DPO's too: matched in steps
-    steps = {k: base[k] for k in ("max_steps",) if int(base.get(k, -1)) > 0}
+    steps = {"max_steps": base["max_steps"]} if int(base.get("max_steps", -1)) > 0 else {}
     # the precision: DPO's Trainer takes it, ArCHer's own loop does not
     precision = {k: base[k] for k in ("mixed_bf16",) if k in base}
     # the effective batch (a real model's SFT runs micro-batches accumulated to it: agentr.cli.demo)

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from agentr.cli.demo import REAL_MODEL_MICRO_BATCH, Plan
+from agentr.cli.demo import REAL_MODEL_MICRO_BATCH, Plan, micro_batches
 from core.runtime.torch_threads import in_training_phase
 
 console = Console(stderr=True)
@@ -25,9 +25,7 @@ def warm_start_batches(plan: Plan) -> tuple[int, int]:
     """The warm start's (batch size, accumulation), a batch of 8: at once for the tiny model, in
     micro-batches accumulated to 8 for a pretrained ``--model`` (agentr.cli.demo.REAL_MODEL_MICRO_BATCH:
     what a CPU holds)."""
-    if plan.tiny is not None:
-        return 8, 1
-    return REAL_MODEL_MICRO_BATCH, 8 // REAL_MODEL_MICRO_BATCH
+    return (8, 1) if plan.tiny is not None else micro_batches(8)
 
 
 def _key(*parts: Any) -> str:
@@ -134,6 +132,7 @@ def _warm_start(
     judge = warm_start_judge_samples(env, config, tasks, seed) if plan.judge_examples else []
     samples, steps = warm_start_mix(expert, judge, plan.warm_start_steps)
     first_out = out.with_name(out.name + "-mixed") if judge else out  # then the judge phase -> out
+    batch, accumulate = warm_start_batches(plan)
     cfg = SFTConfig(
         max_steps=steps,
         learning_rate=plan.warm_start_lr,
@@ -142,8 +141,8 @@ def _warm_start(
         time_budget_s=plan.warm_start_cap_s,
         packing=True,
         max_length=512,
-        batch_size=warm_start_batches(plan)[0],
-        grad_accumulation=warm_start_batches(plan)[1],
+        batch_size=batch,
+        grad_accumulation=accumulate,
         logging_steps=20,
         seed=seed,
         mixed_bf16=plan.mixed_bf16,
