@@ -281,9 +281,11 @@ def statistics(
     """JSON lines and a Markdown table: every variant's mean and 95% bootstrap interval over tasks x
     seeds of iteration ``iteration``'s model, and Agent-R (model critic) against good-only,
     Direct-Revision and every other variant present (``paired_against``), paired by (task, seed):
-    the mean difference, its interval and the sign-flip p-value (core.domain.stats). Revision
-    length: run-level units (one per seed)."""
-    from core.domain.stats import bootstrap_mean, paired_test
+    the mean difference, its interval and the sign-flip p-value (core.domain.stats), and that
+    p-value Holm-adjusted over every paired test of the call (``p_holm``, ``significant_holm``: the
+    family a reader scans at once). Revision length: run-level units (one per seed). The text holds
+    the means table and the paired table."""
+    from core.domain.stats import bootstrap_mean, holm_adjust, paired_test
 
     model = f"iter {iteration}"
     rows: list[tuple[str, str, dict[Any, float]]] = []
@@ -295,6 +297,7 @@ def statistics(
             rows.append(("revision_length", variant, revision_units(reports, iteration)))
     units = {(name, variant): values for name, variant, values in rows}
     lines: list[dict[str, Any]] = []
+    raw_p: list[float | None] = []  # the lines' unrounded p-values, for Holm
     table_rows = []
     higher = {name: h for name, _, _, h in STAT_METRICS} | {"revision_length": False}
     for name, variant, values in rows:
@@ -309,6 +312,7 @@ def statistics(
             if theirs is None:
                 continue
             test = paired_test(ours, theirs, resamples=resamples)
+            raw_p.append(test.p_value)
             a = bootstrap_mean([ours[k] for k in ours if k in theirs], resamples=resamples)
             b = bootstrap_mean([theirs[k] for k in ours if k in theirs], resamples=resamples)
             d = test.difference
@@ -328,6 +332,9 @@ def statistics(
                     "significant": test.significant,
                 }
             )
+    for line, adjusted in zip(lines, holm_adjust(raw_p), strict=True):
+        line["p_holm"] = _r(adjusted)
+        line["significant_holm"] = adjusted is not None and adjusted <= 0.05
     text = [
         f"Iteration {iteration}'s model, mean [95% bootstrap interval] over tasks x seeds "
         "(revision length: over seeds):",
@@ -344,6 +351,22 @@ def statistics(
             else:
                 cells.append(f"{found.mean:.3f} [{found.low:.3f}, {found.high:.3f}] (n={found.n})")
         text.append(f"| {name} | " + " | ".join(cells) + " |")
+    if lines:
+        text += [
+            "",
+            f"{VARIANTS[OURS][0]} minus each other variant, paired by (task, seed): mean difference "
+            f"[95% bootstrap interval], sign-flip p, Holm-adjusted p over these {len(lines)} tests:",
+            "",
+            "| metric | against | difference | p | p (Holm) | units |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for line in lines:
+            name, other = line["metric"].split(f"_iter{iteration}_vs_")
+            low, high = line["difference_ci"]
+            text.append(
+                f"| {name} | {VARIANTS[other][0]} | {line['difference']:+.3f} [{low:+.3f}, {high:+.3f}] | "
+                f"{line['p_value']} | {line['p_holm']} | {line['paired_units']} |"
+            )
     return lines, "\n".join(text) + "\n"
 
 

@@ -292,6 +292,16 @@ def test_statistics_over_tasks_and_seeds_pair_agent_r_with_each_baseline() -> No
     dpo = by_metric["heldout_success_iter1_vs_dpo"]
     assert dpo["paired_units"] == 6 and dpo["difference"] == 0.75 and dpo["significant"] is True
     assert "revision_length_iter1_vs_dpo" not in by_metric  # DPO trains no revision
+    # Holm over the whole family of paired tests: never below the raw p, and the text's paired
+    # table shows both
+    assert all(line["p_holm"] >= line["p_value"] for line in lines)
+    family = len(lines)
+    assert good["p_holm"] == round(min(1.0, family * 2 / 64), 4)
+    assert good["significant_holm"] is (good["p_holm"] <= 0.05)
+    assert same["p_holm"] == 1.0 and same["significant_holm"] is False
+    assert f"Holm-adjusted p over these {family} tests" in text
+    row = f"| heldout_success | good trajectories only | +0.500 [+0.500, +0.500] | {good['p_value']} |"
+    assert row in text
 
 
 def test_learner_arms_take_the_runs_stable_rates_and_a_fixed_archer_round_count(base: dict) -> None:

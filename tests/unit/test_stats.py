@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.domain.stats import bootstrap_mean, paired_test, sign_flip_p_value
+from core.domain.stats import bootstrap_mean, holm_adjust, paired_test, sign_flip_p_value
 
 
 def test_bootstrap_mean_interval_is_seeded_and_brackets_the_mean() -> None:
@@ -77,3 +77,22 @@ def test_mcnemar_exact_is_the_binomial_tail_of_the_discordant_items() -> None:
     assert mcnemar_exact(3, 3) == 1.0  # capped at 1
     with pytest.raises(ValueError, match=">= 0"):
         mcnemar_exact(-1, 2)
+
+
+def test_holm_adjust_step_down_in_the_given_order() -> None:
+    # m = 4: sorted 0.01, 0.02, 0.03, 0.5 -> 0.04, 0.06, 0.06 (kept non-decreasing), 0.5
+    adjusted = holm_adjust([0.03, 0.5, 0.01, 0.02])
+    assert adjusted == pytest.approx([0.06, 0.5, 0.04, 0.06])
+    # None is no test: it stays None and does not enlarge the family (m = 2 here)
+    assert holm_adjust([None, 0.02, 0.04]) == pytest.approx([None, 0.04, 0.04])
+    # capped at 1; one test is its own family
+    assert holm_adjust([0.6, 0.7]) == [1.0, 1.0]
+    assert holm_adjust([0.03]) == [0.03]
+    assert holm_adjust([]) == []
+    # never below the raw p-value, and a family of independent nulls rarely survives
+    raw = [0.049, 0.2, 0.9, 0.5, 0.3]
+    assert all(a is not None and a >= p for a, p in zip(holm_adjust(raw), raw, strict=True))
+    with pytest.raises(ValueError, match="lie in"):
+        holm_adjust([0.1, 1.5])
+    with pytest.raises(ValueError, match="lie in"):
+        holm_adjust([float("nan")])
