@@ -275,6 +275,15 @@ def revision_units(reports: dict[int, dict[str, Any]], iteration: int) -> dict[A
     return out
 
 
+def seed_means(units: dict[Any, float]) -> dict[Any, float]:
+    """``{seed: mean}`` of ``{(task or "run", seed): value}`` units, by seed: the spread a reader
+    needs beside an interval over tasks x seeds (tasks of one seed share its model)."""
+    by_seed: dict[Any, list[float]] = {}
+    for (_, seed), value in units.items():
+        by_seed.setdefault(seed, []).append(value)
+    return {seed: sum(v) / len(v) for seed, v in sorted(by_seed.items(), key=lambda kv: repr(kv[0]))}
+
+
 def statistics(
     per_seed: dict[str, dict[int, dict[str, Any]]], iteration: int, *, resamples: int = 10_000
 ) -> tuple[list[dict[str, Any]], str]:
@@ -349,7 +358,9 @@ def statistics(
             if found is None or found.mean is None:
                 cells.append("-")
             else:
-                cells.append(f"{found.mean:.3f} [{found.low:.3f}, {found.high:.3f}] (n={found.n})")
+                seeds = " / ".join(f"{m:.2f}" for m in seed_means(units[(name, variant)]).values())
+                shown = f"{found.mean:.3f} [{found.low:.3f}, {found.high:.3f}]"
+                cells.append(f"{shown} (n={found.n}; seeds {seeds})")
         text.append(f"| {name} | " + " | ".join(cells) + " |")
     if lines:
         text += [

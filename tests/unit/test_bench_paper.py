@@ -287,7 +287,9 @@ def test_statistics_over_tasks_and_seeds_pair_agent_r_with_each_baseline() -> No
         "heldout_invalid_rate_iter1_vs_direct" in by_metric
         and "recovery_success_iter1_vs_direct" in by_metric
     )
-    assert "| heldout_success | 0.750 [0.583, 0.917] (n=6) | 0.250 [0.083, 0.417] (n=6) |" in text
+    ours_cell = "0.750 [0.583, 0.917] (n=6; seeds 0.75 / 0.75 / 0.75)"
+    assert f"| heldout_success | {ours_cell} | 0.250 [0.083, 0.417] (n=6; seeds 0.25 / 0.25 / 0.25) |" in text
+    assert paper_table.seed_means({("t1", 0): 1.0, ("t2", 0): 0.0, ("t1", 1): 0.5}) == {0: 0.5, 1: 0.5}
     # every other variant that ran is tested against Agent-R too (here DPO: 0.75 against 0)
     dpo = by_metric["heldout_success_iter1_vs_dpo"]
     assert dpo["paired_units"] == 6 and dpo["difference"] == 0.75 and dpo["significant"] is True
