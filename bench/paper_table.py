@@ -275,6 +275,16 @@ def revision_units(reports: dict[int, dict[str, Any]], iteration: int) -> dict[A
     return out
 
 
+def revision_counts(reports: dict[int, dict[str, Any]]) -> dict[int, int]:
+    """``{seed: revision samples trained over every iteration}`` of one variant (the report's
+    ``datasets[iteration]["revision"]``; absent = none kept): where this is 0 the variant trained
+    what good-only trained, whatever its critic."""
+    return {
+        seed: sum(int(d.get("revision") or 0) for d in (report.get("datasets") or {}).values())
+        for seed, report in sorted(reports.items())
+    }
+
+
 def seed_means(units: dict[Any, float]) -> dict[Any, float]:
     """``{seed: mean}`` of ``{(task or "run", seed): value}`` units, by seed: the spread a reader
     needs beside an interval over tasks x seeds (tasks of one seed share its model)."""
@@ -362,6 +372,15 @@ def statistics(
                 shown = f"{found.mean:.3f} [{found.low:.3f}, {found.high:.3f}]"
                 cells.append(f"{shown} (n={found.n}; seeds {seeds})")
         text.append(f"| {name} | " + " | ".join(cells) + " |")
+    # what sets the Agent-R variants apart from good-only at all: the revision samples they trained
+    counts = {v: revision_counts(per_seed[v]) for v in per_seed if trains_revisions(v) and v not in LEARNERS}
+    cells = [
+        f"{sum(counts[v].values())} (seeds {' / '.join(str(c) for c in counts[v].values())})"
+        if v in counts
+        else "-"
+        for v in per_seed
+    ]
+    text.append("| revision samples trained (all iterations) | " + " | ".join(cells) + " |")
     if lines:
         text += [
             "",

@@ -262,7 +262,8 @@ def test_statistics_over_tasks_and_seeds_pair_agent_r_with_each_baseline() -> No
             for t, v in success.items()
         }
         row = {"model": "iter 1", "by_task": by_task, "recovery_by_task": {"t1": {"success_rate": 0.0}}}
-        return {"rows": [row], "datasets": {"1": {"revision_length_mean": revision}}}
+        datasets = {"1": {"revision_length_mean": revision, "revision": 0 if revision is None else 3}}
+        return {"rows": [row], "datasets": {"0": {"revision": 0 if revision is None else 1}, **datasets}}
 
     per_seed = {
         "agent_r_model": {s: report({"t1": 1.0, "t2": 0.5}, 2.0) for s in (0, 1, 2)},
@@ -289,6 +290,12 @@ def test_statistics_over_tasks_and_seeds_pair_agent_r_with_each_baseline() -> No
     )
     ours_cell = "0.750 [0.583, 0.917] (n=6; seeds 0.75 / 0.75 / 0.75)"
     assert f"| heldout_success | {ours_cell} | 0.250 [0.083, 0.417] (n=6; seeds 0.25 / 0.25 / 0.25) |" in text
+    # the revision samples each Agent-R variant trained, per seed: what sets it apart from good-only
+    assert (
+        "| revision samples trained (all iterations) | 12 (seeds 4 / 4 / 4) | - | 12 (seeds 4 / 4 / 4) | - |"
+        in text
+    )
+    assert paper_table.revision_counts({1: {"datasets": {"0": {"good": 3}}}, 0: {}}) == {0: 0, 1: 0}
     assert paper_table.seed_means({("t1", 0): 1.0, ("t2", 0): 0.0, ("t1", 1): 0.5}) == {0: 0.5, 1: 0.5}
     # every other variant that ran is tested against Agent-R too (here DPO: 0.75 against 0)
     dpo = by_metric["heldout_success_iter1_vs_dpo"]
