@@ -252,16 +252,28 @@ def paired_against(variants: Iterable[str]) -> list[str]:
 
 def task_units(reports: dict[int, dict[str, Any]], model: str, where: str, key: str) -> dict[Any, float]:
     """``{(task, seed): value}`` of one variant: the per-task figure ``key`` of the report row
-    ``model`` (e.g. "iter 1") under ``where`` (``by_task`` held-out, ``recovery_by_task``), per run
+    ``model`` (e.g. "iter 1"; a run that stopped early: its final model's, ``final_row``) under
+    ``where`` (``by_task`` held-out, ``recovery_by_task``), per run
     seed (``reports``: seed -> the run's report.json)."""
     out: dict[Any, float] = {}
     for seed, report in reports.items():
-        row = next((r for r in report.get("rows") or [] if r.get("model") == model), None)
+        row = final_row(report, model)
         for task, figures in ((row or {}).get(where) or {}).items():
             value = figures.get(key)
             if value is not None:
                 out[(task, seed)] = float(value)
     return out
+
+
+def final_row(report: dict[str, Any], model: str) -> dict[str, Any] | None:
+    """The report row of ``model`` ("iter i"); for a run that COMPLETED before iteration i (it
+    stopped early: the iteration had nothing to learn from, core.domain.runs), the row of its last
+    evaluated iteration, which is the run's final model. A failed run has no final model: None."""
+    rows = [r for r in report.get("rows") or [] if str(r.get("model", "")).startswith("iter ")]
+    row = next((r for r in rows if r.get("model") == model), None)
+    if row is not None or report.get("status") != "completed" or not rows:
+        return row
+    return max(rows, key=lambda r: int(str(r["model"]).split()[1]))
 
 
 def revision_units(reports: dict[int, dict[str, Any]], iteration: int) -> dict[Any, float]:

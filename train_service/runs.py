@@ -15,7 +15,9 @@ I/O behind it for the train service:
   inline (embedded mode: ``run_train_iteration`` in a thread) or as the Celery task on the
   ``train`` queue (with Redis), waited for; returns ``ModelTrained`` or ``TrainingFailed`` (bad input:
   empty dataset, missing general-data file, bad template, ...; ``ModelTrained.metrics["method"]``
-  names the learner). Transient errors raise (retried).
+  names the learner), or ``IterationDatasetEmpty`` when a DPO / offline ArCHer iteration finds no
+  pair or transition in the log (decided like an empty SFT dataset: iteration 0 fails the run, a
+  later one ends it early, completed). Transient errors raise (retried).
 * ``evaluate``: ``train_service.evaluation`` on the held-out tasks (stratified, seeded episodes),
   with the recovery test on the STARTING model's failed held-out episodes truncated at seeded
   random steps (built in iteration 0, the same prefixes for every model) and the iteration's mean
@@ -33,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from core.domain.config import RunConfig
-from core.domain.datasets import DatasetError
-from core.domain.events import IterationEvaluated, ModelTrained, TrainingFailed
+from core.domain.datasets import DatasetError, EmptyDatasetError
+from core.domain.events import IterationDatasetEmpty, IterationEvaluated, ModelTrained, TrainingFailed
 from core.domain.ids import derived_id
 from core.domain.runs import EvaluateModel, RunState, TrainModel
 from core.envs.base import Env
@@ -144,7 +146,9 @@ class RunEffects(RunDatasets):
             self._celery = make_celery(self.settings)
         return self._celery
 
-    async def train(self, state: RunState, effect: TrainModel) -> ModelTrained | TrainingFailed:
+    async def train(
+        self, state: RunState, effect: TrainModel
+    ) -> ModelTrained | TrainingFailed | IterationDatasetEmpty:
         run_id, iteration = state.run_id, effect.iteration
         try:
             # a served URL model trains from train.model_path (its local weights); folders train as-is
@@ -171,6 +175,11 @@ class RunEffects(RunDatasets):
                 )
         except BadTrainingInput as exc:
             return TrainingFailed(run_id, iteration, str(exc))
+        except EmptyDatasetError as exc:
+            # the learner's own data is empty (DPO: no preference pair; ArCHer: no transition): the
+            # outcome of an empty SFT dataset (core.domain.runs): iteration 0 fails the run, a later
+            # one ends it early, completed, with the model that searched it
+            return IterationDatasetEmpty(run_id, iteration, f"train.method {method}: {exc}")
         except DatasetError as exc:
             return TrainingFailed(run_id, iteration, f"train.method {method}: {exc}")
         out_dir = self.run_dir(run_id) / "checkpoints" / f"iter-{iteration}"

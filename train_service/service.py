@@ -115,7 +115,13 @@ class RunDriver:
             outcome: Any
             if isinstance(effect, TrainModel):
                 outcome = await self.effects.train(state, effect)
-                kind = "trained" if isinstance(outcome, ModelTrained) else "training-failed"
+                kind = (
+                    "trained"
+                    if isinstance(outcome, ModelTrained)
+                    else "method-data-empty"
+                    if isinstance(outcome, IterationDatasetEmpty)
+                    else "training-failed"
+                )
             elif isinstance(effect, EvaluateModel):
                 outcome = await self.effects.evaluate(state, effect)
                 kind = "evaluated"
@@ -128,7 +134,7 @@ class RunDriver:
             )
             if isinstance(outcome, IterationEvaluated):
                 # the evaluation's consequences are decided now (next iteration or completion);
-                # ModelTrained / TrainingFailed come back through the bus as their own step
+                # ModelTrained / TrainingFailed / IterationDatasetEmpty come back through the bus
                 from core.domain.runs import apply
 
                 try:

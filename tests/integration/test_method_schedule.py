@@ -1,15 +1,16 @@
 """train.method as a schedule (one method per iteration, the last repeating) in the train service
 on a real store: each iteration's training reads that iteration's learner and dataset kind.
 Iteration 0 of ``["sft", "dpo"]`` writes the SFT dataset (iter-0.jsonl) from the good trajectory;
-iterations 1 and 2 are DPO's, whose dataset is the iteration's pairs (none here: the run records
-``TrainingFailed`` naming dpo and the missing pairs, and no SFT file is written for them)."""
+iterations 1 and 2 are DPO's, whose dataset is the iteration's pairs (none here: the training
+effect returns ``IterationDatasetEmpty`` naming dpo and the missing pairs, which ends a run early
+as an empty SFT dataset does, and no SFT file is written for them)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from core.domain.config import RunConfig
-from core.domain.events import GoodTrajectoryFound, NewEvent, TrainingFailed
+from core.domain.events import GoodTrajectoryFound, IterationDatasetEmpty, NewEvent, TrainingFailed
 from core.domain.ids import tree_stream
 from core.domain.runs import RunState, TrainModel
 from core.domain.trajectory import Step, Trajectory
@@ -35,6 +36,8 @@ async def test_each_iteration_trains_with_its_scheduled_method(store: SqlEventSt
     assert isinstance(sft, TrainingFailed) and "no-such-model" in sft.reason  # got as far as loading
     for iteration in (1, 2):  # dpo, then the last entry repeats
         dpo = await effects.train(state, TrainModel(iteration, missing, f"ds-{iteration}"))
-        assert isinstance(dpo, TrainingFailed), dpo
+        # no preference pair in the log: DPO's data is empty, decided as an empty SFT dataset
+        assert isinstance(dpo, IterationDatasetEmpty), dpo
+        assert dpo.iteration == iteration
         assert dpo.reason.startswith("train.method dpo:") and "no preference pairs" in dpo.reason
         assert not (datasets / f"iter-{iteration}.jsonl").exists()

@@ -296,6 +296,13 @@ def test_statistics_over_tasks_and_seeds_pair_agent_r_with_each_baseline() -> No
         in text
     )
     assert paper_table.revision_counts({1: {"datasets": {"0": {"good": 3}}}, 0: {}}) == {0: 0, 1: 0}
+    # a run that stopped early (completed) counts with its final model; a failed one drops out
+    rows = [{"model": "start"}, {"model": "iter 0", "by_task": {"t1": {"success_rate": 1.0}}}]
+    early = {"status": "completed", "rows": rows}
+    assert paper_table.task_units({0: early}, "iter 1", "by_task", "success_rate") == {("t1", 0): 1.0}
+    assert (
+        paper_table.task_units({0: {**early, "status": "failed"}}, "iter 1", "by_task", "success_rate") == {}
+    )
     assert paper_table.seed_means({("t1", 0): 1.0, ("t2", 0): 0.0, ("t1", 1): 0.5}) == {0: 0.5, 1: 0.5}
     # every other variant that ran is tested against Agent-R too (here DPO: 0.75 against 0)
     dpo = by_metric["heldout_success_iter1_vs_dpo"]

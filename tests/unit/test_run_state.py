@@ -136,6 +136,22 @@ def test_an_empty_later_iteration_completes_the_run_with_the_last_trained_model(
     assert decide(state, IterationDatasetEmpty(RUN, 1, "again"), TASKS).events == ()
 
 
+def test_a_learner_with_no_data_after_the_dataset_was_ready_ends_the_run_early_too() -> None:
+    # DPO's pairs are read when it trains (train_service.runs): the SFT dataset was ready, the
+    # learner's own data is empty -> the same outcome as an empty dataset, never a failure
+    history: list[DomainEvent] = []
+    drive(history, requested())
+    drive(history, IterationDatasetReady(RUN, 0, "ds0", 3, 2, 1))
+    drive(history, ModelTrained(RUN, 0, "ds0", "/ckpt/0"))
+    drive(history, IterationEvaluated(RUN, 0, "/ckpt/0", {"success_rate": 0.5}))
+    drive(history, IterationDatasetReady(RUN, 1, "ds1", 4, 0, 4))
+    d = drive(history, IterationDatasetEmpty(RUN, 1, "train.method dpo: no preference pairs"))
+    done = d.events[0].event
+    assert d.effect is None and isinstance(done, RunCompleted) and done.final_model_ref == "/ckpt/0"
+    assert "no preference pairs" in done.summary["stopped_early"]["reason"]
+    assert fold(RUN, history).status == "completed"
+
+
 def test_cancel_stops_the_run() -> None:
     history: list[DomainEvent] = []
     drive(history, requested())
