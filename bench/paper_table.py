@@ -393,23 +393,29 @@ def statistics(
         for v in per_seed
     ]
     text.append("| revision samples trained (all iterations) | " + " | ".join(cells) + " |")
-    if lines:
-        text += [
-            "",
-            f"{VARIANTS[OURS][0]} minus each other variant, paired by (task, seed): mean difference "
-            f"[95% bootstrap interval], sign-flip p, Holm-adjusted p over these {len(lines)} tests:",
-            "",
-            "| metric | against | difference | p | p (Holm) | units |",
-            "|---|---|---:|---:|---:|---:|",
-        ]
-        for line in lines:
-            name, other = line["metric"].split(f"_iter{iteration}_vs_")
-            low, high = line["difference_ci"]
-            text.append(
-                f"| {name} | {VARIANTS[other][0]} | {line['difference']:+.3f} [{low:+.3f}, {high:+.3f}] | "
-                f"{line['p_value']} | {line['p_holm']} | {line['paired_units']} |"
-            )
-    return lines, "\n".join(text) + "\n"
+    return lines, "\n".join(text + paired_table(lines, iteration)) + "\n"
+
+
+def paired_table(lines: list[dict[str, Any]], iteration: int) -> list[str]:
+    """The Markdown lines of ``statistics``' paired tests (none without tests)."""
+    if not lines:
+        return []
+    text = [
+        "",
+        f"{VARIANTS[OURS][0]} minus each other variant, paired by (task, seed): mean difference "
+        f"[95% bootstrap interval], sign-flip p, Holm-adjusted p over these {len(lines)} tests:",
+        "",
+        "| metric | against | difference | p | p (Holm) | units |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for line in lines:
+        name, other = line["metric"].split(f"_iter{iteration}_vs_")
+        low, high = line["difference_ci"]
+        text.append(
+            f"| {name} | {VARIANTS[other][0]} | {line['difference']:+.3f} [{low:+.3f}, {high:+.3f}] | "
+            f"{line['p_value']} | {line['p_holm']} | {line['paired_units']} |"
+        )
+    return text
 
 
 def _r(value: float | None) -> float | None:

@@ -54,6 +54,8 @@ from train_service.runs import RunEffects
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "train"
+# the event id kind of a training outcome (run_event_id): anything else is a failure
+TRAIN_OUTCOME_KINDS: dict[type, str] = {ModelTrained: "trained", IterationDatasetEmpty: "method-data-empty"}
 
 HANDLED = (
     RunRequested,
@@ -115,13 +117,7 @@ class RunDriver:
             outcome: Any
             if isinstance(effect, TrainModel):
                 outcome = await self.effects.train(state, effect)
-                kind = (
-                    "trained"
-                    if isinstance(outcome, ModelTrained)
-                    else "method-data-empty"
-                    if isinstance(outcome, IterationDatasetEmpty)
-                    else "training-failed"
-                )
+                kind = TRAIN_OUTCOME_KINDS.get(type(outcome), "training-failed")
             elif isinstance(effect, EvaluateModel):
                 outcome = await self.effects.evaluate(state, effect)
                 kind = "evaluated"
