@@ -45,8 +45,13 @@ in the demo) at depth 10, one data-only iteration per ``--seeds`` seed, and the 
 are pooled; the metrics' names end in ``_multi_ingredient`` (value and retention, when not
 skipped, use the first seed's run). A completed run of the same configuration in ``--home`` is
 reused, so seeds can be added later.
+``--model DIR --warm-start-steps N --judge-phase-steps N [--max-tasks N]`` (demo goals): the same
+match measures with a pretrained actor as its own critic (SmolLM2-135M-Instruct imported by
+``agentr model import``), warm-started on the demo's expert episodes and taught the judge question by
+a judge phase of its own; the metrics' names end in ``_given_model``.
 Usage: python bench/critic.py [--quick] [--only cost|match] [--home DIR (reuse a warm start)]
        [--skip value,retention] [--goals demo|multi] [--seeds 0,1,2]
+       [--model DIR --warm-start-steps N --judge-phase-steps N --max-tasks N]
 """
 
 from __future__ import annotations
@@ -250,7 +255,12 @@ async def multi_ingredient_runs(folder: Path, seeds: list[int]) -> list[str]:
 
 
 async def first_error_match(
-    quick: bool, home: str, skip: set[str], goals: str = "demo", seeds: tuple[int, ...] = (0,)
+    quick: bool,
+    home: str,
+    skip: set[str],
+    goals: str = "demo",
+    seeds: tuple[int, ...] = (0,),
+    run_args: tuple[str, ...] = (),
 ) -> None:
     import os
     import subprocess
@@ -266,6 +276,8 @@ async def first_error_match(
 
     folder = Path(home or tempfile.mkdtemp(prefix="agentr-bench-critic-"))
     tag = "" if goals == "demo" else "_multi_ingredient"  # the metrics' names say which goals
+    if run_args:  # a given --model (its own warm start and judge phase): the names say so
+        tag += "_given_model"
     started = time.perf_counter()
     run_ids: list[str] = []
     if goals == "multi":
@@ -277,6 +289,7 @@ async def first_error_match(
         command = [str(agentr), "run", "--iterations", "1", "--data-only", "--home", str(folder)]
         if quick:
             command.append("--quick")
+        command += run_args
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         done = await asyncio.to_thread(subprocess.run, command, env=env, capture_output=True, text=True)
         if done.returncode != 0:
@@ -505,7 +518,29 @@ if __name__ == "__main__":
     parser.add_argument(
         "--skip", default="", help="comma-separated match parts to leave out: value, retention"
     )
+    parser.add_argument(
+        "--model", default="", help="match, demo goals: a local model folder as actor and critic"
+    )
+    parser.add_argument("--warm-start-steps", type=int, default=None, help="with --model: its warm start")
+    parser.add_argument(
+        "--judge-phase-steps", type=int, default=None, help="with --model: its judge phase (agentr run's)"
+    )
+    parser.add_argument("--max-tasks", type=int, default=None, help="with --model: demo goals searched")
     args = parser.parse_args()
+    run_args: tuple[str, ...] = ()
+    if args.model:
+        if args.goals != "demo" or args.quick:
+            parser.error("--model: the demo goals' match only (not --goals multi, not --quick)")
+        run_args = ("--model", args.model)
+        for flag, value in (
+            ("--warm-start-steps", args.warm_start_steps),
+            ("--judge-phase-steps", args.judge_phase_steps),
+            ("--max-tasks", args.max_tasks),
+        ):
+            if value is not None:
+                run_args += (flag, str(value))
+    elif (args.warm_start_steps, args.judge_phase_steps, args.max_tasks) != (None, None, None):
+        parser.error("--warm-start-steps, --judge-phase-steps and --max-tasks go with --model")
     skip = {p.strip() for p in args.skip.split(",") if p.strip()}
     if skip - {"value", "retention"}:
         parser.error(f"--skip: unknown part(s) {sorted(skip - {'value', 'retention'})} (value, retention)")
@@ -518,4 +553,4 @@ if __name__ == "__main__":
     if args.only in (None, "cost"):
         asyncio.run(main(args.quick))
     if args.only in (None, "match"):
-        asyncio.run(first_error_match(args.quick, args.home, skip, args.goals, seeds))
+        asyncio.run(first_error_match(args.quick, args.home, skip, args.goals, seeds, run_args))

@@ -298,6 +298,10 @@ def _args() -> argparse.Namespace:
     )
     parser.add_argument("--warm-start-steps", type=int, default=None)
     parser.add_argument(
+        "--judge-phase-steps", type=int, default=None,
+        help="the warm start's judge phase, as agentr run --judge-phase-steps (with --model: teaches it)",
+    )  # fmt: skip
+    parser.add_argument(
         "--bf16", choices=("auto", "on", "off"), default="auto",
         help="training precision, as agentr run --bf16 (auto: mixed bfloat16 where the CPU has it)",
     )  # fmt: skip
@@ -448,17 +452,21 @@ def main() -> int:
 
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="agentr-paper-"))
     _, home = embedded_settings(home)  # the runs' processes open it again (run_variant)
-    plan = plan_run(
-        RunOptions(
-            model=args.model,
-            quick=args.quick,
-            iterations=args.iterations,
-            seed=args.seed,
-            warm_start_steps=args.warm_start_steps,
-            max_eval_tasks=args.max_eval_tasks,
-            mixed_bf16={"on": True, "off": False}.get(args.bf16),
+    try:
+        plan = plan_run(
+            RunOptions(
+                model=args.model,
+                quick=args.quick,
+                iterations=args.iterations,
+                seed=args.seed,
+                warm_start_steps=args.warm_start_steps,
+                judge_phase_steps=args.judge_phase_steps,
+                max_eval_tasks=args.max_eval_tasks,
+                mixed_bf16={"on": True, "off": False}.get(args.bf16),
+            )
         )
-    )
+    except ValueError as exc:  # options that contradict each other: named, no traceback
+        raise SystemExit(f"bench/paper.py: {exc}") from None
     if args.max_tasks:  # search fewer goals; the warm start (and its cache key) stays the demo's
         plan = replace(plan, config={**plan.config, "max_tasks": args.max_tasks})
     if args.recovery_episodes is not None:

@@ -131,13 +131,16 @@ def warm_start_judge_samples(
     return judge_samples(env, exclude, n_tasks, seed=seed, mistakes=judge_mistakes(config))
 
 
-def warm_start_judge_key(env: object, phase_steps: int | None = None, mistakes: str = "all") -> str:
+def warm_start_judge_key(
+    env: object, phase_steps: int | None = None, mistakes: str = "all", lr: float = 0.0
+) -> str:
     """What the judge data adds to the warm-start cache key ("" without judge data); the mistake
-    mode is part of it (the "all" mode adds nothing, its key has the version alone)."""
+    mode is part of it (the "all" mode adds nothing, its key has the version alone), and so is the
+    judge phase's learning rate (``lr``; 0 = ``JUDGE_PHASE_LR``, the tiny model's)."""
     if not isinstance(env, TextCraftEnv):
         return ""
     steps = JUDGE_PHASE_STEPS if phase_steps is None else phase_steps
-    key = f"{JUDGE_DATA_VERSION}:{JUDGE_TASKS}:{JUDGE_SHARE}:{steps}:{JUDGE_PHASE_LR}"
+    key = f"{JUDGE_DATA_VERSION}:{JUDGE_TASKS}:{JUDGE_SHARE}:{steps}:{lr or JUDGE_PHASE_LR}"
     return key if mistakes == "all" else f"{key}:{mistakes}"
 
 
@@ -170,11 +173,15 @@ def judge_phase(
     cap_s: float | None = None,
     steps: int | None = None,
     mixed_bf16: bool = False,
+    learning_rate: float = JUDGE_PHASE_LR,
+    batch: tuple[int, int] = (8, 1),
 ) -> Any:
     """Fine-tune ``model_dir`` on the judge samples alone into ``out`` (a ``TrainReport``), for
     ``steps`` optimizer steps (default ``JUDGE_PHASE_STEPS``; the default demo takes
     ``agentr.cli.demo.DEMO_JUDGE_PHASE_STEPS``), under bfloat16 autocast with ``mixed_bf16``
-    (``SFTConfig.mixed_bf16``).
+    (``SFTConfig.mixed_bf16``), at ``learning_rate`` (the tiny model's ``JUDGE_PHASE_LR``; a
+    pretrained model takes ``agentr.cli.demo.REAL_MODEL_JUDGE_PHASE_LR``) in batches of
+    ``batch`` = (micro-batch, accumulation).
 
     Why a phase of its own: a judge example trains ONE answer token after ~250 tokens of context,
     while an expert episode trains every action; mixed in (``warm_start_mix``) the answers get about
@@ -187,12 +194,13 @@ def judge_phase(
 
     cfg = SFTConfig(
         max_steps=JUDGE_PHASE_STEPS if steps is None else steps,
-        learning_rate=JUDGE_PHASE_LR,
+        learning_rate=learning_rate,
         lr_scheduler="cosine",
         warmup=0.1,
         packing=True,
         max_length=768,
-        batch_size=8,
+        batch_size=batch[0],
+        grad_accumulation=batch[1],
         logging_steps=5,
         seed=seed,
         time_budget_s=cap_s,

@@ -123,6 +123,10 @@ class RunOptions:
     mixed_bf16: bool | None = None
     # --threads: torch's intra-op threads for training (None = torch_threads.default_training_threads)
     threads: int | None = None
+    # --judge-phase-steps: the warm start's judge phase (None = the default: 100 steps for the default
+    # demo, 40 under --quick, no judge teaching for a --model; 0 = no judge examples at all; N > 0 with
+    # a --model folder and --warm-start-steps teaches that model the judge question too)
+    judge_phase_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -144,8 +148,12 @@ class Plan:
     # optimizer steps of the warm start's judge phase (None = train_service.judge_data's default)
     judge_phase_steps: int | None = None
     # whether the warm start also teaches the judge question (train_service/judge_data.py): the tiny
-    # model only; a pretrained --model is an instruct model that is asked as it is, as in the paper
+    # model by default; a pretrained --model is an instruct model asked as it is, as in the paper,
+    # unless --judge-phase-steps N asks to teach it too
     judge_examples: bool = True
+    # the judge phase's peak learning rate (0 = train_service.judge_data.JUDGE_PHASE_LR, the tiny
+    # model's; a pretrained --model gets REAL_MODEL_JUDGE_PHASE_LR)
+    judge_phase_lr: float = 0.0
     # the warm start's (and judge phase's) training under bfloat16 autocast, as train.mixed_bf16
     mixed_bf16: bool = False
     notes: tuple[str, ...] = ()  # what the plan decided that the user should hear (printed)
@@ -175,6 +183,9 @@ DEMO_SFT_STEPS = 48
 # A pretrained --model folder (SmolLM2-135M-Instruct, ...): the tiny model's 3e-3 warm start and
 # 3e-4 x 8 epochs per iteration would wreck its weights; these are the usual full fine-tuning rates.
 REAL_MODEL_WARM_START_LR = 1e-4
+# ... and its judge phase (--judge-phase-steps with --model): the same gentle rate, not the tiny
+# model's 1e-3
+REAL_MODEL_JUDGE_PHASE_LR = 1e-4
 REAL_MODEL_TRAIN = {"learning_rate": 5e-5, "epochs": 2.0}
 # ... and in micro-batches of 2, accumulated to the plan's batch (the same optimizer steps and, with
 # the Trainer's token-count normalisation, the same gradient up to float rounding): a pretrained
@@ -315,6 +326,13 @@ def plan_run(opts: RunOptions) -> Plan:
             f"--judge-mix mixes the judge examples into SFT's data; --method {','.join(schedule)} "
             "trains no SFT iteration"
         )
+    judge_steps, judge_lr = _judge_phase(opts, env, warm_steps)
+    if judge_steps == 0:
+        if opts.judge_mix:
+            raise ValueError(
+                "--judge-mix replays the warm start's judge examples; --judge-phase-steps 0 makes none"
+            )
+        judge_general = False  # no judge examples, so none to replay
     tasks = opts.tasks or (DEMO_GOALS if demo else ())
     if demo:  # constrained decoding: the Action line among the state's valid actions (module docstring)
         search = {**search, "constrain_actions": True}
@@ -346,11 +364,40 @@ def plan_run(opts: RunOptions) -> Plan:
         warm_start_tasks=tuple(tasks[:max_tasks] if max_tasks else tasks),
         warm_start_lr=warm_lr,
         judge_general=judge_general,
-        judge_phase_steps=DEMO_JUDGE_PHASE_STEPS if demo and not opts.model else None,
-        judge_examples=not opts.model,
+        judge_phase_steps=judge_steps or (DEMO_JUDGE_PHASE_STEPS if demo and not opts.model else None),
+        judge_examples=bool(judge_steps) if judge_steps is not None else not opts.model,
+        judge_phase_lr=judge_lr,
         mixed_bf16=mixed_bf16,
         notes=tuple(notes),
     )
+
+
+def _judge_phase(opts: RunOptions, env: str, warm_steps: int) -> tuple[int | None, float]:
+    """``--judge-phase-steps``' (steps, learning rate), checked: judge examples need TextCraft's
+    first-error oracle, and a --model learns the judge question only inside a warm start of its own
+    weights."""
+    steps = opts.judge_phase_steps
+    lr = REAL_MODEL_JUDGE_PHASE_LR if opts.model else 0.0
+    if not steps:
+        return steps, lr
+    if not env.startswith("textcraft"):
+        raise ValueError(
+            f"--judge-phase-steps: judge examples are labelled by TextCraft's first-error oracle; "
+            f"{env} has none"
+        )
+    if opts.model:
+        from core.domain.config import is_served_model
+
+        if is_served_model(opts.model):
+            raise ValueError(
+                "--judge-phase-steps: a served --model is not trained here; give a local model folder"
+            )
+        if warm_steps <= 0:
+            raise ValueError(
+                "--judge-phase-steps with --model: the judge phase follows the model's warm start; "
+                "give --warm-start-steps N (> 0) too"
+            )
+    return steps, lr
 
 
 def _mixed_bf16(opts: RunOptions) -> bool:

@@ -123,6 +123,16 @@ def register(app: typer.Typer) -> None:
             "every iteration's SFT as general data (eta rule), so the model critic keeps judging "
             "after training (docs/critic.md). Not under --quick, --env or --model.",
         ),
+        judge_phase_steps: int | None = typer.Option(
+            None,
+            "--judge-phase-steps",
+            min=0,
+            help="Optimizer steps of the warm start's judge phase, which teaches the actor (its own "
+            "critic) the Good/Bad/Uncertain judge question on oracle-labelled TextCraft examples of "
+            "other goals (docs/critic.md). Default: 100, with --quick 40, none for a --model; 0 = "
+            "no judge examples; N with a --model folder and --warm-start-steps teaches that model too "
+            "(at 1e-4).",
+        ),
     ) -> None:
         """Run the whole Agent-R loop in this process: MCTS search -> first-error critic -> revision
         splicing -> training (SFT, or --method dpo / archer) -> evaluation, for N iterations, on the
@@ -150,6 +160,7 @@ def register(app: typer.Typer) -> None:
             method=parse_methods(method),
             mixed_bf16={Precision.on: True, Precision.off: False}.get(bf16),
             threads=threads,
+            judge_phase_steps=judge_phase_steps,
         )
         raise typer.Exit(run_command(options))
 

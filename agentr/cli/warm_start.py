@@ -70,7 +70,11 @@ def prepare_model(plan: Plan, home: Path, seed: int) -> str:
 
     # judge examples (train_service/judge_data.py) change the model
     mistakes = judge_mistakes(config)
-    judge_key = warm_start_judge_key(env, plan.judge_phase_steps, mistakes) if plan.judge_examples else ""
+    judge_key = (
+        warm_start_judge_key(env, plan.judge_phase_steps, mistakes, plan.judge_phase_lr)
+        if plan.judge_examples
+        else ""
+    )
     lr = plan.warm_start_lr
     parts: tuple[Any, ...] = (base.name, config.env, tasks, plan.warm_start_steps, WARM_START_LR, seed)
     if spec is None or lr != WARM_START_LR:  # a given folder: its path and rate name the warm start
@@ -171,7 +175,7 @@ def _warm_start(
         )
         bars.update(bar, completed=steps)
     if judge:  # the judge question alone, on top (train_service/judge_data.py: judge_phase)
-        from train_service.judge_data import JUDGE_PHASE_STEPS, judge_phase
+        from train_service.judge_data import JUDGE_PHASE_LR, JUDGE_PHASE_STEPS, judge_phase
 
         phase_steps = plan.judge_phase_steps or JUDGE_PHASE_STEPS
         with console.status(f"warm start: judge phase, {phase_steps} steps on {len(judge)} examples..."):
@@ -184,6 +188,8 @@ def _warm_start(
                 cap_s=plan.warm_start_cap_s,
                 steps=phase_steps,
                 mixed_bf16=plan.mixed_bf16,
+                learning_rate=plan.judge_phase_lr or JUDGE_PHASE_LR,
+                batch=(batch, accumulate),
             )
     done = int(report.metrics.get("steps") or 0)
     if done < steps:  # the safety cap fired: this model is not the one the command documents

@@ -81,3 +81,52 @@ def test_a_mixed_bf16_warm_start_is_its_own_cached_model(tmp_path: Path) -> None
     assert read_meta(Path(fp32)).metrics["mixed_bf16"] is False
     again = prepare_model(plan_run(RunOptions(quick=True, iterations=1, warm_start_steps=2)), home, 0)
     assert again == fp32
+
+
+def test_judge_phase_steps_plans_and_refuses_clearly() -> None:
+    """``--judge-phase-steps``: N sets the judge phase; 0 drops the judge examples (and so their
+    replay); a pretrained --model learns the judge question only when asked, inside its own warm
+    start, at the pretrained rate; what cannot work is refused by name."""
+    from agentr.cli.demo import REAL_MODEL_JUDGE_PHASE_LR
+
+    assert plan_run(RunOptions(judge_phase_steps=7)).judge_phase_steps == 7
+    off = plan_run(RunOptions(judge_phase_steps=0))
+    assert not off.judge_examples and not off.judge_general
+    assert RunConfig.from_data(off.config).max_general is None
+    given = plan_run(RunOptions(model="/some/model", warm_start_steps=4, judge_phase_steps=6))
+    assert given.judge_examples and given.judge_phase_steps == 6
+    assert given.judge_phase_lr == REAL_MODEL_JUDGE_PHASE_LR and not given.judge_general
+    assert plan_run(RunOptions()).judge_phase_lr == 0.0  # the tiny model's JUDGE_PHASE_LR
+    refused = {
+        "--warm-start-steps": RunOptions(model="/some/model", judge_phase_steps=6),
+        "served": RunOptions(model="http://127.0.0.1:9/v1#m", warm_start_steps=2, judge_phase_steps=6),
+        "first-error oracle": RunOptions(env="sciworld", judge_phase_steps=6),
+        "makes none": RunOptions(judge_mix=True, judge_phase_steps=0),
+    }
+    for words, opts in refused.items():
+        try:
+            plan_run(opts)
+        except ValueError as exc:
+            assert words in str(exc), (words, exc)
+        else:
+            raise AssertionError(f"plan_run accepted {opts}")
+
+
+def test_a_pretrained_model_learns_the_judge_question_when_asked(tmp_path: Path) -> None:
+    """--model DIR --warm-start-steps N --judge-phase-steps M: the mixed warm start, then a judge
+    phase of M steps at the pretrained rate in the pretrained micro-batches, cached apart from the
+    same model's warm start without judge examples."""
+    from agentr.cli.demo import REAL_MODEL_JUDGE_PHASE_LR, micro_batches
+    from train_service.checkpoint import read_meta
+
+    home = tmp_path / "home"
+    tiny = prepare_model(plan_run(RunOptions(quick=True, iterations=1, warm_start_steps=0)), home, 0)
+    plain = Path(prepare_model(plan_run(RunOptions(model=tiny, quick=True, warm_start_steps=2)), home, 0))
+    plan = plan_run(RunOptions(model=tiny, quick=True, warm_start_steps=2, judge_phase_steps=3))
+    judged = Path(prepare_model(plan, home, 0))
+    assert judged != plain and judged.with_name(judged.name + "-mixed").is_dir()
+    phase = read_meta(judged)
+    assert phase.dataset_id.startswith("judge-phase:") and phase.metrics["steps"] == 3
+    micro, accumulate = micro_batches(8)
+    assert phase.config["learning_rate"] == REAL_MODEL_JUDGE_PHASE_LR
+    assert (phase.config["batch_size"], phase.config["grad_accumulation"]) == (micro, accumulate)
