@@ -367,6 +367,33 @@ async def first_error_match(
         await store.close()
 
 
+def given_model_args(
+    model: str,
+    warm_start_steps: int | None,
+    judge_phase_steps: int | None,
+    max_tasks: int | None,
+    goals: str = "demo",
+    quick: bool = False,
+) -> tuple[str, ...]:
+    """The ``agentr run`` flags of ``--model`` (and its warm start, judge phase and goal cap), checked:
+    a given model runs the demo goals' match only, and the other three need it."""
+    if not model:
+        if (warm_start_steps, judge_phase_steps, max_tasks) != (None, None, None):
+            raise ValueError("--warm-start-steps, --judge-phase-steps and --max-tasks go with --model")
+        return ()
+    if goals != "demo" or quick:
+        raise ValueError("--model: the demo goals' match only (not --goals multi, not --quick)")
+    args: tuple[str, ...] = ("--model", model)
+    for flag, value in (
+        ("--warm-start-steps", warm_start_steps),
+        ("--judge-phase-steps", judge_phase_steps),
+        ("--max-tasks", max_tasks),
+    ):
+        if value is not None:
+            args += (flag, str(value))
+    return args
+
+
 def multi_line(multi: dict[str, Any], metric: str = "first_error_match_multi") -> None:
     """``first_error_match_multi``: the critic against the best trivial critic on the pairs with
     >= 2 actions after the divergence (``critic_metrics``' ``split["2+"]``), with the pair count."""
@@ -527,20 +554,12 @@ if __name__ == "__main__":
     )
     parser.add_argument("--max-tasks", type=int, default=None, help="with --model: demo goals searched")
     args = parser.parse_args()
-    run_args: tuple[str, ...] = ()
-    if args.model:
-        if args.goals != "demo" or args.quick:
-            parser.error("--model: the demo goals' match only (not --goals multi, not --quick)")
-        run_args = ("--model", args.model)
-        for flag, value in (
-            ("--warm-start-steps", args.warm_start_steps),
-            ("--judge-phase-steps", args.judge_phase_steps),
-            ("--max-tasks", args.max_tasks),
-        ):
-            if value is not None:
-                run_args += (flag, str(value))
-    elif (args.warm_start_steps, args.judge_phase_steps, args.max_tasks) != (None, None, None):
-        parser.error("--warm-start-steps, --judge-phase-steps and --max-tasks go with --model")
+    try:
+        run_args = given_model_args(
+            args.model, args.warm_start_steps, args.judge_phase_steps, args.max_tasks, args.goals, args.quick
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     skip = {p.strip() for p in args.skip.split(",") if p.strip()}
     if skip - {"value", "retention"}:
         parser.error(f"--skip: unknown part(s) {sorted(skip - {'value', 'retention'})} (value, retention)")

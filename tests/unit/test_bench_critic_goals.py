@@ -46,3 +46,19 @@ def test_a_goal_the_demo_searches_or_holds_out_is_refused() -> None:
         held = dataclasses.replace(config, eval_tasks=(*config.eval_tasks, used))
         with pytest.raises(ValueError, match=used):
             critic.multi_ingredient_goals(held)
+
+
+def test_a_given_model_passes_its_warm_start_and_judge_phase_to_agentr_run() -> None:
+    """bench/critic.py --model: the flags reach ``agentr run`` as given; without --model they are
+    refused, and a given model runs the demo goals' match only."""
+    assert critic.given_model_args("", None, None, None) == ()
+    assert critic.given_model_args("/m", 8, 24, 12) == (
+        "--model", "/m", "--warm-start-steps", "8", "--judge-phase-steps", "24", "--max-tasks", "12",
+    )  # fmt: skip
+    assert critic.given_model_args("/m", None, None, None) == ("--model", "/m")
+    with pytest.raises(ValueError, match="go with --model"):
+        critic.given_model_args("", 8, None, None)
+    with pytest.raises(ValueError, match="demo goals' match only"):
+        critic.given_model_args("/m", 8, 24, None, goals="multi")
+    with pytest.raises(ValueError, match="demo goals' match only"):
+        critic.given_model_args("/m", None, None, None, quick=True)
