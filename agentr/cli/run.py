@@ -70,8 +70,8 @@ def register(app: typer.Typer) -> None:
             None,
             "--warm-start-steps",
             min=0,
-            help="Optimizer steps of the tiny model's warm start on expert episodes "
-            "(0 = none; default 80, with --quick 300).",
+            help="Optimizer steps of the warm start on expert episodes (0 = none; the tiny model's "
+            "default 80, with --quick 300; a --model folder is warm-started only when this is given).",
         ),
         seed: int = typer.Option(0, "--seed", help="Seed of the run (search, training, tiny model)."),
         quick: bool = typer.Option(
