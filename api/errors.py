@@ -128,6 +128,16 @@ def _without_union_tags(loc: tuple[Any, ...] | list[Any], body: Any, missing: bo
     return kept
 
 
+def validation_fields(errors: list[Any], body: Any) -> list[dict[str, str]]:
+    """pydantic ``errors()`` of a value validated as ``body`` -> ``[{field, message}]`` as a 422 names
+    them (union markers dropped), e.g. for one trace of a partial batch."""
+    fields = []
+    for err in errors:
+        loc = _without_union_tags(["body", *err.get("loc", ())], body, err.get("type") == "missing")
+        fields.append({"field": _location(loc[1:]), "message": str(err.get("msg", "invalid value"))})
+    return fields
+
+
 def _location(loc: tuple[Any, ...] | list[Any]) -> str:
     parts: list[str] = []
     for part in loc:

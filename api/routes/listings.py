@@ -1,10 +1,11 @@
 """Owns the project-wide listings of production traces and bad/good pairs (filters, keyset pages).
 
 ``GET /v1/traces``: the project's traces, newest first, filtered by task key, outcome, status,
-source format, the producer's id (``external_id``) and creation time. ``GET /v1/pairs``: every pair
-of the project (from traces and from runs), filtered by source, task key, status, critic strategy
-and run. Both read the ``traces`` / ``pairs`` read models, one keyset page per request. A query
-parameter neither route defines is a 422 naming it (``known_query_only``).
+source format, the producer's id (``external_id``), creation time and metadata
+(``?metadata.KEY=VALUE``). ``GET /v1/pairs``: every pair of the project (from traces and from runs),
+filtered by source, task key, status, critic strategy and run. Both read the ``traces`` / ``pairs``
+read models, one keyset page per request. A query parameter neither route defines is a 422 naming it
+(``known_query_only``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from sqlalchemy import select
 
 from api.dataset_schemas import TracePage, TraceSummaryOut
 from api.deps import ApiServices, Principal, require, services
-from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
+from api.pagination import cursor_param, keyset_page, known_query_only, limit_param, prefixed_query
 from api.schemas import ERROR_RESPONSES, ID_PATTERN, PairOut, PairPage, Timestamp
 from core.store.tables import pairs, traces
 
@@ -43,11 +44,16 @@ async def list_traces(
     ),
     since: Timestamp | None = Query(None, description="Only traces created at or after this time."),
     until: Timestamp | None = Query(None, description="Only traces created before this time."),
+    metadata: dict[str, str] = Depends(prefixed_query("metadata.")),
     limit: int = Depends(limit_param),
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
+    """``?metadata.KEY=VALUE`` (up to 10, all must hold): only traces whose metadata has KEY with that
+    value, compared as text (a number matches its decimal text, ``true``/``false`` a boolean)."""
     query = select(traces).where(traces.c.project_id == principal.project())
+    for key, wanted in metadata.items():
+        query = query.where(traces.c.metadata[key].as_string() == wanted)
     for column, value in (
         (traces.c.task_key, task_key),
         (traces.c.outcome, outcome),
@@ -70,7 +76,13 @@ async def list_traces(
         limit,
         descending=True,
     )
-    items = [TraceSummaryOut(**{k: row[k] for k in TraceSummaryOut.model_fields}) for row in page]
+    items = [
+        TraceSummaryOut(
+            **{k: row[k] for k in TraceSummaryOut.model_fields if k != "metadata"},
+            metadata=row["metadata"] or {},
+        )
+        for row in page
+    ]
     return TracePage(items=items, next_cursor=next_cursor)
 
 

@@ -23,13 +23,14 @@ Trace envelope (every format): ``task_key`` (optional; default: AgentGym's ``ite
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from core.domain.ids import derived_id
-from core.domain.trajectory import Step, ToolCall, ToolResult, Trajectory, tool_action
+from core.domain.trajectory import Step, ToolCall, ToolResult, Trajectory, UserTurn, tool_action
 from core.formats import import_langfuse, import_openai, import_otel, import_responses, import_sharegpt
 from core.formats.errors import TraceFormatError, require
 from core.formats.outcome import OUTCOME_HINT, Outcome, parse_outcome
@@ -71,19 +72,20 @@ class ImportedTrace:
 
 
 def split_react(text: str) -> tuple[str, str]:
-    """``Thought: t\\nAction: a`` -> (t, a); text without an ``Action:`` line is all action."""
+    """``Thought: t\nAction: a`` -> (t, a); text without an ``Action:`` line is all action.
+
+    The parts are cut out of the text, never rewritten: line breaks inside the thought and the action
+    stay (only the ``Thought:`` / ``Action:`` labels and the whitespace around each part go)."""
     lines = text.strip().splitlines()
     for index, line in enumerate(lines):
         stripped = line.strip()
         if stripped.lower().startswith("action:"):
-            action = " ".join(
-                [stripped[len("action:") :].strip(), *[x.strip() for x in lines[index + 1 :]]]
-            ).strip()
+            action = "\n".join([stripped[len("action:") :].strip(), *lines[index + 1 :]]).strip()
             before = "\n".join(lines[:index]).strip()
             if before.lower().startswith("thought:"):
                 before = before[len("thought:") :].strip()
-            return " ".join(before.split()), action
-    return "", " ".join(text.split())
+            return before, action
+    return "", text.strip()
 
 
 _ACTION_LINE = re.compile(r"^\s*action\s*:", re.IGNORECASE | re.MULTILINE)
@@ -97,9 +99,9 @@ def turns_to_trajectory(
     -> the observation of the step they answer."""
     instruction_parts: list[str] = []
     task_parts: list[str] = []
+    task_name = ""
     steps: list[dict[str, Any]] = []
     pending: list[tuple[str, int]] = []  # (call id, step index) waiting for a result, in call order
-    uses_tools = bool(tools) or any(t.tool_calls or t.role == "tool" for t in turns)
     for turn in turns:
         if turn.role == "system":
             if steps or task_parts:
@@ -119,21 +121,19 @@ def turns_to_trajectory(
                 "alternatives": turn.alternatives,
                 "results": {},
                 "calls": turn.tool_calls,
+                "name": turn.name,
+                "replies": [],
             }
             if turn.tool_calls:
-                step.update(
-                    kind="tool", thought=" ".join(turn.text.split()), action=tool_action(turn.tool_calls)
-                )
+                # the text beside the calls, as sent (the canonical calls are the action)
+                step.update(kind="tool", thought=turn.text, action=tool_action(turn.tool_calls))
                 pending.extend((call.call_id, len(steps)) for call in turn.tool_calls)
-            elif uses_tools and not _ACTION_LINE.search(turn.text):
-                if not turn.text.strip():
-                    raise TraceFormatError(turn.path, "an assistant message with neither text nor tool calls")
-                step.update(kind="answer", thought="", action=turn.text.strip())
-            else:
-                thought, action = split_react(turn.text)
-                if not action:
-                    raise TraceFormatError(turn.path, "an assistant message with neither text nor tool calls")
+            elif _ACTION_LINE.search(turn.text):
+                thought, action = split_react(turn.text)  # a ReAct text action
                 step.update(kind="action", thought=thought, action=action)
+            else:
+                # an answer (or an empty turn, kept as an empty step): its text byte for byte
+                step.update(kind="answer", thought="", action=turn.text)
             steps.append(step)
         elif turn.role == "tool":
             if turn.tool_call_id is not None:
@@ -149,6 +149,7 @@ def turns_to_trajectory(
                 call_id, target = pending.pop(0)  # no id: the oldest call still waiting
             elif steps and steps[-1]["kind"] != "tool":
                 _add_observation(steps[-1], turn.text)  # a text action's environment answer
+                steps[-1]["replies"].append(UserTurn(turn.text, turn.name))
                 continue
             else:
                 raise TraceFormatError(
@@ -160,8 +161,10 @@ def turns_to_trajectory(
         else:  # user
             if not steps:
                 task_parts.append(turn.text)
+                task_name = task_name or turn.name
             else:
                 _add_observation(steps[-1], turn.text)
+                steps[-1]["replies"].append(UserTurn(turn.text, turn.name))
     if not task_parts:
         raise TraceFormatError(path, "no user message holding the task")
     built = []
@@ -184,6 +187,8 @@ def turns_to_trajectory(
                 reasoning=s["reasoning"],
                 alternatives=s["alternatives"],
                 kind=s["kind"],
+                name=s["name"],
+                replies=tuple(s["replies"]),
             )
         )
     return Trajectory(
@@ -191,6 +196,7 @@ def turns_to_trajectory(
         instruction="\n".join(instruction_parts),
         steps=tuple(built),
         tools=tools,
+        task_name=task_name,
     )
 
 
@@ -286,18 +292,24 @@ def imported(item: dict[str, Any], conversation: Conversation, fmt: str) -> Impo
     path = conversation.path
     trajectory = turns_to_trajectory(conversation.turns, path, conversation.tools)
     task_key, outcome, reward, external_id = _envelope(item, conversation.envelope, path, trajectory)
-    metadata = item.get("metadata") or {}
+    metadata = trace_metadata(item, conversation.envelope.get("metadata"), path)
+    provenance: dict[str, Any] = {"source_format": fmt, "external_id": external_id, "task_key": task_key}
+    if metadata:
+        provenance["metadata"] = metadata
+    trajectory = dataclasses.replace(trajectory, reward=reward, provenance=provenance)
+    return ImportedTrace(task_key, trajectory, outcome, fmt, external_id, metadata)
+
+
+def trace_metadata(item: dict[str, Any], found: Any, path: str) -> dict[str, Any]:
+    """The trace's metadata: what the format itself carried (``found``: Langfuse ``metadata`` /
+    ``userId`` / ``tags``, span and resource attributes), overlaid by the envelope's own ``metadata``
+    object (the caller's word wins on a shared key)."""
+    metadata = item.get("metadata")
+    if metadata is None:
+        metadata = {}
     if not isinstance(metadata, dict):
         raise TraceFormatError(f"{path}.metadata", "must be an object")
-    trajectory = Trajectory(
-        task=trajectory.task,
-        instruction=trajectory.instruction,
-        steps=trajectory.steps,
-        reward=reward,
-        provenance={"source_format": fmt, "external_id": external_id, "task_key": task_key},
-        tools=trajectory.tools,
-    )
-    return ImportedTrace(task_key, trajectory, outcome, fmt, external_id, dict(metadata))
+    return {**(found if isinstance(found, dict) else {}), **metadata}
 
 
 def with_note(item: ImportedTrace, note: str) -> ImportedTrace:
@@ -305,14 +317,4 @@ def with_note(item: ImportedTrace, note: str) -> ImportedTrace:
     way in, e.g. characters the database cannot hold)."""
     provenance = dict(item.trajectory.provenance)
     provenance["notes"] = [*provenance.get("notes", []), note]
-    trajectory = Trajectory(
-        task=item.trajectory.task,
-        instruction=item.trajectory.instruction,
-        steps=item.trajectory.steps,
-        reward=item.trajectory.reward,
-        provenance=provenance,
-        tools=item.trajectory.tools,
-    )
-    return ImportedTrace(
-        item.task_key, trajectory, item.outcome, item.source_format, item.external_id, item.metadata
-    )
+    return dataclasses.replace(item, trajectory=dataclasses.replace(item.trajectory, provenance=provenance))

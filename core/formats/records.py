@@ -4,7 +4,8 @@
   messages are ``{role, content}``; every assistant message carries ``weight`` 0/1; an assistant
   message that calls tools has ``tool_calls: [{"id", "type": "function", "function": {"name",
   "arguments"}}]`` with ``arguments`` as a JSON string (and ``content`` only when it has text);
-  a ``tool`` message is ``{role: "tool", tool_call_id, content}``. ``tools`` (the OpenAI function
+  a ``tool`` message is ``{role: "tool", tool_call_id, content}``. A system, user or assistant message
+  with a speaker carries OpenAI's ``name`` (multi-agent group chats). ``tools`` (the OpenAI function
   definitions) is present only when the sample has some. This is the published chat fine-tuning
   format with tool calling and per-message ``weight``.
 * ShareGPT (``sharegpt_record``): samples without tools keep the AgentGym shape
@@ -17,7 +18,8 @@
   ``observation`` turn (several results joined by newlines). Assistant text beside a call (its
   thought, or the reflection) is sent as a ``<think>...</think>`` prefix of the function_call
   value, the form LLaMA-Factory's function formatter keeps (its ``thought_words``).
-  ``loss`` is set on gpt and function_call turns.
+  ``loss`` is set on gpt and function_call turns. A turn whose message has a speaker carries its
+  ``name`` (both shapes; tool results excepted).
 * ``fold_reasoning`` (a dataset built with ``include_reasoning``): each assistant message's
   reasoning becomes a ``<think>\n{reasoning}\n</think>\n\n`` prefix of its content (the
   DeepSeek-R1 / Qwen3 chat-template form), so it is trained exactly when that message has weight 1;
@@ -103,6 +105,8 @@ def openai_record(sample: TrainingSample) -> dict[str, Any]:
             rec["content"] = m.content
         else:
             rec["content"] = m.content
+        if m.name and m.role in ("system", "user", "assistant"):
+            rec["name"] = m.name  # the speaker (OpenAI `name`: a group chat's participant)
         if m.role == "assistant":
             rec["weight"] = 1 if m.weight else 0
         msgs.append(rec)
@@ -136,10 +140,10 @@ def _sharegpt_tools(sample: TrainingSample) -> dict[str, Any]:
                 value = f"{m.content.strip()}{value}"
             elif m.content.strip():
                 value = f"<think>{m.content.strip()}</think>{value}"
-            conv.append({"from": "function_call", "value": value, "loss": bool(m.weight)})
+            conv.append(_named({"from": "function_call", "value": value, "loss": bool(m.weight)}, m))
         else:
             loss = bool(m.weight) if m.role == "assistant" else None
-            conv.append({"from": _TO_SHAREGPT[m.role], "value": m.content, "loss": loss})
+            conv.append(_named({"from": _TO_SHAREGPT[m.role], "value": m.content, "loss": loss}, m))
     tools = [_function_object(t) for t in sample.tools]
     return {
         "id": sample.sample_id,
@@ -149,15 +153,25 @@ def _sharegpt_tools(sample: TrainingSample) -> dict[str, Any]:
     }
 
 
+def _named(turn: dict[str, Any], m: Message) -> dict[str, Any]:
+    """A ShareGPT turn with its speaker's ``name`` when the message has one (not on tool results)."""
+    if m.name and m.role != "tool":
+        turn["name"] = m.name
+    return turn
+
+
 def sharegpt_record(sample: TrainingSample) -> dict[str, Any]:
     if _has_tools(sample):
         return _sharegpt_tools(sample)
     conv = [
-        {
-            "from": _TO_SHAREGPT[m.role],
-            "value": m.content,
-            "loss": bool(m.weight) if m.role == "assistant" else None,
-        }
+        _named(
+            {
+                "from": _TO_SHAREGPT[m.role],
+                "value": m.content,
+                "loss": bool(m.weight) if m.role == "assistant" else None,
+            },
+            m,
+        )
         for m in sample.messages
     ]
     return {"id": sample.sample_id, "conversations": conv}
@@ -210,7 +224,8 @@ def _openai_messages(record: dict[str, Any], where: str) -> list[Message]:
             raise FormatError(f"{where}: message content must be text, got {type(content).__name__}")
         w = _weight(m.get("weight"), where) if role == "assistant" else 0
         tool_call_id = m.get("tool_call_id") if role == "tool" else None
-        msgs.append(Message(role, content, w, tool_calls=calls, tool_call_id=tool_call_id))
+        name = m.get("name") if role != "tool" and isinstance(m.get("name"), str) else None
+        msgs.append(Message(role, content, w, tool_calls=calls, tool_call_id=tool_call_id, name=name or None))
     return msgs
 
 
@@ -263,7 +278,8 @@ def _sharegpt_messages(record: dict[str, Any], where: str) -> list[Message]:
             )
             pending = ()
         else:
-            msgs.append(Message(role, value, w))  # type: ignore[arg-type]
+            name = turn.get("name") if isinstance(turn.get("name"), str) else None
+            msgs.append(Message(role, value, w, name=name or None))  # type: ignore[arg-type]
     return msgs
 
 

@@ -245,6 +245,8 @@ traces = Table(
     Column("created_at", Timestamp, nullable=False),
     Column("pair_id", String(36), nullable=True),  # the pair made for this failed trace
     Column("reason", Text, nullable=True),  # why a failed trace did not pair or its pair was rejected
+    # the producer's metadata (the envelope's `metadata`, Langfuse metadata/userId/tags, span attributes)
+    Column("metadata", Json, nullable=True),
     # the producer's id is a key: one trace per (project, external id), across both doors
     UniqueConstraint("project_id", "external_id"),
 )

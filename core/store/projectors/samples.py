@@ -235,6 +235,7 @@ async def _trace_ingested(conn: AsyncConnection, items: Sequence[Item]) -> None:
                 "status": "waiting_for_outcome" if event.outcome == "unknown" else "ingested",
                 "created_at": recorded.recorded_at,
                 "reason": None,
+                "metadata": event.trajectory.provenance.get("metadata") or {},
             }
         )
     holders = await _external_id_holders(conn, rows)
