@@ -218,6 +218,18 @@ class JsonSanitizeMiddleware:
         body = b"".join(chunks)
         headers = dict(scope.get("headers", []))
         encoding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
+        if scope.get("path") == "/v1/traces" and encoding not in ("", "identity", "gzip", "deflate"):
+            start, payload = _json_error(
+                415,
+                "unsupported_media_type",
+                f"Content-Encoding {encoding!r} is not supported here: send gzip, deflate or an "
+                "uncompressed body",
+                scope.get("state", {}).get("request_id", ""),
+                None,
+            )
+            await send(start)
+            await send({"type": "http.response.body", "body": payload})
+            return
         if scope.get("path") == "/v1/traces" and encoding in ("gzip", "deflate"):
             try:  # a gzip upload is inflated here (bounded), so the route sees plain JSON
                 body = inflate(body, encoding, self.max_inflated)

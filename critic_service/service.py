@@ -273,7 +273,7 @@ class CriticHandlers:
         user message byte for byte. The sample keeps the failed trace's own task text and instruction
         (``core.domain.splice.revision_sample``). Among the candidates the one sharing the longest
         action prefix wins (ties: the earliest ingested). A failure with steps that finds no usable
-        partner gets ``TraceUnpaired`` saying why."""
+        partner (or with no step at all) gets ``TraceUnpaired`` saying why."""
         partners = await self._partners(trace)
         if trace.outcome == "failure":
             wanted = [(trace, partners)]
@@ -292,8 +292,7 @@ class CriticHandlers:
                 if best is None or shared > best[0]:
                     best = (shared, good)
             if best is None:
-                if failed.trajectory.steps:
-                    out.append(self._unpaired(failed, candidates, trace, meta))
+                out.append(self._unpaired(failed, candidates, trace, meta))
                 continue
             shared, good = best
             pair = PairFound(
@@ -320,7 +319,9 @@ class CriticHandlers:
         self, failed: TraceIngested, candidates: list[TraceIngested], cause: TraceIngested, meta: Metadata
     ) -> NewEvent:
         key = failed.task_key
-        if not candidates:
+        if not failed.trajectory.steps:
+            reason = "no assistant step in this trace: nothing to revise, so it cannot pair"
+        elif not candidates:
             reason = (
                 f"no successful trace with task key {key!r} in this project yet; it pairs when one is "
                 "ingested (or a waiting trace of that key gets outcome success)"

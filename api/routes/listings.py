@@ -11,7 +11,7 @@ read models, one keyset page per request. A query parameter neither route define
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 from sqlalchemy import select
@@ -24,6 +24,11 @@ from core.store.tables import pairs, traces
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, dependencies=[Depends(known_query_only)])
 
+TraceStatus = Literal[
+    "waiting_for_outcome", "ingested", "critiqued", "no_error_found", "unpaired", "rejected", "revised"
+]
+"""Every status a trace row takes (core.store.projectors.samples); another is a 422 listing these."""
+
 _KEY = Query(None, min_length=1, max_length=200, description="Only this task key.")
 
 
@@ -34,7 +39,7 @@ async def list_traces(
     outcome: str | None = Query(
         None, pattern="^(success|failure|unknown)$", description="Only this outcome."
     ),
-    status: str | None = Query(None, pattern="^[a-z_]{1,32}$", description="Only traces in this status."),
+    status: TraceStatus | None = Query(None, description="Only traces in this status."),
     source_format: str | None = Query(None, pattern="^[a-z0-9_-]{1,32}$", description="Only this format."),
     external_id: str | None = Query(
         None,

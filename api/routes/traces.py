@@ -274,13 +274,17 @@ async def _outcome_event(
 
 
 @router.patch(
-    "/{trace_id}",
+    "/{trace_id:path}",
     response_model=TraceOutcomeOut,
     summary="Set the outcome of a trace ingested without one (the critic then runs on it)",
 )
 async def set_trace_outcome(
     body: TraceOutcomeIn,
-    trace_id: str = Path(pattern=ID_PATTERN),
+    trace_id: str = Path(
+        min_length=1,
+        max_length=200,
+        description="The agentr trace id, or the producer's id (external id, URL-encoded: a `/` as %2F).",
+    ),
     principal: Principal = Depends(require("ingest")),
     svc: ApiServices = Depends(services),
 ) -> Any:

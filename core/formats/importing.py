@@ -14,17 +14,19 @@ A batch is all-or-nothing: the first malformed field raises ``TraceFormatError``
 the path and what to send instead, e.g. ``traces[3].messages[5].role: unknown role 'robot' (send
 system, user, assistant or tool)``; nothing is returned half-parsed.
 
-Trace envelope (every format): ``task_key`` (optional; default: AgentGym's ``item_id``, the spans'
-``gen_ai.conversation.id``, else a hash of the task text), ``outcome``
+Trace envelope (every format): ``task_key`` (optional, trimmed and case-folded; default: AgentGym's
+``item_id``, the spans' ``gen_ai.conversation.id``, else a hash of the task text in NFC with whitespace
+collapsed and trimmed, case-folded: ``task_text_key``), ``outcome``
 (``"success" | "failure" | "unknown"``, a reward number in [0, 1] (success only at 1), a boolean, or
 ``{"success": bool, "reward": number}``; default unknown), ``reward`` (optional, in [0, 1]), ``id``
-(optional external id), ``metadata`` (optional object).
+(optional external id), ``metadata`` (optional object, kept: ``provenance["metadata"]``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -204,6 +206,18 @@ def _add_observation(step: dict[str, Any], text: str) -> None:
     step["observation"] = text if step["observation"] is None else f"{step['observation']}\n{text}"
 
 
+def task_text_key(task: str) -> str:
+    """What the default task key hashes: the task text in Unicode NFC, whitespace runs collapsed to
+    one space, trimmed and case-folded, so "Refund order 7" and "refund  order 7\n" pair."""
+    return " ".join(unicodedata.normalize("NFC", task).split()).casefold()
+
+
+def explicit_task_key(key: str) -> str:
+    """A sent task key (or a format's: item_id, conversation id, session id) trimmed and case-folded
+    ("refund-order " and "Refund-Order" are one task); inner text is kept (NFC-normalised)."""
+    return unicodedata.normalize("NFC", key).strip().casefold()
+
+
 MAX_EXTERNAL_ID = 200
 """Longest caller-given trace id, as text (an integer id counts its digits): its varchar(200) column."""
 
@@ -223,9 +237,11 @@ def _envelope(
     ):
         task_key = str(item["item_id"])  # AgentGym's AgentTraj records name their task item_id
     if task_key is None:
-        task_key = derived_id("task", trajectory.task)
+        task_key = derived_id("task", task_text_key(trajectory.task))
     elif not isinstance(task_key, str) or not task_key.strip():
         raise TraceFormatError(f"{path}.task_key", "must be a non-empty string")
+    else:
+        task_key = explicit_task_key(task_key)
     external_id = item.get("id", hints.get("id"))
     if external_id is not None and (isinstance(external_id, bool) or not isinstance(external_id, str | int)):
         raise TraceFormatError(f"{path}.id", "must be a string")

@@ -30,6 +30,7 @@ from core.formats.spans import (
     SpanRecord,
     StatusCode,
     _remote_parent,
+    check_trace_id,
     group_by_trace,
     json_text,
 )
@@ -170,7 +171,9 @@ def span_from_json(
     if not isinstance(span, dict):
         raise TraceFormatError(path, f"expected a span object, got {type(span).__name__}")
     raw_trace = _pick(span, "traceId", "trace_id")
-    trace_id = _hex_id(raw_trace, f"{path}.traceId") if raw_trace not in (None, "") else trace_id_default
+    trace_id = trace_id_default
+    if raw_trace not in (None, ""):
+        trace_id = check_trace_id(_hex_id(raw_trace, f"{path}.traceId"), f"{path}.traceId")
     raw_span = _pick(span, "spanId", "span_id")
     span_id = _hex_id(raw_span, f"{path}.spanId", optional=True)
     parent = _hex_id(_pick(span, "parentSpanId", "parent_span_id"), f"{path}.parentSpanId", optional=True)

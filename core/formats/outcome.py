@@ -2,7 +2,8 @@
 
 Accepted: ``"success" | "failure" | "unknown"``, a reward number in [0, 1] (success only at 1),
 ``true`` / ``false``, or ``{"success": bool, "reward": number}``; a separate ``reward`` may come with
-any of them (it must agree). Strings keep the historic default rewards (success 1.0, failure 0.0,
+any of them (it must agree: a failure with reward 1 is refused, naming both).
+Strings keep the historic default rewards (success 1.0, failure 0.0,
 unknown None). Anything else raises ``TraceFormatError`` naming the field and what to send.
 """
 
@@ -68,6 +69,12 @@ def parse_outcome(value: Any, reward: Any, path: str) -> tuple[Outcome, float | 
         score = score if score is not None else explicit
     else:
         raise TraceFormatError(opath, f"unsupported {type(value).__name__} ({OUTCOME_HINT})")
+    if outcome == "failure" and score is not None and score >= 1.0:
+        raise TraceFormatError(
+            opath,
+            f"outcome failure and reward {score:g} contradict each other (a reward of 1 is a success): "
+            "send the outcome or the reward that is true",
+        )
     if score is None:
         score = {"success": 1.0, "failure": 0.0, "unknown": None}[outcome]
     return outcome, score

@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from api.writes import new_event
+from core.domain.events import TraceCritiqued
+from core.domain.events.values import StepVerdict
+from core.domain.ids import derived_id, trace_stream
 from tests.api.conftest import ApiHarness
 from tests.api.logs_stack import LogsStack, logs_stack
 
@@ -225,3 +230,132 @@ async def test_a_partial_batch_stores_the_readable_traces_and_names_each_refused
         "/v1/traces", json={"format": "otlp", "traces": [{"resourceSpans": []}], "partial": True}, headers=key
     )
     assert otlp.status_code == 422 and otlp.json()["fields"][0]["field"] == "body.partial"
+
+
+def _balance(task: str, args: str, result: str, final: str, **extra: Any) -> dict[str, Any]:
+    call = {"id": "c1", "type": "function", "function": {"name": "balance", "arguments": args}}
+    return {
+        "messages": [
+            {"role": "user", "content": task},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": result},
+            {"role": "assistant", "content": final},
+        ],
+        **extra,
+    }
+
+
+async def test_task_keys_are_normalised_and_unpaired_traces_say_why(logs: LogsStack) -> None:
+    # default keys: the task texts differ only in case, whitespace and Unicode composition
+    bad = _balance("Balance of  café 7?\n", '{"a": 7}', '{"error": "timeout"}', "Sorry.", outcome="failure")
+    good = _balance(
+        "balance of cafe\u0301 7?", '{"a": 7, "f": 1}', '{"balance": 3}', "It is 3.", outcome="success"
+    )
+    (failed,) = (await logs.post("openai", bad))["trace_ids"]
+    (succeeded,) = (await logs.post("openai", good))["trace_ids"]
+    views = [await logs.trace(failed), await logs.trace(succeeded)]
+    assert views[0]["task_key"] == views[1]["task_key"]
+    # explicit keys: trimmed and case-folded
+    a = _balance("A?", '{"a": 1}', '{"error": "x"}', "No.", task_key="refund-order ", outcome="failure")
+    b = _balance("B?", '{"a": 2}', '{"ok": 1}', "Yes.", task_key="Refund-Order", outcome="success")
+    ids = (await logs.post("openai", a, b))["trace_ids"]
+    assert {(await logs.trace(t))["task_key"] for t in ids} == {"refund-order"}
+    # a failed trace with no step at all says why it cannot pair
+    no_step = {"messages": [{"role": "user", "content": "Hi?"}], "outcome": "failure"}
+    (lonely,) = (await logs.post("openai", no_step))["trace_ids"]
+    await logs.settle()
+    assert (await logs.trace(failed))["status"] == "revised"
+    assert (await logs.trace(ids[0]))["status"] == "revised"
+    view = await logs.trace(lonely)
+    assert view["status"] == "unpaired" and "no assistant step" in view["reason"]
+
+
+async def test_a_late_critic_verdict_never_takes_a_revised_trace_back(logs: LogsStack) -> None:
+    bad = _balance(
+        "Balance?", '{"a": 7}', '{"error": "timeout"}', "Sorry.", task_key="late", outcome="failure"
+    )
+    good = _balance(
+        "Balance?", '{"a": 7, "f": 1}', '{"balance": 3}', "3.", task_key="late", outcome="success"
+    )
+    (failed,) = (await logs.post("openai", bad))["trace_ids"]
+    await logs.post("openai", good)
+    await logs.settle()
+    before = await logs.trace(failed)
+    assert before["status"] == "revised" and before["transition_index"] == 0
+    project = (await logs.api.client.get("/v1/traces", headers=logs.key)).json()["items"][0]
+    assert project["status"] in ("revised", "ingested")
+    late = TraceCritiqued(
+        trace_id=failed,
+        strategy="rules",
+        transition_index=1,
+        verdicts=(StepVerdict(1, "bad", method="rule", reason="late"),),
+    )
+    for index, verdict in ((1, late), (2, replace(late, transition_index=None, verdicts=()))):
+        event = new_event(
+            trace_stream(failed), verdict, project_id=None, event_id=derived_id("late", str(index))
+        )
+        await logs.api.store.append([event])
+        after = await logs.trace(failed)
+        assert (after["status"], after["transition_index"], after["sample_id"]) == (
+            "revised",
+            0,
+            before["sample_id"],
+        )
+    listed = await logs.api.client.get("/v1/traces?status=revised", headers=logs.key)
+    assert failed in [t["trace_id"] for t in listed.json()["items"]]
+
+
+async def test_contradictions_and_ids(api: ApiHarness) -> None:
+    key = await _key(api)
+
+    async def post(*traces: Any, fmt: str = "openai", headers: dict[str, str] | None = None) -> Any:
+        return await api.client.post(
+            "/v1/traces", json={"format": fmt, "traces": list(traces)}, headers={**key, **(headers or {})}
+        )
+
+    contradiction = await post(_chat("Q?", "A.", outcome="failure", reward=1))
+    assert contradiction.status_code == 422
+    field = contradiction.json()["fields"][0]
+    assert field["field"] == "body.traces[0].outcome"
+    assert "failure" in field["message"] and "reward 1" in field["message"]
+    # an external id holding "/" works with PATCH, URL-encoded
+    answer = await post(_chat("Q?", "A.", id="team/a/1"))
+    assert answer.status_code == 202, answer.text
+    patched = await api.client.patch("/v1/traces/team%2Fa%2F1", json={"outcome": "success"}, headers=key)
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["trace_id"] == answer.json()["trace_ids"][0]
+    # tool arguments "" are kept verbatim
+    answer = await post(_balance("B?", "", "3", "3."))
+    view = (await api.client.get(f"/v1/traces/{answer.json()['trace_ids'][0]}", headers=key)).json()
+    assert view["trajectory"]["steps"][0]["tool_calls"][0]["arguments"] == ""
+    # an unknown status is a 422 listing the allowed ones
+    status = await api.client.get("/v1/traces?status=exploded", headers=key)
+    assert status.status_code == 422 and "waiting_for_outcome" in status.text and "revised" in status.text
+    # an encoding the server cannot read is a 415, not misread JSON
+    brotli = await api.client.post(
+        "/v1/traces",
+        content=json.dumps({"format": "openai", "traces": [_chat("Q?", "A.")]}).encode(),
+        headers={**key, "content-type": "application/json", "content-encoding": "br"},
+    )
+    assert brotli.status_code == 415 and "'br'" in brotli.text
+
+    def otlp(trace_id: str) -> dict[str, Any]:
+        span = {
+            "traceId": trace_id,
+            "spanId": "0000000000000001",
+            "name": "chat",
+            "attributes": [
+                {"key": "gen_ai.prompt.0.role", "value": {"stringValue": "user"}},
+                {"key": "gen_ai.prompt.0.content", "value": {"stringValue": "Hi"}},
+                {"key": "gen_ai.completion.0.role", "value": {"stringValue": "assistant"}},
+                {"key": "gen_ai.completion.0.content", "value": {"stringValue": "Hello"}},
+            ],
+        }
+        return {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+
+    for bad_id, why in (("0102030405", "16 bytes"), ("0" * 32, "all-zero")):
+        refused = await post(otlp(bad_id), fmt="otlp")
+        assert refused.status_code == 422 and why in refused.text, refused.text
+        receiver = await api.client.post("/v1/otlp/v1/traces", json=otlp(bad_id), headers=key)
+        assert receiver.status_code in (200, 422) and why in receiver.text, receiver.text
+    assert (await post(otlp("5b8efff798038103d269b633813fc60c"), fmt="otlp")).status_code == 202
