@@ -114,9 +114,10 @@ def parse(item: dict[str, Any], path: str) -> Conversation:
         envelope["id"] = str(trace["id"])
     raw_metadata = trace.get("metadata")
     metadata: dict[str, Any] = raw_metadata if isinstance(raw_metadata, dict) else {}
-    task_key = metadata.get("task_key") or trace.get("sessionId")
-    if isinstance(task_key, str) and task_key.strip():
-        envelope["task_key"] = task_key
+    if isinstance(metadata.get("task_key"), str) and metadata["task_key"].strip():
+        envelope["task_key"] = metadata["task_key"]
+    elif isinstance(trace.get("sessionId"), str) and trace["sessionId"].strip():
+        envelope["default_task_key"] = trace["sessionId"]  # an id: used as it is
     kept = dict(metadata)
     for key in ("userId", "sessionId", "tags", "name", "release", "version", "environment"):
         if trace.get(key) not in (None, "", []):

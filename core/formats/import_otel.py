@@ -257,7 +257,7 @@ def _hints(spans: list[SpanRecord], trace_id: str) -> dict[str, Any]:
     if "task_key" not in hints:  # the GenAI conversation id groups the traces of one task by default
         for attrs, _path in sources:
             if isinstance(attrs.get(CONVERSATION_KEY), str) and attrs[CONVERSATION_KEY].strip():
-                hints["task_key"] = attrs[CONVERSATION_KEY]
+                hints["default_task_key"] = attrs[CONVERSATION_KEY]  # an id: used as it is
                 break
     if "outcome" not in hints and "reward" not in hints and roots:
         status = roots[0].status_code

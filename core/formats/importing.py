@@ -15,11 +15,12 @@ the path and what to send instead, e.g. ``traces[3].messages[5].role: unknown ro
 system, user, assistant or tool)``; nothing is returned half-parsed.
 
 Trace envelope (every format): ``task_key`` (optional, trimmed and case-folded; default: AgentGym's
-``item_id``, the spans' ``gen_ai.conversation.id``, else a hash of the task text in NFC with whitespace
-collapsed and trimmed, case-folded: ``task_text_key``), ``outcome``
-(``"success" | "failure" | "unknown"``, a reward number in [0, 1] (success only at 1), a boolean, or
-``{"success": bool, "reward": number}``; default unknown), ``reward`` (optional, in [0, 1]), ``id``
-(optional external id), ``metadata`` (optional object, kept: ``provenance["metadata"]``).
+``item_id``, the spans' ``gen_ai.conversation.id``, Langfuse's ``sessionId`` (ids, as they are),
+else a hash of the task text in NFC with whitespace collapsed and trimmed, case-folded:
+``task_text_key``), ``outcome`` (``"success" | "failure" | "unknown"``, a reward number in [0, 1]
+(success only at 1), a boolean, or ``{"success": bool, "reward": number}``; default unknown),
+``reward`` (optional, in [0, 1]), ``id`` (optional external id), ``metadata`` (optional object,
+kept: ``provenance["metadata"]``).
 """
 
 from __future__ import annotations
@@ -213,8 +214,10 @@ def task_text_key(task: str) -> str:
 
 
 def explicit_task_key(key: str) -> str:
-    """A sent task key (or a format's: item_id, conversation id, session id) trimmed and case-folded
-    ("refund-order " and "Refund-Order" are one task); inner text is kept (NFC-normalised)."""
+    """A sent task key (the envelope's ``task_key``, ``agentr.task_key``, Langfuse
+    ``metadata.task_key``) trimmed and case-folded ("refund-order " and "Refund-Order" are one task);
+    inner text is kept (NFC-normalised). Ids a format carries (AgentGym ``item_id``, the GenAI
+    conversation id, Langfuse ``sessionId``) are used as they are: ids are case-sensitive."""
     return unicodedata.normalize("NFC", key).strip().casefold()
 
 
@@ -230,18 +233,16 @@ def _envelope(
     else:
         outcome, reward = parse_outcome(hints.get("outcome"), hints.get("reward"), hints.get("path", path))
     task_key = item.get("task_key", hints.get("task_key"))
-    if (
-        task_key is None
-        and isinstance(item.get("item_id"), str | int)
-        and not isinstance(item["item_id"], bool)
-    ):
-        task_key = str(item["item_id"])  # AgentGym's AgentTraj records name their task item_id
-    if task_key is None:
-        task_key = derived_id("task", task_text_key(trajectory.task))
-    elif not isinstance(task_key, str) or not task_key.strip():
-        raise TraceFormatError(f"{path}.task_key", "must be a non-empty string")
-    else:
+    if task_key is not None:
+        if not isinstance(task_key, str) or not task_key.strip():
+            raise TraceFormatError(f"{path}.task_key", "must be a non-empty string")
         task_key = explicit_task_key(task_key)
+    elif isinstance(item.get("item_id"), str | int) and not isinstance(item["item_id"], bool):
+        task_key = str(item["item_id"])  # AgentGym's AgentTraj records name their task item_id
+    elif hints.get("default_task_key") is not None:
+        task_key = str(hints["default_task_key"])  # the spans' conversation id, Langfuse's sessionId
+    else:
+        task_key = derived_id("task", task_text_key(trajectory.task))
     external_id = item.get("id", hints.get("id"))
     if external_id is not None and (isinstance(external_id, bool) or not isinstance(external_id, str | int)):
         raise TraceFormatError(f"{path}.id", "must be a string")

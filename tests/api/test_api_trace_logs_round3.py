@@ -359,3 +359,44 @@ async def test_contradictions_and_ids(api: ApiHarness) -> None:
         receiver = await api.client.post("/v1/otlp/v1/traces", json=otlp(bad_id), headers=key)
         assert receiver.status_code in (200, 422) and why in receiver.text, receiver.text
     assert (await post(otlp("5b8efff798038103d269b633813fc60c"), fmt="otlp")).status_code == 202
+
+
+def _autogen(*turns: tuple[str, str], key: str) -> dict[str, Any]:
+    """A failed AutoGen two-agent log: the assistant writes code, the executor (a user proxy) runs it."""
+    messages = [{"role": "user", "name": "user_proxy", "content": "Convert report.md to PDF."}]
+    for code, output in turns:
+        messages.append({"role": "assistant", "name": "assistant", "content": code})
+        messages.append({"role": "user", "name": "user_proxy", "content": output})
+    return {"task_key": key, "outcome": "failure", "messages": messages}
+
+
+async def test_the_rules_critic_reads_exit_codes_and_the_agents_own_failure_reports(logs: LogsStack) -> None:
+    exit_code = _autogen(
+        ("```sh\nls\n```", "exitcode: 0 (execution succeeded)\nCode output: report.md"),
+        ("```sh\npandoc report.md -o report.pdf\n```", "exitcode: 127 (execution failed)\nCode output: "),
+        ("I was unable to convert the file.", ""),
+        key="exit",
+    )
+    traceback_ok = _autogen(
+        (
+            "```python\nimport convert\n```",
+            "exitcode: 0 (execution succeeded)\nCode output: Traceback (most recent call last):\n"
+            "  ...\nImportError: optional speedups missing, using the slow path\ndone",
+        ),
+        ("I could not verify the PDF's fonts.", ""),
+        key="tb",
+    )
+    clean = _autogen(
+        ("```sh\nls\n```", "exitcode: 0 (execution succeeded)\nCode output: report.md"), key="ok"
+    )
+    first, second, third = (await logs.post("openai", exit_code, traceback_ok, clean))["trace_ids"]
+    await logs.settle()
+    view = await logs.trace(first)
+    assert view["critique"]["transition_index"] == 1, view["critique"]
+    assert "exit code 127" in view["critique"]["verdicts"][1]["reason"]
+    view = await logs.trace(second)
+    assert view["critique"]["transition_index"] == 1  # not the traceback printed under exit code 0
+    assert view["critique"]["verdicts"][1]["reason"] == "the agent reports a failure: 'I could not'"
+    view = await logs.trace(third)
+    assert view["status"] == "no_error_found"
+    assert view["reason"].startswith("no_error_found: the rules critic judged no step")
