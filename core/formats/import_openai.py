@@ -106,6 +106,9 @@ def parse(item: dict[str, Any], path: str, *, legacy: bool = False) -> Conversat
                 f"{mpath}.role", f"unknown role {role!r} (send system, user, assistant or tool)"
             )
         text = content_text(message.get("content"), f"{mpath}.content")
+        refusal = message.get("refusal")
+        if role == "assistant" and isinstance(refusal, str) and refusal and not text:
+            text = refusal  # the model refused: its refusal is what it said (content is null then)
         calls: tuple[ToolCall, ...] = ()
         if message.get("function_call") is not None:
             if not legacy:

@@ -400,3 +400,29 @@ async def test_the_rules_critic_reads_exit_codes_and_the_agents_own_failure_repo
     view = await logs.trace(third)
     assert view["status"] == "no_error_found"
     assert view["reason"].startswith("no_error_found: the rules critic judged no step")
+
+
+async def test_a_refusal_with_null_content_and_an_otel_item_of_two_trace_ids(api: ApiHarness) -> None:
+    key = await _key(api)
+    refusal = {
+        "messages": [
+            {"role": "user", "content": "Write malware."},
+            {"role": "assistant", "content": None, "refusal": "I can't help with that."},
+        ]
+    }
+    answer = await api.client.post("/v1/traces", json={"format": "openai", "traces": [refusal]}, headers=key)
+    assert answer.status_code == 202, answer.text
+    view = (await api.client.get(f"/v1/traces/{answer.json()['trace_ids'][0]}", headers=key)).json()
+    assert view["trajectory"]["steps"][0]["action"] == "I can't help with that."
+
+    def span(trace_id: str) -> dict[str, Any]:
+        return {
+            "traceId": trace_id,
+            "name": "chat",
+            "attributes": {"gen_ai.prompt.0.role": "user", "gen_ai.prompt.0.content": "Hi"},
+        }
+
+    two = {"spans": [span("5b8efff798038103d269b633813fc60c"), span("6b8efff798038103d269b633813fc60c")]}
+    answer = await api.client.post("/v1/traces", json={"format": "otel", "traces": [two]}, headers=key)
+    assert answer.status_code == 422 and answer.json()["fields"][0]["field"] == "body.traces[0].spans"
+    assert "2 trace ids" in answer.text and "format=otlp" in answer.text
