@@ -107,7 +107,9 @@ def missing_folder(given: str, resolved: str) -> str | None:
             return None
     except (OSError, ValueError):
         pass
-    return f"model folder {given.strip()!r} does not exist inside the server's model roots (AGENTR_MODEL_ROOTS)"
+    return (
+        f"model folder {given.strip()!r} does not exist inside the server's model roots (AGENTR_MODEL_ROOTS)"
+    )
 
 
 def rooted_run_config(

@@ -67,7 +67,9 @@ async def ingest_traces(
         )
     critic_model = body.critic.model if body.critic is not None else None
     if critic_model is not None:  # a folder outside the roots: the same answer whether it exists or not
-        critic_model, refused = model_ref_problem(critic_model, svc.settings.model_root_paths, svc.settings.egress)
+        critic_model, refused = model_ref_problem(
+            critic_model, svc.settings.model_root_paths, svc.settings.egress
+        )
         if critic_model is None:
             raise make_field_error("body.critic.model", refused or OUTSIDE_ROOTS)
     try:

@@ -29,6 +29,7 @@ setting), and each worker checks again before it opens a model or an environment
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 from collections.abc import Iterable
@@ -80,10 +81,8 @@ class BaseUrl:
             raise UrlProblem("has no host")
         if "%" in host:
             raise UrlProblem("has a percent sign in its host")
-        try:
-            host = str(ipaddress.ip_address(host))  # one spelling per address (IPv6 compressed)
-        except ValueError:
-            pass
+        with contextlib.suppress(ValueError):  # one spelling per address (IPv6 compressed)
+            host = str(ipaddress.ip_address(host))
         segments = tuple(unquote(s) for s in parts.path.split("/") if s)
         if any(s in (".", "..") or "/" in s or "\\" in s for s in segments):
             raise UrlProblem("has a '.' or '..' path segment (or an encoded slash)")
@@ -91,17 +90,20 @@ class BaseUrl:
 
     def covers(self, other: BaseUrl) -> bool:
         """Whether ``other`` lies under this base URL (same origin, path segment prefix)."""
-        return (
-            (self.scheme, self.host, self.port) == (other.scheme, other.host, other.port)
-            and other.segments[: len(self.segments)] == self.segments
-        )
+        return (self.scheme, self.host, self.port) == (
+            other.scheme,
+            other.host,
+            other.port,
+        ) and other.segments[: len(self.segments)] == self.segments
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{self.scheme}://{host}:{self.port}/{'/'.join(self.segments)}"
 
 
-def parse_url_list(text: str | None, setting: str, schemes: Iterable[str] = DEFAULT_PORTS) -> tuple[BaseUrl, ...]:
+def parse_url_list(
+    text: str | None, setting: str, schemes: Iterable[str] = DEFAULT_PORTS
+) -> tuple[BaseUrl, ...]:
     """The comma-separated base URLs of ``setting``; ValueError naming the setting and the entry."""
     bases = []
     for entry in (text or "").split(","):
@@ -167,7 +169,10 @@ class Egress:
         except UrlProblem as exc:
             return f"model URL {ref.strip()} {exc}: refused whatever {MODEL_URLS_SETTING} holds"
         if not any(base.covers(url) for base in self.models):
-            return f"model URL {ref.strip()} is not in {MODEL_URLS_SETTING} (the served models this server may call)"
+            return (
+                f"model URL {ref.strip()} is not in {MODEL_URLS_SETTING} (the served models this server "
+                "may call)"
+            )
         return None
 
     def env_problem(self, uri: str) -> str | None:
@@ -180,7 +185,10 @@ class Egress:
         except UrlProblem as exc:
             return f"environment URI {uri.strip()} {exc}: refused whatever {ENV_URLS_SETTING} holds"
         if not any(base.covers(url) for base in self.envs):
-            return f"environment URI {uri.strip()} is not in {ENV_URLS_SETTING} (the remote environments this server may call)"
+            return (
+                f"environment URI {uri.strip()} is not in {ENV_URLS_SETTING} (the remote environments "
+                "this server may call)"
+            )
         return None
 
     def model_key(self, ref: str) -> str | None:

@@ -11,6 +11,9 @@ import contextlib
 import os
 from pathlib import Path
 
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
 from core.domain.egress import (
     ENV_URLS_SETTING,
     KEY_URLS_SETTING,
@@ -26,9 +29,6 @@ _URL_LISTS: dict[str, tuple[str, tuple[str, ...]]] = {  # field -> (variable, UR
     "allowed_env_urls": (ENV_URLS_SETTING, ("http", "https", "ws", "wss")),
     "openai_api_key_urls": (KEY_URLS_SETTING, MODEL_SCHEMES),
 }
-
-from pydantic import Field, PrivateAttr, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
