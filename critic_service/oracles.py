@@ -17,16 +17,17 @@ import logging
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from core.domain.egress import Egress
 from core.domain.trajectory import Trajectory
 from core.envs.base import Env, EnvError
 
 log = logging.getLogger(__name__)
 
 
-def _open_env(uri: str) -> Env:
+def _open_env(uri: str, egress: Egress | None = None) -> Env:
     from core.envs.registry import open_env
 
-    return open_env(uri)
+    return open_env(uri, egress=egress)
 
 
 def served_textcraft(env_uri: str) -> bool:

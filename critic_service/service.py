@@ -25,6 +25,7 @@ The critic for a search pair is the iteration's actor: the ``model_ref`` of its 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -34,6 +35,7 @@ from sqlalchemy import select
 
 from core.domain.config import RunConfig
 from core.domain.critic import CriticInputError
+from core.domain.egress import Egress
 from core.domain.events import (
     FirstErrorMarked,
     IterationStarted,
@@ -53,23 +55,36 @@ from core.domain.events import (
 )
 from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
+from core.envs.registry import egress_checked as checked_env_opener
 from core.llm.policy_cache import PolicyCache, service_cache
 from core.llm.ports import Policy
+from core.llm.registry import egress_checked as checked_policy_opener
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
 from critic_service.critic import CriticConfig, CriticConfigError, critique, reflect_baseline
 from critic_service.oracles import Oracles
+from critic_service.oracles import _open_env as open_oracle_env
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "critic"
 
 
-def open_model(ref: str) -> Policy:
-    """A model reference -> Policy (core.llm.registry), for the critic and the splicer."""
+def open_model(ref: str, egress: Egress | None = None) -> Policy:
+    """A model reference -> Policy (core.llm.registry), for the critic and the splicer; ``egress``:
+    the served models this worker may call and where its key goes (core/domain/egress.py)."""
     from core.llm.registry import open_policy
 
-    return open_policy(ref)
+    return open_policy(ref, egress=egress)
+
+
+def egress_policy_opener(opener: Callable[[str], Policy], settings: Settings) -> Callable[[str], Policy]:
+    """A worker's model opener behind ``settings.egress``: ``open_model`` bound to it (so the key goes
+    only where it is paired), any other opener checked before it runs."""
+    egress = settings.egress
+    if opener is open_model:
+        opener = functools.partial(open_model, egress=egress)
+    return checked_policy_opener(opener, egress)
 
 
 async def run_context(store: EventStore, run_id: str, iteration: int) -> tuple[RunConfig, str | None]:
@@ -353,9 +368,13 @@ def build_service(
     policies: PolicyCache | None = None,
 ) -> Service:
     """The critic worker's composition root. ``policies``: a model cache shared with other services
-    of this process (an embedded run's; its owner closes it), else the worker's own."""
-    cache, close = service_cache(policies, policy_opener, settings.max_open_models, "critic")
-    handlers = CriticHandlers(settings, store, cache)
+    of this process (an embedded run's; its owner closes it, and checks its URLs), else the worker's
+    own, behind ``settings.egress`` (a served model outside the allow-list is refused before any call)."""
+    opener = egress_policy_opener(policy_opener, settings)
+    cache, close = service_cache(policies, opener, settings.max_open_models, "critic")
+    egress = settings.egress
+    oracles = Oracles(checked_env_opener(functools.partial(open_oracle_env, egress=egress), egress))
+    handlers = CriticHandlers(settings, store, cache, oracles)
     return Service(
         name=SERVICE_NAME,
         handlers={

@@ -28,19 +28,23 @@ I/O behind it for the train service:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from core.domain.config import RunConfig
+from core.domain.config import RunConfig, is_served_model
 from core.domain.datasets import DatasetError, EmptyDatasetError
+from core.domain.egress import Egress
 from core.domain.events import IterationDatasetEmpty, IterationEvaluated, ModelTrained, TrainingFailed
 from core.domain.ids import derived_id
 from core.domain.runs import EvaluateModel, RunState, TrainModel
-from core.envs.base import Env
-from core.llm.ports import Policy
+from core.envs.base import Env, EnvError
+from core.envs.registry import egress_checked as checked_env_opener
+from core.llm.ports import Policy, PolicyError
+from core.llm.registry import egress_checked as checked_policy_opener
 from core.runtime.settings import Settings
 from train_service.episode_processes import EpisodeWorkers, resolve_workers
 from train_service.evaluation import (
@@ -61,16 +65,16 @@ TrainProgress = Callable[[int, int, float | None], None]  # (step, max_steps, lo
 EvalProgress = Callable[[str, int, int], None]  # (model label, finished episodes, total)
 
 
-def _open_env(uri: str) -> Env:
+def _open_env(uri: str, egress: Egress | None = None) -> Env:
     from core.envs.registry import open_env
 
-    return open_env(uri)
+    return open_env(uri, egress=egress)
 
 
-def _open_policy(ref: str) -> Policy:
+def _open_policy(ref: str, egress: Egress | None = None) -> Policy:
     from core.llm.registry import open_policy
 
-    return open_policy(ref)
+    return open_policy(ref, egress=egress)
 
 
 def select_tasks(env: Env, explicit: tuple[str, ...], split: str, cap: int | None) -> list[str]:
@@ -97,13 +101,32 @@ class RunEffects(RunDatasets):
         embedded run closes the models its search and critic no longer use, core.llm.policy_cache)."""
         self.settings = settings
         self.store = store
-        self.env_opener = env_opener
-        self.policy_opener = policy_opener
+        # the registry's own openers: a local model's episodes may be played in worker processes
+        self._registry_openers = env_opener is _open_env and policy_opener is _open_policy
+        # behind the operator's allow-lists (core/domain/egress.py): refused before anything is called
+        self.egress = egress = settings.egress
+        if env_opener is _open_env:
+            env_opener = functools.partial(_open_env, egress=egress)
+        if policy_opener is _open_policy:
+            policy_opener = functools.partial(_open_policy, egress=egress)
+        self.env_opener = checked_env_opener(env_opener, egress)
+        self.policy_opener = checked_policy_opener(policy_opener, egress)
         self.inline_training = settings.embedded if inline_training is None else inline_training
         self.on_train_step = on_train_step
         self.on_eval = on_eval
         self.before_training = before_training
         self._celery: Any = None
+
+    def check_egress(self, config: RunConfig) -> None:
+        """Refuse a run whose served model or remote environment is outside the operator's allow-lists
+        (a RunRequested from an older API): PolicyError / EnvError naming the setting."""
+        if is_served_model(config.model):
+            refused = self.egress.model_problem(config.model)
+            if refused is not None:
+                raise PolicyError(refused)
+        refused = self.egress.env_problem(config.env)
+        if refused is not None:
+            raise EnvError(refused)
 
     # ---------------------------------------------------------------------------- tasks
     async def task_ids(self, config: RunConfig) -> list[str]:
@@ -274,6 +297,9 @@ class RunEffects(RunDatasets):
             if self.on_eval:
                 self.on_eval(label, done, total)
 
+        refused = self.egress.env_problem(config.env)  # the worker processes open it by URI
+        if refused is not None:
+            raise EnvError(refused)
         # a local model's episodes in worker processes (the same results on more cores), else here
         player = workers.player(model_ref, config.env) if workers and self._shardable(model_ref) else None
         policy = None if player else await asyncio.to_thread(self.policy_opener, model_ref)
@@ -297,7 +323,7 @@ class RunEffects(RunDatasets):
         opened by the registry, on an environment the workers open from its URI (a test's own
         openers, or a served model, stay in this process)."""
         local = not model_ref.startswith(("http://", "https://"))
-        return local and self.policy_opener is _open_policy and self.env_opener is _open_env
+        return local and self._registry_openers
 
     def eval_workers(self, cfg: EvalConfig, episodes: int, model_refs: Sequence[str]) -> int:
         """Worker processes for an evaluation of ``episodes`` episodes per model

@@ -48,6 +48,7 @@ from core.domain.runs import (
     run_event_id,
 )
 from core.envs.base import EnvError
+from core.llm.ports import PolicyError
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from train_service.runs import RunEffects
@@ -100,6 +101,7 @@ class RunDriver:
             config = (
                 RunConfig.from_data(dict(event.config)) if isinstance(event, RunRequested) else state.config
             )
+            self.effects.check_egress(config)
             tasks = await self.effects.task_ids(config)
         return decide(state, event, tasks)
 
@@ -109,7 +111,7 @@ class RunDriver:
         meta = caused_by(recorded, SERVICE_NAME)
         try:
             decision = await self._decide(state, event)
-        except (RunStateError, EnvError) as exc:
+        except (RunStateError, EnvError, PolicyError) as exc:
             decision = _failure(state, str(exc))
         planned: list[PlannedEvent] = list(decision.events)
         effect = decision.effect
@@ -135,7 +137,7 @@ class RunDriver:
 
                 try:
                     follow = await self._decide(state, outcome)
-                except (RunStateError, EnvError) as exc:
+                except (RunStateError, EnvError, PolicyError) as exc:
                     follow = _failure(apply(state, outcome), str(exc))
                 planned.extend(follow.events)
                 state = apply(state, outcome)

@@ -7,6 +7,7 @@ which names each iteration's learner: ``ModelTrained.metrics["method"]``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from pathlib import Path
@@ -33,7 +34,8 @@ def embedded_settings(home: str | Path = "", threads: int | None = None) -> tupl
     overrides: dict[str, Any] = {"redis_url": None, "reclaim_idle_ms": 2000}
     if home:
         overrides["home"] = Path(home)
-    settings = load_settings(**overrides)
+    # the run is what this machine's user typed: its served model and environment are called as given
+    settings = load_settings(**overrides).for_local_user()
     resolved = Path(settings.home).resolve()
     resolved.mkdir(parents=True, exist_ok=True)
     configure_logging(os.environ.get("AGENTR_LOG_LEVEL", "WARNING"), False)
@@ -224,6 +226,7 @@ async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any])
     from core.domain.ids import run_stream
     from core.domain.runs import fold
     from core.llm.policy_cache import PolicyCache
+    from core.llm.registry import egress_checked as checked_policy_opener
     from core.runtime.embedded import run_embedded
     from core.store.tables import iterations
     from search_service.service import open_search_policy
@@ -252,7 +255,9 @@ async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any])
         eval_state.update(label=label, done=done, total=total)
 
     # one process: search, critic and splice share ONE model cache (one copy of each model, not three)
-    models = PolicyCache(open_search_policy, max_open=settings.max_open_models, name="models")
+    egress = settings.egress  # the services' own openers check against it; the shared cache too
+    opener = checked_policy_opener(functools.partial(open_search_policy, egress=egress), egress)
+    models = PolicyCache(opener, max_open=settings.max_open_models, name="models")
     services = [
         await build_service("search", settings, store, policies=models),
         await build_service("critic", settings, store, policies=models),

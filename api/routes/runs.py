@@ -17,7 +17,7 @@ from sqlalchemy import select
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error
 from api.idempotency import Idempotency, idempotency
-from api.model_refs import OUTSIDE_ROOTS, rooted_run_config
+from api.model_refs import rooted_run_config
 from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
 from api.reads import owned_row
 from api.schemas import (
@@ -80,9 +80,9 @@ async def submit_run(
 ) -> Any:
     project_id = principal.project()
     run_id = idem.new_id("run")
-    config, outside = rooted_run_config(body.to_domain(), svc.settings.model_root_paths)
-    if outside is not None:  # the same answer whether or not the path exists: no file-system oracle
-        raise field_error(f"body.{outside}", OUTSIDE_ROOTS)
+    config, refused = rooted_run_config(body.to_domain(), svc.settings.model_root_paths, svc.settings.egress)
+    if refused is not None:  # outside the roots: the same answer whether or not the path exists
+        raise field_error(f"body.{refused[0]}", refused[1])
     problem = await asyncio.to_thread(run_template_problem, config)  # reads the model folder
     if problem is not None:
         raise field_error(f"body.{problem[0]}", problem[1])

@@ -23,7 +23,7 @@ from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, validation_fields
 from api.errors import field_error as make_field_error
 from api.idempotency import Idempotency, idempotency
-from api.model_refs import OUTSIDE_ROOTS, resolve_model_ref
+from api.model_refs import OUTSIDE_ROOTS, model_ref_problem
 from api.reads import external_trace, external_traces, owned_row
 from api.routes.otlp import otlp_trace_id
 from api.sanitize import nul_note
@@ -68,10 +68,12 @@ async def ingest_traces(
             "OpenAI-compatible URL), or leave critic out to use the critic worker's AGENTR_CRITIC_MODEL",
         )
     critic_model = body.critic.model if body.critic is not None else None
-    if critic_model is not None:
-        critic_model = resolve_model_ref(critic_model, svc.settings.model_root_paths)
-        if critic_model is None:  # the same answer whether or not the path exists
-            raise make_field_error("body.critic.model", OUTSIDE_ROOTS)
+    if critic_model is not None:  # a folder outside the roots: the same answer whether it exists or not
+        critic_model, problem = model_ref_problem(
+            critic_model, svc.settings.model_root_paths, svc.settings.egress
+        )
+        if critic_model is None:
+            raise make_field_error("body.critic.model", problem or OUTSIDE_ROOTS)
     if body.partial and body.format == "otlp":
         raise make_field_error(
             "body.partial",

@@ -159,7 +159,9 @@ class TraceCriticIn(_Strict):
         "labels each step; direct: the last action (Direct-Revision), which never says no_error_found.",
     )
     model: Annotated[ModelRef, Field(max_length=500)] | None = Field(
-        None, description="Critic model for strategy model (URL, or a folder inside the model roots)."
+        None,
+        description="Critic model for strategy model (a URL under the server's AGENTR_ALLOWED_MODEL_URLS, "
+        "or a folder inside the model roots).",
     )
 
 

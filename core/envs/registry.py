@@ -30,13 +30,18 @@ Forms (options are URL query parameters):
   installed package — opened like the python: form.
 
 A malformed URI, an unknown environment or an unknown / badly typed option raises EnvError naming it.
+With ``egress`` (a worker's: ``Settings.egress``, core/domain/egress.py) a remote environment outside
+the operator's ``AGENTR_ALLOWED_ENV_URLS`` raises EnvError before anything connects; without it (the
+command line) every URI its user types is opened.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from core.domain.egress import Egress
 from core.envs.base import Env, EnvError
 from core.envs.uri_options import UriOptions as _Options
 
@@ -46,11 +51,14 @@ if TYPE_CHECKING:
 BUILTIN = ("textcraft", "sciworld")
 
 
-def open_env(uri: str) -> Env:
+def open_env(uri: str, *, egress: Egress | None = None) -> Env:
     """Open the environment that ``uri`` names (see the module docstring)."""
     if not isinstance(uri, str) or not uri.strip():
         raise EnvError(f"malformed environment URI {uri!r}: empty")
     uri = uri.strip()
+    refused = egress.env_problem(uri) if egress is not None else None
+    if refused is not None:
+        raise EnvError(refused)
     parts = urlsplit(uri)
     if parts.scheme.startswith("agentgym+"):
         return _open_agentgym(uri)
@@ -112,6 +120,19 @@ def open_env(uri: str) -> Env:
         [*BUILTIN, *registered, "agentgym+http://...", "openenv+http://...", "python:package.module:factory"]
     )
     raise EnvError(f"unknown environment {name!r} in URI {uri!r} (known: {known})")
+
+
+def egress_checked(opener: Callable[[str], Env], egress: Egress) -> Callable[[str], Env]:
+    """``opener`` behind ``egress``: a remote environment outside it is refused (EnvError) before
+    ``opener`` runs. A worker wraps whatever opener it was given, so no opener can skip the check."""
+
+    def checked(uri: str) -> Env:
+        refused = egress.env_problem(uri) if isinstance(uri, str) else None
+        if refused is not None:
+            raise EnvError(refused)
+        return opener(uri)
+
+    return checked
 
 
 def _listing_book(uri: str, listing: str, rules: str) -> RecipeBook:
