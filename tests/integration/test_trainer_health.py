@@ -259,3 +259,27 @@ async def test_a_dead_lettered_search_step_fails_the_run_with_the_reason(
     failed = [r.event for r in recorded if r.event_type == "SearchFailed"]
     assert len(failed) == 1 and failed[0].tree_id == tree_id and failed[0].reason == reason
     assert [r.event_type for r in recorded].count("RunFailed") == 1
+
+
+def test_agentr_run_keeps_its_own_store_inside_a_deployment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str
+) -> None:
+    """Compose sets AGENTR_DATABASE_URL in every container: ``agentr run`` there must not write its
+    run into the deployment's database (its workers would redo the work); --database-url may."""
+    from agentr.cli.embedded_run import embedded_settings
+
+    monkeypatch.setenv("AGENTR_DATABASE_URL", pg_url)
+    monkeypatch.setenv("AGENTR_REDIS_URL", "redis://127.0.0.1:6379/0")
+    settings, home = embedded_settings(tmp_path / "home")
+    assert settings.effective_database_url == f"sqlite+aiosqlite:///{home / 'agentr.db'}"
+    assert settings.embedded  # the in-process bus, not the deployment's Redis
+    explicit, _ = embedded_settings(tmp_path / "home", database_url=pg_url)
+    assert explicit.effective_database_url == pg_url
+    shown = subprocess.run(
+        [AGENTR, "run", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert "--database-url" in shown.stdout
