@@ -12,7 +12,8 @@ Training runs inline in embedded mode (``agentr run``) and as the Celery task on
 when ``AGENTR_REDIS_URL`` is set; there the handler waits on the job (``RunEffects.train``: a job
 whose trainer died is queued again) while the worker handles up to ``AGENTR_TRAIN_CONCURRENCY``
 messages at once, so one run's training never holds up another run's steps (embedded: one at a
-time).
+time). A stopping train worker (SIGTERM) cancels its waits instead of sitting them out: the
+messages stay pending and the next train worker resumes waiting on the same jobs.
 
 Cancel: a step of a run that has ended (``RunCancelled`` / ``RunFailed`` / ``RunCompleted``, read
 from the WHOLE stream, not only the events before the one handled) performs no effect, and events
@@ -268,4 +269,11 @@ def build_service(settings: Settings, store: Any, **effects_options: Any) -> Ser
     handlers[MessageDeadLettered.event_type] = DeadLetterHandler(store)
     # waiting on a Celery job must not hold up other runs; inline training runs one step at a time
     concurrency = 1 if effects.inline_training else settings.train_concurrency
-    return Service(name=SERVICE_NAME, handlers=handlers, concurrency=concurrency)
+    # a stopping worker does not wait for training jobs: their messages are handled again (the
+    # wait resumes on the same job) by the next train worker
+    return Service(
+        name=SERVICE_NAME,
+        handlers=handlers,
+        concurrency=concurrency,
+        cancel_on_stop=not effects.inline_training,
+    )

@@ -126,7 +126,21 @@ def test_a_killed_trainer_s_job_is_taken_by_a_fresh_one(
 
         # no trainer at all now: another run's steps go on all the same
         second = client.submit_run({**run_config, "data_only": True})
-        follow(client, group, second)
+
+        def second_finished() -> dict[str, Any] | None:
+            run = client.run(second)
+            return run if run["status"] in ("completed", "failed", "cancelled") else None
+
+        def the_others_alive() -> None:
+            dead = {
+                name: service.proc.returncode
+                for name, service in group.processes.items()
+                if name not in ("migrate", "trainer") and service.proc and service.proc.poll() is not None
+            }
+            assert not dead, f"services exited: {dead}\n{group.logs()}"
+
+        done = wait_until(second_finished, timeout=240, what="the data-only run", check=the_others_alive)
+        assert done["status"] == "completed", f"{done}\n{group.logs()}"
         assert client.run(first)["status"] == "running"
 
         group.restart("trainer")
