@@ -39,6 +39,11 @@ class Settings(BaseSettings):
         ge=1,
         description="Models a search, critic or splice worker keeps open (least recently used closed first).",
     )
+    env_step_timeout: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds an in-process or plugin environment's reset/step may take before EnvTimeout.",
+    )
     # critic / splicer (production traces; search pairs take these from their RunConfig)
     critic_model: str | None = Field(
         None, description="Model (folder or OpenAI-compatible URL) that judges production traces."
