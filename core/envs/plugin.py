@@ -143,17 +143,9 @@ def open_python(uri: str, target: str, options: dict[str, str]) -> Env:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise EnvError(f"malformed environment URI {uri!r}: expected python:package.module:factory")
-    top = module_name.split(".", 1)[0]
-    if top in sys.stdlib_module_names or top == "builtins":
-        raise EnvError(f"environment URI {uri!r}: {module_name} is a standard-library module, not an env")
-    if top in AGENTR_PACKAGES:
-        raise EnvError(f"environment URI {uri!r}: {top} is agentr itself; use the built-in environment URIs")
-    if any(part.startswith("_") for part in [*module_name.split("."), *attr.split(".")]):
+    require_env_module(uri, module_name)
+    if any(part.startswith("_") for part in attr.split(".")):
         raise EnvError(f"environment URI {uri!r}: private names are not environment factories")
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.append(cwd)  # after installed packages: the current folder never shadows them
-    _require_env_module(uri, top, Path(cwd))
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -164,6 +156,21 @@ def open_python(uri: str, target: str, options: dict[str, str]) -> Env:
             raise EnvError(f"environment URI {uri!r}: {module_name} has no attribute {attr!r}")
         factory = getattr(factory, part)
     return _call_factory(factory, options, module_name.rsplit(".", 1)[-1])
+
+
+def require_env_module(uri: str, module_name: str) -> None:
+    """Refuse a module that a URI may not import (module docstring); make the current folder importable."""
+    top = module_name.split(".", 1)[0]
+    if top in sys.stdlib_module_names or top == "builtins":
+        raise EnvError(f"environment URI {uri!r}: {module_name} is a standard-library module, not an env")
+    if top in AGENTR_PACKAGES:
+        raise EnvError(f"environment URI {uri!r}: {top} is agentr itself; use the built-in environment URIs")
+    if any(part.startswith("_") for part in module_name.split(".")):
+        raise EnvError(f"environment URI {uri!r}: private names are not environment factories")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.append(cwd)  # after installed packages: the current folder never shadows them
+    _require_env_module(uri, top, Path(cwd))
 
 
 def _require_env_module(uri: str, top: str, cwd: Path) -> None:
