@@ -24,6 +24,9 @@ Forms (options are URL query parameters):
   ``max_steps``, ``reward_min``, ``reward_max``, ``name``;
 - ``tau2:DOMAIN`` — a tau2-bench domain (retail, airline, mock) with native tool calls and an
   offline scripted user (core.envs.tau2; needs the ``tau2`` extra); option ``max_steps`` (default 30);
+- ``gym:ID`` (or ``gym:package.module:ID``) — a text Gymnasium environment (core.envs.gymnasium_bridge,
+  extra ``gym``); options ``tasks``, ``train_tasks`` (seeds, START-END), ``max_steps``, ``reward_min``,
+  ``reward_max``;
 - ``python:package.module:factory?key=value`` — a Python environment (core.envs.plugin); every
   option is passed to the factory as a string keyword argument;
 - ``NAME?key=value`` where NAME is registered in the ``agentr.envs`` entry-point group by an
@@ -73,6 +76,10 @@ def open_env(uri: str, *, egress: Egress | None = None) -> Env:
         max_steps = int(options.take_number("max_steps", 30))
         options.finish(uri, "max_steps")
         return Tau2Env(parts.path, max_steps=max_steps)
+    if parts.scheme == "gym" and not parts.netloc:
+        from core.envs.gymnasium_bridge import open_gym
+
+        return open_gym(uri)
     if parts.scheme == "python" and not parts.netloc:
         from core.envs.plugin import open_python
 

@@ -83,6 +83,11 @@ class Settings(BaseSettings):
         description="Celery broker visibility timeout: a job taken by a trainer that never acknowledged it "
         "goes back to the queue after this long (a backstop: lost jobs are re-queued on their heartbeat).",
     )
+    env_step_timeout: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds an in-process or plugin environment's reset/step may take before EnvTimeout.",
+    )
     # critic / splicer (production traces; search pairs take these from their RunConfig)
     critic_model: str | None = Field(
         None, description="Model (folder or OpenAI-compatible URL) that judges production traces."
