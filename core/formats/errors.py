@@ -1,8 +1,10 @@
 """Owns the import error: ``TraceFormatError`` (the field's path + the problem and what to send) and
-``require``, the field check every importer uses."""
+``require``, the field check every importer uses, and ``key_index``, the list index of a flattened
+attribute key."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -32,3 +34,19 @@ def require(obj: Any, key: str, path: str, kind: type | tuple[type, ...]) -> Any
 def _wanted(kind: type | tuple[type, ...]) -> str:
     kinds = (kind,) if isinstance(kind, type) else kind
     return " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
+
+
+MAX_INDEX_DIGITS = 9
+"""Longest list index read from a flattened attribute key (``gen_ai.prompt.<i>.content``)."""
+
+
+def key_index(digits: str, key: str, path: str) -> int:
+    """The list position ``digits`` that the flattened attribute ``key`` names
+    (``gen_ai.prompt.3.content`` -> 3). More than ``MAX_INDEX_DIGITS`` digits is no list position (and
+    past 4,300 more than Python reads): a ``TraceFormatError`` naming the key, its digits abbreviated."""
+    if len(digits) > MAX_INDEX_DIGITS:
+        shown = re.sub(r"\d{10,}", lambda m: f"{m.group()[:3]}...({len(m.group())} digits)", key)
+        raise TraceFormatError(
+            f"{path}.{shown}", f"a list index of more than {MAX_INDEX_DIGITS} digits in the attribute key"
+        )
+    return int(digits)

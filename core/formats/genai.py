@@ -15,6 +15,7 @@ import hashlib
 import json
 from typing import Any
 
+from core.domain import json_input
 from core.domain.trajectory import ToolCall
 from core.formats.errors import TraceFormatError, require
 from core.formats.import_openai import arguments_text
@@ -32,7 +33,7 @@ _PART_HINT = "send text, tool_call, tool_call_response, reasoning, blob, file or
 def decoded(value: Any, path: str) -> list[Any]:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = json_input.loads(value)
         except json.JSONDecodeError as exc:
             raise TraceFormatError(path, f"not valid JSON ({exc.msg})") from None
     if not isinstance(value, list):
@@ -150,7 +151,7 @@ def tools(attributes: dict[str, Any], path: str) -> tuple[dict[str, Any], ...]:
     raw = attributes[TOOL_DEFINITIONS]
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = json_input.loads(raw)
         except json.JSONDecodeError as exc:
             raise TraceFormatError(kpath, f"not valid JSON ({exc.msg})") from None
     return check_tools(raw, kpath)
@@ -186,7 +187,7 @@ def _event_body(attributes: dict[str, Any]) -> dict[str, Any]:
         raw = attributes.get(key)
         if isinstance(raw, str):
             try:
-                raw = json.loads(raw)
+                raw = json_input.loads(raw)
             except json.JSONDecodeError:
                 raw = {"content": raw}
         if isinstance(raw, dict):
@@ -210,7 +211,7 @@ def legacy_event_messages(events: Any) -> tuple[list[dict[str, Any]], list[dict[
             message = body.get("message")
             if isinstance(message, str):
                 try:
-                    message = json.loads(message)
+                    message = json_input.loads(message)
                 except json.JSONDecodeError:
                     message = {"content": message}
             if not isinstance(message, dict):
@@ -229,7 +230,7 @@ def _openai_fields(body: dict[str, Any]) -> dict[str, Any]:
     calls = body.get("tool_calls")
     if isinstance(calls, str):
         try:
-            calls = json.loads(calls)
+            calls = json_input.loads(calls)
         except json.JSONDecodeError:
             calls = None
     if isinstance(calls, list) and calls:

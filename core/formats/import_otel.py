@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from core.domain import json_input
 from core.domain.trajectory import tool_action
 from core.formats import genai, import_openai, openinference, openllmetry
 from core.formats.errors import TraceFormatError, require
@@ -245,7 +246,7 @@ def _hints(spans: list[SpanRecord], trace_id: str) -> dict[str, Any]:
             value = attrs[OUTCOME_KEY]
             if isinstance(value, str) and value.strip().startswith("{"):
                 try:
-                    value = json.loads(value)
+                    value = json_input.loads(value)
                 except json.JSONDecodeError as exc:
                     raise TraceFormatError(f"{path}.{OUTCOME_KEY}", f"not valid JSON ({exc.msg})") from None
             hints["outcome"] = value

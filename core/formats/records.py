@@ -33,6 +33,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from core.domain import json_input
 from core.domain.ids import derived_id
 from core.domain.serde import to_dict
 from core.domain.trajectory import Message, ToolCall, TrainingSample
@@ -65,7 +66,7 @@ def _arguments_object(call: ToolCall) -> Any:
     if not text:
         return {}
     try:
-        return json.loads(text)
+        return json_input.loads(text)
     except json.JSONDecodeError:
         raise FormatError(
             f"tool call {call.call_id!r} ({call.name}): arguments are not valid JSON: {text[:80]!r}"
@@ -220,7 +221,7 @@ def _sharegpt_call_turn(value: str, where: str, turn_index: int) -> tuple[str, t
     if match:
         thought, value = match.group(1).strip(), value[match.end() :]
     try:
-        parsed = json.loads(value)
+        parsed = json_input.loads(value)
     except json.JSONDecodeError:
         raise FormatError(f"{where}: function_call value is not JSON {{name, arguments}}") from None
     items = parsed if isinstance(parsed, list) else [parsed]
@@ -273,7 +274,7 @@ def _record_tools(record: dict[str, Any], where: str) -> tuple[dict[str, Any], .
         return ()
     if isinstance(tools, str):
         try:
-            tools = json.loads(tools)
+            tools = json_input.loads(tools)
         except json.JSONDecodeError:
             raise FormatError(f"{where}: tools is not a JSON list of function definitions") from None
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
