@@ -50,3 +50,18 @@ def key_index(digits: str, key: str, path: str) -> int:
             f"{path}.{shown}", f"a list index of more than {MAX_INDEX_DIGITS} digits in the attribute key"
         )
     return int(digits)
+
+
+SHOWN_CHARACTERS = 80
+"""Longest quotation of a client's value in an error message (the rest is counted, not shown)."""
+
+
+def shown(value: Any, limit: int = SHOWN_CHARACTERS) -> str:
+    """``value`` quoted for an error message that may reach a log: repr-style (control characters
+    such as a newline escaped, so a value cannot start a forged log line) and at most ``limit``
+    characters, a longer one cut and its length given."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as text"
+    return f"{text[:limit]}... ({size})"

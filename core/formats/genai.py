@@ -17,7 +17,7 @@ from typing import Any
 
 from core.domain import json_input
 from core.domain.trajectory import ToolCall
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 from core.formats.import_openai import arguments_text
 from core.formats.otlp import json_text
 from core.formats.turns import Turn, check_tools, media_detail, placeholder
@@ -52,7 +52,7 @@ def message_turns(message: Any, path: str) -> list[Turn]:
     role = require(message, "role", path, str)
     if role not in _ROLES:
         raise TraceFormatError(
-            f"{path}.role", f"unknown role {role!r} (send system, user, assistant or tool)"
+            f"{path}.role", f"unknown role {shown(role)} (send system, user, assistant or tool)"
         )
     parts = require(message, "parts", path, list)
     texts: list[str] = []
@@ -95,7 +95,7 @@ def message_turns(message: Any, path: str) -> list[Turn]:
             modality = part.get("modality") if isinstance(part.get("modality"), str) else kind
             texts.append(placeholder(str(modality), media_detail(part)))
         else:
-            raise TraceFormatError(f"{ppath}.type", f"unsupported part type {kind!r} ({_PART_HINT})")
+            raise TraceFormatError(f"{ppath}.type", f"unsupported part type {shown(kind)} ({_PART_HINT})")
     if responses:
         if texts or calls:
             raise TraceFormatError(
@@ -138,7 +138,9 @@ def system_turns(attributes: dict[str, Any], path: str) -> list[Turn]:
             ppath = f"{kpath}[{index}]"
             kind = part.get("type", "text") if isinstance(part, dict) else None
             if kind != "text":
-                raise TraceFormatError(f"{ppath}.type", f"unsupported system part {kind!r} (send text parts)")
+                raise TraceFormatError(
+                    f"{ppath}.type", f"unsupported system part {shown(kind)} (send text parts)"
+                )
             texts.append(require(part, "content", ppath, str))
         return [Turn("system", "\n".join(texts), kpath)]
     return []

@@ -16,7 +16,7 @@ from typing import Any
 
 from core.domain import json_input
 from core.domain.trajectory import ToolCall
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 from core.formats.import_openai import arguments_text
 from core.formats.turns import Conversation, Turn, check_tools
 
@@ -77,7 +77,7 @@ def parse(item: dict[str, Any], path: str) -> Conversation:
         if speaker not in _SPEAKERS:
             raise TraceFormatError(
                 f"{cpath}.from",
-                f"unknown speaker {speaker!r} (send system, human, gpt, function_call or observation)",
+                f"unknown speaker {shown(speaker)} (send system, human, gpt, function_call or observation)",
             )
         value = require(entry, "value", cpath, str)
         if speaker == "function_call":

@@ -21,7 +21,7 @@ from typing import Any
 
 from core.domain import json_input
 from core.domain.trajectory import ToolCall
-from core.formats.errors import TraceFormatError, key_index
+from core.formats.errors import TraceFormatError, key_index, shown
 from core.formats.import_openai import arguments_text
 from core.formats.turns import Turn, check_tools, media_detail, placeholder
 
@@ -121,7 +121,7 @@ def messages(attributes: dict[str, Any], direction: str, path: str) -> list[Turn
         if not isinstance(role_raw, str) or role_raw.lower() not in _ROLES:
             raise TraceFormatError(
                 f"{mpath}.role",
-                f"missing or unknown role {role_raw!r} (send system, user, assistant or tool)",
+                f"missing or unknown role {shown(role_raw)} (send system, user, assistant or tool)",
             )
         role = _ROLES[role_raw.lower()]
         text = fields.get("content")

@@ -37,6 +37,7 @@ from core.domain import json_input
 from core.domain.ids import derived_id
 from core.domain.serde import to_dict
 from core.domain.trajectory import Message, ToolCall, TrainingSample
+from core.formats.errors import shown
 
 
 class FormatError(ValueError):
@@ -69,7 +70,8 @@ def _arguments_object(call: ToolCall) -> Any:
         return json_input.loads(text)
     except json.JSONDecodeError:
         raise FormatError(
-            f"tool call {call.call_id!r} ({call.name}): arguments are not valid JSON: {text[:80]!r}"
+            f"tool call {shown(call.call_id)} ({shown(call.name)}): "
+            f"arguments are not valid JSON: {shown(text)}"
         ) from None
 
 
@@ -179,7 +181,7 @@ def _weight(value: Any, where: str) -> int:
         return 1
     if value in (0, 1) or isinstance(value, bool):
         return int(value)
-    raise FormatError(f"{where}: loss flag must be 0/1 or true/false, got {value!r}")
+    raise FormatError(f"{where}: loss flag must be 0/1 or true/false, got {shown(value)}")
 
 
 def _openai_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
@@ -202,7 +204,9 @@ def _openai_messages(record: dict[str, Any], where: str) -> list[Message]:
     for m in record["messages"]:
         role = m.get("role") if isinstance(m, dict) else None
         if role not in ("system", "user", "assistant", "tool"):
-            raise FormatError(f"{where}: unsupported message role {role!r} (system, user, assistant, tool)")
+            raise FormatError(
+                f"{where}: unsupported message role {shown(role)} (system, user, assistant, tool)"
+            )
         content = m.get("content")
         calls = _openai_calls(m["tool_calls"], where) if role == "assistant" and m.get("tool_calls") else ()
         if content is None and (calls or role == "tool"):
@@ -243,7 +247,7 @@ def _sharegpt_messages(record: dict[str, Any], where: str) -> list[Message]:
         who = turn.get("from") if isinstance(turn, dict) else None
         role = _FROM_SHAREGPT.get(who) if isinstance(who, str) else None
         if role is None:
-            raise FormatError(f"{where}: unsupported ShareGPT speaker {who!r}")
+            raise FormatError(f"{where}: unsupported ShareGPT speaker {shown(who)}")
         value = turn.get("value")
         if not isinstance(value, str):
             raise FormatError(f"{where}: conversation value must be text")
