@@ -56,11 +56,14 @@ SHOWN_CHARACTERS = 80
 """Longest quotation of a client's value in an error message (the rest is counted, not shown)."""
 
 
-def shown(value: Any, limit: int = SHOWN_CHARACTERS) -> str:
+def shown(value: Any, limit: int = SHOWN_CHARACTERS, *, quoted: bool = True) -> str:
     """``value`` quoted for an error message that may reach a log: repr-style (control characters
     such as a newline escaped, so a value cannot start a forged log line) and at most ``limit``
-    characters, a longer one cut and its length given."""
+    characters, a longer one cut and its length given. ``quoted=False``: a string without the quote
+    marks (a name shown as it reads)."""
     text = repr(value)
+    if not quoted and isinstance(value, str):
+        text = text[1:-1]
     if len(text) <= limit:
         return text
     size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as text"

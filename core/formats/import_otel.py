@@ -207,8 +207,8 @@ def _join_tool_spans(conversation: list[Turn], tool_spans: list[SpanRecord]) -> 
         if target is None:
             raise TraceFormatError(
                 f"{span.path}",
-                f"an execute_tool span ({shown(name) if name else 'unnamed tool'}, call id {shown(call_id)}) "
-                "for a call no chat "
+                f"an execute_tool span ({shown(name, quoted=False) if name else 'unnamed tool'}, "
+                f"call id {shown(call_id)}) for a call no chat "
                 "span made (send the chat span whose output holds the tool call, with content captured)",
             )
         where, call = target

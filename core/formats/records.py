@@ -70,7 +70,7 @@ def _arguments_object(call: ToolCall) -> Any:
         return json_input.loads(text)
     except json.JSONDecodeError:
         raise FormatError(
-            f"tool call {shown(call.call_id)} ({shown(call.name)}): "
+            f"tool call {shown(call.call_id)} ({shown(call.name, quoted=False)}): "
             f"arguments are not valid JSON: {shown(text)}"
         ) from None
 

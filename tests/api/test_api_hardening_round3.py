@@ -222,6 +222,16 @@ async def test_otlp_reports_a_trace_with_an_overlong_integer_and_keeps_the_rest(
     assert sorted(t["external_id"] for t in listed) == [f"{3:032x}", f"{5:032x}"]
 
 
+async def test_a_declared_length_of_more_digits_than_int_reads_is_a_413(api: ApiHarness) -> None:
+    key = api.auth(await api.key(await api.project(), "ingest"))
+    response = await api.client.post(
+        "/v1/traces",
+        content=b"{}",
+        headers={**key, "Content-Type": "application/json", "Content-Length": HUGE},
+    )
+    assert response.status_code == 413, response.text
+
+
 async def test_ui_asset_name_too_long_for_the_file_system_is_a_404(api: ApiHarness) -> None:
     for name in ("a" * 256 + ".js", "b" * 5000 + ".css", "pages/" + "c" * 300 + ".js"):
         response = await api.client.get(f"/ui/static/{name}")
