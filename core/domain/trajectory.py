@@ -39,6 +39,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from core.domain import json_input
+
 Role = Literal["system", "user", "assistant", "tool"]
 StepKind = Literal["action", "answer", "tool"]
 STEP_KINDS: tuple[str, ...] = ("action", "answer", "tool")
@@ -60,7 +62,7 @@ class ToolCall:
         if not text:
             return False
         try:
-            return not isinstance(json.loads(text), dict)
+            return not isinstance(json_input.loads(text), dict)
         except json.JSONDecodeError:
             return True
 
@@ -70,7 +72,7 @@ class ToolCall:
         if not text:
             return f"{self.name}()"
         try:
-            value = json.loads(text)
+            value = json_input.loads(text)
         except json.JSONDecodeError:
             return f"{self.name}({' '.join(text.split())})"
         if value in (None, {}, ""):

@@ -20,7 +20,7 @@ import json
 from typing import Any
 
 from core.domain.trajectory import ToolCall
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 from core.formats.turns import Conversation, Turn, check_tools, media_detail, placeholder
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -103,7 +103,7 @@ def parse(item: dict[str, Any], path: str, *, legacy: bool = False) -> Conversat
             continue
         if role not in _ROLES:
             raise TraceFormatError(
-                f"{mpath}.role", f"unknown role {role!r} (send system, user, assistant or tool)"
+                f"{mpath}.role", f"unknown role {shown(role)} (send system, user, assistant or tool)"
             )
         text = content_text(message.get("content"), f"{mpath}.content")
         refusal = message.get("refusal")

@@ -36,9 +36,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from core.domain import json_input
 from core.domain.trajectory import tool_action
 from core.formats import genai, import_openai, openinference, openllmetry
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 from core.formats.otlp import SpanRecord, group_by_trace, json_text, span_from_json, spans_from_otlp_json
 from core.formats.turns import Conversation, Turn
 
@@ -206,7 +207,8 @@ def _join_tool_spans(conversation: list[Turn], tool_spans: list[SpanRecord]) -> 
         if target is None:
             raise TraceFormatError(
                 f"{span.path}",
-                f"an execute_tool span ({name or 'unnamed tool'}, call id {call_id!r}) for a call no chat "
+                f"an execute_tool span ({shown(name, quoted=False) if name else 'unnamed tool'}, "
+                f"call id {shown(call_id)}) for a call no chat "
                 "span made (send the chat span whose output holds the tool call, with content captured)",
             )
         where, call = target
@@ -245,7 +247,7 @@ def _hints(spans: list[SpanRecord], trace_id: str) -> dict[str, Any]:
             value = attrs[OUTCOME_KEY]
             if isinstance(value, str) and value.strip().startswith("{"):
                 try:
-                    value = json.loads(value)
+                    value = json_input.loads(value)
                 except json.JSONDecodeError as exc:
                     raise TraceFormatError(f"{path}.{OUTCOME_KEY}", f"not valid JSON ({exc.msg})") from None
             hints["outcome"] = value

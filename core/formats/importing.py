@@ -35,7 +35,7 @@ from typing import Any
 from core.domain.ids import derived_id
 from core.domain.trajectory import Step, ToolCall, ToolResult, Trajectory, UserTurn, tool_action
 from core.formats import import_langfuse, import_openai, import_otel, import_responses, import_sharegpt
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 from core.formats.outcome import OUTCOME_HINT, Outcome, parse_outcome
 from core.formats.turns import Conversation, Turn, check_tools
 
@@ -144,7 +144,7 @@ def turns_to_trajectory(
                 if not match:
                     raise TraceFormatError(
                         turn.path,
-                        f"tool response to unknown or already answered call {turn.tool_call_id!r} "
+                        f"tool response to unknown or already answered call {shown(turn.tool_call_id)} "
                         "(send tool_call_id of a call the assistant made)",
                     )
                 call_id, target = pending.pop(match[0])
@@ -290,7 +290,7 @@ def parse_traces(payload: Any, fmt: str) -> list[ImportedTrace]:
     trace id becomes one trace (a single export object is accepted as the payload too).
     """
     if fmt not in FORMATS:
-        raise TraceFormatError("format", f"unknown format {fmt!r} (send one of {', '.join(FORMATS)})")
+        raise TraceFormatError("format", f"unknown format {shown(fmt)} (send one of {', '.join(FORMATS)})")
     if fmt == "otlp" and isinstance(payload, dict) and "resourceSpans" in payload:
         payload = [payload]
     if isinstance(payload, dict):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from core.formats.errors import TraceFormatError
+from core.formats.errors import TraceFormatError, shown
 
 Outcome = Literal["success", "failure", "unknown"]
 OUTCOME_HINT = (
@@ -23,9 +23,9 @@ OUTCOME_HINT = (
 
 def _reward_value(value: Any, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TraceFormatError(path, f"must be a number in [0, 1], got {value!r}")
+        raise TraceFormatError(path, f"must be a number in [0, 1], got {shown(value)}")
     if not 0.0 <= value <= 1.0:
-        raise TraceFormatError(path, f"must be a number in [0, 1], got {value!r}")
+        raise TraceFormatError(path, f"must be a number in [0, 1], got {shown(value)}")
     return float(value)
 
 
@@ -46,13 +46,13 @@ def parse_outcome(value: Any, reward: Any, path: str) -> tuple[Outcome, float | 
         score = _reward_value(value, opath)
         if explicit is not None and explicit != score:
             raise TraceFormatError(
-                opath, f"the outcome {value!r} and reward {reward!r} disagree: send one of them"
+                opath, f"the outcome {shown(value)} and reward {shown(reward)} disagree: send one of them"
             )
         outcome = "success" if score >= 1.0 else "failure"
     elif isinstance(value, str):
         if value not in ("success", "failure", "unknown"):
             raise TraceFormatError(
-                opath, f"must be success, failure or unknown, got {value!r} ({OUTCOME_HINT})"
+                opath, f"must be success, failure or unknown, got {shown(value)} ({OUTCOME_HINT})"
             )
         outcome = value  # type: ignore[assignment]
         score = explicit

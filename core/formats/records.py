@@ -35,9 +35,11 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from core.domain import json_input
 from core.domain.ids import derived_id
 from core.domain.serde import to_dict
 from core.domain.trajectory import Message, ToolCall, TrainingSample
+from core.formats.errors import shown
 
 
 class FormatError(ValueError):
@@ -67,10 +69,11 @@ def _arguments_object(call: ToolCall) -> Any:
     if not text:
         return {}
     try:
-        return json.loads(text)
+        return json_input.loads(text)
     except json.JSONDecodeError:
         raise FormatError(
-            f"tool call {call.call_id!r} ({call.name}): arguments are not valid JSON: {text[:80]!r}"
+            f"tool call {shown(call.call_id)} ({shown(call.name, quoted=False)}): "
+            f"arguments are not valid JSON: {shown(text)}"
         ) from None
 
 
@@ -192,7 +195,7 @@ def _weight(value: Any, where: str) -> int:
         return 1
     if value in (0, 1) or isinstance(value, bool):
         return int(value)
-    raise FormatError(f"{where}: loss flag must be 0/1 or true/false, got {value!r}")
+    raise FormatError(f"{where}: loss flag must be 0/1 or true/false, got {shown(value)}")
 
 
 def _openai_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
@@ -215,7 +218,9 @@ def _openai_messages(record: dict[str, Any], where: str) -> list[Message]:
     for m in record["messages"]:
         role = m.get("role") if isinstance(m, dict) else None
         if role not in ("system", "user", "assistant", "tool"):
-            raise FormatError(f"{where}: unsupported message role {role!r} (system, user, assistant, tool)")
+            raise FormatError(
+                f"{where}: unsupported message role {shown(role)} (system, user, assistant, tool)"
+            )
         content = m.get("content")
         calls = _openai_calls(m["tool_calls"], where) if role == "assistant" and m.get("tool_calls") else ()
         if content is None and (calls or role == "tool"):
@@ -235,7 +240,7 @@ def _sharegpt_call_turn(value: str, where: str, turn_index: int) -> tuple[str, t
     if match:
         thought, value = match.group(1).strip(), value[match.end() :]
     try:
-        parsed = json.loads(value)
+        parsed = json_input.loads(value)
     except json.JSONDecodeError:
         raise FormatError(f"{where}: function_call value is not JSON {{name, arguments}}") from None
     items = parsed if isinstance(parsed, list) else [parsed]
@@ -257,7 +262,7 @@ def _sharegpt_messages(record: dict[str, Any], where: str) -> list[Message]:
         who = turn.get("from") if isinstance(turn, dict) else None
         role = _FROM_SHAREGPT.get(who) if isinstance(who, str) else None
         if role is None:
-            raise FormatError(f"{where}: unsupported ShareGPT speaker {who!r}")
+            raise FormatError(f"{where}: unsupported ShareGPT speaker {shown(who)}")
         value = turn.get("value")
         if not isinstance(value, str):
             raise FormatError(f"{where}: conversation value must be text")
@@ -289,7 +294,7 @@ def _record_tools(record: dict[str, Any], where: str) -> tuple[dict[str, Any], .
         return ()
     if isinstance(tools, str):
         try:
-            tools = json.loads(tools)
+            tools = json_input.loads(tools)
         except json.JSONDecodeError:
             raise FormatError(f"{where}: tools is not a JSON list of function definitions") from None
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):

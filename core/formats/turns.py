@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from core.domain.trajectory import ToolCall
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def check_tools(raw: Any, path: str) -> tuple[dict[str, Any], ...]:
         require(function, "name", f"{tpath}.function", str)
         if tool.get("type", "function") != "function":
             raise TraceFormatError(
-                f"{tpath}.type", f"only function tools are supported, got {tool['type']!r}"
+                f"{tpath}.type", f"only function tools are supported, got {shown(tool['type'])}"
             )
         out.append({"type": "function", "function": {k: v for k, v in function.items() if k != "type"}})
     return tuple(out)

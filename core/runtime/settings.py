@@ -110,6 +110,9 @@ class Settings(BaseSettings):
         100.0, ge=0, description="Requests per second per API key (0 = no limit)."
     )
     key_request_burst: int = Field(500, ge=1, description="Requests per API key allowed in a burst.")
+    max_follow_streams_per_key: int = Field(
+        4, ge=0, description="Open GET /v1/events?follow=true streams per API key (0 = no bound)."
+    )
     model_roots: str | None = Field(
         None,
         description="Folders (separated by the OS path separator, ':' on Linux) that model references "
