@@ -165,12 +165,24 @@ CHAT_BODY: dict[str, Any] = {
                 "required": ["messages"],
                 "properties": {
                     "model": {"type": "string"},
-                    "messages": {"type": "array", "items": {"type": "object"}},
+                    "messages": {"type": "array", "items": {"type": "object", "additionalProperties": True}},
                     "stream": {"type": "boolean"},
                 },
                 "additionalProperties": True,
             }
         }
+    },
+}
+SSE_EVENT: dict[str, Any] = {
+    "description": "One Server-Sent Event of the stream (before OpenAPI 3.2 the schema of a stream "
+    "describes each event): `data` is a chat.completion.chunk as JSON, `[DONE]` last.",
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "data": {"type": "string"},
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
     },
 }
 TRACE_ID_HEADER = {
@@ -337,7 +349,7 @@ def _request_problem(value: Any) -> tuple[str, str] | None:
             "Server-Sent Events relayed as they arrive",
             "content": {
                 "application/json": {"schema": {"$ref": "#/components/schemas/UpstreamBody"}},
-                "text/event-stream": {"schema": {"type": "string"}},
+                "text/event-stream": {"schema": SSE_EVENT},
             },
             "headers": {"X-Agentr-Trace-Id": TRACE_ID_HEADER},
         }

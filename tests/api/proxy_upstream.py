@@ -6,7 +6,8 @@
 * ``POST /v1/chat/completions``: a ``chat.completion`` whose assistant content is ``Upstream.answer``
   (a test may set it, NUL characters included), or with ``"stream": true`` the same answer as
   Server-Sent Events (one ``chat.completion.chunk`` per character, then ``[DONE]``); a body that is
-  not a JSON object with a ``messages`` list is a 400 with OpenAI's error shape.
+  not a JSON object with a ``messages`` list of objects (and, when given, a string ``model`` and a
+  boolean ``stream``) is a 400 with OpenAI's error shape, as a real server refuses it.
 
 It counts the calls it answered (``Upstream.calls``), so a test can tell whether the proxy forwarded.
 """
@@ -54,6 +55,21 @@ def _chunk(delta: dict[str, Any], finish: str | None, model: str) -> bytes:
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
+def _problem(body: Any) -> str | None:
+    """Why a chat-completions body is refused (what an OpenAI server checks of the fields the proxy's
+    document names: tests/api/test_api_schemathesis_cli.py fuzzes against it), or None."""
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return "messages: a list of objects is required"
+    if "model" in body and not isinstance(body["model"], str):
+        return "model: a string is required"
+    if "stream" in body and not isinstance(body["stream"], bool):
+        return "stream: a boolean is required"
+    return None
+
+
 def _handler(state: Upstream) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -87,10 +103,9 @@ def _handler(state: Upstream) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(raw)
             except ValueError:
                 body = None
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                error = {
-                    "error": {"message": "messages: a list is required", "type": "invalid_request_error"}
-                }
+            problem = _problem(body)
+            if problem is not None:
+                error = {"error": {"message": problem, "type": "invalid_request_error"}}
                 self._send(400, json.dumps(error).encode())
                 return
             with state.lock:

@@ -243,7 +243,7 @@ async def test_a_lone_surrogate_is_a_422_naming_the_field_never_a_500(
     pg_url: str, tmp_path: Path, up: Upstream
 ) -> None:
     deep = "[" * 100 + "]" * 100
-    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": deep}}
+    tool_call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": deep}}
     bodies = {
         b'{"messages": [{"role": "user", "content": "\\ud800"}]}': "body.messages[0].content",
         b'{"messages": [{"role": "user", "content": "ok", "\\udfff": 1}]}': "body.messages[0]",
@@ -252,7 +252,7 @@ async def test_a_lone_surrogate_is_a_422_naming_the_field_never_a_500(
         json.dumps({"messages": [{"role": "user", "content": json.loads(deep)}]}).encode(): (
             "body.messages[0].content" + "[0]" * 61
         ),
-        json.dumps({"messages": [{"role": "assistant", "tool_calls": [call]}]}).encode(): (
+        json.dumps({"messages": [{"role": "assistant", "tool_calls": [tool_call]}]}).encode(): (
             "body.messages[0].tool_calls[0].function.arguments" + "[0]" * 58
         ),
         b'{"messages": ' + b"[" * 5000 + b"]" * 5000 + b"}": "body",
