@@ -51,10 +51,12 @@ from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import TypeVar
 
 EXACT_MAX_UNITS = 16
 EXACT_SEED_MAX = 40  # the exact seed-level test counts signed sums; beyond this, refuse (not sample)
 DEFAULT_RESAMPLES = 10_000
+_Seed = TypeVar("_Seed", bound=Hashable)  # a unit key: a seed, or (task, seed)
 _SUM_DIGITS = 9  # signed sums are counted at this many decimals (per-seed rates are on a coarse grid)
 
 
@@ -229,7 +231,7 @@ def exact_sign_flip_p_value(differences: Sequence[float]) -> float | None:
     return min(1.0, extreme / 2**n)
 
 
-def seed_test(a: Mapping[Hashable, float], b: Mapping[Hashable, float]) -> SeedTest:
+def seed_test(a: Mapping[_Seed, float], b: Mapping[_Seed, float]) -> SeedTest:
     """``a`` against ``b`` paired by seed (keys: seeds; values: each seed's mean outcome), on the
     seeds both hold, with the exact sign-flip p (``exact_sign_flip_p_value``)."""
     seeds = tuple(sorted((k for k in a if k in b), key=repr))
@@ -304,8 +306,8 @@ def holm_adjust(p_values: Sequence[float | None]) -> list[float | None]:
 
 
 def paired_test(
-    a: Mapping[Hashable, float],
-    b: Mapping[Hashable, float],
+    a: Mapping[_Seed, float],
+    b: Mapping[_Seed, float],
     *,
     level: float = 0.95,
     resamples: int = DEFAULT_RESAMPLES,

@@ -153,6 +153,7 @@ def test_wilson_interval_by_hand() -> None:
     # 18 of 55 (docs/critic.md's iteration-1 row, computed by hand there): [0.22, 0.46]
     row = wilson_interval(18, 55)
     assert row.mean == pytest.approx(18 / 55)
+    assert row.low is not None and row.high is not None
     assert (round(row.low, 2), round(row.high, 2)) == (0.22, 0.46)
     # 5 of 10: symmetric about 0.5, [0.2366, 0.7634]
     half = wilson_interval(5, 10)
