@@ -284,7 +284,7 @@ def summarize(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "metric": "ceiling_primary",
         "arms": arms,
-        "seeds": min((len(v) for v in seeds_by_arm.values()), default=0),
+        "seeds": min(len(seeds_by_arm.get(arm, [])) for arm in ARMS),  # of the arm with fewest (absent: 0)
         "seeds_by_arm": seeds_by_arm,
         "partial": any(len(seeds_by_arm.get(arm, [])) < PLANNED_SEEDS for arm in ARMS),
         "mde": mde(n, ALPHA),

@@ -162,6 +162,7 @@ def test_a_partial_file_is_marked_partial_with_the_planning_mde(
     line = json.loads(captured.out)
     assert line["arms"] == ["good_only", "agent_r_oracle"] and line["partial"] is True
     assert line["seeds_by_arm"] == {"good_only": [0, 1, 2], "agent_r_oracle": [0, 1, 2, 3]}
+    assert line["seeds"] == 0  # the seeds of the arm with fewest: two arms have none yet
     # 3 paired seeds, all +0.1: p = 2/8 whatever the effect; the missing arms' tests have no seeds
     assert line["p"]["agent_r_oracle_vs_good_only:heldout_success"] == 0.25
     assert line["p"]["direct_vs_good_only:heldout_success"] is None
