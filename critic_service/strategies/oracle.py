@@ -3,7 +3,8 @@
 against which the others are a ceiling experiment's arms (bench/ceiling.py). Never a model call.
 
 The bad path says where it was made: a search pair's trajectories carry ``env_uri`` and ``task_id``
-in their provenance (``search_service.tree_results``). Refused with ``CriticConfigError`` naming the
+in their provenance (``search_service.tree_results``), and the critic worker adds the pair's own
+where a path lacks them (``critic_service.service.located``). Refused with ``CriticConfigError`` naming the
 problem: a path without them (a trace pair has no environment to replay in) and an environment
 with no oracle (``core.envs.textcraft.oracle.oracle_strategy_problem``, the same check a run's
 configuration gets before it starts: the API's ``RunConfigIn`` and ``agentr run``). A path the
