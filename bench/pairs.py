@@ -3,8 +3,10 @@
 The scripted noisy expert (search_service/noisy_expert.py: the TextCraft expert solver with seeded
 mistakes; model-free, so the bench takes seconds) searches every goal of the default ``agentr run``
 (agentr.cli.demo: its goals, its environment and its search settings - candidates, descents, depth,
-pair cap) once per seed. From EACH finished tree both rules keep at most ``max_pairs_per_tree``
-pairs (core.domain.pairs.select_pairs), so the two rules see the very same candidates.
+pair cap; free decoding, since a scripted policy cannot constrain its actions to the valid ones and
+its invalid-action mistakes are part of what it is) once per seed. From EACH finished tree both
+rules keep at most ``max_pairs_per_tree`` pairs (core.domain.pairs.select_pairs), so the two rules
+see the very same candidates.
 
 Prints one JSON line per setting: ``actions_after_divergence``: the mean number of bad actions after
 the divergence per kept pair, stratified ("ours") against deepest ("baseline"), ratio = ours /
@@ -109,8 +111,16 @@ def main() -> None:
     plan = plan_run(RunOptions()).config
     goals = list(plan["tasks"])[:: 3 if args.quick else 1]
     known = set(SearchConfig.__dataclass_fields__)
+    # the noisy expert is a scripted policy, not a model: it cannot constrain its Action lines to the
+    # valid ones (core.llm.ports.CannotConstrain), and its mistakes (invalid crafts among them) are
+    # what the bench measures, so the demo's constrained decoding is off here
     demo = SearchConfig.from_dict(
-        {**{k: v for k, v in plan["search"].items() if k in known}, "alpha": ALPHA, "beta": BETA}
+        {
+            **{k: v for k, v in plan["search"].items() if k in known},
+            "alpha": ALPHA,
+            "beta": BETA,
+            "constrain_actions": False,
+        }
     )
     started = time.perf_counter()
     trees = asyncio.run(search_trees(plan["env"], goals, seeds, demo, args.mistake))

@@ -36,8 +36,13 @@ search, evaluation-episode, recovery and training seeds; the warm-started model 
 statistics (``paper_table.statistics``, core/domain/stats.py) take the last iteration's model of
 each run: per variant the mean and 95% bootstrap interval over tasks x seeds of held-out success,
 recovery, dead loops and invalid-action rate (revision length: over seeds), and Agent-R (model
-critic) against good-only and Direct-Revision, paired by (task, seed): the mean difference, its
-95% interval and a sign-flip permutation p-value. A difference whose interval holds 0 is none.
+critic) against good-only and Direct-Revision (and every other variant that ran), tested at two
+levels: paired by (task, seed) (the mean difference, its 95% interval and a sign-flip permutation
+p-value) and paired by SEED (each seed's mean; the training randomness lives in the seed: the
+per-seed differences and the exact sign-flip p over all 2^n sign assignments, never below 2 / 2^n,
+so 3 seeds can never give p < 0.25). Every p is Holm-adjusted over the tests printed together, and
+a difference is significant only where its Holm-adjusted p is <= 0.05 (never by an interval); a
+task-level p the seed-level test does not support is no claim.
 The table of every iteration is printed for the first seed.
 
 Every variant starts from the same warm-started model (cached once under ``--home``), searches the

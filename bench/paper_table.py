@@ -311,12 +311,20 @@ def statistics(
 ) -> tuple[list[dict[str, Any]], str]:
     """JSON lines and a Markdown table: every variant's mean and 95% bootstrap interval over tasks x
     seeds of iteration ``iteration``'s model, and Agent-R (model critic) against good-only,
-    Direct-Revision and every other variant present (``paired_against``), paired by (task, seed):
-    the mean difference, its interval and the sign-flip p-value (core.domain.stats), and that
-    p-value Holm-adjusted over every paired test of the call (``p_holm``, ``significant_holm``: the
-    family a reader scans at once). Revision length: run-level units (one per seed). The text holds
-    the means table and the paired table."""
-    from core.domain.stats import bootstrap_mean, holm_adjust, paired_test
+    Direct-Revision and every other variant present (``paired_against``), tested twice:
+
+    - task level, paired by (task, seed): the mean difference, its interval and the sign-flip
+      p-value (core.domain.stats), Holm-adjusted over every paired test of the call (``p_holm``);
+    - seed level, paired by seed (each seed's mean over the paired tasks; training randomness lives
+      in the seed, and the tasks of a seed share its model): the per-seed differences, their mean,
+      the EXACT sign-flip p over all 2^n sign assignments (``seed_p_value``; never below 2 / 2^n) and
+      its Holm adjustment over the call's seed-level tests (``seed_p_holm``).
+
+    Significance is decided by the Holm-adjusted p-values only (``significant`` =
+    ``significant_holm``: task level; ``seed_significant_holm``: seed level), never by an interval.
+    Revision length: run-level units (one per seed). The text holds the means table and the paired
+    table."""
+    from core.domain.stats import bootstrap_mean, holm_adjust, paired_test, seed_test
 
     model = f"iter {iteration}"
     rows: list[tuple[str, str, dict[Any, float]]] = []
@@ -329,6 +337,7 @@ def statistics(
     units = {(name, variant): values for name, variant, values in rows}
     lines: list[dict[str, Any]] = []
     raw_p: list[float | None] = []  # the lines' unrounded p-values, for Holm
+    raw_seed_p: list[float | None] = []  # the same at the seed level
     table_rows = []
     higher = {name: h for name, _, _, h in STAT_METRICS} | {"revision_length": False}
     for name, variant, values in rows:
@@ -344,6 +353,11 @@ def statistics(
                 continue
             test = paired_test(ours, theirs, resamples=resamples)
             raw_p.append(test.p_value)
+            paired = [k for k in ours if k in theirs]
+            by_seed = seed_test(
+                seed_means({k: ours[k] for k in paired}), seed_means({k: theirs[k] for k in paired})
+            )
+            raw_seed_p.append(by_seed.p_value)
             a = bootstrap_mean([ours[k] for k in ours if k in theirs], resamples=resamples)
             b = bootstrap_mean([theirs[k] for k in ours if k in theirs], resamples=resamples)
             d = test.difference
@@ -360,12 +374,18 @@ def statistics(
                     "difference_ci": [_r(d.low), _r(d.high)],
                     "p_value": _r(test.p_value),
                     "paired_units": d.n,
-                    "significant": test.significant,
+                    "seeds": by_seed.n,
+                    "seed_differences": [_r(x) for x in by_seed.differences],
+                    "seed_difference": _r(by_seed.mean),
+                    "seed_p_value": _r(by_seed.p_value),
                 }
             )
-    for line, adjusted in zip(lines, holm_adjust(raw_p), strict=True):
+    for line, adjusted, seed_adjusted in zip(lines, holm_adjust(raw_p), holm_adjust(raw_seed_p), strict=True):
         line["p_holm"] = _r(adjusted)
         line["significant_holm"] = adjusted is not None and adjusted <= 0.05
+        line["significant"] = line["significant_holm"]  # the decision is the Holm-adjusted p's
+        line["seed_p_holm"] = _r(seed_adjusted)
+        line["seed_significant_holm"] = seed_adjusted is not None and seed_adjusted <= 0.05
     text = [
         f"Iteration {iteration}'s model, mean [95% bootstrap interval] over tasks x seeds "
         "(revision length: over seeds):",
@@ -403,17 +423,23 @@ def paired_table(lines: list[dict[str, Any]], iteration: int) -> list[str]:
     text = [
         "",
         f"{VARIANTS[OURS][0]} minus each other variant, paired by (task, seed): mean difference "
-        f"[95% bootstrap interval], sign-flip p, Holm-adjusted p over these {len(lines)} tests:",
+        f"[95% bootstrap interval], sign-flip p, Holm-adjusted p over these {len(lines)} tests; and "
+        "paired by SEED (each seed's mean; training randomness lives in the seed): the mean of the "
+        "per-seed differences, the exact sign-flip p over all 2^n sign assignments (never below "
+        "2 / 2^n) and its Holm adjustment. Significant only where a Holm-adjusted p is <= 0.05:",
         "",
-        "| metric | against | difference | p | p (Holm) | units |",
-        "|---|---|---:|---:|---:|---:|",
+        "| metric | against | difference | p | p (Holm) | units | seed difference | p (seeds) | "
+        "p (seeds, Holm) | seeds |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for line in lines:
         name, other = line["metric"].split(f"_iter{iteration}_vs_")
         low, high = line["difference_ci"]
+        seed_diff = "-" if line["seed_difference"] is None else f"{line['seed_difference']:+.3f}"
         text.append(
             f"| {name} | {VARIANTS[other][0]} | {line['difference']:+.3f} [{low:+.3f}, {high:+.3f}] | "
-            f"{line['p_value']} | {line['p_holm']} | {line['paired_units']} |"
+            f"{line['p_value']} | {line['p_holm']} | {line['paired_units']} | {seed_diff} | "
+            f"{line['seed_p_value']} | {line['seed_p_holm']} | {line['seeds']} |"
         )
     return text
 

@@ -4,8 +4,9 @@ section, checked) and ``critique``, which runs the strategy the config names fro
 The strategies, one module each behind one protocol (``critic_service/strategies/``): ``model`` (the
 actor judges each step: Good / Bad / Uncertain label scores, prefix-reused or batched), ``reflect``
 (the likelihood of a reflection after each step), ``value`` (ArCHer's advantage), ``rules``
-(invalid actions, tool errors, loops), ``direct`` (Direct-Revision: the last action) and ``first``
-(the first action after the divergence, a baseline). ``reflect_baseline`` is the reflect strategy's
+(invalid actions, tool errors, loops), ``direct`` (Direct-Revision: the last action), ``first``
+(the first action after the divergence, a baseline) and ``oracle`` (the environment's first-error
+oracle: TextCraft's; the ceiling). ``reflect_baseline`` is the reflect strategy's
 t' recorded beside another strategy's on every search pair (``FirstErrorMarked.baselines``). The pure
 verdict rules (labels from scores, t' from verdicts, fallback) are ``core.domain.critic``'s.
 The names below that live in the strategy modules are re-exported for existing imports.
@@ -58,7 +59,7 @@ __all__ = [
 @dataclass(frozen=True)
 class CriticConfig:
     strategy: Strategy = "model"
-    """A registered strategy: model | direct | rules | reflect | value | first (``STRATEGIES``)."""
+    """A registered strategy: model | direct | rules | reflect | value | first | oracle (``STRATEGIES``)."""
     plan: Literal["auto", "prefix", "batched"] = "auto"
     """How ``model`` runs: auto = prefix reuse on a local HF model, else one batched call."""
     early_exit: bool = True

@@ -12,7 +12,10 @@ textcraft?rules=agentgym``) or ours (``agentr env serve textcraft``), the URI's 
 the other when the recorded observations contradict it. Other
 environments have none: ``oracle_index`` returns None. A path the oracle cannot judge (a task it
 does not know, a replay that contradicts the recorded observations) also gives None, logged with the
-reason — the oracle scores the critic, it never blocks the pair.
+reason — the oracle scores the critic, it never blocks the pair. ``judge`` is the same judgement
+with its reasons, raising instead (``NoOracle``: no oracle for the environment; ``OracleError``: a
+path it cannot judge): the ``oracle`` critic strategy (``critic_service.strategies.oracle``) takes
+its t' from it. Which URIs have an oracle is ``core.envs.textcraft.oracle.has_first_error_oracle``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,15 @@ from urllib.parse import parse_qs, urlsplit
 from core.domain.egress import Egress
 from core.domain.trajectory import Trajectory
 from core.envs.base import Env, EnvError
+from core.envs.textcraft.oracle import (
+    OracleError,
+    OracleResult,
+    TextCraftOracle,
+    has_first_error_oracle,
+    served_textcraft,
+)
+
+__all__ = ["NoOracle", "Oracles", "has_first_error_oracle", "served_textcraft"]
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +46,8 @@ def _open_env(uri: str, egress: Egress | None = None) -> Env:
     return open_env(uri, egress=egress)
 
 
-def served_textcraft(env_uri: str) -> bool:
-    """Whether ``env_uri`` names a TextCraft server (``agentgym+http(s)://HOST:PORT/.../textcraft``)."""
-    if not env_uri.startswith(("agentgym+http://", "agentgym+https://")):
-        return False
-    return urlsplit(env_uri).path.rstrip("/").rsplit("/", 1)[-1] == "textcraft"
+class NoOracle(OracleError):
+    """The environment has no first-error oracle, or the path names no environment / task to judge in."""
 
 
 class Oracles:
@@ -53,7 +62,6 @@ class Oracles:
             oracle: object | None = None
             if env_uri.split("?", 1)[0] == "textcraft":
                 from core.envs.textcraft import TextCraftEnv
-                from core.envs.textcraft.oracle import TextCraftOracle
 
                 try:
                     env = self._opener(env_uri)
@@ -64,7 +72,6 @@ class Oracles:
                     oracle = TextCraftOracle(env)
             elif served_textcraft(env_uri):
                 from core.envs.textcraft import TextCraftEnv
-                from core.envs.textcraft.oracle import TextCraftOracle
 
                 # judged in process by goal, under the server's rules (module docstring)
                 named = parse_qs(urlsplit(env_uri).query).get("rules", ["agentgym"])[0]
@@ -73,38 +80,50 @@ class Oracles:
             self._oracles[env_uri] = oracle
         return self._oracles[env_uri]
 
-    def oracle_index(
+    def judge(
         self, env_uri: str | None, task_id: str | None, path: Trajectory, shared_steps: int
-    ) -> int | None:
-        """The oracle's first error of ``path`` at or after ``shared_steps`` (None: no oracle for
-        this environment, no task id, no error found, or a path the oracle cannot judge)."""
+    ) -> OracleResult:
+        """The oracle's judgement of ``path`` from ``shared_steps`` on (its ``first_error``: None when
+        every judged step was progress). ``NoOracle`` when the environment has none or no
+        environment / task is named; ``OracleError`` when the oracle cannot judge this path (a task it
+        does not know, a replay that contradicts the recorded observations)."""
         if not env_uri or task_id is None:
-            return None
+            raise NoOracle("the path names no environment and task to judge it in")
         oracle = self._oracle(env_uri)
         if oracle is None:
-            return None
-        from core.envs.textcraft.oracle import OracleError, TextCraftOracle
-
+            why = "could not be opened" if has_first_error_oracle(env_uri) else "has no first-error oracle"
+            raise NoOracle(f"environment {env_uri!r} {why} (TextCraft has one)")
         judges = oracle if isinstance(oracle, tuple) else (oracle,)
         if served_textcraft(env_uri):
             from core.envs.textcraft.remote import oracle_task_id
 
             by_goal = oracle_task_id(path.task)
             if by_goal is None:
-                log.warning("oracle: task %s not judged: its first observation names no goal", task_id)
-                return None
+                raise OracleError(f"task {task_id}: its first observation names no goal")
             task_id = by_goal
         failures = []
         for judge in judges:
             assert isinstance(judge, TextCraftOracle)
             try:
-                return judge.first_error(
+                return judge.judge(
                     task_id,
                     [step.action for step in path.steps],
-                    start=shared_steps,
-                    observations=[step.observation for step in path.steps],
+                    shared_steps,
+                    [step.observation for step in path.steps],
                 )
             except OracleError as exc:
                 failures.append(f"{judge.env.rules} rules: {exc}")
-        log.warning("oracle: task %s not judged: %s", task_id, "; ".join(failures))
-        return None
+        raise OracleError("; ".join(failures))
+
+    def oracle_index(
+        self, env_uri: str | None, task_id: str | None, path: Trajectory, shared_steps: int
+    ) -> int | None:
+        """The oracle's first error of ``path`` at or after ``shared_steps`` (None: no oracle for
+        this environment, no task id, no error found, or a path the oracle cannot judge)."""
+        try:
+            return self.judge(env_uri, task_id, path, shared_steps).first_error
+        except NoOracle:
+            return None
+        except OracleError as exc:
+            log.warning("oracle: task %s not judged: %s", task_id, exc)
+            return None

@@ -29,6 +29,7 @@ import functools
 import logging
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import select
@@ -56,6 +57,7 @@ from core.domain.events import (
 from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
 from core.envs.registry import egress_checked as checked_env_opener
+from core.domain.trajectory import Trajectory
 from core.llm.policy_cache import PolicyCache, service_cache
 from core.llm.ports import Policy
 from core.llm.registry import egress_checked as checked_policy_opener
@@ -105,6 +107,17 @@ def _trace_pair_id(failed_trace_id: str) -> str:
     return derived_id("trace-pair", failed_trace_id)
 
 
+def located(pair: PairFound) -> Trajectory:
+    """The pair's bad path with the pair's environment and task in its provenance, where the path
+    does not carry them itself (a search pair's trajectories do): what a strategy that replays the
+    path in its environment reads (``oracle``)."""
+    if pair.env_uri is None or pair.task_id is None or "env_uri" in pair.bad.provenance:
+        return pair.bad
+    return replace(
+        pair.bad, provenance={**pair.bad.provenance, "env_uri": pair.env_uri, "task_id": pair.task_id}
+    )
+
+
 class CriticHandlers:
     def __init__(
         self, settings: Settings, store: EventStore, policies: PolicyCache, oracles: Oracles | None = None
@@ -139,7 +152,7 @@ class CriticHandlers:
                 )
                 ref = model_ref if needs_model and model_ref else None
             async with self._model(ref) as policy:
-                result = await critique(config, pair.bad, pair.shared_steps, policy)
+                result = await critique(config, located(pair), pair.shared_steps, policy)
                 baselines: dict[str, int] = {}
                 if pair.source == "search":  # the run report's critic baselines, on the same pair
                     baselines = await reflect_baseline(config, pair.bad, pair.shared_steps, policy)

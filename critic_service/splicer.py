@@ -222,6 +222,17 @@ class SpliceHandlers:
         # post-commit check runs in ``on_progress`` when this outcome is delivered.
         return HandlerResult([event])
 
+    async def splice(
+        self, pair: PairFound, marked: FirstErrorMarked, config: SpliceConfig, masking: LossMasking
+    ) -> RevisionMaterialized | RevisionRejected:
+        """The worker's splice of one pair at ``marked``'s t', outside the worker (no store, no
+        model: template reflections): what ``on_first_error`` appends, as a value. A pair that
+        cannot be spliced is a ``RevisionRejected`` with the reason, as there (bench/ceiling.py)."""
+        try:
+            return await self._splice(pair, marked, config, None, masking=masking)
+        except (SpliceError, ReflectionError) as exc:
+            return RevisionRejected(pair.pair_id, pair.run_id, pair.iteration, f"splice: {exc}")
+
     async def _reflection(
         self, pair: PairFound, marked: FirstErrorMarked, config: SpliceConfig, model_ref: str | None
     ) -> Reflection:

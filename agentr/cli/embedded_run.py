@@ -121,7 +121,14 @@ def run_config(
     settings: Any, home: Path, config: dict[str, Any], *, show_report: bool = True
 ) -> tuple[int, str]:
     """Run one whole configuration (its ``model`` already prepared) in this process: (exit code,
-    run id). The run's report is under ``home/runs/<run id>/`` (bench/paper.py reads it)."""
+    run id). The run's report is under ``home/runs/<run id>/`` (bench/paper.py reads it). A critic the
+    environment cannot support (``oracle`` without a first-error oracle) is refused here, before any
+    event (ValueError naming it)."""
+    from core.envs.textcraft.oracle import oracle_strategy_problem
+
+    strategy = str((config.get("critic") or {}).get("strategy", "model"))
+    if (problem := oracle_strategy_problem(strategy, str(config.get("env", "textcraft")))) is not None:
+        raise ValueError(problem)
     return asyncio.run(_run_async(settings, home, config, "", time.monotonic(), show_report=show_report))
 
 

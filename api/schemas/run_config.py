@@ -83,7 +83,8 @@ class CriticSettings(_Strict):
         description="model: the actor judges each bad action (the paper); direct: the last action "
         "(Direct-Revision baseline); rules: invalid actions, loops and tool errors; reflect: the step "
         "after which the actor finds a reflection most likely; value: the first step whose ArCHer "
-        "advantage is below value_threshold; first: the first action after the divergence (a baseline).",
+        "advantage is below value_threshold; first: the first action after the divergence (a baseline); "
+        "oracle: the environment's own first-error oracle (TextCraft only; the ceiling of bench/ceiling.py).",
     )
     compare_reflect: bool | None = Field(
         None,
@@ -328,6 +329,15 @@ class RunConfigIn(_Strict):
             raise ValueError(
                 f"env: unsupported URI scheme in {env!r} (expected agentgym+http://HOST:PORT/NAME)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _oracle_critic_has_an_oracle(self) -> RunConfigIn:
+        from core.envs.textcraft.oracle import oracle_strategy_problem
+
+        problem = oracle_strategy_problem(self.critic.strategy, self.env)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

@@ -1,14 +1,36 @@
-"""Owns the statistics of method comparisons: bootstrap intervals and a paired test (pure, stdlib only).
+"""Owns the statistics of method comparisons: bootstrap and Wilson intervals, paired tests at the
+task and at the seed level, Holm's correction and the minimal detectable effect (pure, stdlib only).
 
-The unit of a comparison is one (task, seed): a model's rate on that task's episodes of that run
-seed. ``bootstrap_mean`` gives the mean over units with a percentile bootstrap interval (resampling
+The unit of a task-level comparison is one (task, seed): a model's rate on that task's episodes of
+that run seed. ``bootstrap_mean`` gives the mean over units with a percentile bootstrap interval (resampling
 units with replacement, ``resamples`` times, seeded: the same numbers on every machine).
 ``paired_test`` compares two methods on the units both have (same task, same seed): the mean
 difference ``a - b`` with its percentile bootstrap interval, and a two-sided sign-flip permutation
 p-value (under the null the sign of each unit's difference is a coin flip; exact enumeration of all
 2^n sign patterns when n <= ``EXACT_MAX_UNITS``, else ``resamples`` random patterns with the +1
-correction, so p is never 0). A difference whose interval holds 0 (p above the level) is no
+correction, so p is never 0). ``PairedTest.significant`` is decided by the p-value (p <= 1 - level),
+never by the interval, so the two cannot be read as disagreeing; a caller that reads several tests
+together decides on the Holm-adjusted p (below). A difference that is not significant is no
 difference: callers must report it as none.
+
+**Seed-level tests** (``seed_test``). The tasks of one seed share that seed's trained model, so
+(task, seed) units are not independent: training randomness lives in the seed. ``seed_test``
+pairs two methods by seed (each seed's mean over its tasks, e.g. ``bench/paper_table.seed_means``),
+and its p-value is the EXACT two-sided sign-flip p over all 2^n sign assignments of the n per-seed
+mean differences (``exact_sign_flip_p_value``: the distribution of the signed sums is counted, not
+sampled). With n seeds the smallest attainable p is 2 / 2^n (0.25 with 3 seeds, 0.002 with 10).
+
+**Wilson intervals** (``wilson_interval``): the score interval of a binomial proportion k / n,
+(p + z^2/2n +- z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n) with z the normal quantile of the level;
+unlike the bootstrap it is not degenerate at 0 or n successes (0/10 gives [0, 0.278]).
+
+**Minimal detectable effect** (``minimal_detectable_effect``): the smallest true mean difference a
+paired test over n seeds detects with probability ``power`` at two-sided level ``alpha``, from the
+standard deviation ``sd`` of the per-seed differences (observed, or a stated planning value):
+MDE = (z_{1 - alpha/2} + z_{power}) * sd / sqrt(n) (the normal approximation; 2.80 * sd / sqrt(n) at
+alpha 0.05 and 80% power). It is infinite when the exact sign-flip test cannot reach ``alpha`` at all
+(2 / 2^n > alpha). Under Holm over m tests the first test is judged at alpha / m: pass that level
+for the worst case.
 
 ``mcnemar_exact`` compares two classifiers on the SAME items by the items only one of them gets
 right (the discordant ones): under the null each such item is a coin flip, so the two-sided p is
@@ -25,11 +47,17 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
+from typing import TypeVar
 
 EXACT_MAX_UNITS = 16
+EXACT_SEED_MAX = 40  # the exact seed-level test counts signed sums; beyond this, refuse (not sample)
 DEFAULT_RESAMPLES = 10_000
+_Seed = TypeVar("_Seed", bound=Hashable)  # a unit key: a seed, or (task, seed)
+_SUM_DIGITS = 9  # signed sums are counted at this many decimals (per-seed rates are on a coarse grid)
 
 
 @dataclass(frozen=True)
@@ -56,7 +84,13 @@ class PairedTest:
 
     @property
     def significant(self) -> bool:
-        """The interval excludes 0 (at its level)."""
+        """The p-value is at most 1 - the interval's level (0.05 for a 95% interval); never decided
+        by the interval (a test read in a family: decide on its Holm-adjusted p instead)."""
+        return self.p_value is not None and self.p_value <= 1.0 - self.difference.level + 1e-12
+
+    @property
+    def interval_excludes_zero(self) -> bool:
+        """The bootstrap interval excludes 0: a description of the data, not the test's decision."""
         d = self.difference
         return d.low is not None and d.high is not None and (d.low > 0 or d.high < 0)
 
@@ -66,6 +100,44 @@ class PairedTest:
             "p_value": _round(self.p_value),
             "exact": self.exact,
             "significant": self.significant,
+        }
+
+
+@dataclass(frozen=True)
+class SeedTest:
+    """``a - b`` paired by seed: each seed's difference of means, their mean and sample SD, and the
+    exact two-sided sign-flip p over all 2^n sign assignments (None without seeds)."""
+
+    seeds: tuple[Hashable, ...]
+    differences: tuple[float, ...]
+    p_value: float | None
+
+    @property
+    def n(self) -> int:
+        return len(self.differences)
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self.differences) / self.n if self.differences else None
+
+    @property
+    def sd(self) -> float | None:
+        """The sample standard deviation (n - 1) of the per-seed differences (None below 2 seeds)."""
+        if self.n < 2:
+            return None
+        mean = sum(self.differences) / self.n
+        return math.sqrt(sum((d - mean) ** 2 for d in self.differences) / (self.n - 1))
+
+    def significant(self, alpha: float = 0.05) -> bool:
+        return self.p_value is not None and self.p_value <= alpha + 1e-12
+
+    def to_data(self) -> dict[str, object]:
+        return {
+            "seeds": self.n,
+            "mean_difference": _round(self.mean),
+            "sd": _round(self.sd),
+            "differences": [_round(d) for d in self.differences],
+            "p_value": _round(self.p_value),
         }
 
 
@@ -131,6 +203,78 @@ def sign_flip_p_value(
     return (extreme + 1) / (resamples + 1), False
 
 
+def exact_sign_flip_p_value(differences: Sequence[float]) -> float | None:
+    """The EXACT two-sided sign-flip p-value of the mean of ``differences``: the share of all 2^n
+    sign assignments whose signed sum is at least as far from 0 as the observed one (None without
+    differences). Counted, never sampled: the signed sums' distribution is built one difference at
+    a time (distinct sums counted at ``_SUM_DIGITS`` decimals), so 10-40 seeds cost little;
+    ValueError beyond ``EXACT_SEED_MAX``."""
+    diffs = [float(d) for d in differences]
+    if any(math.isnan(d) or math.isinf(d) for d in diffs):
+        raise ValueError("exact_sign_flip_p_value: a difference is not a finite number")
+    n = len(diffs)
+    if n == 0:
+        return None
+    if n > EXACT_SEED_MAX:
+        raise ValueError(
+            f"exact_sign_flip_p_value: {n} differences; the exact test takes at most {EXACT_SEED_MAX}"
+        )
+    sums: Counter[float] = Counter({0.0: 1})
+    for d in diffs:
+        step: Counter[float] = Counter()
+        for total, count in sums.items():
+            step[round(total + d, _SUM_DIGITS)] += count
+            step[round(total - d, _SUM_DIGITS)] += count
+        sums = step
+    observed = abs(sum(diffs)) - 1e-7  # tolerance: a pattern as extreme as the data counts
+    extreme = sum(count for total, count in sums.items() if abs(total) >= observed)
+    return min(1.0, extreme / 2**n)
+
+
+def seed_test(a: Mapping[_Seed, float], b: Mapping[_Seed, float]) -> SeedTest:
+    """``a`` against ``b`` paired by seed (keys: seeds; values: each seed's mean outcome), on the
+    seeds both hold, with the exact sign-flip p (``exact_sign_flip_p_value``)."""
+    seeds = tuple(sorted((k for k in a if k in b), key=repr))
+    diffs = tuple(float(a[k]) - float(b[k]) for k in seeds)
+    return SeedTest(seeds, diffs, exact_sign_flip_p_value(diffs))
+
+
+def wilson_interval(successes: int, n: int, *, level: float = 0.95) -> Interval:
+    """The Wilson score interval of the proportion ``successes`` / ``n`` (module docstring); the
+    interval's ``n`` is the number of trials (all None without trials)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if n < 0 or successes < 0 or successes > n:
+        raise ValueError(f"wilson_interval: need 0 <= successes <= n, got {successes} of {n}")
+    if n == 0:
+        return Interval(None, None, None, 0, level)
+    z = NormalDist().inv_cdf(1.0 - (1.0 - level) / 2.0)
+    p = successes / n
+    denominator = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1.0 - p) / n + z * z / (4 * n * n)) / denominator
+    low = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the edges (no float residue)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return Interval(p, low, high, n, level)
+
+
+def minimal_detectable_effect(sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true mean difference a paired test over ``n`` seeds detects with probability
+    ``power`` at two-sided level ``alpha``: (z_{1-alpha/2} + z_{power}) * sd / sqrt(n), ``sd`` being
+    the standard deviation of the per-seed differences (module docstring). ``math.inf`` when the
+    exact sign-flip test over n seeds cannot reach ``alpha`` (2 / 2^n > alpha)."""
+    if not 0.0 < alpha < 1.0 or not 0.0 < power < 1.0:
+        raise ValueError(f"alpha and power must be in (0, 1), got {alpha}, {power}")
+    if n < 1:
+        raise ValueError(f"minimal_detectable_effect: n must be >= 1, got {n}")
+    if math.isnan(sd) or sd < 0:
+        raise ValueError(f"minimal_detectable_effect: sd must be >= 0, got {sd}")
+    if 2.0 / 2**n > alpha:
+        return math.inf
+    normal = NormalDist()
+    return (normal.inv_cdf(1.0 - alpha / 2.0) + normal.inv_cdf(power)) * sd / math.sqrt(n)
+
+
 def mcnemar_exact(only_a: int, only_b: int) -> float:
     """Two-sided exact McNemar p-value: ``only_a`` items right by A alone, ``only_b`` by B alone
     (1.0 without discordant items)."""
@@ -162,8 +306,8 @@ def holm_adjust(p_values: Sequence[float | None]) -> list[float | None]:
 
 
 def paired_test(
-    a: Mapping[Hashable, float],
-    b: Mapping[Hashable, float],
+    a: Mapping[_Seed, float],
+    b: Mapping[_Seed, float],
     *,
     level: float = 0.95,
     resamples: int = DEFAULT_RESAMPLES,

@@ -123,6 +123,7 @@ async def _search_run(
     wrong: tuple[str, ...] = (),
     tree_goods: tuple[tuple[str, ...], ...] = (),
     tree_goods_cut: int = 0,
+    critic: str = "rules",
 ) -> tuple[Any, ...]:
     """A run whose iteration 0 has one completed tree with one TextCraft pair (rules critic);
     ``good_steps_cut``: the good path loses that many last steps but keeps its logged reward, so
@@ -148,7 +149,7 @@ async def _search_run(
         Trajectory(leaf.task, leaf.instruction, leaf.steps[: len(leaf.steps) - tree_goods_cut], reward=1.0)
         for leaf in leaves
     ]
-    config = RunConfig(env=ENV_URI, critic={"strategy": "rules"}, splice=splice)
+    config = RunConfig(env=ENV_URI, critic={"strategy": critic}, splice=splice)
     meta = Metadata(project_id=project)
     pair_id = derived_id("pair", tree_id, 0)
     await store.append(
@@ -223,6 +224,32 @@ async def test_search_pair_becomes_verified_revision_and_dataset(stack) -> None:
             await conn.execute(select(samples.c.verified).where(samples.c.pair_id == pair_id))
         ).scalar_one()
     assert (status, verified) == ("revised", True)
+
+
+async def test_the_oracle_critic_splices_at_the_oracles_first_error(stack) -> None:  # type: ignore[no-untyped-def]
+    """critic.strategy oracle through the critic worker: t' is the TextCraft oracle's first error,
+    here NOT the first action after the divergence (a useful get comes first, then an inventory
+    look-up), recorded as both the critic's and the oracle's index; the pair's paths carry no
+    environment of their own, the worker hands the strategy the pair's."""
+    store, settle = stack
+    task_id, _, good, _ = await _textcraft_pair()
+    wrong = (good.steps[1].action, "inventory")  # the recipe's second get, then no progress
+    run_id, pair_id, bad, good, shared = await _search_run(
+        store, {"verify": True, "keep_unverified": False}, wrong=wrong, critic="oracle"
+    )
+    assert "env_uri" not in bad.provenance
+    await settle()
+    pair_events = await store.read_stream(pair_stream(pair_id))
+    (marked,) = _events(pair_events, FirstErrorMarked)
+    assert marked.strategy == "oracle" and marked.fallback is False
+    assert marked.transition_index == marked.oracle_index == shared + 1  # the inventory look-up
+    assert [(v.step_index, v.label, v.method) for v in marked.verdicts] == [
+        (shared, "good", "oracle"),
+        (shared + 1, "bad", "oracle"),
+    ]
+    (revision,) = _events(pair_events, RevisionMaterialized)
+    assert revision.verified is True and revision.sample.provenance["critic_strategy"] == "oracle"
+    assert revision.sample.provenance["transition_index"] == shared + 1
 
 
 async def test_traces_are_critiqued_paired_and_spliced(stack) -> None:  # type: ignore[no-untyped-def]

@@ -277,7 +277,11 @@ def test_statistics_over_tasks_and_seeds_pair_agent_r_with_each_baseline() -> No
     good = by_metric["heldout_success_iter1_vs_good_only"]
     assert good["paired_units"] == 6 and good["ours"] == 0.75 and good["baseline"] == 0.25
     assert good["difference"] == 0.5 and good["difference_ci"] == [0.5, 0.5]
-    assert good["p_value"] == round(2 / 64, 4) and good["significant"] is True
+    assert good["p_value"] == round(2 / 64, 4)
+    # seed level: each seed's mean over the paired tasks, 0.75 - 0.25 on all 3 seeds; the exact
+    # sign-flip p over 2^3 assignments is 2/8, whatever the effect: 3 seeds cannot show one
+    assert good["seeds"] == 3 and good["seed_differences"] == [0.5, 0.5, 0.5]
+    assert good["seed_difference"] == 0.5 and good["seed_p_value"] == 0.25
     same = by_metric["heldout_success_iter1_vs_direct"]
     assert same["difference"] == 0.0 and same["p_value"] == 1.0 and same["significant"] is False
     # revision length: run-level units, only between the variants that train revisions
@@ -306,7 +310,7 @@ def test_statistics_over_tasks_and_seeds_pair_agent_r_with_each_baseline() -> No
     assert paper_table.seed_means({("t1", 0): 1.0, ("t2", 0): 0.0, ("t1", 1): 0.5}) == {0: 0.5, 1: 0.5}
     # every other variant that ran is tested against Agent-R too (here DPO: 0.75 against 0)
     dpo = by_metric["heldout_success_iter1_vs_dpo"]
-    assert dpo["paired_units"] == 6 and dpo["difference"] == 0.75 and dpo["significant"] is True
+    assert dpo["paired_units"] == 6 and dpo["difference"] == 0.75
     assert "revision_length_iter1_vs_dpo" not in by_metric  # DPO trains no revision
     # Holm over the whole family of paired tests: never below the raw p, and the text's paired
     # table shows both
@@ -315,9 +319,15 @@ def test_statistics_over_tasks_and_seeds_pair_agent_r_with_each_baseline() -> No
     assert good["p_holm"] == round(min(1.0, family * 2 / 64), 4)
     assert good["significant_holm"] is (good["p_holm"] <= 0.05)
     assert same["p_holm"] == 1.0 and same["significant_holm"] is False
+    # significance is the Holm-adjusted p's decision only: the raw 2/64 does not survive 13 tests
+    assert good["p_holm"] > 0.05 and good["significant"] is False and dpo["significant"] is False
+    assert all(line["significant"] is line["significant_holm"] for line in lines)
+    # the seed-level family is Holm-adjusted too
+    assert good["seed_p_holm"] == 1.0 and good["seed_significant_holm"] is False
     assert f"Holm-adjusted p over these {family} tests" in text
     row = f"| heldout_success | good trajectories only | +0.500 [+0.500, +0.500] | {good['p_value']} |"
     assert row in text
+    assert f"| {good['paired_units']} | +0.500 | 0.25 | 1.0 | 3 |" in text
 
 
 def test_learner_arms_take_the_runs_stable_rates_and_a_fixed_archer_round_count(base: dict) -> None:

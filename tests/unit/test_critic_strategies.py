@@ -34,12 +34,12 @@ def test_registry_names_are_the_names_events_and_the_api_accept() -> None:
 def test_config_accepts_every_registered_name_and_refuses_others() -> None:
     for name in REGISTRY:
         assert CriticConfig.from_data({"strategy": name}).strategy == name
-    with pytest.raises(CriticConfigError, match="unknown strategy 'oracle' \\(model, direct, rules"):
-        CriticConfig.from_data({"strategy": "oracle"})
+    with pytest.raises(CriticConfigError, match="unknown strategy 'oracular' \\(model, direct, rules"):
+        CriticConfig.from_data({"strategy": "oracular"})
     with pytest.raises(CriticConfigError, match="must be a strategy name"):
         CriticConfig.from_data({"strategy": ["model"]})
-    with pytest.raises(CriticConfigError, match="unknown strategy 'oracle'"):
-        strategy_named("oracle")
+    with pytest.raises(CriticConfigError, match="unknown strategy 'oracular'"):
+        strategy_named("oracular")
 
 
 async def test_policy_free_strategies_run_by_name() -> None:

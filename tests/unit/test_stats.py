@@ -1,6 +1,9 @@
-"""core.domain.stats: the bootstrap interval of a mean and the paired sign-flip test."""
+"""core.domain.stats: the bootstrap interval of a mean, the paired sign-flip tests (task level and
+exact seed level), Wilson intervals and the minimal detectable effect; hand-checkable values."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
@@ -57,7 +60,12 @@ def test_paired_test_pairs_units_by_key() -> None:
     assert test.difference.n == 5  # ("t9", 0) has no partner
     assert test.difference.mean == pytest.approx((1 + 0.5 + 0.5 + 0.5 + 0.5) / 5)
     assert test.exact and test.p_value == pytest.approx(2 / 32)
-    assert test.significant  # every paired difference is positive: the interval excludes 0
+    # every paired difference is positive, so the bootstrap interval excludes 0, but the exact
+    # p over 5 units is 2/32 = 0.0625: NOT significant. The decision is the p-value's, never the
+    # interval's (issue #51: DPO's [0.050, 0.275] beside p = 0.06 read as two answers)
+    assert test.interval_excludes_zero and not test.significant
+    six = paired_test({k: 1.0 for k in "abcdef"}, {k: 0.0 for k in "abcdef"}, resamples=200)
+    assert six.p_value == pytest.approx(2 / 64) and six.significant
     null = paired_test({"a": 1.0, "b": 0.0}, {"a": 0.0, "b": 1.0}, resamples=2000)
     assert null.difference.mean == 0.0 and null.p_value == 1.0 and not null.significant
     data = null.to_data()
@@ -96,3 +104,77 @@ def test_holm_adjust_step_down_in_the_given_order() -> None:
         holm_adjust([0.1, 1.5])
     with pytest.raises(ValueError, match="lie in"):
         holm_adjust([float("nan")])
+
+
+def test_exact_seed_level_sign_flip_counts_all_two_to_the_n_assignments() -> None:
+    from core.domain.stats import exact_sign_flip_p_value
+
+    # the small cases agree with the enumerating task-level test
+    assert exact_sign_flip_p_value([1.0, 1.0, 1.0]) == 0.25  # 3 seeds: p is never below 2/8
+    assert exact_sign_flip_p_value([3.0, 1.0, -1.0]) == pytest.approx(6 / 8)
+    # ten seeds all one way: only the all-plus and all-minus of 1024 assignments are as extreme
+    assert exact_sign_flip_p_value([0.05] * 10) == pytest.approx(2 / 1024)
+    # 10 seeds, nine +0.1 and one -0.1: sum 0.8; as extreme: at most one seed flipped to minus
+    # (11 assignments) on either side -> 22 / 1024
+    assert exact_sign_flip_p_value([0.1] * 9 + [-0.1]) == pytest.approx(22 / 1024)
+    # exactness beyond the task-level test's enumeration limit (16): 20 seeds, no Monte Carlo
+    assert exact_sign_flip_p_value([1.0] * 20) == pytest.approx(2 / 2**20)
+    assert exact_sign_flip_p_value([0.0, 0.0]) == 1.0 and exact_sign_flip_p_value([]) is None
+    with pytest.raises(ValueError, match="at most"):
+        exact_sign_flip_p_value([1.0] * 41)
+    with pytest.raises(ValueError, match="finite"):
+        exact_sign_flip_p_value([float("nan")])
+
+
+def test_seed_test_pairs_by_seed_with_mean_sd_and_exact_p() -> None:
+    from core.domain.stats import seed_test
+
+    ours = {0: 0.55, 1: 0.65, 2: 0.45, 9: 1.0}
+    base = {0: 0.55, 1: 0.55, 2: 0.50}
+    test = seed_test(ours, base)
+    assert test.seeds == (0, 1, 2) and test.n == 3  # seed 9 has no partner
+    assert test.differences == pytest.approx((0.0, 0.10, -0.05))
+    assert test.mean == pytest.approx(0.05 / 3)
+    # sample SD of (0, 0.1, -0.05): mean 1/60; squares 1/3600 + (5/60)^2 + (4/60)^2 = 42/3600; / 2
+    assert test.sd == pytest.approx((21 / 3600) ** 0.5)
+    # |sum| = 0.05; the 8 signed sums of (0, .1, .05): +-0.15 (x2 each), +-0.05 (x2 each) -> all 8
+    assert test.p_value == 1.0 and not test.significant()
+    data = test.to_data()
+    assert data["seeds"] == 3 and data["p_value"] == 1.0
+    assert seed_test({}, {}).p_value is None and seed_test({}, {}).sd is None
+
+
+def test_wilson_interval_by_hand() -> None:
+    from core.domain.stats import wilson_interval
+
+    # 0 of 10: centre = (0 + z^2/20) / (1 + z^2/10), half the same: [0, 2 * 0.13876]
+    zero = wilson_interval(0, 10)
+    assert zero.mean == 0.0 and zero.low == 0.0 and zero.high == pytest.approx(0.2775, abs=1e-4)
+    # 18 of 55 (docs/critic.md's iteration-1 row, computed by hand there): [0.22, 0.46]
+    row = wilson_interval(18, 55)
+    assert row.mean == pytest.approx(18 / 55)
+    assert row.low is not None and row.high is not None
+    assert (round(row.low, 2), round(row.high, 2)) == (0.22, 0.46)
+    # 5 of 10: symmetric about 0.5, [0.2366, 0.7634]
+    half = wilson_interval(5, 10)
+    assert half.low == pytest.approx(0.2366, abs=1e-4) and half.high == pytest.approx(0.7634, abs=1e-4)
+    assert wilson_interval(10, 10).high == 1.0 and wilson_interval(0, 0).mean is None
+    with pytest.raises(ValueError, match="successes <= n"):
+        wilson_interval(3, 2)
+
+
+def test_minimal_detectable_effect_by_hand() -> None:
+    from core.domain.stats import minimal_detectable_effect
+
+    # (z_0.975 + z_0.8) = 1.95996 + 0.84162 = 2.80158
+    assert minimal_detectable_effect(1.0, 10) == pytest.approx(2.80158 / 10**0.5, abs=1e-5)
+    assert minimal_detectable_effect(0.08, 10) == pytest.approx(2.80158 * 0.08 / 10**0.5, abs=1e-5)
+    # Holm's first step over 4 tests: alpha 0.0125 -> z_0.99375 = 2.49771; + 0.84162 = 3.33933
+    assert minimal_detectable_effect(0.08, 10, alpha=0.0125) == pytest.approx(
+        3.33933 * 0.08 / 10**0.5, abs=1e-5
+    )
+    # 3 seeds: the exact sign-flip p is never below 0.25, so no effect is detectable at 0.05
+    assert minimal_detectable_effect(0.08, 3) == math.inf
+    assert minimal_detectable_effect(0.0, 10) == 0.0
+    with pytest.raises(ValueError, match="sd must be >= 0"):
+        minimal_detectable_effect(-1.0, 10)

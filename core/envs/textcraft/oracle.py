@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from core.envs.textcraft.env import TextCraftEnv
 from core.envs.textcraft.recipes import Recipe, RecipeBook
@@ -37,6 +38,32 @@ MAX_CHOICES = 64
 """Most recipe combinations tried for one measure (items with several recipes in the goal's tree)."""
 
 _GET_PREFIX = "get "
+
+
+def served_textcraft(env_uri: str) -> bool:
+    """Whether ``env_uri`` names a TextCraft server (``agentgym+http(s)://HOST:PORT/.../textcraft``)."""
+    if not env_uri.startswith(("agentgym+http://", "agentgym+https://")):
+        return False
+    return urlsplit(env_uri).path.rstrip("/").rsplit("/", 1)[-1] == "textcraft"
+
+
+def has_first_error_oracle(env_uri: str) -> bool:
+    """Whether paths of ``env_uri`` can be judged by this oracle: in-process TextCraft
+    (``textcraft?...``) or a TextCraft server (judged in process by goal,
+    ``critic_service.oracles``). No other environment has a first-error oracle."""
+    return env_uri.split("?", 1)[0] == "textcraft" or served_textcraft(env_uri)
+
+
+def oracle_strategy_problem(strategy: str, env_uri: str) -> str | None:
+    """Why a run on ``env_uri`` cannot use critic ``strategy`` (only ``oracle``, the critic that IS
+    this oracle, has a condition: an environment that has one), or None. Checked where a run's
+    configuration is accepted (the API's ``RunConfigIn``, ``agentr run``) and by the strategy."""
+    if strategy != "oracle" or has_first_error_oracle(env_uri):
+        return None
+    return (
+        f"critic.strategy oracle needs an environment with a first-error oracle; {env_uri!r} has none "
+        "(TextCraft has one: textcraft?... or agentgym+http://HOST:PORT/textcraft)"
+    )
 
 
 class OracleError(ValueError):
