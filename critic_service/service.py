@@ -56,8 +56,8 @@ from core.domain.events import (
 )
 from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
-from core.envs.registry import egress_checked as checked_env_opener
 from core.domain.trajectory import Trajectory
+from core.envs.registry import egress_checked as checked_env_opener
 from core.llm.policy_cache import PolicyCache, service_cache
 from core.llm.ports import Policy
 from core.llm.registry import egress_checked as checked_policy_opener
