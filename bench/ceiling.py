@@ -652,6 +652,7 @@ async def arm_samples(setup: Setup, data: dict[str, Any], arm: str, seed: int) -
     from core.domain.serde import from_dict
     from core.domain.splice import rejection_kind
     from core.envs.registry import open_env
+    from core.runtime.settings import Settings
     from critic_service.critic import CriticConfig, CriticConfigError, critique
     from critic_service.splicer import SpliceConfig, SpliceHandlers
 
@@ -667,7 +668,7 @@ async def arm_samples(setup: Setup, data: dict[str, Any], arm: str, seed: int) -
     critic = CRITIC[arm]
     if critic is not None:
         splice_config, masking = SpliceConfig.of_run(rc)
-        splicer = SpliceHandlers(None, None, lambda uri: open_env(uri))  # type: ignore[arg-type]
+        splicer = SpliceHandlers(Settings(), None, lambda uri: open_env(uri))  # type: ignore[arg-type]
         rejected: Counter[str] = Counter()
         matches = judged = 0
         lengths: list[int] = []
