@@ -5,8 +5,10 @@ The strategies, one module each behind one protocol (``critic_service/strategies
 actor judges each step: Good / Bad / Uncertain label scores, prefix-reused or batched), ``reflect``
 (the likelihood of a reflection after each step), ``value`` (ArCHer's advantage), ``rules``
 (invalid actions, tool errors, loops), ``direct`` (Direct-Revision: the last action) and ``first``
-(the first action after the divergence, a baseline). ``reflect_baseline`` is the reflect strategy's
-t' recorded beside another strategy's on every search pair (``FirstErrorMarked.baselines``). The pure
+(the first action after the divergence: the default, the most accurate critic measured on search
+pairs, docs/critic.md). ``reflect_baseline`` and ``model_baseline`` are the reflect and model
+strategies' t' recorded beside another strategy's on every search pair (``FirstErrorMarked.baselines``),
+so the model critic stays measured next to the default in every report. The pure
 verdict rules (labels from scores, t' from verdicts, fallback) are ``core.domain.critic``'s.
 The names below that live in the strategy modules are re-exported for existing imports.
 """
@@ -41,6 +43,7 @@ __all__ = [
     "Critique",
     "critique",
     "judge_batched",
+    "model_baseline",
     "reflect_baseline",
     "judge_conversation",
     "judge_naive",
@@ -57,8 +60,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CriticConfig:
-    strategy: Strategy = "model"
-    """A registered strategy: model | direct | rules | reflect | value | first (``STRATEGIES``)."""
+    strategy: Strategy = "first"
+    """A registered strategy: first (default) | model | direct | rules | reflect | value | replay
+    (``STRATEGIES``)."""
     plan: Literal["auto", "prefix", "batched"] = "auto"
     """How ``model`` runs: auto = prefix reuse on a local HF model, else one batched call."""
     early_exit: bool = True
@@ -75,11 +79,15 @@ class CriticConfig:
     """Also find the ``reflect`` strategy's t' on every search pair, with the same model, recorded
     as ``FirstErrorMarked.baselines["reflect"]`` (the per-iteration critic baselines of the run
     report; only pairs with >= 2 actions after the divergence cost model passes)."""
+    compare_model: bool = True
+    """Also find the ``model`` strategy's t' on every search pair when the run's strategy is another
+    (the default ``first``), with the iteration's actor, recorded as ``FirstErrorMarked.baselines
+    ["model"]``: the model critic measured beside the default in every report."""
 
     @classmethod
     def from_data(cls, data: dict[str, Any] | None) -> CriticConfig:
         data = dict(data or {})
-        strategy = data.get("strategy", "model")
+        strategy = data.get("strategy", "first")
         if not isinstance(strategy, str):
             raise CriticConfigError(f"critic.strategy: must be a strategy name, got {strategy!r}")
         strategy = strategy_named(strategy).name  # unknown names fail here, naming the registered ones
@@ -110,7 +118,20 @@ class CriticConfig:
             value_threshold=float(threshold),
             value_model=value_model,
             compare_reflect=bool(data.get("compare_reflect", True)),
+            compare_model=bool(data.get("compare_model", True)),
         )
+
+    @property
+    def needs_actor(self) -> bool:
+        """Whether the critic worker should lease the iteration's actor for a search pair: the
+        strategy needs it, or, under the default ``first``, the model and reflect baselines
+        (``compare_model`` / ``compare_reflect``) are recorded beside it. ``rules`` and ``direct``
+        (the critic of a schedule no learner reads revisions from) spend no model pass."""
+        if self.strategy in ("model", "reflect"):
+            return True
+        if self.strategy == "value" and self.value_model is None:
+            return True  # the actor's critic/
+        return self.strategy == "first" and (self.compare_model or self.compare_reflect)
 
 
 async def critique(
@@ -139,3 +160,19 @@ async def reflect_baseline(
         return {"reflect": judged.start}
     verdicts, _ = await judge_reflect(policy, path, list(judged), config.reflect_margin)
     return {"reflect": next(v.step_index for v in verdicts if v.label == "bad")}
+
+
+async def model_baseline(
+    config: CriticConfig, path: Trajectory, shared_steps: int, policy: Policy | None
+) -> dict[str, int]:
+    """``FirstErrorMarked.baselines["model"]``: the ``model`` strategy's t' on the same bad path with
+    the iteration's actor, when ``config.compare_model`` and a model is at hand and the strategy is
+    another (the default ``first``); the model critic stays measured beside it. One action after the
+    divergence needs no model pass."""
+    if not config.compare_model or policy is None or config.strategy == "model":
+        return {}
+    judged = judged_range(len(path.steps), shared_steps)
+    if len(judged) == 1:
+        return {"model": judged.start}
+    result = await strategy_named("model").judge(config, path, shared_steps, policy)
+    return {"model": result.transition_index}

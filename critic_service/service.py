@@ -17,16 +17,18 @@
   strategy is ``direct``: the fallback to the last action is never silent on traces.
 - ``TraceOutcomeSet`` (an outcome set later for a trace ingested as unknown) -> the same as above.
 
-The critic for a search pair is the iteration's actor: the ``model_ref`` of its IterationStarted
-(the trained model of iteration i judges iteration i's pairs). Strategy and plan come from the run's
-``RunConfig.critic``. Event ids are derived from the input so a redelivered message adds nothing.
+The critic for a search pair is the run's ``RunConfig.critic`` strategy (default ``first``: the
+first action after the divergence, docs/critic.md); where a model is judged (the ``model`` /
+``reflect`` strategies, or their t' recorded beside another as ``FirstErrorMarked.baselines``) it is
+the iteration's actor: the ``model_ref`` of its IterationStarted (the trained model of iteration i
+judges iteration i's pairs). Event ids are derived from the input so a redelivered message adds nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -54,11 +56,11 @@ from core.domain.events import (
 from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
 from core.llm.policy_cache import PolicyCache, service_cache
-from core.llm.ports import Policy
+from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
-from critic_service.critic import CriticConfig, CriticConfigError, critique, reflect_baseline
+from critic_service.critic import CriticConfig, CriticConfigError, critique, model_baseline, reflect_baseline
 from critic_service.oracles import Oracles
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,13 @@ async def run_context(store: EventStore, run_id: str, iteration: int) -> tuple[R
         elif isinstance(event, IterationStarted) and event.iteration == iteration:
             model_ref = event.model_ref
     return config, model_ref
+
+
+def strategy_needs_model(config: CriticConfig) -> bool:
+    """Whether the configured strategy itself judges with the iteration's actor (not only its baselines)."""
+    if config.strategy == "value":
+        return config.value_model is None  # the actor's critic/
+    return config.strategy in ("model", "reflect")
 
 
 def _trace_pair_id(failed_trace_id: str) -> str:
@@ -119,15 +128,15 @@ class CriticHandlers:
                 config, ref = await self._trace_critic(failed)
             else:
                 config = CriticConfig.from_data(critic_data)
-                needs_model = config.strategy in ("model", "reflect") or (
-                    config.strategy == "value" and config.value_model is None  # the actor's critic/
-                )
-                ref = model_ref if needs_model and model_ref else None
-            async with self._model(ref) as policy:
+                # the strategy's model, or the model / reflect baselines recorded beside it
+                ref = model_ref if config.needs_actor and model_ref else None
+            # a model only the baselines read (under ``first``) that cannot be opened records none
+            opened = self._model(ref) if strategy_needs_model(config) else self._optional_model(ref)
+            async with opened as policy:
                 result = await critique(config, pair.bad, pair.shared_steps, policy)
                 baselines: dict[str, int] = {}
                 if pair.source == "search":  # the run report's critic baselines, on the same pair
-                    baselines = await reflect_baseline(config, pair.bad, pair.shared_steps, policy)
+                    baselines = await self._baselines(config, pair, policy)
             if pair.source == "trace" and result.fallback and config.strategy != "direct":
                 raise CriticInputError(
                     f"no_error_found: the {config.strategy} critic judged no step after the divergence "
@@ -158,6 +167,20 @@ class CriticHandlers:
             pair.shared_steps, len(result.verdicts), result.tokens_processed,
         )  # fmt: skip
         return HandlerResult([self._new(pair_stream(pair.pair_id), marked, meta, "marked", pair.pair_id)])
+
+    async def _baselines(
+        self, config: CriticConfig, pair: PairFound, policy: Policy | None
+    ) -> dict[str, int]:
+        """The reflect and model critics' t' on the pair, beside the run's critic: measurements, never
+        a reason to reject the pair (a policy that cannot score labels, such as the noisy expert,
+        records none, logged)."""
+        baselines: dict[str, int] = {}
+        for baseline in (reflect_baseline, model_baseline):
+            try:
+                baselines |= await baseline(config, pair.bad, pair.shared_steps, policy)
+            except PolicyError as exc:
+                log.warning("critic: pair %s: %s not recorded: %s", pair.pair_id, baseline.__name__, exc)
+        return baselines
 
     # ------------------------------------------------------------------------------ traces
     async def on_trace_ingested(self, recorded: RecordedEvent) -> HandlerResult:
@@ -237,6 +260,18 @@ class CriticHandlers:
     def _model(self, ref: str | None) -> AbstractAsyncContextManager[Policy | None]:
         """A lease on the model ``ref`` names (``PolicyCache``), or None where no model is needed."""
         return self.policies.lease(ref) if ref else contextlib.nullcontext(None)
+
+    @contextlib.asynccontextmanager
+    async def _optional_model(self, ref: str | None) -> AsyncIterator[Policy | None]:
+        """A lease on ``ref`` for measurements only: None (logged) where it cannot be opened."""
+        async with contextlib.AsyncExitStack() as stack:
+            policy = None
+            if ref:
+                try:
+                    policy = await stack.enter_async_context(self.policies.lease(ref))
+                except (PolicyError, OSError, ValueError) as exc:
+                    log.warning("critic: model %s for the critic baselines not opened: %s", ref, exc)
+            yield policy
 
     async def _trace_critic(self, trace: TraceIngested) -> tuple[CriticConfig, str | None]:
         """The critic for a failed trace and the model reference it judges with (None: no model):

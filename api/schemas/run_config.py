@@ -79,11 +79,18 @@ class CriticSettings(_Strict):
     """Critic settings (critic_service.critic.CriticConfig)."""
 
     strategy: CriticStrategyName = Field(
-        "model",
-        description="model: the actor judges each bad action (the paper); direct: the last action "
-        "(Direct-Revision baseline); rules: invalid actions, loops and tool errors; reflect: the step "
-        "after which the actor finds a reflection most likely; value: the first step whose ArCHer "
-        "advantage is below value_threshold; first: the first action after the divergence (a baseline).",
+        "first",
+        description="first (default): the first action after the divergence, the most accurate critic "
+        "measured on search pairs (docs/critic.md); model: the actor judges each bad action (the paper); "
+        "direct: the last action (Direct-Revision baseline); rules: invalid actions, loops and tool "
+        "errors; reflect: the step after which the actor finds a reflection most likely; value: the "
+        "first step whose ArCHer advantage is below value_threshold; replay: replays the bad path in "
+        "its environment and finds the step after which continuations stop succeeding (docs/critic.md).",
+    )
+    compare_model: bool | None = Field(
+        None,
+        description="Also record the model strategy's t' on every search pair (the iteration's actor as "
+        "judge) when the run's strategy is another, for the run report's critic baselines (true).",
     )
     compare_reflect: bool | None = Field(
         None,

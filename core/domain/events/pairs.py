@@ -24,7 +24,7 @@ class FirstErrorMarked(DomainEvent):
     tokens_processed: int = 0
     fallback: bool = False  # no step judged bad: t' fell back to the last action (Direct-Revision)
     oracle_index: int | None = None  # the environment oracle's first error (None: no oracle / none)
-    baselines: dict[str, int] = field(default_factory=dict)  # t' of baseline critics (reflect) on the pair
+    baselines: dict[str, int] = field(default_factory=dict)  # t' of baseline critics (reflect, model)
 
 
 @upcaster("FirstErrorMarked", 1)
