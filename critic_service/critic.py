@@ -79,6 +79,17 @@ class CriticConfig:
     """Also find the ``reflect`` strategy's t' on every search pair, with the same model, recorded
     as ``FirstErrorMarked.baselines["reflect"]`` (the per-iteration critic baselines of the run
     report; only pairs with >= 2 actions after the divergence cost model passes)."""
+    replay_policy: Literal["expert", "model"] = "expert"
+    """replay: who continues each probed prefix: the environment's expert (TextCraft's solver,
+    tau2's gold actions; one continuation per probe) or the model (``replay_m`` sampled ones)."""
+    replay_m: int = 4
+    """replay with the model: continuations per probed prefix."""
+    replay_budget: int = 16
+    """replay: most continuations spent on one path (the binary search needs about log2(T) + 2 probes)."""
+    replay_theta: float = 0.5
+    """replay: the decisive step is the first k with V(k + 1) < theta * V(start)."""
+    replay_temperature: float = 0.7
+    """replay with the model: the continuations' sampling temperature."""
     compare_model: bool = True
     """Also find the ``model`` strategy's t' on every search pair when the run's strategy is another
     (the default ``first``), with the iteration's actor, recorded as ``FirstErrorMarked.baselines
@@ -110,7 +121,38 @@ class CriticConfig:
         value_model = data.get("value_model")
         if value_model is not None and (not isinstance(value_model, str) or not value_model.strip()):
             raise CriticConfigError(f"critic.value_model: must be a checkpoint folder, got {value_model!r}")
+        replay_policy = data.get("replay_policy", "expert")
+        if replay_policy not in ("expert", "model"):
+            raise CriticConfigError(f"critic.replay_policy: expert or model, got {replay_policy!r}")
+        replay_m, replay_budget = data.get("replay_m", 4), data.get("replay_budget", 16)
+        for name, value, low, high in (
+            ("replay_m", replay_m, 1, 64),
+            ("replay_budget", replay_budget, 1, 4096),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise CriticConfigError(f"critic.{name}: an integer in [{low}, {high}], got {value!r}")
+        if replay_budget < (replay_m if replay_policy == "model" else 1):
+            raise CriticConfigError(
+                f"critic.replay_budget ({replay_budget}) cannot pay one probe of {replay_m} continuations"
+            )
+        theta, temperature = data.get("replay_theta", 0.5), data.get("replay_temperature", 0.7)
+        for key, number, lowest, highest in (
+            ("replay_theta", theta, 0.0, 1.0),
+            ("replay_temperature", temperature, 0.0, 5.0),
+        ):
+            ok = (
+                isinstance(number, int | float)
+                and not isinstance(number, bool)
+                and lowest <= number <= highest
+            )
+            if not ok or (key == "replay_theta" and number == 0):
+                raise CriticConfigError(f"critic.{key}: a number in ({lowest}, {highest}], got {number!r}")
         return cls(
+            replay_policy=replay_policy,
+            replay_m=replay_m,
+            replay_budget=replay_budget,
+            replay_theta=float(theta),
+            replay_temperature=float(temperature),
             strategy=strategy,
             plan=plan,
             early_exit=bool(data.get("early_exit", True)),
@@ -127,7 +169,9 @@ class CriticConfig:
         strategy needs it, or, under the default ``first``, the model and reflect baselines
         (``compare_model`` / ``compare_reflect``) are recorded beside it. ``rules`` and ``direct``
         (the critic of a schedule no learner reads revisions from) spend no model pass."""
-        if self.strategy in ("model", "reflect"):
+        if self.strategy in ("model", "reflect") or (
+            self.strategy == "replay" and self.replay_policy == "model"
+        ):
             return True
         if self.strategy == "value" and self.value_model is None:
             return True  # the actor's critic/
@@ -135,15 +179,25 @@ class CriticConfig:
 
 
 async def critique(
-    config: CriticConfig, path: Trajectory, shared_steps: int, policy: Policy | None = None
+    config: CriticConfig,
+    path: Trajectory,
+    shared_steps: int,
+    policy: Policy | None = None,
+    *,
+    env_uri: str | None = None,
+    task_id: str | None = None,
 ) -> Critique:
-    """Run the configured strategy on the bad ``path`` whose steps from ``shared_steps`` are judged."""
+    """Run the configured strategy on the bad ``path`` whose steps from ``shared_steps`` are judged.
+    ``env_uri`` / ``task_id``: where the path was played, for a strategy that replays it (``replay``)."""
     strategy = strategy_named(config.strategy)
     judged_range(len(path.steps), shared_steps)  # a bad range fails before any model call
     if strategy.needs_policy and policy is None:
         raise CriticConfigError(
             f"the {config.strategy} strategy needs a policy (no model reference was given)"
         )
+    judge_in = getattr(strategy, "judge_in", None)
+    if judge_in is not None:
+        return await judge_in(config, path, shared_steps, policy, env_uri, task_id)  # type: ignore[no-any-return]
     return await strategy.judge(config, path, shared_steps, policy)
 
 

