@@ -8,7 +8,11 @@
   default, model when ``AGENTR_CRITIC_MODEL`` is set); a failed and a successful trace of the same
   project and task key -> ``PairFound`` (source "trace", divergence = longest common prefix of actions;
   paired by task KEY, the task texts may differ: the sample keeps the failed trace's task text); a
-  failed trace with no usable partner -> ``TraceUnpaired`` with the reason.
+  failed trace with no usable partner -> ``TraceUnpaired`` with the reason, unless it names a local
+  environment and task (``TraceIngested.env_uri`` / ``env_task_id``): then the replay critic finds its
+  decisive step and the expert's verified alternative there, and the trace becomes a pair by itself
+  (``ReplayProbed`` events, ``PairFound`` with no good trace, ``FirstErrorMarked`` strategy replay:
+  a preference pair for the DPO export, labels for the stepwise one; ``_replay_pair``).
   The partners are looked up in the ``traces`` projection (project, task key, outcome), and only
   their streams are read: the cost does not grow with the number of traces stored.
   The strategy is the upload's ``critic`` choice, else the project's (``ProjectCreated``), else
@@ -56,6 +60,7 @@ from core.domain.events import (
 )
 from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
+from core.domain.trajectory import Trajectory
 from core.llm.policy_cache import PolicyCache, service_cache
 from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult, Service
@@ -123,6 +128,8 @@ class CriticHandlers:
         pair = recorded.event
         assert isinstance(pair, PairFound)
         meta = caused_by(recorded, SERVICE_NAME)
+        if pair.source == "trace" and pair.good_leaf_id is None and await self._judged(pair.pair_id):
+            return HandlerResult([])  # a lone trace's replay pair: judged when it was made
         if pair.run_id is not None:
             run_config, model_ref = await run_context(self.store, pair.run_id, pair.iteration)
             critic_data = run_config.critic
@@ -375,7 +382,11 @@ class CriticHandlers:
                     best = (shared, good)
             if best is None:
                 if failed.trajectory.steps:
-                    out.append(self._unpaired(failed, candidates, trace, meta))
+                    replayed, why = await self._replay_pair(failed, meta)
+                    if replayed:
+                        out.extend(replayed)
+                    else:
+                        out.append(self._unpaired(failed, candidates, trace, meta, why))
                 continue
             shared, good = best
             pair = PairFound(
@@ -398,8 +409,85 @@ class CriticHandlers:
             out.append(self._new(pair_stream(pair_id), pair, meta, "pair", failed.trace_id))
         return out
 
+    async def _judged(self, pair_id: str) -> bool:
+        return any(
+            isinstance(r.event, FirstErrorMarked) for r in await self.store.read_stream(pair_stream(pair_id))
+        )
+
+    async def _replay_pair(self, failed: TraceIngested, meta: Metadata) -> tuple[list[NewEvent], str]:
+        """A failed trace with no successful partner that names its environment becomes a pair by
+        itself (docs/critic.md, "The replay critic"): the replay critic finds its decisive step t*
+        with the environment's expert, and the expert's continuation from the state before a_{t*}
+        (a probe the search already ran, so verified) is the good path, diverging at t*. Events: the
+        probes (``ReplayProbed``), that ``PairFound`` (source trace, no good trace: ``good_leaf_id``
+        None) and its ``FirstErrorMarked`` (strategy replay), so the DPO export has a preference pair
+        at that state (chosen: the expert's action, rejected: a_{t*}) and the stepwise export its
+        labels. ([], reason) where the trace names no environment or the replay cannot verify."""
+        if not failed.env_uri or failed.env_task_id is None:
+            return [], ""
+        pair_id = _trace_pair_id(failed.trace_id)
+        config = CriticConfig(strategy="replay")
+        result = await critique(
+            config, failed.trajectory, 0, None, env_uri=failed.env_uri, task_id=failed.env_task_id
+        )
+        if result.unverified is not None:
+            log.info("critic: trace %s: replay: %s", failed.trace_id, result.unverified)
+            return [], f"the replay critic in {failed.env_uri}: {result.unverified}"
+        t = result.transition_index
+        continuation = next(
+            (
+                c
+                for p in result.probes
+                if p.prefix == t
+                for c in getattr(p.detail, "continuations", ())
+                if c.reward >= 1.0
+            ),
+            None,
+        )
+        if continuation is None or not continuation.steps:  # the search probed t* and it succeeded
+            return [], f"the replay critic in {failed.env_uri}: no verified continuation at step {t}"
+        bad = failed.trajectory
+        good = Trajectory(
+            task=bad.task,
+            instruction=bad.instruction,
+            steps=(*bad.steps[:t], *continuation.steps),
+            reward=continuation.reward,
+            provenance={"source": "replay", "trace_id": failed.trace_id, "decisive_step": t},
+            tools=bad.tools,
+        )
+        pair = PairFound(
+            pair_id=pair_id,
+            source="trace",
+            task_key=failed.task_key,
+            bad=bad,
+            good=good,
+            shared_steps=t,
+            bad_leaf_id=failed.trace_id,
+            good_leaf_id=None,
+            env_uri=failed.env_uri,
+            task_id=failed.env_task_id,
+        )
+        marked = FirstErrorMarked(
+            pair_id=pair_id,
+            strategy="replay",
+            transition_index=t,
+            verdicts=result.verdicts,
+            oracle_index=self.oracles.oracle_index(failed.env_uri, failed.env_task_id, bad, t),
+        )
+        log.info("critic: trace %s: replay found decisive step %d -> pair %s", failed.trace_id, t, pair_id)
+        return [
+            *self._probe_events(pair_id, result, meta),
+            self._new(pair_stream(pair_id), pair, meta, "pair", failed.trace_id),
+            self._new(pair_stream(pair_id), marked, meta, "marked", pair_id),
+        ], ""
+
     def _unpaired(
-        self, failed: TraceIngested, candidates: list[TraceIngested], cause: TraceIngested, meta: Metadata
+        self,
+        failed: TraceIngested,
+        candidates: list[TraceIngested],
+        cause: TraceIngested,
+        meta: Metadata,
+        replay: str = "",
     ) -> NewEvent:
         key = failed.task_key
         if not candidates:
@@ -413,6 +501,8 @@ class CriticHandlers:
                 "same actions as this one up to the end of the shorter path: no step after the divergence "
                 "to revise"
             )
+        if replay:
+            reason += f"; {replay}"
         event = TraceUnpaired(
             trace_id=failed.trace_id, task_key=key, reason=reason, candidates=len(candidates)
         )

@@ -63,6 +63,7 @@ class ImportedTrace:
     source_format: str
     external_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    environment: tuple[str, str] | None = None  # (env URI, task id) the trace names: replayable there
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,6 +290,7 @@ def imported(item: dict[str, Any], conversation: Conversation, fmt: str) -> Impo
     metadata = item.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise TraceFormatError(f"{path}.metadata", "must be an object")
+    environment = _environment(item.get("environment"), path)
     trajectory = Trajectory(
         task=trajectory.task,
         instruction=trajectory.instruction,
@@ -297,7 +299,24 @@ def imported(item: dict[str, Any], conversation: Conversation, fmt: str) -> Impo
         provenance={"source_format": fmt, "external_id": external_id, "task_key": task_key},
         tools=trajectory.tools,
     )
-    return ImportedTrace(task_key, trajectory, outcome, fmt, external_id, dict(metadata))
+    return ImportedTrace(task_key, trajectory, outcome, fmt, external_id, dict(metadata), environment)
+
+
+def _environment(value: Any, path: str) -> tuple[str, str] | None:
+    """The envelope's ``environment``: ``{"uri": ..., "task_id": ...}`` (where the trace can be
+    replayed: the replay critic's input), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TraceFormatError(f"{path}.environment", 'must be an object {"uri": ..., "task_id": ...}')
+    uri, task_id = value.get("uri"), value.get("task_id")
+    if not isinstance(uri, str) or not uri.strip():
+        raise TraceFormatError(f"{path}.environment.uri", "must be an environment URI such as tau2:retail")
+    if isinstance(task_id, int) and not isinstance(task_id, bool):
+        task_id = str(task_id)
+    if not isinstance(task_id, str) or not task_id.strip():
+        raise TraceFormatError(f"{path}.environment.task_id", "must be the task's id in that environment")
+    return uri.strip(), task_id.strip()
 
 
 def with_note(item: ImportedTrace, note: str) -> ImportedTrace:
@@ -314,5 +333,11 @@ def with_note(item: ImportedTrace, note: str) -> ImportedTrace:
         tools=item.trajectory.tools,
     )
     return ImportedTrace(
-        item.task_key, trajectory, item.outcome, item.source_format, item.external_id, item.metadata
+        item.task_key,
+        trajectory,
+        item.outcome,
+        item.source_format,
+        item.external_id,
+        item.metadata,
+        item.environment,
     )

@@ -33,6 +33,7 @@ from core.domain.decisive_step import DecisiveStepSearch, Probe, ReplayVerdict, 
 from core.domain.events import CriticStrategyName, StepVerdict
 from core.domain.trajectory import Step, Trajectory
 from core.envs.base import Env, EnvError
+from core.envs.tau2 import tool_step
 from core.llm.ports import Policy
 from critic_service.strategies.base import CriticConfigError, CriticOptions, Critique
 
@@ -136,9 +137,8 @@ class Replayer:
             if not done:
                 for action in expert_rest(env, self.task_id, self.actions[:prefix]):
                     result = await env.step(action)
-                    steps.append(
-                        Step("", action, result.observation, result.reward, result.done, result.valid)
-                    )
+                    # a tool-calling environment's turn stays a native tool step (tau2: its call and result)
+                    steps.append(tool_step("", result, action))
                     reward = result.reward
                     if result.done:
                         break
