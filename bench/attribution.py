@@ -23,9 +23,18 @@ Every critic then names a step on the SAME failed trajectories (no divergence: j
 ``replay_expert`` (``critic_service/strategies/replay.py`` with the environment's expert as the
 continuation policy, a budget of ``--budget`` continuations per trajectory) and, in full mode,
 ``model`` (the model critic with a judge-trained tiny model: the ``--quick`` plan's warm start,
-built once under ``--home``; not in ``--quick``, where building it alone takes most of the 15
-minutes). Reported per critic: exact and within-one accuracy with 95% Wilson intervals, overall and
+built once under ``--home``) and ``replay_tiny`` (the replay critic with that model's sampled
+continuations, 4 per probe, twice the budget); neither in ``--quick``, where building the model
+alone takes most of the 15 minutes. Reported per critic: exact and within-one accuracy with 95% Wilson intervals, overall and
 per fault kind, and the replay critic's continuations per trajectory.
+
+Cost. Plans are shared out to ``--workers`` processes (2 by default: the 2-core budget). Expert
+probes are memoised by (environment, task, replayed actions) for the labelling and the replay
+critic alike: the expert and these environments are deterministic, so a memoised probe IS the probe;
+this saves wall-clock only, and every continuation a critic's search asks for is still counted in
+its budget. A tau2 probe costs about a second or more (tau2 deep-copies its database on every reset
+and twice more to evaluate), so tau2 plans get one candidate step fewer than ``--tries`` and airline
+(the larger database) a quarter as many plans as retail.
 
 A caveat that belongs next to the figure: the labels and the replay critic use the same expert, so
 ``replay_expert`` measures the search (monotone binary search, budget, replay), not an independent
@@ -190,6 +199,10 @@ async def make_cases(
     cases: list[Case] = []
     dropped: dict[str, dict[str, int]] = {}
     for source in sources:
+        if source.env != "textcraft":
+            tries_here = max(1, tries - 1)  # a tau2 probe costs seconds (tau2 deep-copies its database)
+        else:
+            tries_here = tries
         if await expert_value(source, [], cache) != 1:
             dropped.setdefault("_gold_fails", {}).setdefault(source.env, 0)
             dropped["_gold_fails"][source.env] += 1
@@ -211,10 +224,10 @@ async def make_cases(
                 )
                 if fault is None:
                     continue
-                if tried >= tries:
+                if tried >= tries_here:
                     break
                 tried += 1
-                counts = dropped.setdefault(kind, {})
+                counts = dropped.setdefault(f"{source.env}:{kind}", {})
                 before = await expert_value(source, fault.actions[: fault.index], cache)
                 after = await expert_value(source, fault.actions[: fault.index + 1], cache)
                 if (before, after) != (1, 0):
@@ -260,8 +273,9 @@ async def replay_pick(case: Case, budget: int, cache: dict[Any, Any]) -> None:
     case.replay_status = verdict.status
 
 
-async def model_picks(cases: Sequence[Case], home: Path) -> str:
-    """The model critic with the ``--quick`` plan's judge-trained tiny model (built once in ``home``)."""
+async def model_picks(cases: Sequence[Case], home: Path, budget: int, seed: int) -> dict[str, Any]:
+    """The model critic with the ``--quick`` plan's judge-trained tiny model (built once in ``home``),
+    and the replay critic with that model's sampled continuations (``replay_tiny``: 4 per probe)."""
     from agentr.cli.demo import RunOptions, plan_run
     from agentr.cli.embedded_run import embedded_settings
     from agentr.cli.warm_start import prepare_model
@@ -272,11 +286,33 @@ async def model_picks(cases: Sequence[Case], home: Path) -> str:
     plan = plan_run(RunOptions(quick=True, iterations=1, data_only=True))
     folder = await asyncio.to_thread(prepare_model, plan, where, 0)
     policy = HFPolicy.from_folder(folder, device="cpu")
+    from critic_service.strategies.replay import Replayer, replay_verdict
+
     config = CriticConfig(strategy="model", plan="batched", early_exit=False)
+    statuses: dict[str, int] = {}
+    spent = []
     for case in cases:
         result = await critique(config, case.trajectory, 0, policy)
         case.picks["model"] = result.transition_index
-    return str(folder)
+        verdict = await replay_verdict(
+            Replayer(case.source.env_uri, case.source.task_id, case.trajectory),
+            start=0,
+            policy_kind="model",
+            policy=policy,
+            m=4,
+            budget=2 * budget,
+            theta=0.5,
+            max_steps=32,
+            seed=seed,
+        )
+        case.picks["replay_tiny"] = verdict.decisive_step
+        statuses[verdict.status] = statuses.get(verdict.status, 0) + 1
+        spent.append(verdict.continuations)
+    return {
+        "model_critic_model": str(folder),
+        "replay_tiny_status": statuses,
+        "replay_tiny_continuations_per_trace": round(sum(spent) / max(1, len(spent)), 3),
+    }
 
 
 # ---------------------------------------------------------------------------------------- scoring
@@ -351,27 +387,77 @@ def attribution_line(
     }
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    started = time.perf_counter()
+async def source_cases(
+    sources: Sequence[Source], seed: int, tries: int, budget: int
+) -> tuple[list[Case], dict[str, dict[str, int]]]:
+    """The confirmed cases of ``sources`` with the trivial and replay critics' picks. Expert probes
+    are memoised by (environment, task, replayed actions) for the labelling and the replay critic
+    alike: the expert and these environments are deterministic, so a memoised probe IS the probe
+    (wall-clock only; every continuation the critic's search asks for is still counted)."""
     cache: dict[Any, Any] = {}
+    cases, dropped = await make_cases(sources, seed, tries, cache)
+    for case in cases:
+        trivial_picks(case, seed)
+        await replay_pick(case, budget, cache)
+    return cases, dropped
+
+
+def _source_cases_sync(sources: list[Source], seed: int, tries: int, budget: int) -> Any:
+    import logging
+
+    logging.disable(logging.WARNING)  # tau2's loguru / our warnings: the bench prints its own line
+    return asyncio.run(source_cases(sources, seed, tries, budget))
+
+
+def _merge(into: dict[str, dict[str, int]], other: dict[str, dict[str, int]]) -> None:
+    for kind, counts in other.items():
+        for reason, n in counts.items():
+            into.setdefault(kind, {})[reason] = into.setdefault(kind, {}).get(reason, 0) + n
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from concurrent.futures import ProcessPoolExecutor
+
+    started = time.perf_counter()
     sources = textcraft_sources(args.textcraft, args.seed)
     for domain in ("retail", "airline"):
-        count = args.tau2 if domain == "retail" else max(0, args.tau2 // 2)
+        count = args.tau2 if domain == "retail" else max(0, args.tau2 // 4)
         if count:
             sources += tau2_sources(domain, count, args.seed)
-    cases, dropped = await make_cases(sources, args.seed, args.tries, cache)
-    print(f"# {len(cases)} confirmed injected trajectories from {len(sources)} plans "
-          f"({time.perf_counter() - started:.0f}s)", file=sys.stderr)  # fmt: skip
-    for case in cases:
-        trivial_picks(case, args.seed)
-    replay_cache: dict[Any, Any] = {}  # the critic's own probes: not the labelling's
-    for case in cases:
-        await replay_pick(case, args.budget, replay_cache)
+    # sources in ``workers`` processes (slowest first: tau2's, then TextCraft's), results in source order
+    order = sorted(range(len(sources)), key=lambda i: sources[i].env == "textcraft")
+    shards = [[sources[i] for i in order[w :: args.workers]] for w in range(args.workers)]
+    cases: list[Case] = []
+    dropped: dict[str, dict[str, int]] = {}
+    if args.workers == 1:
+        results = [await source_cases(shards[0], args.seed, args.tries, args.budget)]
+    else:
+        loop = asyncio.get_running_loop()
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            futures = [
+                loop.run_in_executor(pool, _source_cases_sync, shard, args.seed, args.tries, args.budget)
+                for shard in shards
+                if shard
+            ]
+            results = list(await asyncio.gather(*futures))
+    for found, lost in results:
+        cases += found
+        _merge(dropped, lost)
+    position = {(s.env, s.task_id): i for i, s in enumerate(sources)}
+    cases.sort(key=lambda c: (position[(c.source.env, c.source.task_id)], c.injected.kind))
+    print(f"# {len(cases)} confirmed injected trajectories from {len(sources)} plans, scored "
+          f"({time.perf_counter() - started:.0f}s, {args.workers} processes)", file=sys.stderr)  # fmt: skip
     critics = ["rules", "first", "last", "random", "replay_expert"]
-    extra: dict[str, Any] = {"quick": args.quick, "seed": args.seed, "budget": args.budget}
+    extra: dict[str, Any] = {
+        "quick": args.quick,
+        "seed": args.seed,
+        "budget": args.budget,
+        "tries": args.tries,
+    }
     if not args.quick and not args.skip_model:
-        extra["model_critic_model"] = await model_picks(cases, Path(args.home))
+        extra.update(await model_picks(cases, Path(args.home), args.budget, args.seed))
         critics.insert(4, "model")
+        critics.append("replay_tiny")
     else:
         extra["model_critic"] = (
             "not run (--quick or --skip-model: the judge's warm start alone takes minutes)"
@@ -384,10 +470,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer plans (N >= 100 within minutes)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--textcraft", type=int, default=None, help="TextCraft plans (quick 30, else 120)")
+    parser.add_argument("--textcraft", type=int, default=None, help="TextCraft plans (quick 40, else 120)")
     parser.add_argument(
-        "--tau2", type=int, default=None, help="tau2 retail plans, airline half as many (quick 8, else 40)"
+        "--tau2",
+        type=int,
+        default=None,
+        help="tau2 retail plans, airline a quarter as many (quick 6, else 40)",
     )
+    parser.add_argument("--workers", type=int, default=2, help="processes (each takes whole plans)")
     parser.add_argument("--tries", type=int, default=3, help="candidate steps tried per (plan, fault kind)")
     parser.add_argument("--budget", type=int, default=16, help="replay: most continuations per trajectory")
     parser.add_argument("--skip-model", action="store_true", help="full mode without the model critic")
@@ -395,9 +485,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", default="", help="also write the JSON line here")
     args = parser.parse_args(argv)
     if args.textcraft is None:
-        args.textcraft = 30 if args.quick else 120
+        args.textcraft = 40 if args.quick else 120
     if args.tau2 is None:
-        args.tau2 = 8 if args.quick else 40
+        args.tau2 = 6 if args.quick else 40
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
     if not args.home:
         import tempfile
 
