@@ -25,8 +25,15 @@ continuation policy, a budget of ``--budget`` continuations per trajectory) and,
 ``model`` (the model critic with a judge-trained tiny model: the ``--quick`` plan's warm start,
 built once under ``--home``) and ``replay_tiny`` (the replay critic with that model's sampled
 continuations, 4 per probe, twice the budget); neither in ``--quick``, where building the model
-alone takes most of the 15 minutes. Reported per critic: exact and within-one accuracy with 95% Wilson intervals, overall and
-per fault kind, and the replay critic's continuations per trajectory.
+alone takes most of the 15 minutes. Reported per critic: exact and within-one accuracy with 95%
+Wilson intervals, overall and per fault kind, and the replay critic's continuations per trajectory.
+
+Judges taught on verified labels (full mode, ``--judge-steps``, issue #47 item 5): the injected set
+split BY TASK (a fifth of the tasks are test tasks), the train tasks' trajectories become judge
+examples (each step before the decisive one Good, the decisive one Bad), the model critic's model
+is taught on them by the warm start's judge phase, and the model critic before and after is scored
+on the test tasks' trajectories. ``--judge-export FILE`` writes the set (conversation, decisive step,
+fault, environment, task, split) as JSONL.
 
 Cost. Plans are shared out to ``--workers`` processes (2 by default: the 2-core budget). Expert
 probes are memoised by (environment, task, replayed actions) for the labelling and the replay
@@ -315,6 +322,83 @@ async def model_picks(cases: Sequence[Case], home: Path, budget: int, seed: int)
     }
 
 
+# ------------------------------------------------------------------ judges taught on verified labels
+def test_task(case: Case) -> bool:
+    """The judge split, by task (never by trajectory): a fifth of the tasks are test tasks."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{case.source.env}:{case.source.task_id}".encode()).digest()
+    return digest[0] % 5 == 0
+
+
+def judge_export(cases: Sequence[Case]) -> list[dict[str, Any]]:
+    """The injected set as judge-training data: each trajectory's conversation (the OpenAI messages
+    of its steps), its decisive step, fault kind, environment, task and split."""
+    from core.domain.good_samples import trajectory_to_sample
+    from core.formats.records import openai_record
+
+    rows = []
+    for case in cases:
+        record = openai_record(trajectory_to_sample(case.trajectory, "judge"))
+        rows.append(
+            {
+                "messages": [{k: v for k, v in m.items() if k != "weight"} for m in record["messages"]],
+                "tools": record.get("tools"),
+                "decisive_step": case.injected.index,
+                "fault": case.injected.kind,
+                "environment": case.source.env_uri,
+                "task_id": case.source.task_id,
+                "split": "test" if test_task(case) else "train",
+            }
+        )
+    return rows
+
+
+def injected_judge_samples(cases: Sequence[Case]) -> list[Any]:
+    """Judge examples from verified labels: each step before the decisive one Good, the decisive one
+    Bad (the steps after it are not labelled: success was already lost), in the critic's own
+    conversation (``train_service.judge_examples.judge_sample``)."""
+    from train_service.judge_examples import JudgeExample, judge_sample
+
+    out = []
+    for case in cases:
+        path, i = case.trajectory, case.injected.index
+        key = f"{case.source.env}:{case.source.task_id}:{case.injected.kind}"
+        for k in range(i + 1):
+            label = "bad" if k == i else "good"
+            out.append(judge_sample(JudgeExample(key, path, k, label, case.injected.kind if k == i else "")))
+    return out
+
+
+async def judge_taught(cases: Sequence[Case], base: str, out: Path, steps: int) -> dict[str, Any]:
+    """Teach ``base`` (the model critic's model) the judge question on the TRAIN tasks' injections
+    (``judge_phase``: ``steps`` optimizer steps), then the model critic of both on the TEST tasks'."""
+    from core.llm.hf import HFPolicy
+    from critic_service.critic import CriticConfig, critique
+    from train_service.judge_data import judge_phase
+
+    train = [c for c in cases if not test_task(c)]
+    test = [c for c in cases if test_task(c)]
+    samples = injected_judge_samples(train)
+    report = await asyncio.to_thread(judge_phase, base, samples, out, steps=steps)
+    taught = HFPolicy.from_folder(str(getattr(report, "checkpoint", out)), device="cpu")
+    config = CriticConfig(strategy="model", plan="batched", early_exit=False)
+    hits = 0
+    for case in test:
+        result = await critique(config, case.trajectory, 0, taught)
+        case.picks["model_taught"] = result.transition_index
+        hits += result.transition_index == case.injected.index
+    before = sum(c.picks.get("model") == c.injected.index for c in test)
+    return {
+        "train_traces": len(train),
+        "train_examples": len(samples),
+        "test_traces": len(test),
+        "steps": steps,
+        "model_before": share(before, len(test)),
+        "model_taught": share(hits, len(test)),
+    }
+
+
 # ---------------------------------------------------------------------------------------- scoring
 def share(hits: int, n: int) -> dict[str, Any]:
     interval = wilson_interval(hits, n)
@@ -454,10 +538,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "budget": args.budget,
         "tries": args.tries,
     }
+    if args.judge_export:
+        rows = judge_export(cases)
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        await asyncio.to_thread(Path(args.judge_export).write_text, text)
+        extra["judge_export"] = {"path": args.judge_export, "rows": len(rows),
+                                 "test": sum(r["split"] == "test" for r in rows)}  # fmt: skip
     if not args.quick and not args.skip_model:
         extra.update(await model_picks(cases, Path(args.home), args.budget, args.seed))
         critics.insert(4, "model")
         critics.append("replay_tiny")
+        if args.judge_steps:
+            extra["judge_injected"] = await judge_taught(
+                cases, extra["model_critic_model"], Path(args.home) / "judge-injected", args.judge_steps
+            )
     else:
         extra["model_critic"] = (
             "not run (--quick or --skip-model: the judge's warm start alone takes minutes)"
@@ -483,6 +577,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--skip-model", action="store_true", help="full mode without the model critic")
     parser.add_argument("--home", default="", help="full mode: where the judge's warm start is built/reused")
     parser.add_argument("--out", default="", help="also write the JSON line here")
+    parser.add_argument("--judge-export", default="", help="write the injected set as judge data (JSONL)")
+    parser.add_argument(
+        "--judge-steps",
+        type=int,
+        default=60,
+        help="full mode: teach the model critic's model on the train tasks' injections for this many "
+        "steps and score it on the test tasks' (0: skip)",
+    )
     args = parser.parse_args(argv)
     if args.textcraft is None:
         args.textcraft = 40 if args.quick else 120
