@@ -63,8 +63,10 @@ class CriticConfig:
     strategy: Strategy = "first"
     """A registered strategy: first (default) | model | direct | rules | reflect | value | replay
     (``STRATEGIES``)."""
-    plan: Literal["auto", "prefix", "batched"] = "auto"
-    """How ``model`` runs: auto = prefix reuse on a local HF model, else one batched call."""
+    plan: Literal["auto", "prefix", "batched", "text", "whole"] = "auto"
+    """How ``model`` runs: auto = prefix reuse on a local HF model, else one batched label-scoring
+    call; text / whole = the model's words, step by step / about the whole trajectory (a served chat
+    model without label log-probabilities)."""
     early_exit: bool = True
     """Stop judging at the first "bad" verdict (prefix plan; the batched plan judges all steps)."""
     reflect_margin: float = 0.0
@@ -103,8 +105,10 @@ class CriticConfig:
             raise CriticConfigError(f"critic.strategy: must be a strategy name, got {strategy!r}")
         strategy = strategy_named(strategy).name  # unknown names fail here, naming the registered ones
         plan = data.get("plan", "auto")
-        if plan not in ("auto", "prefix", "batched"):
-            raise CriticConfigError(f"critic.plan: unknown plan {plan!r} (auto, prefix, batched)")
+        if plan not in ("auto", "prefix", "batched", "text", "whole"):
+            raise CriticConfigError(
+                f"critic.plan: unknown plan {plan!r} (auto, prefix, batched, text, whole)"
+            )
         margin = data.get("reflect_margin", 0.0)
         if (
             isinstance(margin, bool)

@@ -271,6 +271,7 @@ class CriticHandlers:
                 transition_index=bad[0] if bad else None,
                 verdicts=result.verdicts,
                 model_version=result.model_version,
+                tokens_processed=result.tokens_processed,
             )
             out.append(self._new(trace_stream(trace.trace_id), critiqued, meta, "critiqued", trace.trace_id))
         if trace.outcome in ("failure", "success"):
@@ -339,7 +340,7 @@ class CriticHandlers:
                     strategy, model_ref = recorded.event.critic_strategy, recorded.event.critic_model
         strategy = strategy or self.settings.critic_trace_strategy
         model_ref = model_ref or self.settings.critic_model
-        config = CriticConfig.from_data({"strategy": strategy})
+        config = CriticConfig.from_data({"strategy": strategy, "plan": self.settings.critic_trace_plan})
         if config.strategy in ("model", "reflect"):
             if not model_ref:
                 log.warning("critic: trace %s: %s without a critic model: rules", trace.trace_id, strategy)

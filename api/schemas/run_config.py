@@ -125,8 +125,11 @@ class CriticSettings(_Strict):
         None,
         description="value: an archer checkpoint folder holding critic/ (default: the iteration's actor).",
     )
-    plan: Literal["auto", "prefix", "batched"] | None = Field(
-        None, description="How `model` runs: auto (default), prefix reuse, or one batched call."
+    plan: Literal["auto", "prefix", "batched", "text", "whole"] | None = Field(
+        None,
+        description="How `model` runs: auto (default), prefix reuse, one batched label-scoring call, or "
+        "the model's words (text: step by step; whole: the whole trajectory at once) for a served chat "
+        "model without label log-probabilities.",
     )
     early_exit: bool | None = Field(None, description="Stop judging at the first bad verdict (true).")
     reflect_margin: float | None = Field(

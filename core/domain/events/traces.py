@@ -96,6 +96,7 @@ class TraceCritiqued(DomainEvent):
     transition_index: int | None  # None: no error found
     verdicts: tuple[StepVerdict, ...]
     model_version: str = ""
+    tokens_processed: int = 0  # tokens the judging model read and wrote for this trace (0: no model)
 
 
 @register
