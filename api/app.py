@@ -108,6 +108,7 @@ def create_app(
             settings.auth_failure_burst,
             settings.key_requests_per_s,
             settings.key_request_burst,
+            follow_streams_per_key=settings.max_follow_streams_per_key,
         )
         app.state.services = ApiServices(
             settings=settings, store=store, metrics=metrics, redis=redis, limits=limits

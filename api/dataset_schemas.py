@@ -168,6 +168,10 @@ class TraceSummaryOut(BaseModel):
     sample_id: str | None = None
     reason: str | None = None
     created_at: datetime
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The producer's metadata kept with the trace (filter: ?metadata.KEY=).",
+    )
 
 
 class TracePage(BaseModel):

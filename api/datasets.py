@@ -62,6 +62,7 @@ def _step(s: dict[str, Any]) -> Step:
         s.get("tool_calls")
         or s.get("tool_results")
         or s.get("alternatives")
+        or s.get("replies")
         or not s.keys() <= _PLAIN_STEP_KEYS
     ):
         return from_dict(Step, s)
@@ -97,6 +98,7 @@ def _trajectory(data: dict[str, Any]) -> Trajectory:
                 reward=data.get("reward"),
                 provenance=data.get("provenance") or {},
                 tools=tuple(data.get("tools") or ()),
+                task_name=data.get("task_name", ""),
             )
         except (KeyError, TypeError):
             pass

@@ -5,7 +5,8 @@ verifier, metrics). ``authenticate`` turns the ``Authorization: Bearer <key>`` h
 ``X-API-Key``) into a ``Principal``: the bootstrap admin (AGENTR_ADMIN_KEY, no project) or a
 project key with scopes. ``require(scope)`` is the per-route guard: 401 without a valid key, 403
 when the key lacks the scope, 429 (api/ratelimit.py) when the client address used up its failed
-authentications or the key its request rate. Data routes filter every query by the principal's
+authentications with that key prefix (or, for a prefix that is no live key's, as a whole) or the key
+its request rate. Data routes filter every query by the principal's
 project, so another project's ids answer 404, exactly like ids that do not exist.
 """
 
@@ -94,12 +95,12 @@ async def authenticate(
     if not presented:
         raise _unauthorized("missing API key: send `Authorization: Bearer <key>`")
     client = request.client.host if request.client is not None else "unknown"
-    svc.limits.check_client(client)  # before any hashing: failed attempts are bounded per address
     if is_admin_key(presented, svc.settings.admin_key):
         request.state.key_prefix = "admin"
         return Principal(project_id=None, key_id=None, prefix="admin", scopes=frozenset({"admin"}))
     parsed = parse_key(presented)
-    if parsed is None:
+    if parsed is None:  # costs no hashing; counted against the address
+        svc.limits.check_client(client)
         svc.limits.failed(client)
         raise _unauthorized("invalid API key")
     async with svc.store.engine.connect() as conn:
@@ -107,6 +108,18 @@ async def authenticate(
             (await conn.execute(select(api_keys).where(api_keys.c.prefix == parsed.prefix))).mappings().all()
         )
     live = [row for row in rows if not row["revoked"]]
+    # Before any hashing (api/ratelimit.py): a live key's prefix has its own failure budget per
+    # address, so others' wrong keys from the same address (a NAT) never lock it out; a key already
+    # verified in this process costs no hashing and passes even then. A prefix that is no live key's
+    # is hashed against a dummy: the address's budget as a whole bounds that work.
+    if live:
+        wait = svc.limits.auth_wait(client, parsed.prefix)
+        if wait is not None and not any(
+            svc.verifier.known(row["key_id"], parsed, row["key_hash"]) for row in live
+        ):
+            svc.limits.check_client(client, parsed.prefix)
+    else:
+        svc.limits.check_client(client)
     for row in live:
         # scrypt takes tens of milliseconds on a cache miss: keep it off the event loop.
         if await asyncio.to_thread(svc.verifier.verify, row["key_id"], parsed, row["salt"], row["key_hash"]):
@@ -121,7 +134,7 @@ async def authenticate(
             )
     if not live:  # unknown or revoked prefix: cost what a wrong secret on a live key costs
         await asyncio.to_thread(reject_at_full_cost, parsed)
-    svc.limits.failed(client)
+    svc.limits.failed(client, parsed.prefix)
     raise _unauthorized("invalid API key")
 
 

@@ -128,6 +128,16 @@ def _without_union_tags(loc: tuple[Any, ...] | list[Any], body: Any, missing: bo
     return kept
 
 
+def validation_fields(errors: list[Any], body: Any) -> list[dict[str, str]]:
+    """pydantic ``errors()`` of a value validated as ``body`` -> ``[{field, message}]`` as a 422 names
+    them (union markers dropped), e.g. for one trace of a partial batch."""
+    fields = []
+    for err in errors:
+        loc = _without_union_tags(["body", *err.get("loc", ())], body, err.get("type") == "missing")
+        fields.append({"field": _location(loc[1:]), "message": str(err.get("msg", "invalid value"))})
+    return fields
+
+
 def _location(loc: tuple[Any, ...] | list[Any]) -> str:
     parts: list[str] = []
     for part in loc:
@@ -162,6 +172,21 @@ def _allowed_methods(request: Request) -> list[str]:
     return sorted(methods)
 
 
+_LIBRARY_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def _message(err: dict[str, Any]) -> str:
+    """A validation error's message in the API's words: pydantic's wrapper prefix ("Value error, ")
+    dropped, and no class names of the server's models ("... or instance of SearchSettings")."""
+    kind = err.get("type", "")
+    if kind in ("model_type", "model_attributes_type", "dataclass_type", "dict_type"):
+        return "Input should be an object"
+    message = str(err.get("msg", "invalid value"))
+    for prefix in _LIBRARY_PREFIXES:
+        message = message.removeprefix(prefix)
+    return message
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -174,8 +199,7 @@ def install_error_handlers(app: FastAPI) -> None:
         fields = []
         for err in exc.errors():
             loc = _without_union_tags(err.get("loc", ()), exc.body, err.get("type") == "missing")
-            message = str(err.get("msg", "invalid value"))
-            fields.append({"field": _location(loc), "message": message})
+            fields.append({"field": _location(loc), "message": _message(err)})
         summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5]) or "invalid request"
         return error_response(request, 422, summary, fields=fields)
 

@@ -85,9 +85,17 @@ class KeyVerifier:
         self._verified: dict[tuple[str, str], None] = {}
         self._max_cached = max_cached
 
-    def verify(self, key_id: str, presented: ParsedKey, salt: str, key_hash: str) -> bool:
+    @staticmethod
+    def _cache_key(key_id: str, presented: ParsedKey, key_hash: str) -> tuple[str, str]:
         fingerprint = hashlib.sha256(f"{presented.prefix}:{presented.secret}:{key_hash}".encode()).hexdigest()
-        cache_key = (key_id, fingerprint)
+        return key_id, fingerprint
+
+    def known(self, key_id: str, presented: ParsedKey, key_hash: str) -> bool:
+        """Whether ``presented`` already verified against this key (no hashing: a cache look-up)."""
+        return self._cache_key(key_id, presented, key_hash) in self._verified
+
+    def verify(self, key_id: str, presented: ParsedKey, salt: str, key_hash: str) -> bool:
+        cache_key = self._cache_key(key_id, presented, key_hash)
         if cache_key in self._verified:
             return True
         ok = hmac.compare_digest(hash_secret(presented.secret, salt), key_hash)

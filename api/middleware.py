@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from typing import Any
@@ -101,7 +102,12 @@ class BodyLimitMiddleware:
             return
         request_id = scope.setdefault("state", {}).get("request_id", "")
         declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+        # a declared length of more than 18 digits is past any limit (and past 4,300 more than int() reads)
+        if (
+            declared is not None
+            and declared.isdigit()
+            and (len(declared) > 18 or int(declared) > self.max_bytes)
+        ):
             await self._refuse(send, request_id)
             return
         chunks: list[bytes] = []
@@ -218,6 +224,18 @@ class JsonSanitizeMiddleware:
         body = b"".join(chunks)
         headers = dict(scope.get("headers", []))
         encoding = headers.get(b"content-encoding", b"").decode("latin-1").strip().lower()
+        if scope.get("path") == "/v1/traces" and encoding not in ("", "identity", "gzip", "deflate"):
+            start, payload = _json_error(
+                415,
+                "unsupported_media_type",
+                f"Content-Encoding {encoding!r} is not supported here: send gzip, deflate or an "
+                "uncompressed body",
+                scope.get("state", {}).get("request_id", ""),
+                None,
+            )
+            await send(start)
+            await send({"type": "http.response.body", "body": payload})
+            return
         if scope.get("path") == "/v1/traces" and encoding in ("gzip", "deflate"):
             try:  # a gzip upload is inflated here (bounded), so the route sees plain JSON
                 body = inflate(body, encoding, self.max_inflated)
@@ -265,8 +283,14 @@ class JsonSanitizeMiddleware:
         await self.app(scope, replay, send)
 
 
+REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+"""An X-Request-ID the API keeps (a safe token); any other is replaced by a generated one, so the
+header cannot put spaces, quotes or control characters into the access log."""
+
+
 class AccessLogMiddleware:
-    """Gives every request an id (X-Request-ID), then logs and counts it when the response ends."""
+    """Gives every request an id (X-Request-ID: the client's when it is a safe token, ``REQUEST_ID``;
+    otherwise a generated one), then logs and counts it when the response ends."""
 
     def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
         self.app = app
@@ -278,7 +302,7 @@ class AccessLogMiddleware:
             return
         headers = dict(scope.get("headers", []))
         incoming = headers.get(b"x-request-id", b"").decode("latin-1")
-        request_id = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else uuid.uuid4().hex
+        request_id = incoming if REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 500

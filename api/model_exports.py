@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -43,12 +44,18 @@ from train_service.tokenized_export import (
     write_tokenized_parquet,
 )
 
+URL_PATTERN = r"^[ \t\n\r\f\v]*[Hh][Tt][Tt][Pp][Ss]?://"
+NOT_A_URL = {"type": "string", "pattern": URL_PATTERN}
+"""A download's ``model`` is a folder, never a served model's URL (it holds no tokenizer): the
+OpenAPI document states it as ``not`` this, beside the path pattern (api.model_refs)."""
+
 MODEL_FORMATS = ("tokenized", "hf")
 MEDIA = {"tokenized": ("application/vnd.apache.parquet", "parquet"), "hf": ("application/zip", "zip")}
 MODEL_HELP = (
     "tokenized / hf: the model whose tokenizer and chat template make input_ids / labels, a folder "
-    "inside the server's model roots (AGENTR_MODEL_ROOTS). Default for tokenized: the iteration's "
-    "model (named datasets: the project's newest run's model); hf without it holds chat samples only."
+    "inside the server's model roots (AGENTR_MODEL_ROOTS; not a served model's URL, which holds no "
+    "tokenizer). Default for tokenized: the iteration's model (named datasets: the project's newest "
+    "run's model); hf without it holds chat samples only."
 )
 MAX_LENGTH_HELP = (
     "tokenized / hf with a model: tokens per sample, cut from the right as the trainer does "
@@ -59,10 +66,34 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class Tokenizer:
-    """Where the tokenizer is read (a folder inside the roots; None: hf without tokens) and the cut."""
+    """Where the tokenizer is read (a folder inside the roots; None: hf without tokens), the cut, and
+    how an error names the model (as the caller named it: never the resolved server path)."""
 
     folder: str | None
     max_length: int
+    named: str = "the model"
+
+
+def open_tokenizer(folder: str, load: Callable[[str], Any]) -> Any:
+    """``load(folder)``, where any failure is an OSError (transformers raises a ValueError, quoting
+    its own advice, for a folder without tokenizer files): ``model_problem`` says it in our words."""
+    try:
+        return load(folder)
+    except (OSError, ValueError) as exc:
+        raise OSError(f"cannot load a tokenizer from {folder}") from exc
+
+
+def model_problem(exc: OSError | ValueError, folder: str | None, named: str) -> str:
+    """Why the model ``named`` (as the caller named it; resolved to ``folder``) could not serve, in
+    words without the server's paths: an OSError (transformers quotes the folder and the files it
+    looked for) is a fixed sentence; a ValueError (the chat template's problem, which the caller
+    needs) has the resolved folder replaced by the name the caller gave."""
+    if isinstance(exc, OSError):
+        return f"cannot load the tokenizer of {named}: it is not a model folder with tokenizer files"
+    text = str(exc)
+    if folder:
+        text = text.replace(repr(folder), named).replace(folder, named)
+    return f"cannot tokenise the samples with {named}: {text}"
 
 
 def _max_length(config: RunConfig | None, given: int | None) -> int:
@@ -84,12 +115,14 @@ def choose_tokenizer(
     reference and the config of the run naming it) for ``tokenized``; 422 naming query.model.
     ``run_config``: the config of the run the data belongs to (iteration downloads)."""
     if model is not None:
+        if re.match(URL_PATTERN, model):
+            raise field_error("query.model", "a served model's URL holds no tokenizer: name its folder")
         resolved = None if "\x00" in model else resolve_model_ref(model, roots)
         if resolved is None:  # the same answer whether or not the path exists
             raise field_error("query.model", OUTSIDE_ROOTS)
         if is_served_model(resolved):
             raise field_error("query.model", "a served model's URL holds no tokenizer: name its folder")
-        return Tokenizer(resolved, _max_length(run_config, max_length))
+        return Tokenizer(resolved, _max_length(run_config, max_length), repr(model))
     if fmt == "hf":
         return Tokenizer(None, DEFAULT_MAX_LENGTH)
     if default is None:
@@ -102,7 +135,7 @@ def choose_tokenizer(
     resolved = resolve_model_ref(weights, roots)
     if resolved is None:
         raise field_error("query.model", f"the default model {OUTSIDE_ROOTS}: name a model")
-    return Tokenizer(resolved, _max_length(config, max_length))
+    return Tokenizer(resolved, _max_length(config, max_length), "the default model")
 
 
 async def newest_run_model(engine: AsyncEngine, project_id: str) -> tuple[str, RunConfig] | None:
@@ -127,15 +160,12 @@ async def model_export_body(
 ) -> AsyncIterator[bytes]:
     """The ``fmt`` file of ``samples``, built before this returns (so errors are answers), streamed."""
     collected = [sample async for sample in samples]
-    where = repr(tokenizer.folder)
     try:
         handle = await asyncio.to_thread(_build, fmt, collected, tokenizer)
     except ImportError:
         raise ApiError(503, f"{fmt} downloads need the ml extra: pip install 'agentr[ml]'") from None
-    except OSError as exc:
-        raise field_error("query.model", f"cannot load the tokenizer of {where}: {exc}") from None
-    except ValueError as exc:  # TemplateError: the template cannot mark the assistant turns
-        raise field_error("query.model", f"cannot tokenise the samples with {where}: {exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: TemplateError, no assistant turns to mark
+        raise field_error("query.model", model_problem(exc, tokenizer.folder, tokenizer.named)) from None
     return _stream(handle)
 
 
@@ -143,7 +173,7 @@ def _build(fmt: str, samples: list[TrainingSample], tokenizer: Tokenizer) -> IO[
     folder = tokenizer.folder
     if folder is not None and not os.path.isdir(folder):  # never a Hugging Face Hub download
         raise OSError("no model folder there")
-    loaded = load_tokenizer(folder) if folder is not None else None
+    loaded = open_tokenizer(folder, load_tokenizer) if folder is not None else None
     tmp = Path(tempfile.mkdtemp(prefix=f"agentr-{fmt}-"))
     try:
         if fmt == "tokenized":

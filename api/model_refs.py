@@ -8,7 +8,13 @@ first root, and is stored as that absolute path, so every worker opens the folde
 
 The check is lexical first (no file-system access for a reference outside the roots), then the
 resolved path (symlinks followed) must stay inside a root too. Every refusal carries the same
-message whether or not the path exists, so a key cannot probe the server's file system.
+message whether or not the path exists, so a key cannot probe the server's file system. Inside the
+roots, a run's folder that does not exist is refused at submission, naming it (``missing_folder``):
+the workers would otherwise fail every tree without saying which folder they looked for.
+
+A served model's URL must lie under the operator's ``AGENTR_ALLOWED_MODEL_URLS`` and a run's remote
+environment under ``AGENTR_ALLOWED_ENV_URLS`` (``Settings.egress``, core/domain/egress.py: default
+none); anything else is refused naming the setting (``egress_problem``), and the workers check again.
 
 ``path_shape_problem`` is the input layer's bound on any path: no component longer than 255
 characters (NAME_MAX) and at most 4,096 bytes in all (PATH_MAX), checked without touching the disk;
@@ -26,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from core.domain.config import TRAIN_MODEL_PATH, RunConfig, is_served_model
+from core.domain.egress import Egress
 
 MAX_NAME_CHARS = 255
 MAX_PATH_BYTES = 4096
@@ -79,19 +86,58 @@ def resolve_model_ref(ref: str, roots: Sequence[Path]) -> str | None:
     return normalised
 
 
-def rooted_run_config(config: RunConfig, roots: Sequence[Path]) -> tuple[RunConfig, str | None]:
+def model_ref_problem(ref: str, roots: Sequence[Path], egress: Egress) -> tuple[str | None, str | None]:
+    """``(resolved, None)`` for a reference a worker may open (a URL as given, a folder as its absolute
+    path inside a root), else ``(None, why)``: a URL outside the allow-list (naming the setting) or a
+    path outside the roots (``OUTSIDE_ROOTS``, the same answer whether or not it exists)."""
+    if is_served_model(ref):
+        refused = egress.model_problem(ref)
+        return (ref.strip(), None) if refused is None else (None, refused)
+    resolved = resolve_model_ref(ref, roots)
+    return (resolved, None) if resolved is not None else (None, OUTSIDE_ROOTS)
+
+
+def missing_folder(given: str, resolved: str) -> str | None:
+    """Why the folder ``given`` (resolved inside a root) cannot be a run's model: it does not exist.
+    Names the folder as the caller wrote it (not the server's absolute path)."""
+    if is_served_model(resolved):
+        return None
+    try:
+        if os.path.isdir(resolved):
+            return None
+    except (OSError, ValueError):
+        pass
+    return (
+        f"model folder {given.strip()!r} does not exist inside the server's model roots (AGENTR_MODEL_ROOTS)"
+    )
+
+
+def rooted_run_config(
+    config: RunConfig, roots: Sequence[Path], egress: Egress
+) -> tuple[RunConfig, tuple[str, str] | None]:
     """``config`` with its model references resolved inside ``roots`` (``model``,
-    ``train.model_path``, ``critic.value_model``), or the first field outside them."""
-    model = resolve_model_ref(config.model, roots)
+    ``train.model_path``, ``critic.value_model``), or ``(field, why)`` for the first one refused: a
+    served model or remote environment outside ``egress``, a path outside the roots, a folder that
+    is not there."""
+    refused = egress.env_problem(config.env)
+    if refused is not None:
+        return config, ("env", refused)
+    model, why = model_ref_problem(config.model, roots, egress)
     if model is None:
-        return config, "model"
+        return config, ("model", why or OUTSIDE_ROOTS)
+    missing = missing_folder(config.model, model)
+    if missing is not None:
+        return config, ("model", missing)
     train, critic = dict(config.train), dict(config.critic)
     for name, section, key in (("train", train, TRAIN_MODEL_PATH), ("critic", critic, "value_model")):
         ref = section.get(key)
         if ref is None:
             continue
-        resolved = resolve_model_ref(str(ref), roots)
+        resolved, why = model_ref_problem(str(ref), roots, egress)
         if resolved is None:
-            return config, f"{name}.{key}"
+            return config, (f"{name}.{key}", why or OUTSIDE_ROOTS)
+        missing = missing_folder(str(ref), resolved)
+        if missing is not None:
+            return config, (f"{name}.{key}", missing)
         section[key] = resolved
     return dataclasses.replace(config, model=model, train=train, critic=critic), None

@@ -16,7 +16,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -167,13 +168,68 @@ def _query_names(dependant: Dependant) -> set[str]:
     return names
 
 
+def _query_prefixes(dependant: Dependant) -> set[str]:
+    """The name prefixes a route takes as a family (``metadata.`` of ``?metadata.team=``): the
+    ``query_prefix`` of its ``prefixed_query`` dependencies."""
+    prefixes = {getattr(dependant.call, "query_prefix", None)} - {None}
+    for sub in dependant.dependencies:
+        prefixes |= _query_prefixes(sub)
+    return {str(p) for p in prefixes}
+
+
+MAX_PREFIXED = 10
+_PREFIXED_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+
+
+def prefixed_query(prefix: str) -> Callable[[Request], dict[str, str]]:
+    """A dependency reading the query parameters named ``{prefix}KEY`` as ``{KEY: value}`` (at most
+    ``MAX_PREFIXED``; a KEY of letters, digits and ``_.:-``, up to 100 characters; a value up to 500):
+    a 422 names the parameter that breaks the rule. ``known_query_only`` lets such names through."""
+
+    def read(request: Request) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name, value in request.query_params.multi_items():
+            if not name.startswith(prefix):
+                continue
+            key = name[len(prefix) :]
+            if not _PREFIXED_KEY.fullmatch(key) or len(value) > 500:
+                raise ApiError(
+                    422,
+                    f"query parameter {name!r}: send {prefix}KEY=VALUE with a KEY of letters, digits and "
+                    "_.:- (up to 100 characters) and a value of up to 500 characters",
+                    fields=[{"field": f"query.{name}", "message": "malformed filter"}],
+                )
+            if key in out:
+                raise ApiError(
+                    422,
+                    f"query parameter {name!r} appears twice; send it once",
+                    fields=[{"field": f"query.{name}", "message": "appears twice"}],
+                )
+            out[key] = value
+        if len(out) > MAX_PREFIXED:
+            raise ApiError(
+                422,
+                f"at most {MAX_PREFIXED} {prefix}KEY filters, got {len(out)}",
+                fields=[{"field": f"query.{prefix}", "message": "too many filters"}],
+            )
+        return out
+
+    read.query_prefix = prefix  # type: ignore[attr-defined]
+    return read
+
+
 def known_query_only(request: Request) -> None:
     """422 naming the query parameters the matched route does not define."""
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)
     if dependant is None:
         return
-    unknown = sorted(set(request.query_params) - _query_names(dependant))
+    prefixes = tuple(_query_prefixes(dependant))
+    unknown = sorted(
+        name
+        for name in set(request.query_params) - _query_names(dependant)
+        if not (prefixes and name.startswith(prefixes))
+    )
     if unknown:
         known = ", ".join(sorted(_query_names(dependant))) or "none"
         message = f"unknown query parameter (this list takes: {known})"

@@ -1,12 +1,21 @@
-"""Owns the API's rate limits: token buckets per client address (failed authentications) and per key.
+"""Owns the API's rate limits: token buckets for failed authentications and per key, and the
+per-key bound on open follow streams.
 
-Two limits, both answered with 429 and ``Retry-After`` (whole seconds until a token is back):
+Two rate limits, both answered with 429 and ``Retry-After`` (whole seconds until a token is back):
 
-* failed authentications per client address (``AGENTR_AUTH_FAILURES_PER_MIN``, burst
-  ``AGENTR_AUTH_FAILURE_BURST``): checked BEFORE a presented key is verified, so a client guessing
-  secrets cannot make the server run scrypt faster than this; successful requests cost nothing here;
+* failed authentications (``AGENTR_AUTH_FAILURES_PER_MIN``, burst ``AGENTR_AUTH_FAILURE_BURST``),
+  checked BEFORE a presented key is verified, so a client guessing secrets cannot make the server
+  run scrypt faster than this; successful requests cost nothing here. They are counted per client
+  address AND key prefix: guessing the secret of one key is limited per address, while a valid key
+  behind the same address (one NAT for many clients) is not locked out by others' wrong keys. A
+  presented prefix that is no live key's (only such a key is hashed against a dummy) is refused
+  once the ADDRESS as a whole used up the same budget, so spraying made-up prefixes cannot buy
+  unbounded scrypt work either (api/deps.py ``authenticate``);
 * requests per API key (``AGENTR_KEY_REQUESTS_PER_S``, burst ``AGENTR_KEY_REQUEST_BURST``), counted
   after the key verified.
+
+Open ``GET /v1/events?follow=true`` streams per key (``AGENTR_MAX_FOLLOW_STREAMS_PER_KEY``): the next
+one is a 429 naming the setting until one ends (``open_stream`` / ``StreamSlot.release``).
 
 A rate of 0 turns a limit off. Buckets live in this process (one API replica); several replicas
 each apply the limit. The client address is the connection's peer (``request.client``); behind a
@@ -81,21 +90,81 @@ class RateLimits:
     """The API process's limits (built once in the lifespan from the settings)."""
 
     def __init__(
-        self, auth_failures_per_min: float, auth_failure_burst: int, key_per_s: float, key_burst: int
+        self,
+        auth_failures_per_min: float,
+        auth_failure_burst: int,
+        key_per_s: float,
+        key_burst: int,
+        *,
+        follow_streams_per_key: int = 0,
     ) -> None:
         self.auth_failures = TokenBuckets(auth_failures_per_min / 60.0, auth_failure_burst)
         self.per_key = TokenBuckets(key_per_s, key_burst)
+        self.follow_streams_per_key = follow_streams_per_key
+        self._open_streams: dict[str, int] = {}
 
-    def check_client(self, client: str) -> None:
-        """429 when ``client`` has used up its failed authentications (before verifying a key)."""
-        wait = self.auth_failures.retry_after(client)
+    @staticmethod
+    def _pair(client: str, prefix: str | None) -> str:
+        return f"{client} {prefix or '-'}"  # an address never holds a space
+
+    def auth_wait(self, client: str, prefix: str | None = None) -> int | None:
+        """Seconds until ``client`` may fail to authenticate again with key prefix ``prefix``
+        (None: the whole address); None when it may now."""
+        return self.auth_failures.retry_after(self._pair(client, prefix) if prefix else client)
+
+    def check_client(self, client: str, prefix: str | None = None) -> None:
+        """429 when ``client`` has used up its failed authentications with ``prefix`` (None: from the
+        address as a whole), checked before verifying a key."""
+        wait = self.auth_wait(client, prefix)
         if wait is not None:
-            raise too_many("failed authentications from this address", wait)
+            what = "with this key prefix from this address" if prefix else "from this address"
+            raise too_many(f"failed authentications {what}", wait)
 
-    def failed(self, client: str) -> None:
+    def failed(self, client: str, prefix: str | None = None) -> None:
+        """Count a failed authentication of ``client`` with ``prefix``: against the pair and the address."""
         self.auth_failures.take(client)
+        if prefix:
+            self.auth_failures.take(self._pair(client, prefix))
 
     def check_key(self, prefix: str) -> None:
         wait = self.per_key.take(prefix)
         if wait is not None:
             raise too_many("requests with this API key", wait)
+
+    def open_stream(self, key: str) -> StreamSlot:
+        """A follow-stream slot of ``key``; 429 when it holds ``follow_streams_per_key`` already."""
+        held = self._open_streams.get(key, 0)
+        if self.follow_streams_per_key and held >= self.follow_streams_per_key:
+            raise ApiError(
+                429,
+                f"this key already holds {held} open follow streams of GET /v1/events, the most "
+                "AGENTR_MAX_FOLLOW_STREAMS_PER_KEY allows: close one first",
+                code="rate_limited",
+                headers={"Retry-After": "5"},
+            )
+        self._open_streams[key] = held + 1
+        return StreamSlot(self, key)
+
+    def _close_stream(self, key: str) -> None:
+        left = self._open_streams.get(key, 0) - 1
+        if left > 0:
+            self._open_streams[key] = left
+        else:
+            self._open_streams.pop(key, None)
+
+    def open_streams(self, key: str) -> int:
+        """How many follow streams ``key`` holds open now."""
+        return self._open_streams.get(key, 0)
+
+
+class StreamSlot:
+    """One open follow stream of a key; ``release`` (idempotent) frees it."""
+
+    def __init__(self, limits: RateLimits, key: str) -> None:
+        self._limits: RateLimits | None = limits
+        self.key = key
+
+    def release(self) -> None:
+        if self._limits is not None:
+            self._limits._close_stream(self.key)
+            self._limits = None

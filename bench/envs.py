@@ -12,6 +12,9 @@
    ``Environment.get_response`` on the same calls (tool steps only; the closing message and the
    evaluation are left out of both); and the cost of reaching a mid-episode state by ``clone()``
    (deep copy of the tau2 environment) against replay (fresh reset + the actions so far).
+4. A synchronous plugin environment whose steps take 1 s (``time.sleep``): four episodes played
+   concurrently on one event loop (each step in an environment thread, core.envs.offload) against the
+   same four played one after another; ``ratio`` is baseline / ours (about 4 when they overlap).
 
 Prints one JSON line per comparison: {"metric", "ours", "baseline", "unit", "ratio"}.
 Usage: python bench/envs.py [--quick]
@@ -183,12 +186,73 @@ def bench_tau2(n_tasks: int) -> None:
     )
 
 
+class _SleepyEnv:
+    """A synchronous environment whose every step sleeps one second (bench 4)."""
+
+    name = "sleepy"
+
+    def task_ids(self, split: str = "test") -> list[str]:
+        return ["0", "1", "2", "3"]
+
+    def reset(self, task_id: str) -> str:
+        return f"task {task_id}"
+
+    def step(self, action: str) -> tuple[str, float, bool]:
+        time.sleep(1.0)
+        return "slept", 1.0, True
+
+
+def bench_concurrent_sync_steps() -> None:
+    import asyncio
+
+    from core.envs.plugin import PluginEnv
+
+    async def episode(task_id: str) -> None:
+        env = opened[int(task_id)]
+        await env.reset(task_id)
+        await env.step("wait")
+        await env.close()
+
+    opened: list[PluginEnv] = []  # opened outside the timings (opening reads the settings once)
+
+    async def concurrent() -> float:
+        opened[:] = [PluginEnv(_SleepyEnv(), "sleepy") for _ in range(4)]
+        start = time.perf_counter()
+        await asyncio.gather(*(episode(str(i)) for i in range(4)))
+        return time.perf_counter() - start
+
+    async def sequential() -> float:
+        opened[:] = [PluginEnv(_SleepyEnv(), "sleepy") for _ in range(4)]
+        start = time.perf_counter()
+        for i in range(4):
+            await episode(str(i))
+        return time.perf_counter() - start
+
+    ours, baseline = asyncio.run(concurrent()), asyncio.run(sequential())
+    print(
+        json.dumps(
+            {
+                "metric": "concurrent_sync_steps",
+                "ours": round(ours, 3),
+                "baseline": round(baseline, 3),
+                "unit": "s for 4 episodes of one 1-s step",
+                "ratio": round(baseline / ours, 3),
+            }
+        ),
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="a run under a minute")
+    parser.add_argument("--only", choices=["concurrent"], help="run only the concurrent sync-steps bench")
     args = parser.parse_args()
+    bench_concurrent_sync_steps()
+    if args.only:
+        return
     bench_textcraft(passes=1 if args.quick else 5)
     bench_sciworld("300", max_actions=12 if args.quick else 1000)
     bench_tau2(n_tasks=5 if args.quick else 40)

@@ -15,12 +15,14 @@ The names below that live in the strategy modules are re-exported for existing i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from core.domain.critic import judged_range
 from core.domain.events import CriticStrategyName
 from core.domain.trajectory import Trajectory
+from core.envs.base import Env
 from core.llm.judge_prompt import LABEL_TEXTS, judge_conversation, label_reserve
 from core.llm.ports import Policy
 from core.llm.prompts import JUDGE_QUESTION
@@ -190,9 +192,11 @@ async def critique(
     *,
     env_uri: str | None = None,
     task_id: str | None = None,
+    env_opener: Callable[[str], Env] | None = None,
 ) -> Critique:
     """Run the configured strategy on the bad ``path`` whose steps from ``shared_steps`` are judged.
-    ``env_uri`` / ``task_id``: where the path was played, for a strategy that replays it (``replay``)."""
+    ``env_uri`` / ``task_id``: where the path was played, for a strategy that replays it (``replay``);
+    ``env_opener``: how it opens that environment (a worker's, behind its egress allow-list)."""
     strategy = strategy_named(config.strategy)
     judged_range(len(path.steps), shared_steps)  # a bad range fails before any model call
     if strategy.needs_policy and policy is None:
@@ -201,7 +205,7 @@ async def critique(
         )
     judge_in = getattr(strategy, "judge_in", None)
     if judge_in is not None:
-        return await judge_in(config, path, shared_steps, policy, env_uri, task_id)  # type: ignore[no-any-return]
+        return await judge_in(config, path, shared_steps, policy, env_uri, task_id, env_opener)  # type: ignore[no-any-return]
     return await strategy.judge(config, path, shared_steps, policy)
 
 

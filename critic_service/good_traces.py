@@ -11,6 +11,7 @@ nothing. Traces without steps, failed traces and traces still waiting for an out
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from core.domain.events import (
@@ -24,7 +25,6 @@ from core.domain.events import (
     current_trace,
 )
 from core.domain.ids import derived_id, trace_stream
-from core.domain.trajectory import Trajectory
 from core.runtime.service import HandlerResult
 from core.store.ports import EventStore
 
@@ -42,13 +42,8 @@ def good_trace_event(trace: TraceIngested, reward: float | None, meta: Metadata)
         "trace_id": trace.trace_id,
         "task_key": trace.task_key,
     }
-    trajectory = Trajectory(
-        task=trace.trajectory.task,
-        instruction=trace.trajectory.instruction,
-        steps=trace.trajectory.steps,
-        reward=1.0 if reward is None else reward,
-        provenance=provenance,
-        tools=trace.trajectory.tools,
+    trajectory = dataclasses.replace(
+        trace.trajectory, reward=1.0 if reward is None else reward, provenance=provenance
     )
     good = GoodTraceSampled(
         sample_id=derived_id("good-trace", trace.trace_id),

@@ -5,7 +5,11 @@ TextCraft has one (``core.envs.textcraft.oracle``: the first step after the dive
 environment rejects or that takes no step toward any plan the expert solver accepts), in process
 (``textcraft?...``) and over HTTP (``agentgym+http://HOST:PORT/textcraft``): a served task is judged
 in process under the goal its first observation names (``goal:NAME``; the path's ``task`` is that
-observation), so its index on the server never has to mean the same goal as ours. Other
+observation), so its index on the server never has to mean the same goal as ours, and replayed under
+the server's rules: AgentGym's (their messages, e.g. ``Could not find a valid recipe for
+ItemTagWithCount(...)``; ``?rules=agentgym``, AgentGym's own servers, ``agentr env serve
+textcraft?rules=agentgym``) or ours (``agentr env serve textcraft``), the URI's ``rules`` first and
+the other when the recorded observations contradict it. Other
 environments have none: ``oracle_index`` returns None. A path the oracle cannot judge (a task it
 does not know, a replay that contradicts the recorded observations) also gives None, logged with the
 reason — the oracle scores the critic, it never blocks the pair.
@@ -15,18 +19,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
+from core.domain.egress import Egress
 from core.domain.trajectory import Trajectory
 from core.envs.base import Env, EnvError
 
 log = logging.getLogger(__name__)
 
 
-def _open_env(uri: str) -> Env:
+def _open_env(uri: str, egress: Egress | None = None) -> Env:
     from core.envs.registry import open_env
 
-    return open_env(uri)
+    return open_env(uri, egress=egress)
 
 
 def served_textcraft(env_uri: str) -> bool:
@@ -45,7 +50,7 @@ class Oracles:
 
     def _oracle(self, env_uri: str) -> object | None:
         if env_uri not in self._oracles:
-            oracle = None
+            oracle: object | None = None
             if env_uri.split("?", 1)[0] == "textcraft":
                 from core.envs.textcraft import TextCraftEnv
                 from core.envs.textcraft.oracle import TextCraftOracle
@@ -58,9 +63,13 @@ class Oracles:
                 if isinstance(env, TextCraftEnv):
                     oracle = TextCraftOracle(env)
             elif served_textcraft(env_uri):
+                from core.envs.textcraft import TextCraftEnv
                 from core.envs.textcraft.oracle import TextCraftOracle
 
-                oracle = TextCraftOracle()  # judged in process by goal (module docstring)
+                # judged in process by goal, under the server's rules (module docstring)
+                named = parse_qs(urlsplit(env_uri).query).get("rules", ["agentgym"])[0]
+                order = ("agentgym", "agentr") if named != "agentr" else ("agentr", "agentgym")
+                oracle = tuple(TextCraftOracle(TextCraftEnv(rules=rules)) for rules in order)
             self._oracles[env_uri] = oracle
         return self._oracles[env_uri]
 
@@ -76,7 +85,7 @@ class Oracles:
             return None
         from core.envs.textcraft.oracle import OracleError, TextCraftOracle
 
-        assert isinstance(oracle, TextCraftOracle)
+        judges = oracle if isinstance(oracle, tuple) else (oracle,)
         if served_textcraft(env_uri):
             from core.envs.textcraft.remote import oracle_task_id
 
@@ -85,13 +94,17 @@ class Oracles:
                 log.warning("oracle: task %s not judged: its first observation names no goal", task_id)
                 return None
             task_id = by_goal
-        try:
-            return oracle.first_error(
-                task_id,
-                [step.action for step in path.steps],
-                start=shared_steps,
-                observations=[step.observation for step in path.steps],
-            )
-        except OracleError as exc:
-            log.warning("oracle: task %s not judged: %s", task_id, exc)
-            return None
+        failures = []
+        for judge in judges:
+            assert isinstance(judge, TextCraftOracle)
+            try:
+                return judge.first_error(
+                    task_id,
+                    [step.action for step in path.steps],
+                    start=shared_steps,
+                    observations=[step.observation for step in path.steps],
+                )
+            except OracleError as exc:
+                failures.append(f"{judge.env.rules} rules: {exc}")
+        log.warning("oracle: task %s not judged: %s", task_id, "; ".join(failures))
+        return None

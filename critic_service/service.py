@@ -31,6 +31,7 @@ judges iteration i's pairs). Event ids are derived from the input so a redeliver
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
@@ -40,6 +41,7 @@ from sqlalchemy import select
 
 from core.domain.config import RunConfig
 from core.domain.critic import CriticInputError
+from core.domain.egress import Egress
 from core.domain.events import (
     FirstErrorMarked,
     IterationStarted,
@@ -61,8 +63,11 @@ from core.domain.events import (
 from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
 from core.domain.trajectory import Trajectory
+from core.envs.base import Env
+from core.envs.registry import egress_checked as checked_env_opener
 from core.llm.policy_cache import PolicyCache, service_cache
 from core.llm.ports import Policy, PolicyError
+from core.llm.registry import egress_checked as checked_policy_opener
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
@@ -75,16 +80,27 @@ from critic_service.critic import (
     reflect_baseline,
 )
 from critic_service.oracles import Oracles
+from critic_service.oracles import _open_env as open_oracle_env
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "critic"
 
 
-def open_model(ref: str) -> Policy:
-    """A model reference -> Policy (core.llm.registry), for the critic and the splicer."""
+def open_model(ref: str, egress: Egress | None = None) -> Policy:
+    """A model reference -> Policy (core.llm.registry), for the critic and the splicer; ``egress``:
+    the served models this worker may call and where its key goes (core/domain/egress.py)."""
     from core.llm.registry import open_policy
 
-    return open_policy(ref)
+    return open_policy(ref, egress=egress)
+
+
+def egress_policy_opener(opener: Callable[[str], Policy], settings: Settings) -> Callable[[str], Policy]:
+    """A worker's model opener behind ``settings.egress``: ``open_model`` bound to it (so the key goes
+    only where it is paired), any other opener checked before it runs."""
+    egress = settings.egress
+    if opener is open_model:
+        opener = functools.partial(open_model, egress=egress)
+    return checked_policy_opener(opener, egress)
 
 
 async def run_context(store: EventStore, run_id: str, iteration: int) -> tuple[RunConfig, str | None]:
@@ -116,12 +132,18 @@ def _trace_pair_id(failed_trace_id: str) -> str:
 
 class CriticHandlers:
     def __init__(
-        self, settings: Settings, store: EventStore, policies: PolicyCache, oracles: Oracles | None = None
+        self,
+        settings: Settings,
+        store: EventStore,
+        policies: PolicyCache,
+        oracles: Oracles | None = None,
+        env_opener: Callable[[str], Env] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.policies = policies
         self.oracles = oracles or Oracles()
+        self.env_opener = env_opener  # the replay critic's (the worker's, behind its egress allow-list)
 
     # ------------------------------------------------------------------------------ pairs
     async def on_pair_found(self, recorded: RecordedEvent) -> HandlerResult:
@@ -151,7 +173,13 @@ class CriticHandlers:
             opened = self._model(ref) if strategy_needs_model(config) else self._optional_model(ref)
             async with opened as policy:
                 result = await critique(
-                    config, pair.bad, pair.shared_steps, policy, env_uri=pair.env_uri, task_id=pair.task_id
+                    config,
+                    pair.bad,
+                    pair.shared_steps,
+                    policy,
+                    env_uri=pair.env_uri,
+                    task_id=pair.task_id,
+                    env_opener=self.env_opener,
                 )
                 baselines: dict[str, int] = {}
                 if pair.source == "search":  # the run report's critic baselines, on the same pair
@@ -363,7 +391,7 @@ class CriticHandlers:
         user message byte for byte. The sample keeps the failed trace's own task text and instruction
         (``core.domain.splice.revision_sample``). Among the candidates the one sharing the longest
         action prefix wins (ties: the earliest ingested). A failure with steps that finds no usable
-        partner gets ``TraceUnpaired`` saying why."""
+        partner (or with no step at all) gets ``TraceUnpaired`` saying why."""
         partners = await self._partners(trace)
         if trace.outcome == "failure":
             wanted = [(trace, partners)]
@@ -382,12 +410,11 @@ class CriticHandlers:
                 if best is None or shared > best[0]:
                     best = (shared, good)
             if best is None:
-                if failed.trajectory.steps:
-                    replayed, why = await self._replay_pair(failed, meta)
-                    if replayed:
-                        out.extend(replayed)
-                    else:
-                        out.append(self._unpaired(failed, candidates, trace, meta, why))
+                replayed, why = await self._replay_pair(failed, meta) if failed.trajectory.steps else ([], "")
+                if replayed:
+                    out.extend(replayed)
+                else:
+                    out.append(self._unpaired(failed, candidates, trace, meta, why))
                 continue
             shared, good = best
             pair = PairFound(
@@ -429,7 +456,13 @@ class CriticHandlers:
         pair_id = _trace_pair_id(failed.trace_id)
         config = CriticConfig(strategy="replay")
         result = await critique(
-            config, failed.trajectory, 0, None, env_uri=failed.env_uri, task_id=failed.env_task_id
+            config,
+            failed.trajectory,
+            0,
+            None,
+            env_uri=failed.env_uri,
+            task_id=failed.env_task_id,
+            env_opener=self.env_opener,
         )
         if result.unverified is not None:
             log.info("critic: trace %s: replay: %s", failed.trace_id, result.unverified)
@@ -491,7 +524,9 @@ class CriticHandlers:
         replay: str = "",
     ) -> NewEvent:
         key = failed.task_key
-        if not candidates:
+        if not failed.trajectory.steps:
+            reason = "no assistant step in this trace: nothing to revise, so it cannot pair"
+        elif not candidates:
             reason = (
                 f"no successful trace with task key {key!r} in this project yet; it pairs when one is "
                 "ingested (or a waiting trace of that key gets outcome success)"
@@ -525,9 +560,13 @@ def build_service(
     policies: PolicyCache | None = None,
 ) -> Service:
     """The critic worker's composition root. ``policies``: a model cache shared with other services
-    of this process (an embedded run's; its owner closes it), else the worker's own."""
-    cache, close = service_cache(policies, policy_opener, settings.max_open_models, "critic")
-    handlers = CriticHandlers(settings, store, cache)
+    of this process (an embedded run's; its owner closes it, and checks its URLs), else the worker's
+    own, behind ``settings.egress`` (a served model outside the allow-list is refused before any call)."""
+    opener = egress_policy_opener(policy_opener, settings)
+    cache, close = service_cache(policies, opener, settings.max_open_models, "critic")
+    egress = settings.egress
+    env_opener = checked_env_opener(functools.partial(open_oracle_env, egress=egress), egress)
+    handlers = CriticHandlers(settings, store, cache, Oracles(env_opener), env_opener)
     return Service(
         name=SERVICE_NAME,
         handlers={

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from core.domain.events import (
@@ -25,6 +26,7 @@ from core.domain.events import (
     TreeCompleted,
 )
 from core.envs.base import Env
+from core.envs.registry import egress_checked as checked_env_opener
 from core.llm.policy_cache import PolicyCache, service_cache
 from core.llm.ports import Policy
 from core.runtime.service import Service
@@ -32,7 +34,7 @@ from core.runtime.settings import Settings
 from core.store.ports import EventStore
 from critic_service.corrections import CorrectionHandlers
 from critic_service.good_traces import GoodTraceHandlers
-from critic_service.service import open_model
+from critic_service.service import egress_policy_opener, open_model
 from critic_service.splicer import (
     REWARD_TOLERANCE,
     SERVICE_NAME,
@@ -63,9 +65,14 @@ def build_service(
     policies: PolicyCache | None = None,
 ) -> Service:
     """The splice worker's composition root. ``policies``: a model cache shared with other services
-    of this process (an embedded run's; its owner closes it), else the worker's own."""
-    cache, close = service_cache(policies, policy_opener, settings.max_open_models, "splice")
-    handlers = SpliceHandlers(settings, store, env_opener, cache)
+    of this process (an embedded run's; its owner closes it, and checks its URLs), else the worker's
+    own. Models and environments are opened behind ``settings.egress`` (the operator's allow-lists)."""
+    egress = settings.egress
+    if env_opener is _open_env:
+        env_opener = functools.partial(_open_env, egress=egress)
+    opener = egress_policy_opener(policy_opener, settings)
+    cache, close = service_cache(policies, opener, settings.max_open_models, "splice")
+    handlers = SpliceHandlers(settings, store, checked_env_opener(env_opener, egress), cache)
     goods = GoodTraceHandlers(store)
     return Service(
         name=SERVICE_NAME,

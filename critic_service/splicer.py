@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from core.domain.config import RunConfig
+from core.domain.egress import Egress
 from core.domain.events import (
     FirstErrorMarked,
     GoodTrajectoryFound,
@@ -72,7 +73,7 @@ from core.runtime.settings import Settings
 from core.store.ports import EventStore
 from critic_service.iteration_dataset import iteration_dataset_events
 from critic_service.reflector import ReflectionRequest, model_reflections
-from critic_service.service import open_model, run_context
+from critic_service.service import egress_policy_opener, open_model, run_context
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "splice"
@@ -83,10 +84,10 @@ MAX_PARTNERS = 4
 GOODS_CACHE_TREES = 64
 
 
-def _open_env(uri: str) -> Env:
+def _open_env(uri: str, egress: Egress | None = None) -> Env:
     from core.envs.registry import open_env
 
-    return open_env(uri)
+    return open_env(uri, egress=egress)
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ class SpliceHandlers:
         self.settings = settings
         self.store = store
         self.env_opener = env_opener
-        self.policies = policies or PolicyCache(open_model, name="splice")
+        self.policies = policies or PolicyCache(egress_policy_opener(open_model, settings), name="splice")
         self._goods: dict[str, list[tuple[str, Trajectory]]] = {}  # tree id -> its good leaves
 
     async def _pair(self, pair_id: str) -> PairFound | None:

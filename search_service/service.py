@@ -24,11 +24,13 @@ with mistakes, for tests and demos).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from core.domain.egress import Egress
 from core.domain.events import (
     Metadata,
     NewEvent,
@@ -42,9 +44,11 @@ from core.domain.events import (
 from core.domain.ids import derived_id, run_stream, tree_stream
 from core.domain.mcts import SearchConfigError
 from core.envs.base import Env, EnvError, UnknownTask
+from core.envs.registry import egress_checked as checked_env_opener
 from core.llm.context import ContextOverflow
 from core.llm.policy_cache import PolicyCache, service_cache
 from core.llm.ports import Policy, PolicyError
+from core.llm.registry import egress_checked as checked_policy_opener
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
@@ -58,20 +62,21 @@ SERVICE_NAME = "search"
 PRODUCER = "search"
 
 
-def open_search_policy(ref: str) -> Policy:
-    """A model ref -> Policy: ``noisy-expert...`` here, everything else via core.llm.registry."""
+def open_search_policy(ref: str, egress: Egress | None = None) -> Policy:
+    """A model ref -> Policy: ``noisy-expert...`` here, everything else via core.llm.registry
+    (``egress``: the served models this worker may call and where its key goes)."""
     noisy = noisy_expert_from_ref(ref)
     if noisy is not None:
         return noisy
     from core.llm.registry import open_policy
 
-    return open_policy(ref)
+    return open_policy(ref, egress=egress)
 
 
-def open_search_env(uri: str) -> Env:
+def open_search_env(uri: str, egress: Egress | None = None) -> Env:
     from core.envs.registry import open_env
 
-    return open_env(uri)
+    return open_env(uri, egress=egress)
 
 
 class BatchedPolicies:
@@ -223,10 +228,18 @@ def build_service(
     policies: PolicyCache | None = None,
 ) -> Service:
     """The search worker's composition root. ``policies``: a model cache shared with other services
-    of this process (an embedded run's; its owner closes it), else the worker's own."""
-    cache, close = service_cache(policies, policy_opener, settings.max_open_models, "search")
+    of this process (an embedded run's; its owner closes it, and checks its URLs), else the worker's
+    own. Every opener is put behind ``settings.egress`` (the operator's allow-lists): a served model
+    or remote environment outside them fails the tree before anything is called."""
+    egress = settings.egress
+    if policy_opener is open_search_policy:
+        policy_opener = functools.partial(open_search_policy, egress=egress)
+    if env_opener is open_search_env:
+        env_opener = functools.partial(open_search_env, egress=egress)
+    opener = checked_policy_opener(policy_opener, egress)
+    cache, close = service_cache(policies, opener, settings.max_open_models, "search")
     batched = BatchedPolicies(cache, max_batch=max(1, settings.search_concurrency))
-    handler = SearchHandler(store, batched, env_opener)
+    handler = SearchHandler(store, batched, checked_env_opener(env_opener, egress))
     return Service(
         name=SERVICE_NAME,
         handlers={SearchRequested.event_type: handler},

@@ -13,7 +13,9 @@ I/O behind it for the train service:
   transitions), from the iteration's model folder, or from ``train.model_path`` when that model is a
   served URL (``RunConfig.train_weights``; the checkpoint folder then serves later iterations);
   inline (embedded mode: ``run_train_iteration`` in a thread) or as the Celery task on the
-  ``train`` queue (with Redis), waited for; returns ``ModelTrained`` or ``TrainingFailed`` (bad input:
+  ``train`` queue (with Redis), waited for: a job whose trainer stopped holding its lease is queued
+  again (``train_service.train_jobs``), a job of a run that ended is stopped, and the wait is bounded
+  by ``AGENTR_TRAIN_TIMEOUT_S``; returns ``ModelTrained`` or ``TrainingFailed`` (bad input:
   empty dataset, missing general-data file, bad template, ...; ``ModelTrained.metrics["method"]``
   names the learner), or ``IterationDatasetEmpty`` when a DPO / offline ArCHer iteration finds no
   pair or transition in the log (decided like an empty SFT dataset: iteration 0 fails the run, a
@@ -28,19 +30,24 @@ I/O behind it for the train service:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from core.domain.config import RunConfig
+from core.domain.config import RunConfig, is_served_model
 from core.domain.datasets import DatasetError, EmptyDatasetError
+from core.domain.egress import Egress
 from core.domain.events import IterationDatasetEmpty, IterationEvaluated, ModelTrained, TrainingFailed
 from core.domain.ids import derived_id
 from core.domain.runs import EvaluateModel, RunState, TrainModel
-from core.envs.base import Env
-from core.llm.ports import Policy
+from core.envs.base import Env, EnvError
+from core.envs.registry import egress_checked as checked_env_opener
+from core.llm.ports import Policy, PolicyError
+from core.llm.registry import egress_checked as checked_policy_opener
 from core.runtime.settings import Settings
 from train_service.episode_processes import EpisodeWorkers, resolve_workers
 from train_service.evaluation import (
@@ -61,16 +68,20 @@ TrainProgress = Callable[[int, int, float | None], None]  # (step, max_steps, lo
 EvalProgress = Callable[[str, int, int], None]  # (model label, finished episodes, total)
 
 
-def _open_env(uri: str) -> Env:
+def _open_env(uri: str, egress: Egress | None = None) -> Env:
     from core.envs.registry import open_env
 
-    return open_env(uri)
+    return open_env(uri, egress=egress)
 
 
-def _open_policy(ref: str) -> Policy:
+def _open_policy(ref: str, egress: Egress | None = None) -> Policy:
     from core.llm.registry import open_policy
 
-    return open_policy(ref)
+    return open_policy(ref, egress=egress)
+
+
+def _task_state(result: Any) -> str:
+    return str(result.state)  # a read from the result backend
 
 
 def select_tasks(env: Env, explicit: tuple[str, ...], split: str, cap: int | None) -> list[str]:
@@ -97,13 +108,33 @@ class RunEffects(RunDatasets):
         embedded run closes the models its search and critic no longer use, core.llm.policy_cache)."""
         self.settings = settings
         self.store = store
-        self.env_opener = env_opener
-        self.policy_opener = policy_opener
+        # the registry's own openers: a local model's episodes may be played in worker processes
+        self._registry_openers = env_opener is _open_env and policy_opener is _open_policy
+        # behind the operator's allow-lists (core/domain/egress.py): refused before anything is called
+        self.egress = egress = settings.egress
+        if env_opener is _open_env:
+            env_opener = functools.partial(_open_env, egress=egress)
+        if policy_opener is _open_policy:
+            policy_opener = functools.partial(_open_policy, egress=egress)
+        self.env_opener = checked_env_opener(env_opener, egress)
+        self.policy_opener = checked_policy_opener(policy_opener, egress)
         self.inline_training = settings.embedded if inline_training is None else inline_training
         self.on_train_step = on_train_step
         self.on_eval = on_eval
         self.before_training = before_training
         self._celery: Any = None
+        self._jobs: Any = None
+
+    def check_egress(self, config: RunConfig) -> None:
+        """Refuse a run whose served model or remote environment is outside the operator's allow-lists
+        (a RunRequested from an older API): PolicyError / EnvError naming the setting."""
+        if is_served_model(config.model):
+            refused = self.egress.model_problem(config.model)
+            if refused is not None:
+                raise PolicyError(refused)
+        refused = self.egress.env_problem(config.env)
+        if refused is not None:
+            raise EnvError(refused)
 
     # ---------------------------------------------------------------------------- tasks
     async def task_ids(self, config: RunConfig) -> list[str]:
@@ -238,26 +269,121 @@ class RunEffects(RunDatasets):
         }
         return ModelTrained(run_id, iteration, effect.dataset_id, str(result["checkpoint"]), metrics)
 
-    async def _train_with_celery(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _train_jobs(self) -> Any:
+        if self._jobs is None:
+            from train_service.train_jobs import TrainJobs
+
+            self._jobs = TrainJobs(self.settings)
+        return self._jobs
+
+    def train_task_id(self, run_id: str, iteration: int, dataset_id: str) -> str:
+        """The Celery task id of an iteration's training job (a resubmission keeps it)."""
+        return derived_id("train-task", run_id, iteration, dataset_id)
+
+    async def _run_ended(self, run_id: str) -> bool:
+        from core.domain.ids import run_stream
+        from core.domain.runs import fold
+
+        history = await self.store.read_stream(run_stream(run_id))
+        return fold(run_id, [r.event for r in history]).terminal
+
+    async def stop_run_training(self, run_id: str, task_ids: Sequence[str] = ()) -> None:
+        """The run ended (cancelled): its training jobs stop, queued ones never start (Celery mode;
+        inline training belongs to the process that runs the whole loop)."""
+        if self.inline_training:
+            return
+        from train_service.celery_app import cancel_training
+
+        jobs = self._train_jobs()
+        await asyncio.to_thread(jobs.cancel_run, run_id)
+        for task_id in task_ids:
+            await asyncio.to_thread(cancel_training, self._celery_app(), task_id, self.settings)
+        log.info("run %s ended: its training jobs were told to stop", run_id)
+
+    async def _submit(self, task_id: str, kwargs: dict[str, Any]) -> Any:
         from train_service.celery_app import submit_training
 
         app = self._celery_app()
-        task_id = derived_id("train-task", kwargs["run_id"], kwargs["iteration"], kwargs["dataset_id"])
+        attempt = await asyncio.to_thread(self._train_jobs().count_attempt, task_id)
+        log.info("run %s iteration %s: training job %s queued (attempt %d)", kwargs["run_id"],
+                 kwargs["iteration"], task_id, attempt)  # fmt: skip
+        return await asyncio.to_thread(lambda: submit_training(app, task_id=task_id, **kwargs))
+
+    async def _train_with_celery(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Queue the job (unless it is known already) and wait for its result, watching that its
+        trainer lives (``train_service.train_jobs``: a lost job is queued again, at most
+        ``train_max_attempts`` times in all), that the run has not ended (then the job is stopped)
+        and ``train_timeout_s``. Only this run's handler waits: the worker handles others meanwhile."""
+        from celery import states
+
+        settings = self.settings
+        app = self._celery_app()
+        jobs = self._train_jobs()
+        run_id = kwargs["run_id"]
+        task_id = self.train_task_id(run_id, kwargs["iteration"], kwargs["dataset_id"])
         result = app.AsyncResult(task_id)
-        if result.state == "PENDING":
+        state = await asyncio.to_thread(_task_state, result)
+        if state == states.PENDING:
             # never submitted (or unknown to the backend): submit under the derived task id; a
-            # duplicate submission reuses the complete checkpoint of the same dataset
-            result = await asyncio.to_thread(lambda: submit_training(app, task_id=task_id, **kwargs))
-        while not result.ready():
-            info = result.info if result.state == "PROGRESS" else None
-            if self.on_train_step and isinstance(info, dict):
-                self.on_train_step(int(info.get("step", 0)), int(info.get("max_steps", 0)), info.get("loss"))
-            await asyncio.sleep(1.0)
-        if result.state == "SUCCESS":
+            # duplicate submission of a queued job trains once (its lease, then its done result)
+            result = await self._submit(task_id, kwargs)
+        timeout = settings.train_heartbeat_timeout_s
+        poll_s = min(1.0, timeout / 10)
+        started = last_run_check = time.monotonic()
+        no_lease_since: float | None = None
+        while True:
+            state = await asyncio.to_thread(_task_state, result)
+            if state in states.READY_STATES:
+                break
+            now = time.monotonic()
+            if state == "PROGRESS":
+                info = result.info
+                if self.on_train_step and isinstance(info, dict):
+                    self.on_train_step(
+                        int(info.get("step", 0)), int(info.get("max_steps", 0)), info.get("loss")
+                    )
+            if now - last_run_check >= min(3.0, timeout / 3):
+                last_run_check = now
+                if await self._run_ended(run_id):
+                    await self.stop_run_training(run_id, [task_id])
+                    raise BadTrainingInput("the run ended while it trained; the training job was stopped")
+            if state in (states.STARTED, "PROGRESS"):
+                holder = await asyncio.to_thread(jobs.holder, task_id)
+                if holder is not None:
+                    no_lease_since = None
+                elif no_lease_since is None:
+                    no_lease_since = now
+                elif now - no_lease_since >= timeout / 3:
+                    # started, but no live trainer holds it: its trainer died (SIGKILL, OOM, host lost)
+                    attempts = await asyncio.to_thread(jobs.attempts, task_id)
+                    if attempts >= settings.train_max_attempts:
+                        raise BadTrainingInput(
+                            f"training job {task_id} was lost {attempts} time(s): its trainer stopped "
+                            f"writing heartbeats (AGENTR_TRAIN_HEARTBEAT_TIMEOUT_S={timeout:g}) and "
+                            f"AGENTR_TRAIN_MAX_ATTEMPTS={settings.train_max_attempts} is reached"
+                        )
+                    log.warning(
+                        "run %s: training job %s lost (no trainer heartbeat); queueing it again",
+                        run_id,
+                        task_id,
+                    )
+                    await asyncio.to_thread(app.backend.forget, task_id)
+                    result = await self._submit(task_id, kwargs)
+                    no_lease_since = None
+            if now - started > settings.train_timeout_s:
+                from train_service.celery_app import cancel_training
+
+                await asyncio.to_thread(cancel_training, app, task_id, settings)
+                raise BadTrainingInput(
+                    f"training job {task_id} did not finish within "
+                    f"AGENTR_TRAIN_TIMEOUT_S={settings.train_timeout_s:g}s; it was cancelled"
+                )
+            await asyncio.sleep(poll_s)
+        if state == states.SUCCESS:
             return dict(result.result)
-        if result.state == "REVOKED":
+        if state == states.REVOKED:
             raise BadTrainingInput("training was cancelled")
-        raise BadTrainingInput(f"training task {task_id} ended in {result.state}: {result.result!r}")
+        raise BadTrainingInput(f"training task {task_id} ended in {state}: {result.result!r}")
 
     # ---------------------------------------------------------------------------- evaluation
     async def _evaluate_model(
@@ -274,6 +400,9 @@ class RunEffects(RunDatasets):
             if self.on_eval:
                 self.on_eval(label, done, total)
 
+        refused = self.egress.env_problem(config.env)  # the worker processes open it by URI
+        if refused is not None:
+            raise EnvError(refused)
         # a local model's episodes in worker processes (the same results on more cores), else here
         player = workers.player(model_ref, config.env) if workers and self._shardable(model_ref) else None
         policy = None if player else await asyncio.to_thread(self.policy_opener, model_ref)
@@ -297,7 +426,7 @@ class RunEffects(RunDatasets):
         opened by the registry, on an environment the workers open from its URI (a test's own
         openers, or a served model, stay in this process)."""
         local = not model_ref.startswith(("http://", "https://"))
-        return local and self.policy_opener is _open_policy and self.env_opener is _open_env
+        return local and self._registry_openers
 
     def eval_workers(self, cfg: EvalConfig, episodes: int, model_refs: Sequence[str]) -> int:
         """Worker processes for an evaluation of ``episodes`` episodes per model

@@ -7,6 +7,7 @@ which names each iteration's learner: ``ModelTrained.metrics["method"]``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from pathlib import Path
@@ -21,19 +22,26 @@ from agentr.cli.warm_start import prepare_model
 console = Console(stderr=True)
 
 
-def embedded_settings(home: str | Path = "", threads: int | None = None) -> tuple[Any, Path]:
+def embedded_settings(
+    home: str | Path = "", threads: int | None = None, database_url: str | None = None
+) -> tuple[Any, Path]:
     """Settings of an embedded run (SQLite under ``home``, in-process bus), the resolved home, and
     the process set up for it: logging, quiet transformers progress, torch threads per phase (one
     for inference; ``threads`` for training, default ``torch_threads.default_training_threads()``:
-    a fixed count, never the machine's momentary load, core.runtime.torch_threads)."""
+    a fixed count, never the machine's momentary load, core.runtime.torch_threads).
+
+    ``AGENTR_DATABASE_URL`` and ``AGENTR_REDIS_URL`` are ignored: inside a deployment's container
+    they name the deployment's database, whose workers would pick the run up and redo its work;
+    ``database_url`` (``agentr run --database-url``) names another store explicitly."""
     from core.runtime import torch_threads
     from core.runtime.logging import configure_logging
     from core.runtime.settings import load_settings
 
-    overrides: dict[str, Any] = {"redis_url": None, "reclaim_idle_ms": 2000}
+    overrides: dict[str, Any] = {"redis_url": None, "reclaim_idle_ms": 2000, "database_url": database_url}
     if home:
         overrides["home"] = Path(home)
-    settings = load_settings(**overrides)
+    # the run is what this machine's user typed: its served model and environment are called as given
+    settings = load_settings(**overrides).for_local_user()
     resolved = Path(settings.home).resolve()
     resolved.mkdir(parents=True, exist_ok=True)
     configure_logging(os.environ.get("AGENTR_LOG_LEVEL", "WARNING"), False)
@@ -53,7 +61,12 @@ def run_command(opts: RunOptions) -> int:
     except ValueError as exc:  # a malformed OMP_NUM_THREADS
         console.print(f"[red]cannot start the run:[/red] {exc}")
         return 2
-    settings, home = embedded_settings(opts.home, threads)
+    settings, home = embedded_settings(opts.home, threads, opts.database_url or None)
+    if os.environ.get("AGENTR_DATABASE_URL") and not opts.database_url:
+        console.print(
+            "[yellow]note:[/yellow] AGENTR_DATABASE_URL is set but not used: this run keeps its own "
+            f"store, {settings.effective_database_url} (--database-url names another)"
+        )
     started = time.monotonic()
     try:
         plan = plan_run(opts)
@@ -224,6 +237,7 @@ async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any])
     from core.domain.ids import run_stream
     from core.domain.runs import fold
     from core.llm.policy_cache import PolicyCache
+    from core.llm.registry import egress_checked as checked_policy_opener
     from core.runtime.embedded import run_embedded
     from core.store.tables import iterations
     from search_service.service import open_search_policy
@@ -252,7 +266,9 @@ async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any])
         eval_state.update(label=label, done=done, total=total)
 
     # one process: search, critic and splice share ONE model cache (one copy of each model, not three)
-    models = PolicyCache(open_search_policy, max_open=settings.max_open_models, name="models")
+    egress = settings.egress  # the services' own openers check against it; the shared cache too
+    opener = checked_policy_opener(functools.partial(open_search_policy, egress=egress), egress)
+    models = PolicyCache(opener, max_open=settings.max_open_models, name="models")
     services = [
         await build_service("search", settings, store, policies=models),
         await build_service("critic", settings, store, policies=models),

@@ -1,4 +1,5 @@
-"""Owns the standalone capture proxy process (``agentr proxy``): only the proxy routes and /healthz.
+"""Owns the standalone capture proxy process (``agentr proxy``): only the proxy routes, /healthz and
+/metrics (the recorder's counters among them; ``AGENTR_METRICS_TOKEN`` guards it as on the API).
 
 It opens the same store as the API (``AGENTR_DATABASE_URL``) to verify agent keys and record calls,
 and keeps the upstream's URL and key in its own configuration (``ProxySettings``). No JSON
@@ -16,10 +17,11 @@ from fastapi import FastAPI
 from api.deps import ApiServices
 from api.errors import install_error_handlers
 from api.middleware import AccessLogMiddleware, ApiMetrics, BodyLimitMiddleware
-from api.proxy.routes import ProxySettings, start_proxy
+from api.proxy.routes import ProxySettings, redacted_url, start_proxy
 from api.proxy.routes import router as proxy_router
 from api.ratelimit import RateLimits
 from api.routes.health import healthz
+from api.routes.health import metrics as metrics_route
 from core.runtime.settings import Settings
 
 log = logging.getLogger("agentr.proxy")
@@ -42,7 +44,10 @@ def create_proxy_app(settings: Settings, proxy_settings: ProxySettings) -> FastA
         )
         app.state.services = ApiServices(settings=settings, store=store, metrics=metrics, limits=limits)
         app.state.proxy = start_proxy(proxy_settings, app.state.services)
-        log.info("proxy started", extra={"upstream": proxy_settings.upstream_url, "database": store.dialect})
+        log.info(
+            "proxy started",
+            extra={"upstream": redacted_url(proxy_settings.upstream_url), "database": store.dialect},
+        )
         try:
             yield
         finally:
@@ -54,6 +59,9 @@ def create_proxy_app(settings: Settings, proxy_settings: ProxySettings) -> FastA
     install_error_handlers(app)
     app.include_router(proxy_router)
     app.add_api_route("/healthz", healthz, methods=["GET"], summary="Liveness: the process answers")
+    app.add_api_route(
+        "/metrics", metrics_route, methods=["GET"], summary="Prometheus metrics (text exposition format)"
+    )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AccessLogMiddleware, metrics=metrics)
     return app

@@ -17,6 +17,16 @@ conversation also writes ``TraceIngested`` (outcome unknown, source format ``pro
 ``PATCH /v1/traces/{id}``), and every call writes ``ModelCallRecorded``. Event ids derive from the
 call id, so a retry after an ambiguous failure stores nothing twice. A trace stream that belongs
 to another project is never written (the record goes to ``rejected/`` in the spool).
+
+No record can stop the queue. Before a call is handed over, ``storable`` cleans what PostgreSQL's
+jsonb cannot hold, as uploads are cleaned (api/sanitize.py ``replace_nul``): NUL characters and lone
+UTF-16 surrogates become U+FFFD, NaN and Infinity become null; the places are listed on the record
+(``cleaned``) and noted on its trajectory. A record the store still refuses for what it holds, not
+because the store is down (a data error such as SQLSTATE class 22 or 54, a value the importer or the
+serialiser cannot take, a spool file that cannot be read, or ``max_strikes`` failures in a row while
+the store answers a probe), is set aside in ``unstorable/`` in the spool (same file format: fix it and
+move it back to retry), logged with its reason and counted (``agentr_proxy_calls_set_aside_total``);
+the records behind it go on. Only a store that does not answer holds the queue.
 """
 
 from __future__ import annotations
@@ -25,16 +35,25 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
+import re
 import time
-from dataclasses import asdict, dataclass
+import weakref
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from prometheus_client import CollectorRegistry, Counter
+from sqlalchemy import text
+from sqlalchemy.exc import DataError, DBAPIError
+
+from api.sanitize import NUL_REPLACEMENT, replace_nul
 from core.domain.events import Metadata, ModelCallRecorded, NewEvent, TraceIngested
 from core.domain.ids import derived_id, trace_stream
 from core.formats.capture import SOURCE_FORMAT, answer_message, call_trajectory, recorded_request
-from core.formats.importing import TraceFormatError
+from core.formats.importing import ImportedTrace, TraceFormatError, with_note
+from core.runtime.logging import redacted_traceback
 from core.store.ports import ConcurrencyConflict
 from core.store.sql import SqlEventStore
 
@@ -57,6 +76,7 @@ class CallRecord:
     latency_ms: float
     messages_from: int  # messages the trace's conversation already held before this call
     extends: bool  # the call continues the trace's conversation (False: kept beside it)
+    cleaned: list[str] = field(default_factory=list)  # where ``storable`` replaced what jsonb cannot hold
     environment: tuple[str, str] | None = None  # (local env URI, task id) the agent named, or None
 
 
@@ -64,8 +84,146 @@ class RecordRejected(Exception):
     """A record that must never be stored (another project's stream)."""
 
 
+class RecordUnstorable(Exception):
+    """A record the store will never take as it is: its data, not the store, is the problem."""
+
+
 class Sink(Protocol):
     async def store(self, record: CallRecord) -> None: ...
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _clean_text(text: str) -> str:
+    """``text`` as UTF-8 can hold it: surrogate pairs joined into their character, lone ones U+FFFD."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _clean_json(value: Any, where: str, found: list[str]) -> Any:
+    """``value`` with lone surrogates replaced (strings and keys) and NaN / Infinity made null; the
+    places listed in ``found``. Iterative over containers it rebuilds, so depth is no concern here."""
+    root: list[Any] = [None]
+    stack: list[tuple[Any, str, Any, Any]] = [(value, where, root, 0)]
+    while stack:
+        item, path, parent, slot = stack.pop()
+        if isinstance(item, str):
+            clean = _clean_text(item)
+            if clean != item:
+                found.append(path)
+            parent[slot] = clean
+        elif isinstance(item, float) and not math.isfinite(item):
+            found.append(path)
+            parent[slot] = None
+        elif isinstance(item, dict):
+            out: dict[Any, Any] = {}
+            parent[slot] = out
+            for key, child in item.items():
+                if isinstance(key, str):
+                    clean_key = _clean_text(key)
+                    if clean_key != key:
+                        found.append(path)
+                    key = clean_key
+                out[key] = None
+                stack.append((child, f"{path}.{key}", out, key))
+        elif isinstance(item, list):
+            items: list[Any] = [None] * len(item)
+            parent[slot] = items
+            stack.extend((child, f"{path}[{index}]", items, index) for index, child in enumerate(item))
+        else:
+            parent[slot] = item
+    return root[0]
+
+
+def _clean_header(value: str | None, name: str, found: list[str]) -> str | None:
+    if value is None:
+        return None
+    clean = _clean_text(value.replace("\x00", NUL_REPLACEMENT))
+    if clean != value:
+        found.append(name)
+    return clean
+
+
+def storable(record: CallRecord) -> CallRecord:
+    """``record`` with what PostgreSQL's jsonb cannot hold cleaned (the module docstring); the same
+    record when there was nothing to clean."""
+    found: list[str] = []
+    parts: dict[str, Any] = {}
+    for name, value in (("request", record.body), ("response", record.response)):
+        value, nul_at = replace_nul(value, name)
+        found.extend(nul_at)
+        parts[name] = _clean_json(value, name, found)
+    external_id = _clean_header(record.external_id, "external_id", found)
+    task_key = _clean_header(record.task_key, "task_key", found)
+    if not found:
+        return record
+    return replace(
+        record,
+        body=parts["request"],
+        response=parts["response"],
+        external_id=external_id,
+        task_key=task_key,
+        cleaned=sorted({*record.cleaned, *found}),
+    )
+
+
+def cleaned_note(paths: list[str]) -> str:
+    """The note recorded on a trajectory built from a cleaned call."""
+    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    return (
+        "text the database cannot store (NUL characters, lone surrogates) replaced by U+FFFD and "
+        f"NaN / Infinity by null at {shown}"
+    )
+
+
+DATA_SQLSTATE_CLASSES = ("22", "54")
+"""SQLSTATE classes that blame the data, not the database: data exception, program limit exceeded."""
+
+
+def unstorable_reason(exc: BaseException) -> str | None:
+    """Why a record that failed with ``exc`` will never be stored as it is; None when the store may
+    take it later (it is down, slow, or the failure says nothing about the record)."""
+    if isinstance(exc, RecordUnstorable):
+        return str(exc)
+    if isinstance(exc, DBAPIError):
+        sqlstate = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+        if isinstance(exc, DataError) or (
+            isinstance(sqlstate, str) and sqlstate[:2] in DATA_SQLSTATE_CLASSES
+        ):
+            return f"the database refused its data (SQLSTATE {sqlstate or '22'}, {type(exc.orig).__name__})"
+        return None
+    if isinstance(exc, ValueError | TypeError | UnicodeError | RecursionError):
+        return f"it cannot be written as events ({type(exc).__name__})"
+    return None
+
+
+class RecorderMetrics:
+    """The recorder's Prometheus collectors, on the process's registry (one set per registry)."""
+
+    _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, RecorderMetrics] = weakref.WeakKeyDictionary()
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.set_aside = Counter(
+            "agentr_proxy_calls_set_aside_total",
+            "Recorded calls not stored: set aside in the spool's unstorable/ or rejected/ folder, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.cleaned = Counter(
+            "agentr_proxy_calls_cleaned_total",
+            "Recorded calls whose text the database cannot store was replaced before storing.",
+            registry=registry,
+        )
+
+    @classmethod
+    def on(cls, registry: CollectorRegistry) -> RecorderMetrics:
+        """The collectors registered on ``registry`` (made on first use)."""
+        found = cls._by_registry.get(registry)
+        if found is None:
+            found = cls._by_registry[registry] = cls(registry)
+        return found
 
 
 @dataclass
@@ -99,9 +257,25 @@ class StoreSink:
         self._traces[record.trace_id] = state
         return state
 
+    async def reachable(self) -> bool:
+        """Whether the store answers a trivial query now (tells a down store from a bad record)."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                async with self.events.engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+        except Exception:
+            return False
+        return True
+
     def _events(self, record: CallRecord, state: _TraceState) -> list[NewEvent]:
+        try:
+            return self._build(record, state)
+        except Exception as exc:  # a value the importer or an event cannot take: never storable as is
+            raise RecordUnstorable(f"its events cannot be built ({type(exc).__name__})") from exc
+
+    def _build(self, record: CallRecord, state: _TraceState) -> list[NewEvent]:
         trajectory = None
-        imported = None
+        imported: ImportedTrace | None = None
         answer = answer_message(record.response)
         if record.extends and answer is not None:
             try:
@@ -112,6 +286,8 @@ class StoreSink:
                     record.task_key,
                     record.external_id,
                 )
+                if record.cleaned:
+                    imported = with_note(imported, cleaned_note(record.cleaned))
                 trajectory = imported.trajectory
             except TraceFormatError as exc:
                 log.warning(
@@ -179,32 +355,73 @@ class Recorder:
         max_queue: int = 10_000,
         retry_s: float = 0.2,
         max_retry_s: float = 5.0,
+        max_strikes: int = 5,
+        metrics: RecorderMetrics | None = None,
     ) -> None:
         self.sink = sink
         self.spool_dir = spool_dir
         self.rejected_dir = spool_dir / "rejected"
+        self.unstorable_dir = spool_dir / "unstorable"
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.queue: asyncio.Queue[tuple[int, CallRecord]] = asyncio.Queue(max_queue)
         self.retry_s = retry_s
         self.max_retry_s = max_retry_s
+        self.max_strikes = max_strikes
+        self.metrics = metrics or RecorderMetrics(None)
         self._epoch = time.time_ns()
         self._seq = 0
         self._spooled = len(self._spool_files())
         self._unstored = self._spooled  # handed over (or left by an earlier process), not stored yet
+        self._strikes: dict[str, int] = {}  # spool file name -> failures while the store answered
         self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
         self.stored = 0
         self.spool_writes = 0
         self.failures = 0
+        self.set_aside = 0
+        left = len(list(self.unstorable_dir.glob("*.json"))) if self.unstorable_dir.is_dir() else 0
+        if left:
+            log.warning(
+                "proxy: %d call(s) set aside earlier wait in %s (never retried)", left, self.unstorable_dir
+            )
 
     # ------------------------------------------------------------------ producer side (request path)
-    def submit(self, record: CallRecord) -> None:
-        """Hand a record over; never waits (a full queue spools it directly)."""
+    def submit(self, record: CallRecord) -> CallRecord:
+        """Hand a record over, cleaned (``storable``); never waits (a full queue spools it directly).
+        Returns the record as it will be stored."""
+        record = self._cleaned(record)
         self._seq += 1
         self._unstored += 1
+        self._wake.set()
         try:
             self.queue.put_nowait((self._seq, record))
         except asyncio.QueueFull:
             self._write_spool(self._seq, record)
+        return record
+
+    def lost(self, project_id: str, exc: BaseException) -> None:
+        """Count and log a call that could not even be handed over (the proxy's answer went out)."""
+        self.set_aside += 1
+        self.metrics.set_aside.labels("unrecordable").inc()
+        log.error(
+            "proxy: a call of project %s answered but not recorded: %s\n%s",
+            project_id,
+            type(exc).__name__,
+            redacted_traceback(exc),
+        )
+
+    def _cleaned(self, record: CallRecord) -> CallRecord:
+        clean = storable(record)
+        if clean is not record:
+            self.metrics.cleaned.inc()
+            log.warning(
+                "proxy: call %s of project %s: text the database cannot store replaced at %d place(s): %s",
+                record.call_id,
+                record.project_id,
+                len(clean.cleaned),
+                ascii(clean.cleaned[:5]),  # client-chosen keys: escaped, one line
+            )
+        return clean
 
     # ------------------------------------------------------------------ drainer
     def start(self) -> None:
@@ -226,7 +443,8 @@ class Recorder:
         return self._unstored
 
     async def flush(self, timeout_s: float = 30.0) -> None:
-        """Wait until every record handed over so far is stored (TimeoutError after ``timeout_s``)."""
+        """Wait until every record handed over so far is stored or set aside (TimeoutError after
+        ``timeout_s``)."""
         deadline = time.monotonic() + timeout_s
         while self.pending:
             if time.monotonic() > deadline:
@@ -244,19 +462,28 @@ class Recorder:
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, self.max_retry_s)
                 continue
-            try:
-                seq, record = await asyncio.wait_for(self.queue.get(), timeout=1.0)
-            except TimeoutError:
+            if self.queue.empty():
+                # an Event, not wait_for(queue.get()): under Python 3.11 that can swallow close()'s
+                # cancellation and hang the shutdown; the timeout re-checks the spool now and then
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        await self._wake.wait()
                 continue
+            seq, record = self.queue.get_nowait()
             try:
                 await self.sink.store(record)
                 self._stored_one()
             except RecordRejected as exc:
-                log.error("proxy: call %s not stored: %s", record.call_id, exc)
                 self._write_spool(seq, record, self.rejected_dir)
-                self._unstored -= 1
-            except Exception as exc:  # the store is down or slow: keep it on disk and retry
-                self.failures += 1
+                self._aside(record.call_id, "another_project", f"{exc}", self.rejected_dir)
+            except Exception as exc:
+                reason = unstorable_reason(exc)
+                if reason is not None:  # the record, not the store: set it aside, go on with the rest
+                    self._write_spool(seq, record, self.unstorable_dir)
+                    self._aside(record.call_id, "unstorable", reason, self.unstorable_dir)
+                    continue
+                self.failures += 1  # the store is down or slow: keep it on disk and retry
                 log.warning(
                     "proxy: store failed (%s: %s); spooling to %s", type(exc).__name__, exc, self.spool_dir
                 )
@@ -264,26 +491,57 @@ class Recorder:
 
     async def _drain_spool(self) -> bool:
         for path in self._spool_files():
-            record = CallRecord(**json.loads(path.read_text()))
+            try:
+                record = self._cleaned(CallRecord(**json.loads(path.read_text(encoding="utf-8"))))
+            except (OSError, ValueError, TypeError) as exc:  # not a record this version can read
+                self._move(path, self.unstorable_dir)
+                self._aside(
+                    path.stem, "unreadable", f"the spool file cannot be read ({type(exc).__name__})", None
+                )
+                continue
             try:
                 await self.sink.store(record)
             except RecordRejected as exc:
-                log.error("proxy: spooled call %s not stored: %s", record.call_id, exc)
-                self.rejected_dir.mkdir(exist_ok=True)
-                path.rename(self.rejected_dir / path.name)
-                self._unstored -= 1
+                self._move(path, self.rejected_dir)
+                self._aside(record.call_id, "another_project", f"{exc}", self.rejected_dir)
+                continue
             except Exception as exc:
+                reason = unstorable_reason(exc)
+                if reason is None and await self._store_answers():
+                    strikes = self._strikes[path.name] = self._strikes.get(path.name, 0) + 1
+                    if strikes >= self.max_strikes:
+                        reason = f"failed {strikes} times while the store answered ({type(exc).__name__})"
+                if reason is not None:
+                    self._move(path, self.unstorable_dir)
+                    self._aside(record.call_id, "unstorable", reason, self.unstorable_dir)
+                    continue
                 self.failures += 1
                 log.info(
                     "proxy: store still failing (%s); %d call(s) spooled", type(exc).__name__, self._spooled
                 )
                 return False
-            else:
-                path.unlink()
-                self._stored_one()
+            path.unlink()
+            self._strikes.pop(path.name, None)
+            self._stored_one()
             self._spooled -= 1
         self._spooled = len(self._spool_files())
         return True
+
+    async def _store_answers(self) -> bool:
+        probe = getattr(self.sink, "reachable", None)
+        return bool(await probe()) if probe is not None else False
+
+    def _aside(self, call_id: str, label: str, reason: str, folder: Path | None) -> None:
+        """Count and log a record that will not be stored (it was moved or written to ``folder``)."""
+        self._unstored -= 1
+        self.set_aside += 1
+        self.metrics.set_aside.labels(label).inc()
+        log.error(
+            "proxy: call %s not stored, set aside in %s: %s",
+            call_id,
+            folder or self.unstorable_dir,
+            reason,
+        )
 
     def _stored_one(self) -> None:
         self.stored += 1
@@ -292,6 +550,13 @@ class Recorder:
     # ------------------------------------------------------------------ spool
     def _spool_files(self) -> list[Path]:
         return sorted(self.spool_dir.glob("*.json"))
+
+    def _move(self, path: Path, folder: Path) -> None:
+        """A spool file moved into ``folder`` (out of the drainer's way)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        path.rename(folder / path.name)
+        self._strikes.pop(path.name, None)
+        self._spooled -= 1
 
     def _spill_queue(self) -> None:
         while not self.queue.empty():
@@ -303,7 +568,8 @@ class Recorder:
         target.mkdir(parents=True, exist_ok=True)
         name = f"{self._epoch:020d}-{seq:012d}-{record.call_id}.json"
         partial = target / f".{name}.part"
-        partial.write_text(json.dumps(asdict(record), ensure_ascii=False))
+        # ASCII with escapes: any text (even a lone surrogate) can be written and read back
+        partial.write_text(json.dumps(asdict(record)), encoding="utf-8")
         os.replace(partial, target / name)  # atomic: the drainer never reads half a record
         if folder is None:
             self._spooled += 1

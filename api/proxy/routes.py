@@ -8,7 +8,14 @@ arrive, and errors. ``GET /v1/proxy/openai/v1/models`` passes the upstream's mod
 The agent authenticates with a project key holding the ``ingest`` scope (as ``api_key`` of an
 OpenAI client: ``Authorization: Bearer agr_...``); a verified key is cached for
 ``AGENTR_PROXY_AUTH_CACHE_S`` seconds, so calls go on while the database is briefly unreachable (a
-revoked key stops working within that time).
+revoked key stops working within that time). Every call, cached key or not, spends the key's
+request budget (``AGENTR_KEY_REQUESTS_PER_S``, api/ratelimit.py: 429 with ``Retry-After``) and is
+logged with the key's project.
+
+The proxy answers itself only before forwarding (401/403/429; 422 for a body holding a lone UTF-16
+surrogate, which no upstream can read as text, or an ``X-Agentr-*`` header out of bounds) and when
+the upstream does not answer: a 502 naming neither the upstream's URL nor the error (its full detail,
+the URL's credentials and query removed, goes to the server log under the request id).
 
 Every answered call (status 200) is handed to the Recorder (api/proxy/recorder.py) after the
 answer is known (for a stream: after its last chunk), grouped by api/proxy/grouping.py; the response
@@ -25,27 +32,35 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.deps import ApiServices, Principal, authenticate, bearer, services
-from api.errors import ApiError
+from api.errors import ApiError, field_error
 from api.proxy.grouping import Conversations, Placement
-from api.proxy.recorder import CallRecord, Recorder, StoreSink
+from api.proxy.recorder import CallRecord, Recorder, RecorderMetrics, StoreSink
+from api.sanitize import MAX_DEPTH, JsonRefused, loads_bounded
+from api.schemas.common import ErrorBody, ValidationErrorBody
 from core.domain.ids import new_id
 from core.formats.capture import StreamAssembler, answer_message
 
+log = logging.getLogger("agentr.proxy")
+
 TRACE_HEADER = "x-agentr-trace-id"
 TASK_HEADER = "x-agentr-task"
+HEADER_TEXT = "^[!-~]([ -~]*[!-~])?$"
+"""What the ``X-Agentr-*`` headers may hold: visible ASCII, inner spaces (HTTP strips the outer ones)."""
 ENV_HEADER = "x-agentr-environment"
 ENV_TASK_HEADER = "x-agentr-environment-task"
 
@@ -127,13 +142,84 @@ def start_proxy(settings: ProxySettings, svc: ApiServices, sink: Any | None = No
         )
     spool = settings.spool_dir or svc.settings.home / "proxy-spool"
     recorder = Recorder(
-        sink or StoreSink(svc.store, settings.store_timeout_s), spool, max_queue=settings.max_queue
+        sink or StoreSink(svc.store, settings.store_timeout_s),
+        spool,
+        max_queue=settings.max_queue,
+        metrics=RecorderMetrics.on(svc.metrics.registry),
     )
     recorder.start()
     return ProxyRuntime(settings=settings, client=client, recorder=recorder)
 
 
-router = APIRouter(prefix="/v1/proxy/openai/v1", tags=["proxy"])
+class UpstreamBody(BaseModel):
+    """The upstream's own JSON answer, passed through unchanged (OpenAI's errors: ``{"error": {...}}``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+_OURS_OR_UPSTREAM = ErrorBody | UpstreamBody
+PROXY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": _OURS_OR_UPSTREAM, "description": "Missing or invalid agentr key (or the upstream's 401)"},
+    403: {
+        "model": _OURS_OR_UPSTREAM,
+        "description": "The key lacks the ingest scope, or is the bootstrap admin's (or the upstream's 403)",
+    },
+    413: {"model": _OURS_OR_UPSTREAM, "description": "Request body too large (or the upstream's 413)"},
+    422: {
+        "model": ValidationErrorBody | UpstreamBody,
+        "description": "A body holding a lone UTF-16 surrogate or NUL, or an X-Agentr-* header out of "
+        "bounds, named by field (or the upstream's 422)",
+    },
+    429: {
+        "model": _OURS_OR_UPSTREAM,
+        "description": "Rate limited: see the Retry-After header (this key's requests per second, as on "
+        "the API; or the upstream's 429)",
+    },
+    502: {
+        "model": _OURS_OR_UPSTREAM,
+        "description": "The upstream did not answer (our body names only the request id; the detail is in "
+        "the server log), or the upstream's 502",
+    },
+    "4XX": {"model": UpstreamBody, "description": "The upstream's error, passed through with its status"},
+    "5XX": {"model": UpstreamBody, "description": "The upstream's error, passed through with its status"},
+}
+CHAT_BODY: dict[str, Any] = {
+    "required": True,
+    "description": "An OpenAI chat-completions request, forwarded to the upstream byte for byte (the "
+    "upstream validates it; fields beyond these are passed on).",
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["messages"],
+                "properties": {
+                    "model": {"type": "string"},
+                    "messages": {"type": "array", "items": {"type": "object", "additionalProperties": True}},
+                    "stream": {"type": "boolean"},
+                },
+                "additionalProperties": True,
+            }
+        }
+    },
+}
+SSE_EVENT: dict[str, Any] = {
+    "description": "One Server-Sent Event of the stream (before OpenAPI 3.2 the schema of a stream "
+    "describes each event): `data` is a chat.completion.chunk as JSON, `[DONE]` last.",
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "data": {"type": "string"},
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}
+TRACE_ID_HEADER = {
+    "description": "The agent's returned trace id, present when the call was recorded",
+    "schema": {"type": "string"},
+}
+
+router = APIRouter(prefix="/v1/proxy/openai/v1", tags=["proxy"], responses=PROXY_RESPONSES)
 
 
 def runtime(request: Request) -> ProxyRuntime:
@@ -160,7 +246,12 @@ async def agent(
     cached = proxy.keys.get(digest) if proxy is not None else None
     now = time.monotonic()
     if cached is not None and cached[1] > now:
-        return cached[0]
+        principal = cached[0]
+        request.state.project_id = principal.project_id  # the access log names the project
+        request.state.key_prefix = principal.prefix
+        if principal.prefix is not None:
+            services(request).limits.check_key(principal.prefix)  # the same per-key limit as the API
+        return principal
     principal = await authenticate(request, credentials, services(request))
     if not principal.allows("ingest"):
         raise ApiError(403, "this key lacks the 'ingest' scope (the capture proxy records into a project)")
@@ -180,50 +271,176 @@ def _passthrough(upstream: httpx.Response, content: bytes, trace_id: str | None)
     )
 
 
-def _unreachable(proxy: ProxyRuntime, exc: httpx.HTTPError) -> ApiError:
+def redacted_url(url: str | None) -> str:
+    """``url`` without what may be a secret: user, password and query string (``***`` instead)."""
+    if not url:
+        return "<none>"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = host + (f":{parts.port}" if parts.port is not None else "")
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.username is not None or parts.password is not None:
+        netloc = f"***@{netloc}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
+
+
+def _unreachable(request: Request, proxy: ProxyRuntime, exc: httpx.HTTPError) -> ApiError:
+    """A 502 naming only the request id; the detail goes to the log, the URL's secrets removed."""
+    request_id = getattr(request.state, "request_id", "?")
+    url = proxy.settings.upstream_url or ""
+    detail = str(exc).replace(url, redacted_url(url)) if url else str(exc)
+    if url:
+        detail = detail.replace(url.rstrip("/"), redacted_url(url.rstrip("/")))
+    log.warning(
+        "proxy: upstream %s did not answer (request %s): %s: %s",
+        redacted_url(url),
+        request_id,
+        type(exc).__name__,
+        ascii(detail),
+    )
     return ApiError(
-        502, f"the upstream {proxy.settings.upstream_url} did not answer: {type(exc).__name__}: {exc}"
+        502,
+        "the upstream model server did not answer; the server log has the detail under request id "
+        f"{request_id}",
+        code="bad_gateway",
     )
 
 
-@router.get("/models", summary="The upstream's model list, passed through")
-async def models(principal: Principal = Depends(agent), proxy: ProxyRuntime = Depends(runtime)) -> Response:
+@router.get(
+    "/models",
+    summary="The upstream's model list, passed through",
+    response_class=Response,
+    responses={200: {"model": UpstreamBody, "description": "The upstream's answer, unchanged"}},
+)
+async def models(
+    request: Request, principal: Principal = Depends(agent), proxy: ProxyRuntime = Depends(runtime)
+) -> Response:
     assert proxy.client is not None
     try:
         upstream = await proxy.client.get("/models")
     except httpx.HTTPError as exc:
-        raise _unreachable(proxy, exc) from None
+        raise _unreachable(request, proxy, exc) from None
     return _passthrough(upstream, upstream.content, None)
+
+
+NOT_TEXT = "not valid Unicode text"
+
+
+def _request_problem(value: Any) -> tuple[str, str] | None:
+    """(field, why) for a parsed request body the proxy refuses before forwarding: a string or key
+    holding a lone UTF-16 surrogate (``"\\ud800"`` is valid JSON but no text any upstream can read),
+    or nesting past ``MAX_DEPTH`` levels, JSON inside strings (tool-call arguments) counted as on the
+    API (api/sanitize.py). Iterative, so no body can exhaust the recursion limit here. NUL characters
+    and NaN are forwarded: the recorded copy is cleaned (api/proxy/recorder.py ``storable``)."""
+    stack: list[tuple[Any, str, int]] = [(value, "body", 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return path, f"text holds a lone UTF-16 surrogate at character {exc.start}: {NOT_TEXT}"
+            stripped = item.lstrip()
+            if stripped[:1] in ("{", "["):
+                try:
+                    stack.append((json.loads(stripped), path, depth))
+                except RecursionError:
+                    return path, f"holds JSON nested deeper than {MAX_DEPTH} levels"
+                except ValueError:
+                    pass
+        elif isinstance(item, dict | list):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return path, f"nested deeper than {MAX_DEPTH} levels"
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    try:
+                        key.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return path, f"object key: text holds a lone UTF-16 surrogate: {NOT_TEXT}"
+                    stack.append((child, f"{path}.{key}", depth))
+            else:
+                stack.extend((child, f"{path}[{index}]", depth) for index, child in enumerate(item))
+    return None
 
 
 @router.post(
     "/chat/completions",
     summary="Forward a chat completion to the upstream and record it into a trace",
     response_class=Response,
+    responses={
+        200: {
+            "description": "The upstream's answer, unchanged: a chat.completion, or with stream true its "
+            "Server-Sent Events relayed as they arrive",
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/UpstreamBody"}},
+                "text/event-stream": {"schema": SSE_EVENT},
+            },
+            "headers": {"X-Agentr-Trace-Id": TRACE_ID_HEADER},
+        }
+    },
+    openapi_extra={"requestBody": CHAT_BODY},
 )
 async def chat_completions(
-    request: Request, principal: Principal = Depends(agent), proxy: ProxyRuntime = Depends(runtime)
+    request: Request,
+    principal: Principal = Depends(agent),
+    proxy: ProxyRuntime = Depends(runtime),
+    trace_header: Annotated[
+        str | None,
+        Header(
+            alias="X-Agentr-Trace-Id",
+            min_length=1,
+            max_length=200,
+            pattern=HEADER_TEXT,
+            description="Your id for the trace this call joins (its external id; visible ASCII).",
+        ),
+    ] = None,
+    task_header: Annotated[
+        str | None,
+        Header(
+            alias="X-Agentr-Task",
+            min_length=1,
+            max_length=1000,
+            pattern=HEADER_TEXT,
+            description="The trace's task key (default: derived from the first user message).",
+        ),
+    ] = None,
 ) -> Response:
     assert proxy.client is not None
     raw = await request.body()
     try:
-        body = json.loads(raw)
-    except ValueError:
+        body = loads_bounded(raw)
+    except JsonRefused as exc:  # nested past the limit, or an integer past MAX_INT_DIGITS: as on the API
+        raise field_error("body", str(exc)) from None
+    except ValueError:  # not JSON: forwarded (the upstream answers it), not recorded
         body = None
+    problem = _request_problem(body)
+    if problem is not None:
+        raise field_error(*problem)
     started = time.perf_counter()
     placement: Placement | None = None
     project_id = principal.project()
     if isinstance(body, dict) and isinstance(body.get("messages"), list):
-        placement = proxy.conversations.place(project_id, body["messages"], request.headers.get(TRACE_HEADER))
-    task_key = request.headers.get(TASK_HEADER)
+        placement = proxy.conversations.place(project_id, body["messages"], trace_header)
+    task_key = task_header
     environment = environment_headers(request)
     trace_id = placement.trace_id if placement is not None else None
 
     def record(response: dict[str, Any], stream: bool) -> None:
         if placement is None or not isinstance(body, dict):
             return
-        proxy.conversations.answered(placement, answer_message(response))
-        proxy.recorder.submit(
+        try:
+            remember(response, stream)
+        except Exception as exc:  # the agent's answer never depends on recording it
+            proxy.recorder.lost(project_id, exc)
+
+    def remember(response: dict[str, Any], stream: bool) -> None:
+        assert placement is not None and isinstance(body, dict)
+        stored = proxy.recorder.submit(
             CallRecord(
                 project_id=project_id,
                 trace_id=placement.trace_id,
@@ -239,6 +456,7 @@ async def chat_completions(
                 environment=environment,
             )
         )
+        proxy.conversations.answered(placement, answer_message(stored.response))
 
     headers = {"content-type": "application/json"}
     try:
@@ -246,8 +464,8 @@ async def chat_completions(
             upstream = await proxy.client.post("/chat/completions", content=raw, headers=headers)
             if upstream.status_code == 200:
                 try:
-                    answer = upstream.json()
-                except ValueError:
+                    answer = loads_bounded(upstream.content)
+                except ValueError:  # not JSON this process can read: passed on, not recorded
                     answer = None
                 if isinstance(answer, dict):
                     record(answer, stream=False)
@@ -256,7 +474,7 @@ async def chat_completions(
             proxy.client.build_request("POST", "/chat/completions", content=raw, headers=headers), stream=True
         )
     except httpx.HTTPError as exc:
-        raise _unreachable(proxy, exc) from None
+        raise _unreachable(request, proxy, exc) from None
     if sent.status_code != 200:
         try:
             content = await sent.aread()
@@ -282,7 +500,7 @@ async def chat_completions(
                         done = True
                         continue
                     try:
-                        parsed = json.loads(payload)
+                        parsed = loads_bounded(payload)
                     except ValueError:
                         continue
                     if isinstance(parsed, dict):

@@ -38,7 +38,7 @@ from api.datasets import iter_dataset, jsonl_bytes, parquet_bytes
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error, not_found
 from api.idempotency import Idempotency, idempotency
-from api.model_exports import MAX_LENGTH_HELP, MODEL_FORMATS, MODEL_HELP, choose_tokenizer
+from api.model_exports import MAX_LENGTH_HELP, MODEL_FORMATS, MODEL_HELP, NOT_A_URL, choose_tokenizer
 from api.model_refs import MODEL_REF_PATTERN
 from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
 from api.reads import owned_row
@@ -80,7 +80,14 @@ _DOWNLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
         "content": _CONTENT,
     }
 }
-ModelQuery = Query(None, min_length=1, max_length=1000, pattern=MODEL_REF_PATTERN, description=MODEL_HELP)
+ModelQuery = Query(
+    None,
+    min_length=1,
+    max_length=1000,
+    pattern=MODEL_REF_PATTERN,
+    description=MODEL_HELP,
+    json_schema_extra={"not": NOT_A_URL},  # a served model's URL is refused (choose_tokenizer)
+)
 MaxLengthQuery = Query(None, ge=1, le=1_000_000, description=MAX_LENGTH_HELP)
 
 

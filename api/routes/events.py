@@ -7,6 +7,13 @@ caught up the stream waits for new commits (woken at once by appends in this pro
 polling every ``poll_interval``), sending a comment line as keep-alive. ``follow=false`` ends the
 stream once caught up; ``limit`` ends it after that many events.
 
+The page query filters on ``core.store.tables.EVENT_PROJECT``, the expression the
+``ix_events_project_position`` index holds, so a poll of a small project reads its own events only,
+however many other projects have. An open stream re-reads its key with every page (after the page,
+so no event committed after a revocation is sent) and ends, with a ``: key revoked`` comment, once
+the key is revoked or gone. A key holds at most ``AGENTR_MAX_FOLLOW_STREAMS_PER_KEY`` open
+``follow=true`` streams in this API process (429 for the next; a slot is freed when its stream ends).
+
 What a key may read here is filtered by scope and by event kind. Key-management events
 (``ApiKeyIssued``, ``ApiKeyRevoked``: ``ADMIN_ONLY``) reach only keys with the ``admin`` scope, the
 same scope that lists keys; and key material never leaves the store at all: the fields in
@@ -24,11 +31,14 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
-from sqlalchemy import select
+from sqlalchemy import String, bindparam, select
+from starlette.types import Receive, Scope, Send
 
 from api.deps import ApiServices, Principal, require, services
-from api.schemas import ERROR_RESPONSES
+from api.ratelimit import StreamSlot
+from api.schemas import ERROR_RESPONSES, ErrorBody
 from core.store.sql import row_to_event
+from core.store.tables import EVENT_PROJECT, api_keys
 from core.store.tables import events as events_table
 
 router = APIRouter(prefix="/v1", tags=["events"], responses=ERROR_RESPONSES)
@@ -57,21 +67,31 @@ def visible_data(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in hidden} if hidden else data
 
 
-async def _page(
-    svc: ApiServices, project_id: str, after: int, types: list[str] | None, admin: bool
-) -> list[Any]:
-    query = select(events_table).where(
-        events_table.c.position > after,
-        events_table.c.metadata["project_id"].as_string() == project_id,
-    )
+def page_query(project_id: str, after: int, types: list[str] | None, admin: bool) -> Any:
+    """The next page of ``project_id``'s events after position ``after`` (served by the
+    ``ix_events_project_position`` index: it filters on ``EVENT_PROJECT``).
+
+    The project id is written into the SQL text (it is a UUID from the key's row), so each project has
+    its own prepared statement: a cached generic plan then still knows which project it reads, and a
+    small project's plan is never the walk of every later event that suits a project holding most."""
+    project = bindparam("project_id", project_id, type_=String, literal_execute=True)
+    query = select(events_table).where(project == EVENT_PROJECT, events_table.c.position > after)
     if not admin:
         query = query.where(events_table.c.event_type.not_in(sorted(ADMIN_ONLY)))
     if types:
         query = query.where(events_table.c.event_type.in_(types))
-    query = query.order_by(events_table.c.position).limit(PAGE)
+    return query.order_by(events_table.c.position).limit(PAGE)
+
+
+async def _page(
+    svc: ApiServices, project_id: str, after: int, types: list[str] | None, admin: bool, key_id: str | None
+) -> tuple[list[Any], bool]:
+    """The next page, and whether the key still holds (read after the page: an event committed
+    after the key's revocation is never in a page that is sent)."""
     async with svc.store.engine.connect() as conn:
-        rows = (await conn.execute(query)).all()
-    return [row_to_event(row) for row in rows]
+        rows = (await conn.execute(page_query(project_id, after, types, admin))).all()
+        revoked = await conn.scalar(select(api_keys.c.revoked).where(api_keys.c.key_id == key_id))
+    return [row_to_event(row) for row in rows], revoked is False
 
 
 async def _stream(
@@ -83,6 +103,7 @@ async def _stream(
     follow: bool,
     limit: int | None,
     admin: bool,
+    key_id: str | None,
 ) -> AsyncIterator[bytes]:
     wake = asyncio.Event()
 
@@ -96,7 +117,10 @@ async def _stream(
         yield b": connected\n\n"
         while True:
             wake.clear()
-            page = await _page(svc, project_id, after, types, admin)
+            page, key_holds = await _page(svc, project_id, after, types, admin, key_id)
+            if not key_holds:
+                yield b": key revoked\n\n"
+                return
             for recorded in page:
                 payload = {
                     "position": recorded.position,
@@ -128,6 +152,22 @@ async def _stream(
         svc.store.remove_commit_listener(on_commit)
 
 
+class _FollowStream(StreamingResponse):
+    """The stream's response, holding its key's follow-stream slot until it ends, however it ends
+    (all sent, the client gone, the task cancelled)."""
+
+    def __init__(self, content: AsyncIterator[bytes], slot: StreamSlot | None, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self.slot is not None:
+                self.slot.release()
+
+
 @router.get(
     "/events",
     response_class=StreamingResponse,
@@ -138,7 +178,12 @@ async def _stream(
             "`event: TYPE`, `data: JSON` (the event's data), each frame ended by a blank line; comment "
             "frames (`: keep-alive`) while idle.",
             "content": {"text/event-stream": {"schema": {"type": "string", "pattern": SSE_PATTERN}}},
-        }
+        },
+        429: {
+            "model": ErrorBody,
+            "description": "Too many requests with this key, or it already holds "
+            "AGENTR_MAX_FOLLOW_STREAMS_PER_KEY open follow streams (close one first).",
+        },
     },
 )
 async def stream_events(
@@ -160,8 +205,11 @@ async def stream_events(
     if start is None and last_event_id:
         start = int(last_event_id)
     type_list = [t.strip() for t in types.split(",") if t.strip()] if types else None
-    return StreamingResponse(
-        _stream(request, svc, project_id, start or 0, type_list, follow, limit, principal.allows("admin")),
+    slot = svc.limits.open_stream(principal.key_id or "admin") if follow else None
+    admin = principal.allows("admin")
+    return _FollowStream(
+        _stream(request, svc, project_id, start or 0, type_list, follow, limit, admin, principal.key_id),
+        slot,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -19,6 +19,7 @@ from api.idempotency import Idempotency, idempotency
 from api.keys import generate_key
 from api.schemas import ERROR_RESPONSES, ID_PATTERN, KeyIn, KeyIssuedOut, KeyOut, ProjectIn, ProjectOut
 from api.writes import append, new_event
+from core.domain.config import is_served_model
 from core.domain.events import ApiKeyIssued, ApiKeyRevoked, ProjectCreated
 from core.domain.ids import project_stream
 from core.store.tables import api_keys, projects
@@ -71,6 +72,10 @@ async def create_project(
     critic = body.critic
     if critic is not None and critic.strategy == "model" and not critic.model:
         raise field_error("body.critic.model", "strategy model needs a critic model: send critic.model")
+    if critic is not None and critic.model and is_served_model(critic.model):
+        refused = svc.settings.egress.model_problem(critic.model)  # the critic worker checks it again
+        if refused is not None:
+            raise field_error("body.critic.model", refused)
     event = ProjectCreated(
         project_id=project_id,
         name=body.name,

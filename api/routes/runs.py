@@ -17,7 +17,7 @@ from sqlalchemy import select
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error
 from api.idempotency import Idempotency, idempotency
-from api.model_refs import OUTSIDE_ROOTS, rooted_run_config
+from api.model_refs import rooted_run_config
 from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
 from api.reads import owned_row
 from api.schemas import (
@@ -32,6 +32,7 @@ from api.schemas import (
     RunSummaryOut,
 )
 from api.writes import append, new_event
+from core.domain.config import TRAIN_MODEL_PATH, RunConfig
 from core.domain.events import DomainEvent, RunCancelled, RunRequested
 from core.domain.ids import run_stream
 from core.llm.chat_template import run_template_problem
@@ -71,6 +72,18 @@ async def _accept(
     return out
 
 
+def _as_sent(message: str, rooted: RunConfig, sent: RunConfig) -> str:
+    """``message`` naming the model folders as the caller sent them, not as resolved inside the
+    server's model roots (a 422 never shows the server's paths)."""
+    for resolved, given in (
+        (rooted.model, sent.model),
+        (rooted.train.get(TRAIN_MODEL_PATH), sent.train.get(TRAIN_MODEL_PATH)),
+    ):
+        if isinstance(resolved, str) and isinstance(given, str) and resolved != given:
+            message = message.replace(resolved, repr(given))
+    return message
+
+
 @router.post("", status_code=202, response_model=RunAccepted, summary="Submit a run")
 async def submit_run(
     body: RunConfigIn,
@@ -80,12 +93,13 @@ async def submit_run(
 ) -> Any:
     project_id = principal.project()
     run_id = idem.new_id("run")
-    config, outside = rooted_run_config(body.to_domain(), svc.settings.model_root_paths)
-    if outside is not None:  # the same answer whether or not the path exists: no file-system oracle
-        raise field_error(f"body.{outside}", OUTSIDE_ROOTS)
+    sent = body.to_domain()
+    config, refused = rooted_run_config(sent, svc.settings.model_root_paths, svc.settings.egress)
+    if refused is not None:  # outside the roots: the same answer whether or not the path exists
+        raise field_error(f"body.{refused[0]}", refused[1])
     problem = await asyncio.to_thread(run_template_problem, config)  # reads the model folder
     if problem is not None:
-        raise field_error(f"body.{problem[0]}", problem[1])
+        raise field_error(f"body.{problem[0]}", _as_sent(problem[1], config, sent))
     event = RunRequested(run_id=run_id, project_id=project_id, config=config.to_data())
     return await _accept(svc, idem, project_id, run_id, event, "requested")
 

@@ -33,6 +33,7 @@ from sqlalchemy import select
 from api.datasets import row_to_sample
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error
+from api.model_exports import model_problem, open_tokenizer
 from api.reads import owned_row
 from api.routes.trees import sample_out
 from api.schemas import ERROR_RESPONSES, ID_PATTERN
@@ -182,7 +183,7 @@ def _render(folder: str, sample: TrainingSample, max_length: int) -> _Rendered:
     from core.llm.chat_template import calls_tools, tool_call_problem
     from train_service.tokenize import tokenize_sample
 
-    tokenizer = _tokenizer(folder)
+    tokenizer = open_tokenizer(folder, _tokenizer)
     tokenized = tokenize_sample(tokenizer, sample, max_length)
     texts = [tokenizer.decode([token]) for token in tokenized.input_ids]
     owners = _owners(tokenizer, sample, len(tokenized.input_ids))
@@ -241,10 +242,9 @@ async def get_sample_tokens(
         raise ApiError(
             503, "token rendering needs the ml extra (transformers): pip install 'agentr[ml]'"
         ) from None
-    except OSError as exc:
-        raise field_error("query.model", f"cannot load the tokenizer of {weights!r}: {exc}") from None
-    except ValueError as exc:  # TemplateError: the template cannot mark the assistant turns
-        raise field_error("query.model", f"cannot render sample {sample_id} with {chosen!r}: {exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: TemplateError, the turns cannot be marked
+        named = repr(model) if model is not None else "the default model"
+        raise field_error("query.model", model_problem(exc, weights, named)) from None
     tokens = [
         TokenOut(
             id=i,

@@ -20,10 +20,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.datasets import row_to_sample
 from api.deps import ApiServices, Principal, require, services
-from api.errors import ApiError
+from api.errors import ApiError, validation_fields
 from api.errors import field_error as make_field_error
 from api.idempotency import Idempotency, idempotency
-from api.model_refs import OUTSIDE_ROOTS, resolve_model_ref
+from api.model_refs import OUTSIDE_ROOTS, model_ref_problem
 from api.reads import external_trace, external_traces, owned_row
 from api.routes.otlp import otlp_trace_id
 from api.sanitize import nul_note
@@ -39,6 +39,8 @@ from api.schemas import (
     TraceOutcomeIn,
     TraceOutcomeOut,
     TraceOutcomesOut,
+    TracePartialSuccess,
+    TraceRefused,
 )
 from api.writes import append, new_event
 from core.domain.events import ModelCallRecorded, NewEvent, TraceCritiqued, TraceIngested, TraceOutcomeSet
@@ -66,15 +68,41 @@ async def ingest_traces(
             "OpenAI-compatible URL), or leave critic out to use the critic worker's AGENTR_CRITIC_MODEL",
         )
     critic_model = body.critic.model if body.critic is not None else None
-    if critic_model is not None:
-        critic_model = resolve_model_ref(critic_model, svc.settings.model_root_paths)
-        if critic_model is None:  # the same answer whether or not the path exists
-            raise make_field_error("body.critic.model", OUTSIDE_ROOTS)
-    try:
-        imported = parse_traces(body.trace_dicts(), body.format)
-    except TraceFormatError as exc:
-        raise make_field_error(f"body.{exc.path}", exc.problem) from None
-    imported = _with_nul_notes(imported, getattr(request.state, "nul_replaced", None), body.format)
+    if critic_model is not None:  # a folder outside the roots: the same answer whether it exists or not
+        critic_model, problem = model_ref_problem(
+            critic_model, svc.settings.model_root_paths, svc.settings.egress
+        )
+        if critic_model is None:
+            raise make_field_error("body.critic.model", problem or OUTSIDE_ROOTS)
+    if body.partial and body.format == "otlp":
+        raise make_field_error(
+            "body.partial",
+            "format otlp splits export requests by trace id, so a refusal cannot name one item: send the "
+            "exports to the OTLP receiver (POST /v1/otlp/v1/traces), which answers partial success",
+        )
+    refused = [
+        TraceRefused(index=index, **field)
+        for index, trace, errors in body.refused
+        for field in validation_fields(errors, trace)[:1]
+    ]
+    for one in refused:
+        one.field = f"body.traces[{one.index}]" + (f".{one.field}" if one.field else "")
+    origins = body.origins
+    if body.partial:
+        imported, origins, more = _parse_each(body.trace_dicts(), origins, body.format)
+        refused = sorted([*refused, *more], key=lambda r: r.index)
+        if not imported:
+            raise ApiError(
+                422,
+                "; ".join(f"{r.field}: {r.message}" for r in refused[:5]),
+                fields=[{"field": r.field, "message": r.message} for r in refused],
+            )
+    else:
+        try:
+            imported = parse_traces(body.trace_dicts(), body.format)
+        except TraceFormatError as exc:
+            raise make_field_error(f"body.{exc.path}", exc.problem) from None
+    imported = _with_nul_notes(imported, getattr(request.state, "nul_replaced", None), body.format, origins)
     new_events = []
     trace_ids: list[str] = []
     replayed: list[str] = []
@@ -82,7 +110,7 @@ async def ingest_traces(
     first_seen: dict[str, int] = {}
     async with svc.store.engine.connect() as conn:
         known = await external_traces(conn, project_id, [i.external_id for i in imported if i.external_id])
-        for index, item in enumerate(imported):
+        for index, item in zip(origins, imported, strict=True):
             if item.external_id is None:
                 trace_id = idem.new_id("trace", index)
             else:
@@ -143,25 +171,58 @@ async def ingest_traces(
             f"; {len(replayed)} already stored under the same external id: replayed, not copied "
             "(set a later outcome with PATCH /v1/traces/{id} or PATCH /v1/traces)"
         )
+    partial = None
+    if refused:
+        message += f"; {len(refused)} refused (named in partialSuccess; nothing of them was stored)"
+        partial = TracePartialSuccess(
+            rejectedTraces=len(refused),
+            errorMessage="; ".join(f"{r.field}: {r.message}" for r in refused[:20]),
+            refused=refused,
+        )
     out = TraceAccepted(
-        trace_ids=trace_ids, waiting_for_outcome=waiting, replayed=replayed, message=message
-    ).model_dump(mode="json")
+        trace_ids=trace_ids,
+        waiting_for_outcome=waiting,
+        replayed=replayed,
+        message=message,
+        partialSuccess=partial,
+    ).model_dump(mode="json", exclude_none=True)
     if not new_events:
         return out
     await append(svc, new_events, expected, idem=idem, answer=(202, out))
     return out
 
 
-def _with_nul_notes(imported: list[ImportedTrace], paths: list[str] | None, fmt: str) -> list[ImportedTrace]:
+def _parse_each(
+    items: list[dict[str, Any]], origins: list[int], fmt: str
+) -> tuple[list[ImportedTrace], list[int], list[TraceRefused]]:
+    """A partial batch: each trace parsed on its own; the ones the importer cannot read are refused
+    by name (their position in the batch as sent) instead of failing the batch."""
+    imported, kept, refused = [], [], []
+    for item, origin in zip(items, origins, strict=True):
+        try:
+            (one,) = parse_traces([item], fmt)
+        except TraceFormatError as exc:
+            path = exc.path.replace("traces[0]", f"traces[{origin}]", 1)
+            refused.append(TraceRefused(index=origin, field=f"body.{path}", message=exc.problem))
+            continue
+        imported.append(one)
+        kept.append(origin)
+    return imported, kept, refused
+
+
+def _with_nul_notes(
+    imported: list[ImportedTrace], paths: list[str] | None, fmt: str, origins: list[int]
+) -> list[ImportedTrace]:
     """Record on each trace where NUL characters were replaced (api.middleware; ``traces[i]...``
-    paths; an OTLP batch's paths name export requests, so every trace of it gets the note)."""
+    paths, ``i`` its position in the batch as sent; an OTLP batch's paths name export requests, so
+    every trace of it gets the note)."""
     if not paths:
         return imported
     out = []
     for index, item in enumerate(imported):
         mine = [p.removeprefix("traces").lstrip(".") for p in paths]
         if fmt != "otlp":
-            mine = [p for p in paths if p.startswith(f"traces[{index}]")]
+            mine = [p for p in paths if p.startswith(f"traces[{origins[index]}]")]
         if mine:
             item = with_note(item, nul_note(mine))
         out.append(item)
@@ -217,13 +278,17 @@ async def _outcome_event(
 
 
 @router.patch(
-    "/{trace_id}",
+    "/{trace_id:path}",
     response_model=TraceOutcomeOut,
     summary="Set the outcome of a trace ingested without one (the critic then runs on it)",
 )
 async def set_trace_outcome(
     body: TraceOutcomeIn,
-    trace_id: str = Path(pattern=ID_PATTERN),
+    trace_id: str = Path(
+        min_length=1,
+        max_length=200,
+        description="The agentr trace id, or the producer's id (external id, URL-encoded: a `/` as %2F).",
+    ),
     principal: Principal = Depends(require("ingest")),
     svc: ApiServices = Depends(services),
 ) -> Any:
@@ -313,4 +378,5 @@ async def get_trace(
         trajectory=trajectory,
         critique=critique,
         sample=to_dict(row_to_sample(sample_row)) if sample_row is not None else None,
+        metadata=row["metadata"] or {},
     )

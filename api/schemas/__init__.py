@@ -62,6 +62,8 @@ from api.schemas.traces import (
     TraceOutcomeItem,
     TraceOutcomeOut,
     TraceOutcomesOut,
+    TracePartialSuccess,
+    TraceRefused,
     VerdictOut,
 )
 from api.schemas.trees import (
@@ -124,6 +126,8 @@ __all__ = [
     "TaskId",
     "Timestamp",
     "TraceAccepted",
+    "TracePartialSuccess",
+    "TraceRefused",
     "TraceBatchIn",
     "TraceCriticIn",
     "TraceFormat",

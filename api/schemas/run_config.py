@@ -249,11 +249,13 @@ class RunConfigIn(_Strict):
         "textcraft",
         min_length=1,
         max_length=300,
-        description="Environment URI: textcraft, sciworld, agentgym+http://HOST:PORT/NAME.",
+        description="Environment URI: textcraft, sciworld, agentgym+http://HOST:PORT/NAME (a remote one "
+        "must lie under the server's AGENTR_ALLOWED_ENV_URLS).",
     )
     model: ModelRef = Field(
-        description="Starting model: an OpenAI-compatible base URL, or a model folder inside the server's "
-        "model roots (AGENTR_MODEL_ROOTS; a relative name is a folder of the first root).",
+        description="Starting model: an OpenAI-compatible base URL under the server's "
+        "AGENTR_ALLOWED_MODEL_URLS, or an existing model folder inside the server's model roots "
+        "(AGENTR_MODEL_ROOTS; a relative name is a folder of the first root).",
     )
     tasks: list[TaskId] = Field(
         default_factory=list,

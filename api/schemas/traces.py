@@ -4,12 +4,15 @@ format (OpenAI, legacy OpenAI, OpenTelemetry, OTLP, ShareGPT), outcomes, critiqu
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
     model_validator,
 )
 
@@ -82,7 +85,12 @@ class _TraceEnvelope(BaseModel):
     reward: float | None = Field(
         None, strict=True, ge=0, le=1, description="Final reward in [0, 1], if known."
     )
-    metadata: dict[str, Any] | None = Field(None, description="Free-form metadata kept with the trace.")
+    metadata: dict[str, Any] | None = Field(
+        None,
+        description="Free-form metadata kept with the trace: stored in its event, shown by "
+        "GET /v1/traces/{id} and the listing (filter: ?metadata.KEY=VALUE), carried into its samples' "
+        "provenance.",
+    )
     environment: TraceEnvironmentIn | None = Field(
         None,
         description="Where the trace can be replayed: a LOCAL environment and its task. A failed trace "
@@ -179,17 +187,76 @@ class TraceCriticIn(_Strict):
         "labels each step; direct: the last action (Direct-Revision), which never says no_error_found.",
     )
     model: Annotated[ModelRef, Field(max_length=500)] | None = Field(
-        None, description="Critic model for strategy model (URL, or a folder inside the model roots)."
+        None,
+        description="Critic model for strategy model (a URL under the server's AGENTR_ALLOWED_MODEL_URLS, "
+        "or a folder inside the model roots).",
     )
 
 
 class _TraceBatch(_Strict):
     traces: list[Any]
     critic: TraceCriticIn | None = Field(None, description="The critic for this batch's failed traces.")
+    partial: bool = Field(
+        False,
+        strict=True,
+        description="true: store the traces that can be read and name each refused one in the answer's "
+        "partialSuccess (as the OTLP receiver does); false (default): the batch is stored whole or not at "
+        "all. Not for format otlp (its receiver, POST /v1/otlp/v1/traces, answers partial success).",
+    )
+    # partial batches: the position in the sent batch of each kept trace, and the refused ones
+    _origins: list[int] = PrivateAttr(default_factory=list)
+    _refused: list[tuple[int, Any, list[Any]]] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _partial_batch(cls, data: Any, handler: Any) -> Any:
+        """A partial batch validates each trace on its own: the ones that fail are set aside (with
+        their errors) instead of failing the batch; when none is left the whole batch fails as usual."""
+        traces = data.get("traces") if isinstance(data, dict) else None
+        if not (isinstance(data, dict) and data.get("partial") is True and isinstance(traces, list)):
+            batch = handler(data)
+            batch._origins = list(range(len(batch.traces)))
+            return batch
+        adapter = _trace_adapter(cls)
+        kept, origins, refused = [], [], []
+        for index, trace in enumerate(traces):
+            try:
+                adapter.validate_python(trace)
+            except ValidationError as exc:
+                refused.append((index, trace, exc.errors(include_url=False)))
+                continue
+            kept.append(trace)
+            origins.append(index)
+        if not kept:
+            return handler(data)
+        batch = handler({**data, "traces": kept})
+        batch._origins, batch._refused = origins, refused
+        return batch
+
+    @property
+    def origins(self) -> list[int]:
+        """Each kept trace's position in the batch as sent (a partial batch may have set some aside)."""
+        return self._origins or list(range(len(self.traces)))
+
+    @property
+    def refused(self) -> list[tuple[int, Any, list[Any]]]:
+        """The traces a partial batch set aside: (position, the trace as sent, pydantic errors)."""
+        return list(self._refused)
 
     def trace_dicts(self) -> list[dict[str, Any]]:
         """The traces as the importers read them: exactly the fields the caller sent."""
         return [trace.model_dump(mode="json", by_alias=True, exclude_unset=True) for trace in self.traces]
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _trace_adapter(cls: type[BaseModel]) -> TypeAdapter[Any]:
+    """The validator of one trace of batch class ``cls`` (the item type of its ``traces``)."""
+    if cls not in _ADAPTERS:
+        (item,) = get_args(cls.model_fields["traces"].annotation)
+        _ADAPTERS[cls] = TypeAdapter(item)
+    return _ADAPTERS[cls]
 
 
 class OpenAIBatchIn(_TraceBatch):
@@ -250,7 +317,11 @@ class ResponsesBatchIn(_TraceBatch):
 
 class LangfuseTrace(_TraceEnvelope):
     model_config = ConfigDict(extra="allow")
-    trace: dict[str, Any] = Field(description="The Langfuse trace object (id, name, sessionId, metadata...).")
+    trace: dict[str, Any] | None = Field(
+        None,
+        description="The Langfuse trace object (id, name, sessionId, metadata...); or send the body of "
+        "GET /api/public/traces/{id} itself (the trace's fields with its observations embedded).",
+    )
     observations: list[dict[str, Any]] = Field(
         min_length=1, description="Its observations (GENERATION ones hold the chat; TOOL ones tool results)."
     )
@@ -277,6 +348,20 @@ TraceBatchIn = Annotated[
 ]
 
 
+class TraceRefused(BaseModel):
+    index: int = Field(description="Its position in the batch sent.")
+    field: str = Field(description="The field that could not be read, e.g. body.traces[3].messages[5].role.")
+    message: str
+
+
+class TracePartialSuccess(BaseModel):
+    """The shape of the OTLP receiver's partialSuccess, counted in traces, each refused one named."""
+
+    rejectedTraces: int  # noqa: N815 (as OTLP's rejectedSpans)
+    errorMessage: str  # noqa: N815
+    refused: list[TraceRefused]
+
+
 class TraceAccepted(BaseModel):
     trace_ids: list[str]
     waiting_for_outcome: list[str] = Field(
@@ -290,6 +375,11 @@ class TraceAccepted(BaseModel):
         "is an idempotent replay, nothing new is stored for them.",
     )
     message: str = Field("", description="What happens next, in words.")
+    partialSuccess: TracePartialSuccess | None = Field(  # noqa: N815 (the OTLP/HTTP answer's name)
+        None,
+        description="A partial batch (partial: true) that refused some traces: how many and each one's "
+        "position, field and problem (the other traces were stored; trace_ids lists them in order).",
+    )
 
 
 class TraceOutcomeIn(_Strict):
@@ -386,3 +476,8 @@ class TraceOut(BaseModel):
     trajectory: dict[str, Any] | None = None
     critique: CritiqueOut | None = None
     sample: dict[str, Any] | None = None
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The producer's metadata: the envelope's metadata, Langfuse metadata/userId/tags, "
+        "span and resource attributes (what the format carried).",
+    )

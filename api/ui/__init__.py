@@ -41,17 +41,24 @@ async def ui_index() -> FileResponse:
     return FileResponse(STATIC / "index.html", media_type="text/html", headers=_HEADERS)
 
 
-def _asset_path(asset: str) -> Path | None:
-    """The file under STATIC that ``asset`` names, or None (outside STATIC, missing, unknown type)."""
-    path = (STATIC / asset).resolve()
-    if STATIC not in path.parents or path.suffix not in _TYPES or not path.is_file():
-        return None
-    return path
+def _assets() -> dict[str, Path]:
+    """Every servable file under STATIC by its relative name (``pages/runs.js``), listed once: a
+    request names one of these or gets a 404, and no client text ever reaches the file system (a
+    name too long for it, a NUL, ``..``)."""
+    return {
+        path.relative_to(STATIC).as_posix(): path
+        for path in sorted(STATIC.rglob("*"))
+        if path.suffix in _TYPES and path.is_file()
+    }
+
+
+_ASSETS = _assets()
 
 
 @router.get("/ui/static/{asset:path}")
 async def ui_asset(asset: str) -> FileResponse:
-    path = _asset_path(asset)
+    path = _ASSETS.get(asset)
     if path is None:
-        raise HTTPException(404, f"no UI asset {asset!r}")
+        shown = asset if len(asset) <= 80 else asset[:77] + "..."
+        raise HTTPException(404, f"no UI asset {shown!r}")
     return FileResponse(path, media_type=_TYPES[path.suffix], headers=_HEADERS)

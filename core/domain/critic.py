@@ -346,8 +346,52 @@ def json_error_signal(text: str) -> str | None:
     return None
 
 
+_EXIT_CODE_RE = re.compile(
+    r"\bexit\s*(?:code|status)\s*[:=]?\s*(-?\d+)|\bexited with (?:code|status)\s*(-?\d+)",
+    re.IGNORECASE,
+)
+SELF_REPORT_PATTERNS: tuple[str, ...] = (
+    r"\bI (?:was|am|'m|have been) (?:unable|not able) to\b",
+    r"\bI (?:could not|couldn't|wasn't able to|did not manage to|didn't manage to)\b",
+    r"\bI (?:failed|have failed) to\b",
+    r"(?:^|\n)\s*Error:",
+)
+_SELF_REPORT_RE = re.compile("|".join(f"(?:{p})" for p in SELF_REPORT_PATTERNS), re.IGNORECASE)
+
+
+def exit_code_signal(text: str) -> tuple[bool, str | None]:
+    """A terminal output's exit code, read first: (found, why it is an error or None). AutoGen's
+    ``exitcode: 1 (execution failed)`` (a time-out, an unknown language, a command not found, often
+    with no traceback), ``exit code 2``, ``exited with code 127``. Exit code 0 is a success whatever
+    the output prints (a traceback a program printed and handled is not the command failing)."""
+    match = _EXIT_CODE_RE.search(text)
+    if match is None:
+        return False, None
+    code = int(match.group(1) or match.group(2))
+    if code == 0:
+        return True, None
+    line = text[match.start() :].splitlines()[0].strip()[:80]
+    return True, f"command failed with exit code {code}: {line!r}"
+
+
+def self_report_signal(step: Step) -> str | None:
+    """Why the agent's own words in this step report a failure ("I was unable to...", "I could not
+    ...", a line starting ``Error:``), or None: the text of an answer / action, the thought beside tool
+    calls. Used by ``rule_verdicts`` (a step where the agent says it failed is judged bad), not by
+    ``invalid_signal``: a successful trace may say it could not find something on the way."""
+    text = step.thought if step.is_tool else f"{step.thought}\n{step.action}"
+    match = _SELF_REPORT_RE.search(text)
+    if match is None:
+        return None
+    return f"the agent reports a failure: {match.group(0).strip()!r}"
+
+
 def text_error_signal(text: str) -> str | None:
-    """Why an observation / tool result text reads as an error (patterns above, JSON shapes), or None."""
+    """Why an observation / tool result text reads as an error (an exit code first, then the patterns
+    above and JSON shapes), or None. Output with exit code 0 is never an error."""
+    found, reason = exit_code_signal(text)
+    if found:
+        return reason
     match = _INVALID_RE.search(text)
     if match:
         return f"invalid-action observation: {match.group(0).strip()!r}"
@@ -411,11 +455,12 @@ def loop_starts(steps: Sequence[Step], max_period: int = 3, min_span: int = 3) -
 
 
 def rule_verdicts(steps: Sequence[Step], start: int = 0) -> tuple[StepVerdict, ...]:
-    """One verdict per step from ``start``: ``bad`` where a rule fires, otherwise ``uncertain``."""
+    """One verdict per step from ``start``: ``bad`` where a rule fires (an invalid action or tool error,
+    a loop, the agent's own failure report), otherwise ``uncertain``."""
     loops = loop_starts(steps)
     verdicts = []
     for index in range(start, len(steps)):
-        reason = invalid_signal(steps[index]) or loops.get(index)
+        reason = invalid_signal(steps[index]) or loops.get(index) or self_report_signal(steps[index])
         if reason:
             verdicts.append(StepVerdict(step_index=index, label="bad", method="rule", reason=reason))
         else:

@@ -78,7 +78,7 @@ def trajectory_to_sample(
         elif i in loops:
             weight, why, loop_count = 0, "masked_loop", loop_count + 1
         planned.append((step, weight, "", why))
-    msgs = conversation(trajectory.instruction, trajectory.task, planned)
+    msgs = conversation(trajectory.instruction, trajectory.task, planned, task_name=trajectory.task_name)
     if trajectory.steps[-1].kind != "tool" and msgs[-1].role == "user":
         msgs = msgs[:-1]
     provenance = dict(trajectory.provenance)

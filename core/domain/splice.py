@@ -132,6 +132,9 @@ def splice_path(
 
 
 def _prefixed(prefix: str, text: str) -> str:
+    """``text`` after the reflection ``prefix``; without a prefix, ``text`` exactly as it is."""
+    if not prefix.strip():
+        return text
     return f"{prefix.strip()} {text.strip()}".strip()
 
 
@@ -141,14 +144,22 @@ def step_messages(
     prefix: str = "",
     formatter: Callable[[str, str], str] = format_assistant,
     why: str = "",
-) -> tuple[list[Message], Message | None]:
-    """One step as (its assistant/tool messages, its trailing user observation or None).
+) -> tuple[list[Message], list[Message]]:
+    """One step as (its assistant/tool messages, the user messages that answered it).
 
     ``prefix`` (the reflection) starts the assistant content; ``weight`` and ``why`` (its reason,
     core.domain.weight_reasons) go on the assistant message only; tool results and observations
     are ``observation``. A tool step's results become ``tool`` messages in call order (a call with
     no result gets the step's observation when it has no results at all, else an empty content).
+    The answer: the step's recorded ``replies`` each as one user message with its speaker's name
+    (none when nothing answered it), else (not recorded) its ``observation`` as one user message
+    (none after a tool step: its results are the tool messages).
     """
+    name = step.name or None
+    replies = [
+        Message("user", reply.content, 0, name=reply.name or None, why="observation")
+        for reply in step.replies or ()
+    ]
     if step.kind == "tool":
         results: dict[str, ToolResult] = {r.call_id: r for r in step.tool_results}
         out = [
@@ -157,6 +168,7 @@ def step_messages(
                 _prefixed(prefix, step.thought),
                 weight,
                 tool_calls=step.tool_calls,
+                name=name,
                 reasoning=step.reasoning,
                 why=why,
             )
@@ -166,18 +178,25 @@ def step_messages(
             if result is not None:
                 content = result.content
             else:
-                content = step.observation if not step.tool_results and position == 0 else ""
+                fallback = not step.tool_results and position == 0 and step.replies is None
+                content = step.observation if fallback else ""
             out.append(
                 Message("tool", content, 0, tool_call_id=call.call_id, name=call.name, why="observation")
             )
-        return out, None
+        return out, replies
+    if step.replies is None:
+        replies = [Message("user", step.observation, 0, why="observation")]
     if step.kind == "answer":
         body = f"{step.thought.strip()}\n{step.action.strip()}" if step.thought.strip() else step.action
-        answer = Message("assistant", _prefixed(prefix, body), weight, reasoning=step.reasoning, why=why)
-        return [answer], Message("user", step.observation, 0, why="observation")
+        answer = Message(
+            "assistant", _prefixed(prefix, body), weight, name=name, reasoning=step.reasoning, why=why
+        )
+        return [answer], replies
     thought = _prefixed(prefix, step.thought)
-    action = Message("assistant", formatter(thought, step.action), weight, reasoning=step.reasoning, why=why)
-    return [action], Message("user", step.observation, 0, why="observation")
+    action = Message(
+        "assistant", formatter(thought, step.action), weight, name=name, reasoning=step.reasoning, why=why
+    )
+    return [action], replies
 
 
 PlannedStep = tuple[Step, int, str, str]  # (step, weight, reflection prefix, why: the weight's reason)
@@ -188,20 +207,26 @@ def conversation(
     task: str,
     steps: Sequence[PlannedStep],
     formatter: Callable[[str, str], str] = format_assistant,
+    *,
+    task_name: str = "",
 ) -> tuple[Message, ...]:
-    """System (when non-empty) + task + each ``(step, weight, prefix, why)``'s messages (see the
-    module docstring); an empty observation after the last step is dropped. Every message says why
-    it has its weight (core.domain.weight_reasons): ``system``, ``task``, ``observation`` for tool
-    results and observations, the planned ``why`` for the step's assistant turn."""
+    """System (when non-empty) + task (with its speaker's ``task_name``) + each ``(step, weight,
+    prefix, why)``'s messages (see the module docstring); an empty observation after the last step is
+    dropped, and a step nothing answered gets no user message (two assistant turns in a row stay
+    so). Every message says why it has its weight (core.domain.weight_reasons): ``system``, ``task``,
+    ``observation`` for tool results and observations, the planned ``why`` for the step's assistant
+    turn."""
     messages: list[Message] = [Message("system", instruction, 0, why="system")] if instruction.strip() else []
-    messages.append(Message("user", task, 0, why="task"))
+    messages.append(Message("user", task, 0, name=task_name or None, why="task"))
     for index, (step, weight, prefix, why) in enumerate(steps):
-        turn, observation = step_messages(step, weight, prefix, formatter, why)
-        if index == len(steps) - 1:
+        turn, observations = step_messages(step, weight, prefix, formatter, why)
+        last = index == len(steps) - 1
+        if last:
             turn = _drop_unanswered(step, turn)
         messages.extend(turn)
-        if observation is not None and (index < len(steps) - 1 or observation.content.strip()):
-            messages.append(observation)
+        if last and step.replies is None:
+            observations = [m for m in observations if m.content.strip()]
+        messages.extend(observations)
     return unique_tool_call_ids(messages)
 
 
@@ -258,10 +283,13 @@ def revision_messages(
     reflection: str,
     formatter: Callable[[str, str], str] = format_assistant,
     masked: Collection[int] = (),
+    *,
+    task_name: str = "",
 ) -> tuple[Message, ...]:
     """The conversation with per-message loss weights and their reasons (see module docstring and
     core.domain.weight_reasons); ``masked``: indexes into ``path.good`` of the good continuation's
-    steps kept at weight 0 (a ``MaskedSteps`` names each one's reason, else they are ``masked``)."""
+    steps kept at weight 0 (a ``MaskedSteps`` names each one's reason, else they are ``masked``);
+    ``task_name``: the task message's speaker."""
     if not reflection.strip():
         raise SpliceError("the reflection sentence is empty")
     planned: list[PlannedStep] = [(step, 0, "", "shared_prefix") for step in path.prefix]
@@ -272,7 +300,7 @@ def revision_messages(
             planned.append((step, 0, prefix, mask_reason(masked, i)))
         else:
             planned.append((step, 1, prefix, "reflection" if i == 0 else "continuation"))
-    return conversation(instruction, task, planned, formatter)
+    return conversation(instruction, task, planned, formatter, task_name=task_name)
 
 
 def revision_sample(
@@ -292,7 +320,13 @@ def revision_sample(
     was made; for search pairs both paths share them, for trace pairs matched by task key they may
     differ in wording), falling back to the good path's instruction when the failed one has none."""
     messages = revision_messages(
-        bad.instruction or good.instruction, bad.task, path, reflection, formatter, masked
+        bad.instruction or good.instruction,
+        bad.task,
+        path,
+        reflection,
+        formatter,
+        masked,
+        task_name=bad.task_name,
     )
     return TrainingSample(
         sample_id=sample_id,

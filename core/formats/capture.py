@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.domain import json_input
 from core.formats.import_openai import arguments_text, content_text
 from core.formats.importing import ImportedTrace, TraceFormatError, parse_traces
 
@@ -54,7 +55,9 @@ def _text(content: Any) -> str:
 
 def _arguments(raw: Any) -> str:
     try:
-        return json.dumps(json.loads(arguments_text(raw, "arguments")), sort_keys=True, ensure_ascii=False)
+        return json.dumps(
+            json_input.loads(arguments_text(raw, "arguments")), sort_keys=True, ensure_ascii=False
+        )
     except (TraceFormatError, ValueError):
         return str(raw)
 

@@ -15,8 +15,9 @@ import hashlib
 import json
 from typing import Any
 
+from core.domain import json_input
 from core.domain.trajectory import ToolCall
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 from core.formats.import_openai import arguments_text
 from core.formats.otlp import json_text
 from core.formats.turns import Turn, check_tools, media_detail, placeholder
@@ -32,7 +33,7 @@ _PART_HINT = "send text, tool_call, tool_call_response, reasoning, blob, file or
 def decoded(value: Any, path: str) -> list[Any]:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = json_input.loads(value)
         except json.JSONDecodeError as exc:
             raise TraceFormatError(path, f"not valid JSON ({exc.msg})") from None
     if not isinstance(value, list):
@@ -51,7 +52,7 @@ def message_turns(message: Any, path: str) -> list[Turn]:
     role = require(message, "role", path, str)
     if role not in _ROLES:
         raise TraceFormatError(
-            f"{path}.role", f"unknown role {role!r} (send system, user, assistant or tool)"
+            f"{path}.role", f"unknown role {shown(role)} (send system, user, assistant or tool)"
         )
     parts = require(message, "parts", path, list)
     texts: list[str] = []
@@ -94,7 +95,7 @@ def message_turns(message: Any, path: str) -> list[Turn]:
             modality = part.get("modality") if isinstance(part.get("modality"), str) else kind
             texts.append(placeholder(str(modality), media_detail(part)))
         else:
-            raise TraceFormatError(f"{ppath}.type", f"unsupported part type {kind!r} ({_PART_HINT})")
+            raise TraceFormatError(f"{ppath}.type", f"unsupported part type {shown(kind)} ({_PART_HINT})")
     if responses:
         if texts or calls:
             raise TraceFormatError(
@@ -137,7 +138,9 @@ def system_turns(attributes: dict[str, Any], path: str) -> list[Turn]:
             ppath = f"{kpath}[{index}]"
             kind = part.get("type", "text") if isinstance(part, dict) else None
             if kind != "text":
-                raise TraceFormatError(f"{ppath}.type", f"unsupported system part {kind!r} (send text parts)")
+                raise TraceFormatError(
+                    f"{ppath}.type", f"unsupported system part {shown(kind)} (send text parts)"
+                )
             texts.append(require(part, "content", ppath, str))
         return [Turn("system", "\n".join(texts), kpath)]
     return []
@@ -150,7 +153,7 @@ def tools(attributes: dict[str, Any], path: str) -> tuple[dict[str, Any], ...]:
     raw = attributes[TOOL_DEFINITIONS]
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = json_input.loads(raw)
         except json.JSONDecodeError as exc:
             raise TraceFormatError(kpath, f"not valid JSON ({exc.msg})") from None
     return check_tools(raw, kpath)
@@ -186,7 +189,7 @@ def _event_body(attributes: dict[str, Any]) -> dict[str, Any]:
         raw = attributes.get(key)
         if isinstance(raw, str):
             try:
-                raw = json.loads(raw)
+                raw = json_input.loads(raw)
             except json.JSONDecodeError:
                 raw = {"content": raw}
         if isinstance(raw, dict):
@@ -210,7 +213,7 @@ def legacy_event_messages(events: Any) -> tuple[list[dict[str, Any]], list[dict[
             message = body.get("message")
             if isinstance(message, str):
                 try:
-                    message = json.loads(message)
+                    message = json_input.loads(message)
                 except json.JSONDecodeError:
                     message = {"content": message}
             if not isinstance(message, dict):
@@ -229,7 +232,7 @@ def _openai_fields(body: dict[str, Any]) -> dict[str, Any]:
     calls = body.get("tool_calls")
     if isinstance(calls, str):
         try:
-            calls = json.loads(calls)
+            calls = json_input.loads(calls)
         except json.JSONDecodeError:
             calls = None
     if isinstance(calls, list) and calls:

@@ -11,7 +11,10 @@ chat spans, every generation replays the history: the generations, ordered by ``
 de-duplicated into one conversation exactly as OpenTelemetry chat spans are
 (core.formats.import_otel). ``TOOL`` observations whose name matches a call answer it when no later
 generation replayed the result (``level`` ERROR marks it ``is_error``). The trace ``id`` is the
-external id; ``metadata.task_key`` (else the ``sessionId``) the task key.
+external id; ``metadata.task_key`` (else the ``sessionId``) the task key; the trace's ``metadata``,
+``userId``, ``sessionId``, ``tags``, ``name``, ``release``, ``version`` and ``environment`` are kept as the
+trace's metadata. The body of ``GET /api/public/traces/{id}`` (the trace with its ``observations``
+embedded) is read as well as ``{"trace", "observations"}``.
 """
 
 from __future__ import annotations
@@ -45,7 +48,10 @@ def _output_message(value: Any) -> dict[str, Any]:
 
 
 def parse(item: dict[str, Any], path: str) -> Conversation:
-    trace = require(item, "trace", path, dict)
+    if "trace" not in item and isinstance(item.get("observations"), list):
+        trace = item  # the body of GET /api/public/traces/{id}: the trace with its observations embedded
+    else:
+        trace = require(item, "trace", path, dict)
     observations = require(item, "observations", path, list)
     generations = []
     tools = []
@@ -106,8 +112,16 @@ def parse(item: dict[str, Any], path: str) -> Conversation:
     envelope: dict[str, Any] = {}
     if trace.get("id") is not None:
         envelope["id"] = str(trace["id"])
-    metadata = trace.get("metadata") if isinstance(trace.get("metadata"), dict) else {}
-    task_key = metadata.get("task_key") or trace.get("sessionId")
-    if isinstance(task_key, str) and task_key.strip():
-        envelope["task_key"] = task_key
+    raw_metadata = trace.get("metadata")
+    metadata: dict[str, Any] = raw_metadata if isinstance(raw_metadata, dict) else {}
+    if isinstance(metadata.get("task_key"), str) and metadata["task_key"].strip():
+        envelope["task_key"] = metadata["task_key"]
+    elif isinstance(trace.get("sessionId"), str) and trace["sessionId"].strip():
+        envelope["default_task_key"] = trace["sessionId"]  # an id: used as it is
+    kept = dict(metadata)
+    for key in ("userId", "sessionId", "tags", "name", "release", "version", "environment"):
+        if trace.get(key) not in (None, "", []):
+            kept.setdefault(key, trace[key])
+    if kept:
+        envelope["metadata"] = kept
     return Conversation(turns=conversation, envelope=envelope, path=path)

@@ -2,7 +2,8 @@
 
 Accepts roles system / developer (as system), user, assistant (text ``content`` and/or ``tool_calls``
 with ``function.arguments`` as a JSON string or object; reasoning text in ``reasoning_content`` or
-``reasoning``) and tool (``tool_call_id``; without one it answers the oldest call still waiting).
+``reasoning``; the speaker's ``name`` on user and assistant messages, as in multi-agent group chats)
+and tool (``tool_call_id``; without one it answers the oldest call still waiting).
 ``content`` may be a string, null, or a list of parts: ``text`` parts are the text; any other part
 (``image_url``, ``input_audio``, ``file``) is kept as a typed placeholder (``[image part: image/png]``).
 Tool-call ``arguments`` that are not a JSON object are kept verbatim (``ToolCall.malformed``).
@@ -19,7 +20,7 @@ import json
 from typing import Any
 
 from core.domain.trajectory import ToolCall
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 from core.formats.turns import Conversation, Turn, check_tools, media_detail, placeholder
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -52,10 +53,10 @@ def arguments_text(raw: Any, path: str) -> str:
     """Tool-call arguments as text: a string exactly as sent (malformed JSON is the model's own error,
     kept and flagged by ``ToolCall.malformed``, which the rules critic reads as an error signal), an
     object dumped as JSON."""
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return "{}"
+    if raw is None:
+        return "{}"  # no arguments sent at all
     if isinstance(raw, str):
-        return raw  # kept verbatim, also when it is not a JSON object (ToolCall.malformed flags it)
+        return raw  # verbatim (also "" and text that is not a JSON object: ToolCall.malformed flags it)
     if isinstance(raw, dict):
         return json.dumps(raw, ensure_ascii=False)
     raise TraceFormatError(path, "must be a JSON string or an object")
@@ -102,9 +103,12 @@ def parse(item: dict[str, Any], path: str, *, legacy: bool = False) -> Conversat
             continue
         if role not in _ROLES:
             raise TraceFormatError(
-                f"{mpath}.role", f"unknown role {role!r} (send system, user, assistant or tool)"
+                f"{mpath}.role", f"unknown role {shown(role)} (send system, user, assistant or tool)"
             )
         text = content_text(message.get("content"), f"{mpath}.content")
+        refusal = message.get("refusal")
+        if role == "assistant" and isinstance(refusal, str) and refusal and not text:
+            text = refusal  # the model refused: its refusal is what it said (content is null then)
         calls: tuple[ToolCall, ...] = ()
         if message.get("function_call") is not None:
             if not legacy:
@@ -127,7 +131,9 @@ def parse(item: dict[str, Any], path: str, *, legacy: bool = False) -> Conversat
         tool_call_id = None
         if role == "tool" and message.get("tool_call_id") is not None:
             tool_call_id = require(message, "tool_call_id", mpath, str)
-        name = message.get("name") if role == "tool" else ""
+        name = message.get("name")  # tool: the function; user / assistant: the speaker (group chats)
+        if name is not None and not isinstance(name, str):
+            raise TraceFormatError(f"{mpath}.name", f"must be a string, got {type(name).__name__}")
         turns.append(
             Turn(
                 _ROLES[role],  # type: ignore[arg-type]
@@ -135,7 +141,7 @@ def parse(item: dict[str, Any], path: str, *, legacy: bool = False) -> Conversat
                 mpath,
                 calls,
                 tool_call_id,
-                name=name if isinstance(name, str) else "",
+                name=name or "",
                 reasoning=_reasoning(message, mpath) if role == "assistant" else "",
             )
         )

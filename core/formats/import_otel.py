@@ -36,9 +36,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from core.domain import json_input
 from core.domain.trajectory import tool_action
 from core.formats import genai, import_openai, openinference, openllmetry
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 from core.formats.otlp import SpanRecord, group_by_trace, json_text, span_from_json, spans_from_otlp_json
 from core.formats.turns import Conversation, Turn
 
@@ -206,7 +207,8 @@ def _join_tool_spans(conversation: list[Turn], tool_spans: list[SpanRecord]) -> 
         if target is None:
             raise TraceFormatError(
                 f"{span.path}",
-                f"an execute_tool span ({name or 'unnamed tool'}, call id {call_id!r}) for a call no chat "
+                f"an execute_tool span ({shown(name, quoted=False) if name else 'unnamed tool'}, "
+                f"call id {shown(call_id)}) for a call no chat "
                 "span made (send the chat span whose output holds the tool call, with content captured)",
             )
         where, call = target
@@ -245,7 +247,7 @@ def _hints(spans: list[SpanRecord], trace_id: str) -> dict[str, Any]:
             value = attrs[OUTCOME_KEY]
             if isinstance(value, str) and value.strip().startswith("{"):
                 try:
-                    value = json.loads(value)
+                    value = json_input.loads(value)
                 except json.JSONDecodeError as exc:
                     raise TraceFormatError(f"{path}.{OUTCOME_KEY}", f"not valid JSON ({exc.msg})") from None
             hints["outcome"] = value
@@ -257,14 +259,55 @@ def _hints(spans: list[SpanRecord], trace_id: str) -> dict[str, Any]:
     if "task_key" not in hints:  # the GenAI conversation id groups the traces of one task by default
         for attrs, _path in sources:
             if isinstance(attrs.get(CONVERSATION_KEY), str) and attrs[CONVERSATION_KEY].strip():
-                hints["task_key"] = attrs[CONVERSATION_KEY]
+                hints["default_task_key"] = attrs[CONVERSATION_KEY]  # an id: used as it is
                 break
     if "outcome" not in hints and "reward" not in hints and roots:
         status = roots[0].status_code
         hints["outcome"] = {"ERROR": "failure", "OK": "success"}.get(status, "unknown")
     if trace_id:
         hints["id"] = trace_id
+    metadata = _metadata(roots, spans)
+    if metadata:
+        hints["metadata"] = metadata
     return hints
+
+
+_METADATA_PREFIXES = ("agentr.metadata.", "metadata.")
+_METADATA_KEYS = ("user.id", "session.id", "tag.tags", "service.name", "deployment.environment")
+
+
+def _scalar(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(isinstance(v, str | int | float | bool) for v in value)
+    return isinstance(value, str | int | float | bool) and not (isinstance(value, str) and len(value) > 2000)
+
+
+def _metadata(roots: list[SpanRecord], spans: list[SpanRecord]) -> dict[str, Any]:
+    """What the spans say about the trace beyond its messages: the first span's resource attributes
+    (``service.name``, ...), and the root span's ``agentr.metadata.KEY`` / ``metadata.KEY`` attributes,
+    OpenInference's ``metadata`` (a JSON object as text), ``user.id``, ``session.id`` and ``tag.tags``.
+    Scalars (and lists of them) only: message content never lands here."""
+    out: dict[str, Any] = {}
+    for key, value in (spans[0].resource if spans else {}).items():
+        if _scalar(value):
+            out[key] = value
+    for span in roots[:1]:
+        attrs = span.attributes
+        raw = attrs.get("metadata")
+        if isinstance(raw, str) and raw.strip().startswith("{"):
+            try:
+                decoded = json.loads(raw)
+            except json.JSONDecodeError:
+                decoded = None
+            if isinstance(decoded, dict):
+                out.update(decoded)
+        for key, value in attrs.items():
+            prefix = next((p for p in _METADATA_PREFIXES if key.startswith(p)), None)
+            if prefix is not None and _scalar(value):
+                out[key[len(prefix) :]] = value
+            elif key in _METADATA_KEYS and _scalar(value):
+                out[key] = value
+    return out
 
 
 def check_span(span: SpanRecord) -> None:
@@ -337,6 +380,13 @@ def parse_item(item: dict[str, Any], path: str) -> Conversation:
     if not raw:
         raise TraceFormatError(f"{path}.spans", "no spans")
     spans = [span_from_json(span, f"{path}.spans[{i}]") for i, span in enumerate(raw)]
+    trace_ids = sorted({span.trace_id for span in spans if span.trace_id})
+    if len(trace_ids) > 1:
+        raise TraceFormatError(
+            f"{path}.spans",
+            f"holds {len(trace_ids)} trace ids ({', '.join(trace_ids[:3])}); send one trace per item, "
+            "or set format=otlp to split by trace id",
+        )
     return conversation_from_spans(spans, path)
 
 

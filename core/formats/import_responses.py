@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from core.formats import import_openai
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 from core.formats.turns import Conversation, check_tools
 
 _SKIPPED = ("item_reference",)
@@ -96,7 +96,7 @@ def _messages(items: list[Any], path: str) -> list[dict[str, Any]]:
         else:
             raise TraceFormatError(
                 f"{ipath}.type",
-                f"unsupported item type {kind!r} (send message, reasoning, function_call or "
+                f"unsupported item type {shown(kind)} (send message, reasoning, function_call or "
                 "function_call_output items)",
             )
     flush()

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from core.domain import json_input
 from core.domain.trajectory import ToolCall
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 from core.formats.import_openai import arguments_text
 from core.formats.turns import Conversation, Turn, check_tools
 
@@ -38,7 +39,7 @@ def _is_ok(text: str) -> bool:
 
 def _calls(value: str, path: str, index: int) -> tuple[ToolCall, ...]:
     try:
-        data = json.loads(value)
+        data = json_input.loads(value)
     except json.JSONDecodeError as exc:
         raise TraceFormatError(
             f"{path}.value", f'not valid JSON ({exc.msg}); send {{"name": ..., "arguments": {{...}}}}'
@@ -60,7 +61,7 @@ def parse(item: dict[str, Any], path: str) -> Conversation:
     tools_raw = item.get("tools")
     if isinstance(tools_raw, str):
         try:
-            tools_raw = json.loads(tools_raw) if tools_raw.strip() else None
+            tools_raw = json_input.loads(tools_raw) if tools_raw.strip() else None
         except json.JSONDecodeError as exc:
             raise TraceFormatError(f"{path}.tools", f"not valid JSON ({exc.msg})") from None
     tools = check_tools(tools_raw, f"{path}.tools")
@@ -76,7 +77,7 @@ def parse(item: dict[str, Any], path: str) -> Conversation:
         if speaker not in _SPEAKERS:
             raise TraceFormatError(
                 f"{cpath}.from",
-                f"unknown speaker {speaker!r} (send system, human, gpt, function_call or observation)",
+                f"unknown speaker {shown(speaker)} (send system, human, gpt, function_call or observation)",
             )
         value = require(entry, "value", cpath, str)
         if speaker == "function_call":

@@ -14,24 +14,28 @@ A batch is all-or-nothing: the first malformed field raises ``TraceFormatError``
 the path and what to send instead, e.g. ``traces[3].messages[5].role: unknown role 'robot' (send
 system, user, assistant or tool)``; nothing is returned half-parsed.
 
-Trace envelope (every format): ``task_key`` (optional; default: AgentGym's ``item_id``, the spans'
-``gen_ai.conversation.id``, else a hash of the task text), ``outcome``
-(``"success" | "failure" | "unknown"``, a reward number in [0, 1] (success only at 1), a boolean, or
-``{"success": bool, "reward": number}``; default unknown), ``reward`` (optional, in [0, 1]), ``id``
-(optional external id), ``metadata`` (optional object).
+Trace envelope (every format): ``task_key`` (optional, trimmed and case-folded; default: AgentGym's
+``item_id``, the spans' ``gen_ai.conversation.id``, Langfuse's ``sessionId`` (ids, as they are),
+else a hash of the task text in NFC with whitespace collapsed and trimmed, case-folded:
+``task_text_key``), ``outcome`` (``"success" | "failure" | "unknown"``, a reward number in [0, 1]
+(success only at 1), a boolean, or ``{"success": bool, "reward": number}``; default unknown),
+``reward`` (optional, in [0, 1]), ``id`` (optional external id), ``metadata`` (optional object,
+kept: ``provenance["metadata"]``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from core.domain.ids import derived_id
-from core.domain.trajectory import Step, ToolCall, ToolResult, Trajectory, tool_action
+from core.domain.trajectory import Step, ToolCall, ToolResult, Trajectory, UserTurn, tool_action
 from core.formats import import_langfuse, import_openai, import_otel, import_responses, import_sharegpt
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 from core.formats.outcome import OUTCOME_HINT, Outcome, parse_outcome
 from core.formats.turns import Conversation, Turn, check_tools
 
@@ -72,19 +76,20 @@ class ImportedTrace:
 
 
 def split_react(text: str) -> tuple[str, str]:
-    """``Thought: t\\nAction: a`` -> (t, a); text without an ``Action:`` line is all action."""
+    """``Thought: t\nAction: a`` -> (t, a); text without an ``Action:`` line is all action.
+
+    The parts are cut out of the text, never rewritten: line breaks inside the thought and the action
+    stay (only the ``Thought:`` / ``Action:`` labels and the whitespace around each part go)."""
     lines = text.strip().splitlines()
     for index, line in enumerate(lines):
         stripped = line.strip()
         if stripped.lower().startswith("action:"):
-            action = " ".join(
-                [stripped[len("action:") :].strip(), *[x.strip() for x in lines[index + 1 :]]]
-            ).strip()
+            action = "\n".join([stripped[len("action:") :].strip(), *lines[index + 1 :]]).strip()
             before = "\n".join(lines[:index]).strip()
             if before.lower().startswith("thought:"):
                 before = before[len("thought:") :].strip()
-            return " ".join(before.split()), action
-    return "", " ".join(text.split())
+            return before, action
+    return "", text.strip()
 
 
 _ACTION_LINE = re.compile(r"^\s*action\s*:", re.IGNORECASE | re.MULTILINE)
@@ -98,9 +103,9 @@ def turns_to_trajectory(
     -> the observation of the step they answer."""
     instruction_parts: list[str] = []
     task_parts: list[str] = []
+    task_name = ""
     steps: list[dict[str, Any]] = []
     pending: list[tuple[str, int]] = []  # (call id, step index) waiting for a result, in call order
-    uses_tools = bool(tools) or any(t.tool_calls or t.role == "tool" for t in turns)
     for turn in turns:
         if turn.role == "system":
             if steps or task_parts:
@@ -120,21 +125,19 @@ def turns_to_trajectory(
                 "alternatives": turn.alternatives,
                 "results": {},
                 "calls": turn.tool_calls,
+                "name": turn.name,
+                "replies": [],
             }
             if turn.tool_calls:
-                step.update(
-                    kind="tool", thought=" ".join(turn.text.split()), action=tool_action(turn.tool_calls)
-                )
+                # the text beside the calls, as sent (the canonical calls are the action)
+                step.update(kind="tool", thought=turn.text, action=tool_action(turn.tool_calls))
                 pending.extend((call.call_id, len(steps)) for call in turn.tool_calls)
-            elif uses_tools and not _ACTION_LINE.search(turn.text):
-                if not turn.text.strip():
-                    raise TraceFormatError(turn.path, "an assistant message with neither text nor tool calls")
-                step.update(kind="answer", thought="", action=turn.text.strip())
-            else:
-                thought, action = split_react(turn.text)
-                if not action:
-                    raise TraceFormatError(turn.path, "an assistant message with neither text nor tool calls")
+            elif _ACTION_LINE.search(turn.text):
+                thought, action = split_react(turn.text)  # a ReAct text action
                 step.update(kind="action", thought=thought, action=action)
+            else:
+                # an answer (or an empty turn, kept as an empty step): its text byte for byte
+                step.update(kind="answer", thought="", action=turn.text)
             steps.append(step)
         elif turn.role == "tool":
             if turn.tool_call_id is not None:
@@ -142,7 +145,7 @@ def turns_to_trajectory(
                 if not match:
                     raise TraceFormatError(
                         turn.path,
-                        f"tool response to unknown or already answered call {turn.tool_call_id!r} "
+                        f"tool response to unknown or already answered call {shown(turn.tool_call_id)} "
                         "(send tool_call_id of a call the assistant made)",
                     )
                 call_id, target = pending.pop(match[0])
@@ -150,6 +153,7 @@ def turns_to_trajectory(
                 call_id, target = pending.pop(0)  # no id: the oldest call still waiting
             elif steps and steps[-1]["kind"] != "tool":
                 _add_observation(steps[-1], turn.text)  # a text action's environment answer
+                steps[-1]["replies"].append(UserTurn(turn.text, turn.name))
                 continue
             else:
                 raise TraceFormatError(
@@ -161,8 +165,10 @@ def turns_to_trajectory(
         else:  # user
             if not steps:
                 task_parts.append(turn.text)
+                task_name = task_name or turn.name
             else:
                 _add_observation(steps[-1], turn.text)
+                steps[-1]["replies"].append(UserTurn(turn.text, turn.name))
     if not task_parts:
         raise TraceFormatError(path, "no user message holding the task")
     built = []
@@ -185,6 +191,8 @@ def turns_to_trajectory(
                 reasoning=s["reasoning"],
                 alternatives=s["alternatives"],
                 kind=s["kind"],
+                name=s["name"],
+                replies=tuple(s["replies"]),
             )
         )
     return Trajectory(
@@ -192,11 +200,26 @@ def turns_to_trajectory(
         instruction="\n".join(instruction_parts),
         steps=tuple(built),
         tools=tools,
+        task_name=task_name,
     )
 
 
 def _add_observation(step: dict[str, Any], text: str) -> None:
     step["observation"] = text if step["observation"] is None else f"{step['observation']}\n{text}"
+
+
+def task_text_key(task: str) -> str:
+    """What the default task key hashes: the task text in Unicode NFC, whitespace runs collapsed to
+    one space, trimmed and case-folded, so "Refund order 7" and "refund  order 7\n" pair."""
+    return " ".join(unicodedata.normalize("NFC", task).split()).casefold()
+
+
+def explicit_task_key(key: str) -> str:
+    """A sent task key (the envelope's ``task_key``, ``agentr.task_key``, Langfuse
+    ``metadata.task_key``) trimmed and case-folded ("refund-order " and "Refund-Order" are one task);
+    inner text is kept (NFC-normalised). Ids a format carries (AgentGym ``item_id``, the GenAI
+    conversation id, Langfuse ``sessionId``) are used as they are: ids are case-sensitive."""
+    return unicodedata.normalize("NFC", key).strip().casefold()
 
 
 MAX_EXTERNAL_ID = 200
@@ -211,16 +234,16 @@ def _envelope(
     else:
         outcome, reward = parse_outcome(hints.get("outcome"), hints.get("reward"), hints.get("path", path))
     task_key = item.get("task_key", hints.get("task_key"))
-    if (
-        task_key is None
-        and isinstance(item.get("item_id"), str | int)
-        and not isinstance(item["item_id"], bool)
-    ):
+    if task_key is not None:
+        if not isinstance(task_key, str) or not task_key.strip():
+            raise TraceFormatError(f"{path}.task_key", "must be a non-empty string")
+        task_key = explicit_task_key(task_key)
+    elif isinstance(item.get("item_id"), str | int) and not isinstance(item["item_id"], bool):
         task_key = str(item["item_id"])  # AgentGym's AgentTraj records name their task item_id
-    if task_key is None:
-        task_key = derived_id("task", trajectory.task)
-    elif not isinstance(task_key, str) or not task_key.strip():
-        raise TraceFormatError(f"{path}.task_key", "must be a non-empty string")
+    elif hints.get("default_task_key") is not None:
+        task_key = str(hints["default_task_key"])  # the spans' conversation id, Langfuse's sessionId
+    else:
+        task_key = derived_id("task", task_text_key(trajectory.task))
     external_id = item.get("id", hints.get("id"))
     if external_id is not None and (isinstance(external_id, bool) or not isinstance(external_id, str | int)):
         raise TraceFormatError(f"{path}.id", "must be a string")
@@ -268,7 +291,7 @@ def parse_traces(payload: Any, fmt: str) -> list[ImportedTrace]:
     trace id becomes one trace (a single export object is accepted as the payload too).
     """
     if fmt not in FORMATS:
-        raise TraceFormatError("format", f"unknown format {fmt!r} (send one of {', '.join(FORMATS)})")
+        raise TraceFormatError("format", f"unknown format {shown(fmt)} (send one of {', '.join(FORMATS)})")
     if fmt == "otlp" and isinstance(payload, dict) and "resourceSpans" in payload:
         payload = [payload]
     if isinstance(payload, dict):
@@ -287,19 +310,25 @@ def imported(item: dict[str, Any], conversation: Conversation, fmt: str) -> Impo
     path = conversation.path
     trajectory = turns_to_trajectory(conversation.turns, path, conversation.tools)
     task_key, outcome, reward, external_id = _envelope(item, conversation.envelope, path, trajectory)
-    metadata = item.get("metadata") or {}
+    metadata = trace_metadata(item, conversation.envelope.get("metadata"), path)
+    provenance: dict[str, Any] = {"source_format": fmt, "external_id": external_id, "task_key": task_key}
+    if metadata:
+        provenance["metadata"] = metadata
+    trajectory = dataclasses.replace(trajectory, reward=reward, provenance=provenance)
+    environment = _environment(item.get("environment"), path)
+    return ImportedTrace(task_key, trajectory, outcome, fmt, external_id, metadata, environment)
+
+
+def trace_metadata(item: dict[str, Any], found: Any, path: str) -> dict[str, Any]:
+    """The trace's metadata: what the format itself carried (``found``: Langfuse ``metadata`` /
+    ``userId`` / ``tags``, span and resource attributes), overlaid by the envelope's own ``metadata``
+    object (the caller's word wins on a shared key)."""
+    metadata = item.get("metadata")
+    if metadata is None:
+        metadata = {}
     if not isinstance(metadata, dict):
         raise TraceFormatError(f"{path}.metadata", "must be an object")
-    environment = _environment(item.get("environment"), path)
-    trajectory = Trajectory(
-        task=trajectory.task,
-        instruction=trajectory.instruction,
-        steps=trajectory.steps,
-        reward=reward,
-        provenance={"source_format": fmt, "external_id": external_id, "task_key": task_key},
-        tools=trajectory.tools,
-    )
-    return ImportedTrace(task_key, trajectory, outcome, fmt, external_id, dict(metadata), environment)
+    return {**(found if isinstance(found, dict) else {}), **metadata}
 
 
 def _environment(value: Any, path: str) -> tuple[str, str] | None:
@@ -324,20 +353,4 @@ def with_note(item: ImportedTrace, note: str) -> ImportedTrace:
     way in, e.g. characters the database cannot hold)."""
     provenance = dict(item.trajectory.provenance)
     provenance["notes"] = [*provenance.get("notes", []), note]
-    trajectory = Trajectory(
-        task=item.trajectory.task,
-        instruction=item.trajectory.instruction,
-        steps=item.trajectory.steps,
-        reward=item.trajectory.reward,
-        provenance=provenance,
-        tools=item.trajectory.tools,
-    )
-    return ImportedTrace(
-        item.task_key,
-        trajectory,
-        item.outcome,
-        item.source_format,
-        item.external_id,
-        item.metadata,
-        item.environment,
-    )
+    return dataclasses.replace(item, trajectory=dataclasses.replace(item.trajectory, provenance=provenance))

@@ -19,8 +19,9 @@ import json
 import re
 from typing import Any
 
+from core.domain import json_input
 from core.domain.trajectory import ToolCall
-from core.formats.errors import TraceFormatError
+from core.formats.errors import TraceFormatError, key_index, shown
 from core.formats.import_openai import arguments_text
 from core.formats.turns import Turn, check_tools, media_detail, placeholder
 
@@ -90,23 +91,23 @@ def is_tool_span(attributes: dict[str, Any]) -> bool:
     return str(attributes.get(SPAN_KIND, "")).upper() == "TOOL"
 
 
-def _nested(attributes: dict[str, Any], direction: str) -> dict[int, dict[str, Any]]:
+def _nested(attributes: dict[str, Any], direction: str, path: str) -> dict[int, dict[str, Any]]:
     messages: dict[int, dict[str, Any]] = {}
     for key, value in attributes.items():
         match = _MESSAGE_KEY.match(key)
         if match and match.group(1) == direction:
-            messages.setdefault(int(match.group(2)), {})[match.group(3)] = value
+            messages.setdefault(key_index(match.group(2), key, path), {})[match.group(3)] = value
     return messages
 
 
-def _indexed(fields: dict[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
+def _indexed(fields: dict[str, Any], prefix: str, path: str) -> dict[int, dict[str, Any]]:
     """``{"tool_calls.0.tool_call.id": x}`` with prefix ``tool_calls`` -> ``{0: {"tool_call.id": x}}``."""
     out: dict[int, dict[str, Any]] = {}
     pattern = re.compile(rf"^{re.escape(prefix)}\.(\d+)\.(.+)$")
     for key, value in fields.items():
         match = pattern.match(key)
         if match:
-            out.setdefault(int(match.group(1)), {})[match.group(2)] = value
+            out.setdefault(key_index(match.group(1), key, path), {})[match.group(2)] = value
     return out
 
 
@@ -114,19 +115,19 @@ def messages(attributes: dict[str, Any], direction: str, path: str) -> list[Turn
     """The input or output messages of an LLM span as turns (``direction``: input | output)."""
     attributes = flat(attributes)
     turns = []
-    for index, fields in sorted(_nested(attributes, direction).items()):
+    for index, fields in sorted(_nested(attributes, direction, path).items()):
         mpath = f"{path}.llm.{direction}_messages.{index}.message"
         role_raw = fields.get("role")
         if not isinstance(role_raw, str) or role_raw.lower() not in _ROLES:
             raise TraceFormatError(
                 f"{mpath}.role",
-                f"missing or unknown role {role_raw!r} (send system, user, assistant or tool)",
+                f"missing or unknown role {shown(role_raw)} (send system, user, assistant or tool)",
             )
         role = _ROLES[role_raw.lower()]
         text = fields.get("content")
         if text is None:
             parts = []
-            for _, part in sorted(_indexed(fields, "contents").items()):
+            for _, part in sorted(_indexed(fields, "contents", mpath).items()):
                 kind = part.get("message_content.type", "text")
                 if kind == "text":
                     parts.append(str(part.get("message_content.text", "")))
@@ -137,7 +138,7 @@ def messages(attributes: dict[str, Any], direction: str, path: str) -> list[Turn
         if not isinstance(text, str):
             text = json.dumps(text, sort_keys=True)
         calls = []
-        for k, call in sorted(_indexed(fields, "tool_calls").items()):
+        for k, call in sorted(_indexed(fields, "tool_calls", mpath).items()):
             cpath = f"{mpath}.tool_calls.{k}.tool_call"
             name = call.get("tool_call.function.name")
             if not isinstance(name, str) or not name:
@@ -175,12 +176,12 @@ def tools(attributes: dict[str, Any], path: str) -> tuple[dict[str, Any], ...]:
         match = _TOOL_KEY.match(key)
         if not match:
             continue
-        tpath = f"{path}.{key}"
+        index, tpath = key_index(match.group(1), key, path), f"{path}.{key}"
         try:
-            definition = json.loads(value) if isinstance(value, str) else value
+            definition = json_input.loads(value) if isinstance(value, str) else value
         except json.JSONDecodeError as exc:
             raise TraceFormatError(tpath, f"not valid JSON ({exc.msg})") from None
-        found.append((int(match.group(1)), definition, tpath))
+        found.append((index, definition, tpath))
     out: list[dict[str, Any]] = []
     for _, definition, tpath in sorted(found, key=lambda x: x[0]):
         out.extend(check_tools([definition], tpath))

@@ -14,13 +14,15 @@ two formats give the same turns.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
+from contextlib import suppress
 from dataclasses import replace
+from json import JSONDecodeError
 from typing import Any
 
+from core.domain import json_input
 from core.formats import import_openai
+from core.formats.errors import key_index
 from core.formats.turns import Turn, check_tools
 
 _KEY = re.compile(r"^gen_ai\.(prompt|completion)\.(\d+)\.(.+)$")
@@ -32,12 +34,12 @@ def has_messages(attributes: dict[str, Any]) -> bool:
     return any(_KEY.match(key) for key in attributes)
 
 
-def _messages(attributes: dict[str, Any], direction: str) -> list[tuple[int, dict[str, Any]]]:
+def _messages(attributes: dict[str, Any], direction: str, path: str) -> list[tuple[int, dict[str, Any]]]:
     grouped: dict[int, dict[str, Any]] = {}
     for key, value in attributes.items():
         match = _KEY.match(key)
         if match and match.group(1) == direction:
-            grouped.setdefault(int(match.group(2)), {})[match.group(3)] = value
+            grouped.setdefault(key_index(match.group(2), key, path), {})[match.group(3)] = value
     out = []
     for index, fields in sorted(grouped.items()):
         message: dict[str, Any] = {
@@ -45,8 +47,8 @@ def _messages(attributes: dict[str, Any], direction: str) -> list[tuple[int, dic
         }
         content = fields.get("content")
         if isinstance(content, str) and content.lstrip().startswith("[{"):
-            with contextlib.suppress(json.JSONDecodeError):
-                content = json.loads(content)  # OpenAI content parts as JSON text
+            with suppress(JSONDecodeError):
+                content = json_input.loads(content)  # OpenAI content parts as JSON text
         message["content"] = content
         if fields.get("tool_call_id"):
             message["tool_call_id"] = str(fields["tool_call_id"])
@@ -54,7 +56,8 @@ def _messages(attributes: dict[str, Any], direction: str) -> list[tuple[int, dic
         for key, value in fields.items():
             call = _CALL.match(key)
             if call:
-                calls.setdefault(int(call.group(1)), {})[call.group(2)] = value
+                where = f"{path}.gen_ai.{direction}.{index}"
+                calls.setdefault(key_index(call.group(1), key, where), {})[call.group(2)] = value
         if calls:
             message["tool_calls"] = [
                 {
@@ -70,7 +73,7 @@ def _messages(attributes: dict[str, Any], direction: str) -> list[tuple[int, dic
 
 def messages(attributes: dict[str, Any], direction: str, path: str) -> list[Turn]:
     """The prompt (``direction`` prompt) or completion messages of a span as turns."""
-    rebuilt = _messages(attributes, direction)
+    rebuilt = _messages(attributes, direction, path)
     if not rebuilt:
         return []
     conversation = import_openai.parse({"messages": [m for _, m in rebuilt]}, f"{path}.gen_ai.{direction}")
@@ -85,12 +88,12 @@ def tools(attributes: dict[str, Any], path: str) -> tuple[dict[str, Any], ...]:
     for key, value in attributes.items():
         match = _FUNCTION.match(key)
         if match:
-            grouped.setdefault(int(match.group(1)), {})[match.group(2)] = value
+            grouped.setdefault(key_index(match.group(1), key, path), {})[match.group(2)] = value
     out: list[dict[str, Any]] = []
     for index, fields in sorted(grouped.items()):
         function = dict(fields)
         if isinstance(function.get("parameters"), str):
-            with contextlib.suppress(json.JSONDecodeError):
-                function["parameters"] = json.loads(function["parameters"])
+            with suppress(JSONDecodeError):
+                function["parameters"] = json_input.loads(function["parameters"])
         out.extend(check_tools([function], f"{path}.llm.request.functions.{index}"))
     return tuple(out)

@@ -22,7 +22,7 @@ import base64
 import math
 from typing import Any
 
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 from core.formats.otlp_protobuf import spans_from_protobuf
 from core.formats.spans import (
     _STATUS_BY_NAME,
@@ -30,6 +30,7 @@ from core.formats.spans import (
     SpanRecord,
     StatusCode,
     _remote_parent,
+    check_trace_id,
     group_by_trace,
     json_text,
 )
@@ -68,16 +69,16 @@ def any_value(value: Any, path: str) -> Any:
         try:
             return int(raw)
         except (TypeError, ValueError):
-            raise TraceFormatError(f"{path}.intValue", f"not an integer: {raw!r}") from None
+            raise TraceFormatError(f"{path}.intValue", f"not an integer: {shown(raw)}") from None
     if kind == "doubleValue":
         if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-            raise TraceFormatError(f"{path}.doubleValue", f"not a number: {raw!r}")
+            raise TraceFormatError(f"{path}.doubleValue", f"not a number: {shown(raw)}")
         try:
             number = float(raw)
         except ValueError:
-            raise TraceFormatError(f"{path}.doubleValue", f"not a number: {raw!r}") from None
+            raise TraceFormatError(f"{path}.doubleValue", f"not a number: {shown(raw)}") from None
         if not math.isfinite(number):
-            raise TraceFormatError(f"{path}.doubleValue", f"not a finite number: {raw!r}")
+            raise TraceFormatError(f"{path}.doubleValue", f"not a finite number: {shown(raw)}")
         return number
     if kind == "arrayValue":
         values = require(raw, "values", f"{path}.arrayValue", list) if raw else []
@@ -128,7 +129,7 @@ def _int_or_none(raw: Any, path: str) -> int | None:
         return int(raw)
     except (TypeError, ValueError):
         raise TraceFormatError(
-            path, f"expected an integer (nanoseconds since the epoch), got {raw!r}"
+            path, f"expected an integer (nanoseconds since the epoch), got {shown(raw)}"
         ) from None
 
 
@@ -143,7 +144,9 @@ def _hex_id(raw: Any, path: str, *, optional: bool = False) -> str:
     if text.startswith("0x"):
         text = text[2:]
     if not text or any(c not in "0123456789abcdef" for c in text):
-        raise TraceFormatError(path, f"expected a hex string (OTLP/JSON encodes ids as hex), got {raw!r}")
+        raise TraceFormatError(
+            path, f"expected a hex string (OTLP/JSON encodes ids as hex), got {shown(raw)}"
+        )
     return text
 
 
@@ -160,7 +163,7 @@ def _status(raw: Any, path: str) -> tuple[StatusCode, str]:
         return _STATUS_BY_NUMBER[code], str(message)
     if isinstance(code, str) and code.upper() in _STATUS_BY_NAME:
         return _STATUS_BY_NAME[code.upper()], str(message)
-    raise TraceFormatError(f"{path}.code", f"expected 0 (unset), 1 (ok) or 2 (error), got {code!r}")
+    raise TraceFormatError(f"{path}.code", f"expected 0 (unset), 1 (ok) or 2 (error), got {shown(code)}")
 
 
 def span_from_json(
@@ -170,7 +173,9 @@ def span_from_json(
     if not isinstance(span, dict):
         raise TraceFormatError(path, f"expected a span object, got {type(span).__name__}")
     raw_trace = _pick(span, "traceId", "trace_id")
-    trace_id = _hex_id(raw_trace, f"{path}.traceId") if raw_trace not in (None, "") else trace_id_default
+    trace_id = trace_id_default
+    if raw_trace not in (None, ""):
+        trace_id = check_trace_id(_hex_id(raw_trace, f"{path}.traceId"), f"{path}.traceId")
     raw_span = _pick(span, "spanId", "span_id")
     span_id = _hex_id(raw_span, f"{path}.spanId", optional=True)
     parent = _hex_id(_pick(span, "parentSpanId", "parent_span_id"), f"{path}.parentSpanId", optional=True)

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from core.formats.errors import TraceFormatError
-from core.formats.spans import _STATUS_BY_NUMBER, SpanRecord, _remote_parent
+from core.formats.spans import _STATUS_BY_NUMBER, SpanRecord, _remote_parent, check_trace_id
 
 
 def _proto_any(value: Any, path: str) -> Any:
@@ -52,7 +52,7 @@ def spans_from_protobuf(body: bytes) -> list[SpanRecord]:
                 if not span.trace_id:
                     raise TraceFormatError(f"{path}.traceId", "missing")
                 record = SpanRecord(
-                    trace_id=span.trace_id.hex(),
+                    trace_id=check_trace_id(span.trace_id.hex(), f"{path}.traceId"),
                     span_id=span.span_id.hex(),
                     parent_span_id=span.parent_span_id.hex(),
                     name=span.name,

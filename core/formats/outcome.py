@@ -2,7 +2,8 @@
 
 Accepted: ``"success" | "failure" | "unknown"``, a reward number in [0, 1] (success only at 1),
 ``true`` / ``false``, or ``{"success": bool, "reward": number}``; a separate ``reward`` may come with
-any of them (it must agree). Strings keep the historic default rewards (success 1.0, failure 0.0,
+any of them (it must agree: a failure with reward 1 is refused, naming both).
+Strings keep the historic default rewards (success 1.0, failure 0.0,
 unknown None). Anything else raises ``TraceFormatError`` naming the field and what to send.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from core.formats.errors import TraceFormatError
+from core.formats.errors import TraceFormatError, shown
 
 Outcome = Literal["success", "failure", "unknown"]
 OUTCOME_HINT = (
@@ -22,9 +23,9 @@ OUTCOME_HINT = (
 
 def _reward_value(value: Any, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TraceFormatError(path, f"must be a number in [0, 1], got {value!r}")
+        raise TraceFormatError(path, f"must be a number in [0, 1], got {shown(value)}")
     if not 0.0 <= value <= 1.0:
-        raise TraceFormatError(path, f"must be a number in [0, 1], got {value!r}")
+        raise TraceFormatError(path, f"must be a number in [0, 1], got {shown(value)}")
     return float(value)
 
 
@@ -45,13 +46,13 @@ def parse_outcome(value: Any, reward: Any, path: str) -> tuple[Outcome, float | 
         score = _reward_value(value, opath)
         if explicit is not None and explicit != score:
             raise TraceFormatError(
-                opath, f"the outcome {value!r} and reward {reward!r} disagree: send one of them"
+                opath, f"the outcome {shown(value)} and reward {shown(reward)} disagree: send one of them"
             )
         outcome = "success" if score >= 1.0 else "failure"
     elif isinstance(value, str):
         if value not in ("success", "failure", "unknown"):
             raise TraceFormatError(
-                opath, f"must be success, failure or unknown, got {value!r} ({OUTCOME_HINT})"
+                opath, f"must be success, failure or unknown, got {shown(value)} ({OUTCOME_HINT})"
             )
         outcome = value  # type: ignore[assignment]
         score = explicit
@@ -68,6 +69,12 @@ def parse_outcome(value: Any, reward: Any, path: str) -> tuple[Outcome, float | 
         score = score if score is not None else explicit
     else:
         raise TraceFormatError(opath, f"unsupported {type(value).__name__} ({OUTCOME_HINT})")
+    if outcome == "failure" and score is not None and score >= 1.0:
+        raise TraceFormatError(
+            opath,
+            f"outcome failure and reward {score:g} contradict each other (a reward of 1 is a success): "
+            "send the outcome or the reward that is true",
+        )
     if score is None:
         score = {"success": 1.0, "failure": 0.0, "unknown": None}[outcome]
     return outcome, score

@@ -4,7 +4,8 @@
   messages are ``{role, content}``; every assistant message carries ``weight`` 0/1; an assistant
   message that calls tools has ``tool_calls: [{"id", "type": "function", "function": {"name",
   "arguments"}}]`` with ``arguments`` as a JSON string (and ``content`` only when it has text);
-  a ``tool`` message is ``{role: "tool", tool_call_id, content}``. ``tools`` (the OpenAI function
+  a ``tool`` message is ``{role: "tool", tool_call_id, content}``. A system, user or assistant message
+  with a speaker carries OpenAI's ``name`` (multi-agent group chats). ``tools`` (the OpenAI function
   definitions) is present only when the sample has some. This is the published chat fine-tuning
   format with tool calling and per-message ``weight``.
 * ShareGPT (``sharegpt_record``): samples without tools keep the AgentGym shape
@@ -17,7 +18,8 @@
   ``observation`` turn (several results joined by newlines). Assistant text beside a call (its
   thought, or the reflection) is sent as a ``<think>...</think>`` prefix of the function_call
   value, the form LLaMA-Factory's function formatter keeps (its ``thought_words``).
-  ``loss`` is set on gpt and function_call turns.
+  ``loss`` is set on gpt and function_call turns. A turn whose message has a speaker carries its
+  ``name`` (both shapes; tool results excepted).
 * ``fold_reasoning`` (a dataset built with ``include_reasoning``): each assistant message's
   reasoning becomes a ``<think>\n{reasoning}\n</think>\n\n`` prefix of its content (the
   DeepSeek-R1 / Qwen3 chat-template form), so it is trained exactly when that message has weight 1;
@@ -33,9 +35,11 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from core.domain import json_input
 from core.domain.ids import derived_id
 from core.domain.serde import to_dict
 from core.domain.trajectory import Message, ToolCall, TrainingSample
+from core.formats.errors import shown
 
 
 class FormatError(ValueError):
@@ -65,10 +69,11 @@ def _arguments_object(call: ToolCall) -> Any:
     if not text:
         return {}
     try:
-        return json.loads(text)
+        return json_input.loads(text)
     except json.JSONDecodeError:
         raise FormatError(
-            f"tool call {call.call_id!r} ({call.name}): arguments are not valid JSON: {text[:80]!r}"
+            f"tool call {shown(call.call_id)} ({shown(call.name, quoted=False)}): "
+            f"arguments are not valid JSON: {shown(text)}"
         ) from None
 
 
@@ -103,6 +108,8 @@ def openai_record(sample: TrainingSample) -> dict[str, Any]:
             rec["content"] = m.content
         else:
             rec["content"] = m.content
+        if m.name and m.role in ("system", "user", "assistant"):
+            rec["name"] = m.name  # the speaker (OpenAI `name`: a group chat's participant)
         if m.role == "assistant":
             rec["weight"] = 1 if m.weight else 0
         msgs.append(rec)
@@ -136,10 +143,10 @@ def _sharegpt_tools(sample: TrainingSample) -> dict[str, Any]:
                 value = f"{m.content.strip()}{value}"
             elif m.content.strip():
                 value = f"<think>{m.content.strip()}</think>{value}"
-            conv.append({"from": "function_call", "value": value, "loss": bool(m.weight)})
+            conv.append(_named({"from": "function_call", "value": value, "loss": bool(m.weight)}, m))
         else:
             loss = bool(m.weight) if m.role == "assistant" else None
-            conv.append({"from": _TO_SHAREGPT[m.role], "value": m.content, "loss": loss})
+            conv.append(_named({"from": _TO_SHAREGPT[m.role], "value": m.content, "loss": loss}, m))
     tools = [_function_object(t) for t in sample.tools]
     return {
         "id": sample.sample_id,
@@ -149,15 +156,25 @@ def _sharegpt_tools(sample: TrainingSample) -> dict[str, Any]:
     }
 
 
+def _named(turn: dict[str, Any], m: Message) -> dict[str, Any]:
+    """A ShareGPT turn with its speaker's ``name`` when the message has one (not on tool results)."""
+    if m.name and m.role != "tool":
+        turn["name"] = m.name
+    return turn
+
+
 def sharegpt_record(sample: TrainingSample) -> dict[str, Any]:
     if _has_tools(sample):
         return _sharegpt_tools(sample)
     conv = [
-        {
-            "from": _TO_SHAREGPT[m.role],
-            "value": m.content,
-            "loss": bool(m.weight) if m.role == "assistant" else None,
-        }
+        _named(
+            {
+                "from": _TO_SHAREGPT[m.role],
+                "value": m.content,
+                "loss": bool(m.weight) if m.role == "assistant" else None,
+            },
+            m,
+        )
         for m in sample.messages
     ]
     return {"id": sample.sample_id, "conversations": conv}
@@ -178,7 +195,7 @@ def _weight(value: Any, where: str) -> int:
         return 1
     if value in (0, 1) or isinstance(value, bool):
         return int(value)
-    raise FormatError(f"{where}: loss flag must be 0/1 or true/false, got {value!r}")
+    raise FormatError(f"{where}: loss flag must be 0/1 or true/false, got {shown(value)}")
 
 
 def _openai_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
@@ -201,7 +218,9 @@ def _openai_messages(record: dict[str, Any], where: str) -> list[Message]:
     for m in record["messages"]:
         role = m.get("role") if isinstance(m, dict) else None
         if role not in ("system", "user", "assistant", "tool"):
-            raise FormatError(f"{where}: unsupported message role {role!r} (system, user, assistant, tool)")
+            raise FormatError(
+                f"{where}: unsupported message role {shown(role)} (system, user, assistant, tool)"
+            )
         content = m.get("content")
         calls = _openai_calls(m["tool_calls"], where) if role == "assistant" and m.get("tool_calls") else ()
         if content is None and (calls or role == "tool"):
@@ -210,7 +229,8 @@ def _openai_messages(record: dict[str, Any], where: str) -> list[Message]:
             raise FormatError(f"{where}: message content must be text, got {type(content).__name__}")
         w = _weight(m.get("weight"), where) if role == "assistant" else 0
         tool_call_id = m.get("tool_call_id") if role == "tool" else None
-        msgs.append(Message(role, content, w, tool_calls=calls, tool_call_id=tool_call_id))
+        name = m.get("name") if role != "tool" and isinstance(m.get("name"), str) else None
+        msgs.append(Message(role, content, w, tool_calls=calls, tool_call_id=tool_call_id, name=name or None))
     return msgs
 
 
@@ -220,7 +240,7 @@ def _sharegpt_call_turn(value: str, where: str, turn_index: int) -> tuple[str, t
     if match:
         thought, value = match.group(1).strip(), value[match.end() :]
     try:
-        parsed = json.loads(value)
+        parsed = json_input.loads(value)
     except json.JSONDecodeError:
         raise FormatError(f"{where}: function_call value is not JSON {{name, arguments}}") from None
     items = parsed if isinstance(parsed, list) else [parsed]
@@ -242,7 +262,7 @@ def _sharegpt_messages(record: dict[str, Any], where: str) -> list[Message]:
         who = turn.get("from") if isinstance(turn, dict) else None
         role = _FROM_SHAREGPT.get(who) if isinstance(who, str) else None
         if role is None:
-            raise FormatError(f"{where}: unsupported ShareGPT speaker {who!r}")
+            raise FormatError(f"{where}: unsupported ShareGPT speaker {shown(who)}")
         value = turn.get("value")
         if not isinstance(value, str):
             raise FormatError(f"{where}: conversation value must be text")
@@ -263,7 +283,8 @@ def _sharegpt_messages(record: dict[str, Any], where: str) -> list[Message]:
             )
             pending = ()
         else:
-            msgs.append(Message(role, value, w))  # type: ignore[arg-type]
+            name = turn.get("name") if isinstance(turn.get("name"), str) else None
+            msgs.append(Message(role, value, w, name=name or None))  # type: ignore[arg-type]
     return msgs
 
 
@@ -273,7 +294,7 @@ def _record_tools(record: dict[str, Any], where: str) -> tuple[dict[str, Any], .
         return ()
     if isinstance(tools, str):
         try:
-            tools = json.loads(tools)
+            tools = json_input.loads(tools)
         except json.JSONDecodeError:
             raise FormatError(f"{where}: tools is not a JSON list of function definitions") from None
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from core.formats.errors import TraceFormatError
+
 StatusCode = Literal["UNSET", "OK", "ERROR"]
 _STATUS_BY_NUMBER: dict[int, StatusCode] = {0: "UNSET", 1: "OK", 2: "ERROR"}
 HAS_IS_REMOTE, IS_REMOTE = 0x100, 0x200  # OTLP SpanFlags: the is-remote bit is known / set
@@ -86,3 +88,18 @@ def json_text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def check_trace_id(trace_id: str, path: str) -> str:
+    """An OTLP trace id (hex): 16 bytes, not all zero (the OTLP spec's invalid id); else a
+    TraceFormatError naming ``path`` and why."""
+    if len(trace_id) != 32:
+        raise TraceFormatError(
+            path,
+            f"an OTLP trace id is 16 bytes (32 hex digits), got {len(trace_id) / 2:g} bytes ({trace_id!r})",
+        )
+    if not trace_id.strip("0"):
+        raise TraceFormatError(
+            path, "the all-zero trace id is invalid in OTLP (send the span's real trace id)"
+        )
+    return trace_id

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from core.domain.trajectory import ToolCall
-from core.formats.errors import TraceFormatError, require
+from core.formats.errors import TraceFormatError, require, shown
 
 
 @dataclass(frozen=True)
@@ -27,15 +27,16 @@ class Turn:
     path: str  # where it came from, for error messages
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
-    name: str = ""  # tool turns: the function's name when the format gives it
+    name: str = ""  # tool turns: the function's name; user / assistant turns: the speaker's (OpenAI name)
     is_error: bool = False  # tool turns: the tool reported a failure
     reasoning: str = ""  # assistant turns: reasoning text (kept, not trained on unless asked)
     alternatives: tuple[str, ...] = ()
 
     def identity(self) -> tuple[Any, ...]:
-        """What makes two turns the same message (for de-duplicating replayed history)."""
+        """What makes two turns the same message (for de-duplicating replayed history): a comparison
+        key only (whitespace-normalised text); the turn itself keeps its text as sent."""
         calls = tuple((c.call_id, c.name, c.canonical()) for c in self.tool_calls)
-        return (self.role, " ".join(self.text.split()), calls, self.tool_call_id)
+        return (self.role, self.name, " ".join(self.text.split()), calls, self.tool_call_id)
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def check_tools(raw: Any, path: str) -> tuple[dict[str, Any], ...]:
         require(function, "name", f"{tpath}.function", str)
         if tool.get("type", "function") != "function":
             raise TraceFormatError(
-                f"{tpath}.type", f"only function tools are supported, got {tool['type']!r}"
+                f"{tpath}.type", f"only function tools are supported, got {shown(tool['type'])}"
             )
         out.append({"type": "function", "function": {k: v for k, v in function.items() if k != "type"}})
     return tuple(out)

@@ -75,8 +75,17 @@ class JsonFormatter(_Redacting):
         return json.dumps(payload, default=str)
 
 
+def _field_value(value: Any) -> str:
+    """An extra's value for a text line: as it is when it is one plain token, else JSON-quoted (a
+    value holding spaces, ``=``, quotes or control characters cannot forge another field or line)."""
+    text = str(value)
+    if text and all(c.isprintable() and not c.isspace() and c not in '="' for c in text):
+        return text
+    return json.dumps(text)
+
+
 class TextFormatter(_Redacting):
-    """Human-readable lines; extras are appended as key=value."""
+    """Human-readable lines; extras are appended as key=value (values quoted unless plain tokens)."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
@@ -85,7 +94,7 @@ class TextFormatter(_Redacting):
         line = super().format(record)
         extras = record_fields(record)
         if extras:
-            line += " " + " ".join(f"{k}={v}" for k, v in sorted(extras.items()))
+            line += " " + " ".join(f"{k}={_field_value(v)}" for k, v in sorted(extras.items()))
         return line
 
 

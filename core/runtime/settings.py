@@ -7,11 +7,28 @@ Nothing here connects to anything.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from core.domain.egress import (
+    ENV_URLS_SETTING,
+    KEY_URLS_SETTING,
+    MODEL_SCHEMES,
+    MODEL_URLS_SETTING,
+    Egress,
+    UrlProblem,
+    parse_url_list,
+)
+
+_URL_LISTS: dict[str, tuple[str, tuple[str, ...]]] = {  # field -> (variable, URL schemes it takes)
+    "allowed_model_urls": (MODEL_URLS_SETTING, MODEL_SCHEMES),
+    "allowed_env_urls": (ENV_URLS_SETTING, ("http", "https", "ws", "wss")),
+    "openai_api_key_urls": (KEY_URLS_SETTING, MODEL_SCHEMES),
+}
 
 
 class Settings(BaseSettings):
@@ -38,6 +55,38 @@ class Settings(BaseSettings):
         2,
         ge=1,
         description="Models a search, critic or splice worker keeps open (least recently used closed first).",
+    )
+    # training jobs (the train worker waits on them; the Celery trainer runs them)
+    train_concurrency: int = Field(
+        8,
+        ge=1,
+        description="Run steps one train worker handles at once: one run waiting on its training job "
+        "never holds up the others.",
+    )
+    train_heartbeat_timeout_s: float = Field(
+        90.0,
+        gt=0,
+        description="A training job whose trainer wrote no heartbeat for this many seconds is lost (its "
+        "trainer died): the train worker queues it again. Trainers write one every third of it.",
+    )
+    train_max_attempts: int = Field(
+        3, ge=1, description="Times a training job is queued (first time included) before a lost one fails."
+    )
+    train_timeout_s: float = Field(
+        86_400.0,
+        gt=0,
+        description="Longest a run waits for one training job, queued or training; then the iteration fails.",
+    )
+    train_visibility_timeout_s: int = Field(
+        3600,
+        ge=60,
+        description="Celery broker visibility timeout: a job taken by a trainer that never acknowledged it "
+        "goes back to the queue after this long (a backstop: lost jobs are re-queued on their heartbeat).",
+    )
+    env_step_timeout: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds an in-process or plugin environment's reset/step may take before EnvTimeout.",
     )
     # critic / splicer (production traces; search pairs take these from their RunConfig)
     critic_model: str | None = Field(
@@ -67,16 +116,69 @@ class Settings(BaseSettings):
         100.0, ge=0, description="Requests per second per API key (0 = no limit)."
     )
     key_request_burst: int = Field(500, ge=1, description="Requests per API key allowed in a burst.")
+    max_follow_streams_per_key: int = Field(
+        4, ge=0, description="Open GET /v1/events?follow=true streams per API key (0 = no bound)."
+    )
     model_roots: str | None = Field(
         None,
         description="Folders (separated by the OS path separator, ':' on Linux) that model references "
         "submitted over the API must lie in; unset = AGENTR_HOME/models and AGENTR_HOME/runs.",
+    )
+    allowed_model_urls: str | None = Field(
+        None,
+        description="Comma-separated base URLs of the OpenAI-compatible model servers that runs and trace "
+        "batches may name (http://vllm:8000/v1 allows http://vllm:8000/v1#agent); unset = none: API "
+        "callers may name only model folders. The workers check again before calling.",
+    )
+    allowed_env_urls: str | None = Field(
+        None,
+        description="Comma-separated base URLs of the remote environments runs may name "
+        "(http://envs:36001 allows agentgym+http://envs:36001/textcraft); unset = none.",
+    )
+    openai_api_key_urls: str | None = Field(
+        None,
+        description="Comma-separated base URLs of the served models that receive OPENAI_API_KEY as their "
+        "bearer credential (each also in AGENTR_ALLOWED_MODEL_URLS); unset = none: the key is sent nowhere.",
     )
     trusted_proxies: str | None = Field(
         None,
         description="Comma-separated addresses/networks of reverse proxies whose X-Forwarded-For / "
         "X-Forwarded-Proto `agentr serve` believes; unset = none (the TCP peer is the client).",
     )
+
+    @field_validator("allowed_model_urls", "allowed_env_urls", "openai_api_key_urls")
+    @classmethod
+    def _base_urls(cls, value: str | None, info: ValidationInfo) -> str | None:
+        setting, schemes = _URL_LISTS[info.field_name or ""]
+        parse_url_list(value, setting, schemes)  # a malformed entry stops the process at start
+        return value
+
+    _local_user: bool = PrivateAttr(False)
+
+    def for_local_user(self) -> Settings:
+        """A copy for services that run what this machine's user typed on the command line (the
+        embedded ``agentr run``): their workers call every URL given, with OPENAI_API_KEY, as before."""
+        copy = self.model_copy()
+        copy._local_user = True
+        return copy
+
+    @property
+    def egress(self) -> Egress:
+        """The outside services this process's workers may call (core/domain/egress.py): the allow-lists
+        above, the operator's own AGENTR_CRITIC_MODEL, and OPENAI_API_KEY for the paired base URLs."""
+        if self._local_user:
+            return Egress.local(os.environ.get("OPENAI_API_KEY") or None)
+        egress = Egress(
+            models=parse_url_list(self.allowed_model_urls, *_URL_LISTS["allowed_model_urls"]),
+            envs=parse_url_list(self.allowed_env_urls, *_URL_LISTS["allowed_env_urls"]),
+            keyed=parse_url_list(self.openai_api_key_urls, *_URL_LISTS["openai_api_key_urls"]),
+            api_key=os.environ.get("OPENAI_API_KEY") or None,
+        )
+        critic = (self.critic_model or "").strip()
+        if critic.lower().startswith(("http://", "https://")) and egress.model_problem(critic) is not None:
+            with contextlib.suppress(UrlProblem):  # a critic URL refused outright stays refused
+                egress = egress.with_model(critic, keyed=False)  # the operator's own critic model
+        return egress
 
     @property
     def effective_database_url(self) -> str:

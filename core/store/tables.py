@@ -13,9 +13,12 @@ The Alembic migrations in ``migrations/`` must match this module (a test checks 
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from sqlalchemy import (
     JSON,
     BigInteger,
+    BindParameter,
     Boolean,
     Column,
     DateTime,
@@ -30,6 +33,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql.visitors import replacement_traverse
 
 metadata = MetaData(
     naming_convention={
@@ -59,6 +64,28 @@ events = Table(
     UniqueConstraint("stream_id", "stream_version"),
     Index(None, "event_type", "position"),
 )
+
+
+def _inline_binds(expression: ColumnElement[str]) -> ColumnElement[str]:
+    """``expression`` with its bound parameters written into the SQL text: the planner then sees the
+    same expression as an index on it under every plan (a ``$1`` key in a cached generic plan does
+    not match ``'project_id'``)."""
+
+    def inline(element: Any, **_kw: Any) -> Any:
+        if isinstance(element, BindParameter):
+            clone = element._clone()
+            clone.literal_execute = True
+            return clone
+        return None
+
+    return cast("ColumnElement[str]", replacement_traverse(cast(Any, expression), {}, inline))
+
+
+EVENT_PROJECT = _inline_binds(events.c.metadata["project_id"].as_string())
+"""An event's project (its metadata's ``project_id``), as the SQL that ``ix_events_project_position``
+indexes: filter on exactly this to read one project's events in position order (GET /v1/events)."""
+
+Index("ix_events_project_position", EVENT_PROJECT, events.c.position)
 
 tracking = Table(
     "tracking",
@@ -245,6 +272,8 @@ traces = Table(
     Column("created_at", Timestamp, nullable=False),
     Column("pair_id", String(36), nullable=True),  # the pair made for this failed trace
     Column("reason", Text, nullable=True),  # why a failed trace did not pair or its pair was rejected
+    # the producer's metadata (the envelope's `metadata`, Langfuse metadata/userId/tags, span attributes)
+    Column("metadata", Json, nullable=True),
     # the producer's id is a key: one trace per (project, external id), across both doors
     UniqueConstraint("project_id", "external_id"),
 )

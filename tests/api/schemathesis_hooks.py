@@ -54,6 +54,14 @@ UNSTATED: tuple[tuple[str, str, str, str], ...] = (
         r"body\.(model|train\.model_path|critic\.value_model|critic\.model)",
         r"inside the server's model roots",
     ),
+    # served models and remote environments the operator allows (AGENTR_ALLOWED_MODEL_URLS /
+    # AGENTR_ALLOWED_ENV_URLS, core/domain/egress.py): server configuration, like the model roots
+    (
+        "POST",
+        r"/v1/(runs|traces|projects)",
+        r"body\.(model|env|train\.model_path|critic\.value_model|critic\.model)",
+        r"AGENTR_ALLOWED_(MODEL|ENV)_URLS",
+    ),
     # state, not shape: a dataset query that matches no sample (allow_empty false), a correction of
     # a trace without a pair, a sample's tokens with no model of the project's runs to render with
     ("POST", r"/v1/datasets", r"body\.query", r"matches no sample|no sample"),

@@ -22,20 +22,21 @@ from core.domain import events as ev
 from core.domain.events import Metadata, NewEvent
 from core.domain.ids import run_stream
 from core.store.factory import open_store
-from tests.api.conftest import ADMIN_KEY
+from tests.api.conftest import ADMIN_KEY, MODEL
 from tests.api.seed import mark_dataset_ready, seed_revisions, seed_search
 from tests.support import free_port, start_http_process
 
 
 @pytest.fixture
-def served(pg_url: str, tmp_path: Path) -> Iterator[str]:
+def served(pg_url: str, tmp_path: Path, model_root: Path) -> Iterator[str]:
     port = free_port()
     env = {
         **os.environ,
         "AGENTR_DATABASE_URL": pg_url,
         "AGENTR_ADMIN_KEY": ADMIN_KEY,
         "AGENTR_LOG_JSON": "1",
-        "AGENTR_MODEL_ROOTS": "/models",  # the runs below name /models/tiny (never opened: no workers)
+        # the runs below name the session's tiny model folder (never opened: no workers)
+        "AGENTR_MODEL_ROOTS": str(model_root),
     }
     env.pop("AGENTR_REDIS_URL", None)
     agentr = Path(sys.executable).with_name("agentr")
@@ -56,7 +57,9 @@ def _run(*args: str) -> str:
     return result.stdout.strip()
 
 
-def test_client_commands_against_agentr_serve(served: str, pg_url: str, tmp_path: Path) -> None:
+def test_client_commands_against_agentr_serve(
+    served: str, pg_url: str, tmp_path: Path, model_root: Path
+) -> None:
     api = ["--api", served]
     project = _run("projects", "create", "cli-project", *api, "--key", ADMIN_KEY)
     key = _run(
@@ -75,7 +78,8 @@ def test_client_commands_against_agentr_serve(served: str, pg_url: str, tmp_path
     )
     assert key.startswith("agr_")
     auth = [*api, "--key", key]
-    run_id = _run("runs", "submit", "--model", "/models/tiny", "--task", "1", "--iterations", "1", *auth)
+    tiny = str(model_root / MODEL)
+    run_id = _run("runs", "submit", "--model", tiny, "--task", "1", "--iterations", "1", *auth)
     listing = _run("runs", "list", *auth)
     assert run_id[:8] in listing and "requested" in listing
 

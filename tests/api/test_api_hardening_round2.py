@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from api.model_refs import OUTSIDE_ROOTS
 from api.server import uvicorn_config
 from core.runtime.logging import configure_logging
 from core.runtime.settings import Settings
-from tests.api.conftest import ADMIN_KEY, ApiHarness, make_settings, running
+from tests.api.conftest import ADMIN_KEY, MODEL, ApiHarness, make_settings, running
 from tests.api.test_api_idempotency import _stored
 from tests.api.test_api_schemathesis_cli import _free_port
 
@@ -42,9 +43,10 @@ async def test_overlong_path_component_is_a_422_not_a_500(api: ApiHarness) -> No
         assert response.json()["fields"][0]["field"] == "body.model"
         assert "255 characters" in response.json()["detail"]
     # 200 characters but 400 bytes: no file system holds the name; a folder that is not here
-    # (the workers say they cannot open it), never `File name too long` in the handler
+    # (refused naming it, issue 45), never `File name too long` in the handler
     response = await api.client.post("/v1/runs", json={"model": "é" * 200}, headers=key)
-    assert response.status_code == 202, response.text
+    assert response.status_code == 422, response.text
+    assert "does not exist" in response.json()["detail"]
 
 
 async def test_a_boolean_is_not_a_number(api: ApiHarness) -> None:
@@ -108,10 +110,11 @@ async def test_json_integer_past_the_digit_bound_is_a_422_on_every_route(api: Ap
 
 
 async def test_model_outside_the_roots_is_refused_the_same_whether_or_not_it_exists(
-    pg_url: str, tmp_path: Path
+    pg_url: str, tmp_path: Path, model_root: Path
 ) -> None:
     root = tmp_path / "models"
     root.mkdir()
+    shutil.copytree(model_root / MODEL, root / "tiny")  # a model folder inside the roots (it must exist)
     exists = tmp_path / "private"  # a folder outside the roots, with no chat template: today's oracle
     exists.mkdir()
     (root / "escape").symlink_to(exists, target_is_directory=True)

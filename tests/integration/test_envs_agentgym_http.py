@@ -4,6 +4,7 @@ AgentGym's servers answer them."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import sys
@@ -187,4 +188,64 @@ def test_their_sciworld_client_requests_against_ours() -> None:
             assert bad == {"error": "list index out of range"}
             assert client.post("/close", json={"id": created["id"]}).json() is True
     finally:
+        server.stop()
+
+
+class _SlowCreateServer:
+    """A real HTTP server (stdlib, own thread) whose /create answers after ``delay`` seconds, counting
+    the creates it received; other routes answer a TextCraft-shaped reset / step."""
+
+    def __init__(self, delay: float) -> None:
+        import http.server
+        import json as json_module
+        import threading
+        import time
+
+        self.creates = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                if self.path == "/create":
+                    outer.creates += 1
+                    time.sleep(delay)
+                    body: object = {"id": outer.creates, "observation": "", "reward": 0, "done": False}
+                else:
+                    body = {"observation": "Goal: craft stick.", "reward": 0, "done": False}
+                data = json_module.dumps(body).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up waiting
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+async def test_a_create_that_times_out_is_not_sent_again() -> None:
+    server = _SlowCreateServer(delay=1.5)
+    env = open_env(f"agentgym+http://127.0.0.1:{server.port}/textcraft?retries=3&backoff=0.01&timeout=0.3")
+    try:
+        with pytest.raises(EnvError, match=r"/create failed after 1 attempt\(s\): ReadTimeout.*could orphan"):
+            await env.reset("1")
+        await asyncio.sleep(0.3)
+        assert server.creates == 1  # one environment on the server, not four
+    finally:
+        assert isinstance(env, AgentGymEnv)
+        await env._client.aclose()
         server.stop()

@@ -8,6 +8,7 @@ tests/integration/test_agentgym_conformance.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -126,3 +127,42 @@ def test_agentr_run_warm_starts_on_the_server_and_scores_t_prime_against_the_ora
     critic = report["critic"]["0"]
     assert critic["oracle_pairs"] > 0, critic  # t' scored against the oracle
     assert critic["exact_match"] is not None
+
+
+def test_the_oracle_judges_paths_served_under_agentgym_rules() -> None:
+    """A server with AgentGym's rules answers AgentGym's messages (a wrong recipe names their
+    ``ItemTagWithCount``): the oracle replays under those rules, so the pair is scored (issue 49)."""
+    served, port = start_server("textcraft?rules=agentgym&distractors=0")
+    try:
+        uri = f"agentgym+http://127.0.0.1:{port}/textcraft"
+        remote = open_env(uri)
+
+        async def play() -> Trajectory:
+            task = await remote.reset(_agentgym_id("stick"))
+            plan = solve("minecraft:stick")
+            actions = ["get 4 dirt", "craft 1 stick using 4 dirt", *plan]
+            steps = []
+            for action in actions:
+                result = await remote.step(action)
+                steps.append(Step("", action, result.observation, result.reward, result.done, result.valid))
+            await remote.close()
+            return Trajectory(task, remote.instruction, tuple(steps), steps[-1].reward)
+
+        path = asyncio.run(play())
+    finally:
+        served.stop()
+    assert "ItemTagWithCount" in path.steps[1].observation  # their message, not ours
+    local = TextCraftOracle(TextCraftEnv(rules="agentgym"))
+    actions = [s.action for s in path.steps]
+    expected = local.first_error("goal:stick", actions, start=0)
+    assert expected == 0  # dirt is in no plan for a stick
+    oracles = Oracles()
+    assert oracles.oracle_index(uri, "0", path, 0) == expected
+    assert oracles.oracle_index(uri, "0", path, 1) == local.first_error("goal:stick", actions, start=1) == 1
+    # the same path under the URI's agentr rules is still judged: the agentgym replay matches it
+    assert Oracles().oracle_index(uri + "?rules=agentr", "0", path, 1) == 1
+
+
+def _agentgym_id(goal: str) -> str:
+    env = TextCraftEnv(rules="agentgym")
+    return next(t for t in env.task_ids("all") if env.goal_of(t) == f"minecraft:{goal}")

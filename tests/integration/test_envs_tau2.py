@@ -104,3 +104,60 @@ def test_uri_errors_name_the_problem() -> None:
     assert env.task_ids("train") == env.task_ids("test") == env.task_ids("all")  # mock has no split file
     with pytest.raises(EnvError, match="unknown split"):
         env.task_ids("nonsense")
+
+
+def test_every_mock_task_gold_path_reaches_reward_one_env_assertion_only_included() -> None:
+    env = open_env("tau2:mock")
+    assert isinstance(env, Tau2Env)
+    graded_by_assertion = "update_task_with_history_and_env_assertions"
+    basis = [str(b) for b in env.task(graded_by_assertion).evaluation_criteria.reward_basis]
+    assert (
+        basis == ["RewardType.ENV_ASSERTION"]
+        and not env.task(graded_by_assertion).evaluation_criteria.actions
+    )
+    assert env.gold_actions(graded_by_assertion)[0] == (
+        'update_task_status({"status": "completed", "task_id": "task_2"})'
+    )
+    for task_id in env.task_ids("all"):
+        results = _play(env, task_id, env.gold_actions(task_id))
+        assert results[-1].done and results[-1].reward == 1.0, task_id
+
+
+def test_a_task_from_an_earlier_conversation_resets_with_it() -> None:
+    env = Tau2Env("mock")
+
+    async def run() -> tuple[str, list]:
+        first = await env.reset("update_task_with_history_and_env_assertions")
+        return first, env.messages()
+
+    first, messages = asyncio.run(run())
+    assert first.startswith(
+        "Earlier in this conversation:\nuser: I need to create a task for the project review"
+    )
+    assert 'assistant called create_task({"description": "Review Q4 project status", "title"' in first
+    assert "ID task_2 and is currently in pending status" in first
+    assert first.endswith("Now you want to mark the task as completed.")
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant", "user"]
+
+
+def test_the_action_prefix_is_parsed_and_an_unclosed_call_refused_by_name() -> None:
+    env = Tau2Env("mock")
+    call = 'update_task_status({"task_id": "task_2", "status": "completed"})'
+    results = _play(
+        env,
+        "update_task_with_history_and_env_assertions",
+        [f"Action: {call}", call[:-1], f"Done. {STOP}"],
+    )
+    assert results[0].valid and results[0].info["kind"] == "tool"
+    assert '"status":"completed"' in results[0].observation.replace(" ", "")
+    assert not results[1].valid and results[1].info["kind"] == "tool_error"
+    assert results[1].observation == "Error: the call to update_task_status is missing its closing ')'"
+    assert results[2].done and results[2].reward == 1.0  # the refused call changed nothing
+
+
+def test_an_assertion_without_gold_calls_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.envs import tau2
+
+    monkeypatch.setattr(tau2, "ASSERTION_ACTIONS", {})
+    with pytest.raises(EnvError, match="graded by the environment assertion assert_task_status"):
+        Tau2Env("mock").gold_actions("update_task_with_history_and_env_assertions")

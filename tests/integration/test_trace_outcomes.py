@@ -82,7 +82,10 @@ class ScriptedCritic:
 async def stack(pg_url: str, redis_url: str, redis_prefix: str) -> AsyncIterator[tuple[Any, Any]]:
     store = await open_store(pg_url, create_tables=True)
     bus = RedisStreamsBus(redis_url, redis_prefix)
-    settings = Settings(block_ms=50, critic_trace_strategy="rules")
+    # the project's served critic below is one the operator allows (the workers check the list)
+    settings = Settings(
+        block_ms=50, critic_trace_strategy="rules", allowed_model_urls="http://critic:8000/v1"
+    )
     critic = Worker(build_critic(settings, store, policy_opener=ScriptedCritic.open), store, bus, settings)
     splice = Worker(build_splice(settings, store), store, bus, settings)
     relay = Relay(store, bus)

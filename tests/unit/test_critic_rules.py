@@ -85,3 +85,70 @@ def test_text_actions_keep_the_three_step_rule() -> None:
 def test_json_error_signal_ignores_non_objects() -> None:
     assert json_error_signal('["error"]') is None
     assert json_error_signal("{not json") is None
+
+
+# --------------------------------------------------------------------------------------------
+# Real terminal logs and agents' own reports (issue 48)
+# --------------------------------------------------------------------------------------------
+
+
+def answer_step(text: str, observation: str = "") -> Step:
+    return Step("", text, observation, kind="answer")
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        "exitcode: 1 (execution failed)\nCode output: Timeout",
+        "exitcode: 1 (execution failed)\nCode output: unknown language sh",
+        "exitcode: 127 (execution failed)\nCode output: /bin/sh: 1: pandoc: not found",
+        "Process exited with code 2",
+        "exit status: 3",
+    ],
+)
+def test_a_nonzero_exit_code_without_a_traceback_is_an_error(output: str) -> None:
+    (verdict,) = rule_verdicts([answer_step("```sh\nrun\n```", output)])
+    assert verdict.label == "bad" and "exit code" in verdict.reason
+
+
+def test_a_traceback_printed_by_a_command_that_exited_0_is_not_an_error() -> None:
+    output = (
+        "exitcode: 0 (execution succeeded)\nCode output: Traceback (most recent call last):\n"
+        '  File "x.py", line 1\nValueError: handled and printed on purpose'
+    )
+    (verdict,) = rule_verdicts([answer_step("```python\nprint_it()\n```", output)])
+    assert verdict.label == "uncertain"
+    # the same traceback without an exit code still reads as an error
+    (verdict,) = rule_verdicts([answer_step("run", output.split("\n", 1)[1])])
+    assert verdict.label == "bad"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I was unable to find the order in the system.",
+        "Sorry, I couldn't download the file.",
+        "Error: the API key is missing.",
+        "Plan done.\nError: could not open the spreadsheet",
+        "I am unable to access that page.",
+    ],
+)
+def test_an_agent_reporting_its_own_failure_is_judged_bad(text: str) -> None:
+    verdicts = rule_verdicts([answer_step("Looking it up.", "ok"), answer_step(text)])
+    assert [v.label for v in verdicts] == ["uncertain", "bad"]
+    assert verdicts[1].reason.startswith("the agent reports a failure")
+    # the thought beside a tool call counts too
+    call = ToolCall("c1", "fetch", "{}")
+    tool = Step(
+        text, tool_action((call,)), "fine", tool_calls=(call,), tool_results=(ToolResult("c1", "fine"),)
+    )
+    assert rule_verdicts([tool])[0].label == "bad"
+
+
+def test_ordinary_text_is_not_a_self_report() -> None:
+    for text in (
+        "I found 3 errors in the log and fixed them.",
+        "The error rate is 2%.",
+        "Done: order 7 is cancelled.",
+    ):
+        assert rule_verdicts([answer_step(text)])[0].label == "uncertain"

@@ -102,8 +102,8 @@ class TraceCritiqued(DomainEvent):
 @register
 @dataclass(frozen=True)
 class TraceUnpaired(DomainEvent):
-    """A failed trace that could pair (it has steps) found no usable successful partner of its task
-    key; ``reason`` says why (none yet, or none diverging with a step after the divergence)."""
+    """A failed trace found no usable successful partner of its task key; ``reason`` says why (none
+    yet, none diverging with a step after the divergence, or no step of its own to revise)."""
 
     trace_id: str
     task_key: str

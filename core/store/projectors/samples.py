@@ -3,7 +3,8 @@
 Pair status: found -> critiqued -> revised | rejected. Trace status: waiting_for_outcome (ingested
 without an outcome, until TraceOutcomeSet) -> ingested -> critiqued | no_error_found | unpaired (no usable
 successful partner yet, ``reason`` says why; back to critiqued when a pair is found) -> revised (the
-row's transition_index is then the sample's) | rejected (its pair was, ``reason`` = the pair's). A
+row's transition_index is then the sample's) | rejected (its pair was, ``reason`` = the pair's); a
+trace's own verdict landing late never takes revised / rejected back (status never goes backwards). A
 successful trace's row gets its good sample's id (GoodTraceSampled, core.store.projectors.datasets).
 ``samples.data`` is the serialised TrainingSample for
 kind "revision" and the serialised Trajectory for kind "good" (the dataset builder turns it into a
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, func, select, update
+from sqlalchemy import ColumnElement, Table, and_, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core.domain import events as ev
@@ -235,6 +236,7 @@ async def _trace_ingested(conn: AsyncConnection, items: Sequence[Item]) -> None:
                 "status": "waiting_for_outcome" if event.outcome == "unknown" else "ingested",
                 "created_at": recorded.recorded_at,
                 "reason": None,
+                "metadata": event.trajectory.provenance.get("metadata") or {},
             }
         )
     holders = await _external_id_holders(conn, rows)
@@ -275,21 +277,41 @@ async def _external_id_holders(
     return holders
 
 
+_SETTLED = ("revised", "rejected")  # a trace status a late critic verdict never takes back
+
+
 async def _trace_critiqued(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    """The trace's own verdict. It may land after its pair's sample was made (the pair's critique and
+    splice run apart from it): a ``revised`` / ``rejected`` trace keeps its status and its sample's
+    transition index, so status never goes backwards. No error found: status ``no_error_found`` and a
+    reason that says so."""
     for _recorded, event in items:
         assert isinstance(event, ev.TraceCritiqued)
-        await _mark_critiqued(conn, traces, traces.c.trace_id == event.trace_id, event)
+        row = and_(traces.c.trace_id == event.trace_id, traces.c.status.not_in(_SETTLED))
         if event.transition_index is None:  # no error identified: no sample unless `direct` was chosen
-            await conn.execute(
-                update(traces).where(traces.c.trace_id == event.trace_id).values(status="no_error_found")
+            reason = (
+                f"no_error_found: the {event.strategy} critic judged no step of this trace bad, so no "
+                "revision sample is made (choose critic strategy direct to revise at the last action)"
             )
+            await conn.execute(
+                update(traces)
+                .where(row)
+                .values(
+                    status="no_error_found", transition_index=None, strategy=event.strategy, reason=reason
+                )
+            )
+        else:
+            await _mark_critiqued(conn, traces, row, event)
 
 
 async def _trace_unpaired(conn: AsyncConnection, items: Sequence[Item]) -> None:
     for _recorded, event in items:
         assert isinstance(event, ev.TraceUnpaired)
         row = traces.c.trace_id == event.trace_id
-        await conn.execute(update(traces).where(row).values(reason=event.reason))
+        # a no_error_found trace keeps saying so; the pairing reason is for the traces that could pair
+        await conn.execute(
+            update(traces).where(row, traces.c.status != "no_error_found").values(reason=event.reason)
+        )
         await conn.execute(
             update(traces)
             .where(row, traces.c.status.in_(("ingested", "critiqued")), traces.c.pair_id.is_(None))
