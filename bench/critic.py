@@ -12,7 +12,9 @@ tokens processed and wall time, ratio = baseline / ours (higher is better).
 
 ``first_error_match``: the critic's quality, not its cost. It runs the real demo (``agentr run
 --iterations 1 --data-only``: the default demo config, tiny model, warm start with its judge
-examples, MCTS on the demo goals, the ``model`` critic) in ``--home`` (a fresh one by default), then
+examples, MCTS on the demo goals; its pairs judged by the ``model`` critic, re-judged with the
+iteration-0 actor where the run's critic is the default ``first``) in ``--home`` (a fresh one by
+default), then
 reads the stored FirstErrorMarked events of iteration 0: "ours" is the share of pairs whose t'
 equals the TextCraft oracle's first error, "baseline" the same share for Direct-Revision (t' = the
 last action) on the same pairs; ratio = ours / baseline. ``first_error_match_two_plus_actions``:
@@ -305,6 +307,14 @@ async def first_error_match(
         run_id = run_ids[0]
         config = RunConfig.from_data(next(e.config for e in requested if e.run_id == run_id))
         judged = [(p, m) for rid in run_ids for p, m in await load_judged(store, rid) if p.iteration == 0]
+        if judged and any(m.strategy != "model" for _, m in judged):
+            # the run's critic is the default first-after-divergence: this bench measures the MODEL
+            # critic, so the same pairs are judged again by it with the iteration-0 actor
+            history = [r.event for r in await store.read_stream(run_stream(run_id))]
+            actor = next(e.model_ref for e in history if isinstance(e, IterationStarted) and e.iteration == 0)
+            judged = await _critique_all(
+                judged, CriticConfig(strategy="model"), HFPolicy.from_folder(actor, device="cpu")
+            )
         metrics = critic_metrics(judged).get(0)
         if not metrics or not metrics["oracle_pairs"]:
             raise SystemExit(f"the demo's iteration 0 produced no pair the oracle could judge: {metrics}")

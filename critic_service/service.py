@@ -8,7 +8,11 @@
   default, model when ``AGENTR_CRITIC_MODEL`` is set); a failed and a successful trace of the same
   project and task key -> ``PairFound`` (source "trace", divergence = longest common prefix of actions;
   paired by task KEY, the task texts may differ: the sample keeps the failed trace's task text); a
-  failed trace with no usable partner -> ``TraceUnpaired`` with the reason.
+  failed trace with no usable partner -> ``TraceUnpaired`` with the reason, unless it names a local
+  environment and task (``TraceIngested.env_uri`` / ``env_task_id``): then the replay critic finds its
+  decisive step and the expert's verified alternative there, and the trace becomes a pair by itself
+  (``ReplayProbed`` events, ``PairFound`` with no good trace, ``FirstErrorMarked`` strategy replay:
+  a preference pair for the DPO export, labels for the stepwise one; ``_replay_pair``).
   The partners are looked up in the ``traces`` projection (project, task key, outcome), and only
   their streams are read: the cost does not grow with the number of traces stored.
   The strategy is the upload's ``critic`` choice, else the project's (``ProjectCreated``), else
@@ -17,9 +21,11 @@
   strategy is ``direct``: the fallback to the last action is never silent on traces.
 - ``TraceOutcomeSet`` (an outcome set later for a trace ingested as unknown) -> the same as above.
 
-The critic for a search pair is the iteration's actor: the ``model_ref`` of its IterationStarted
-(the trained model of iteration i judges iteration i's pairs). Strategy and plan come from the run's
-``RunConfig.critic``. Event ids are derived from the input so a redelivered message adds nothing.
+The critic for a search pair is the run's ``RunConfig.critic`` strategy (default ``first``: the
+first action after the divergence, docs/critic.md); where a model is judged (the ``model`` /
+``reflect`` strategies, or their t' recorded beside another as ``FirstErrorMarked.baselines``) it is
+the iteration's actor: the ``model_ref`` of its IterationStarted (the trained model of iteration i
+judges iteration i's pairs). Event ids are derived from the input so a redelivered message adds nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
@@ -45,6 +51,7 @@ from core.domain.events import (
     PairFound,
     ProjectCreated,
     RecordedEvent,
+    ReplayProbed,
     RevisionRejected,
     RunRequested,
     TraceCritiqued,
@@ -57,14 +64,22 @@ from core.domain.events import (
 from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
 from core.domain.trajectory import Trajectory
+from core.envs.base import Env
 from core.envs.registry import egress_checked as checked_env_opener
 from core.llm.policy_cache import PolicyCache, service_cache
-from core.llm.ports import Policy
+from core.llm.ports import Policy, PolicyError
 from core.llm.registry import egress_checked as checked_policy_opener
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
-from critic_service.critic import CriticConfig, CriticConfigError, critique, reflect_baseline
+from critic_service.critic import (
+    CriticConfig,
+    CriticConfigError,
+    Critique,
+    critique,
+    model_baseline,
+    reflect_baseline,
+)
 from critic_service.oracles import Oracles
 from critic_service.oracles import _open_env as open_oracle_env
 
@@ -103,6 +118,15 @@ async def run_context(store: EventStore, run_id: str, iteration: int) -> tuple[R
     return config, model_ref
 
 
+def strategy_needs_model(config: CriticConfig) -> bool:
+    """Whether the configured strategy itself judges with the iteration's actor (not only its baselines)."""
+    if config.strategy == "value":
+        return config.value_model is None  # the actor's critic/
+    if config.strategy == "replay":
+        return config.replay_policy == "model"
+    return config.strategy in ("model", "reflect")
+
+
 def _trace_pair_id(failed_trace_id: str) -> str:
     return derived_id("trace-pair", failed_trace_id)
 
@@ -120,18 +144,26 @@ def located(pair: PairFound) -> Trajectory:
 
 class CriticHandlers:
     def __init__(
-        self, settings: Settings, store: EventStore, policies: PolicyCache, oracles: Oracles | None = None
+        self,
+        settings: Settings,
+        store: EventStore,
+        policies: PolicyCache,
+        oracles: Oracles | None = None,
+        env_opener: Callable[[str], Env] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.policies = policies
         self.oracles = oracles or Oracles()
+        self.env_opener = env_opener  # the replay critic's (the worker's, behind its egress allow-list)
 
     # ------------------------------------------------------------------------------ pairs
     async def on_pair_found(self, recorded: RecordedEvent) -> HandlerResult:
         pair = recorded.event
         assert isinstance(pair, PairFound)
         meta = caused_by(recorded, SERVICE_NAME)
+        if pair.source == "trace" and pair.good_leaf_id is None and await self._judged(pair.pair_id):
+            return HandlerResult([])  # a lone trace's replay pair: judged when it was made
         if pair.run_id is not None:
             run_config, model_ref = await run_context(self.store, pair.run_id, pair.iteration)
             critic_data = run_config.critic
@@ -147,15 +179,34 @@ class CriticHandlers:
                 config, ref = await self._trace_critic(failed)
             else:
                 config = CriticConfig.from_data(critic_data)
-                needs_model = config.strategy in ("model", "reflect") or (
-                    config.strategy == "value" and config.value_model is None  # the actor's critic/
+                # the strategy's model, or the model / reflect baselines recorded beside it
+                ref = model_ref if config.needs_actor and model_ref else None
+            # a model only the baselines read (under ``first``) that cannot be opened records none
+            opened = self._model(ref) if strategy_needs_model(config) else self._optional_model(ref)
+            async with opened as policy:
+                result = await critique(
+                    config,
+                    located(pair),
+                    pair.shared_steps,
+                    policy,
+                    env_uri=pair.env_uri,
+                    task_id=pair.task_id,
+                    env_opener=self.env_opener,
                 )
-                ref = model_ref if needs_model and model_ref else None
-            async with self._model(ref) as policy:
-                result = await critique(config, located(pair), pair.shared_steps, policy)
                 baselines: dict[str, int] = {}
                 if pair.source == "search":  # the run report's critic baselines, on the same pair
-                    baselines = await reflect_baseline(config, pair.bad, pair.shared_steps, policy)
+                    baselines = await self._baselines(config, pair, policy)
+            if result.unverified is not None:  # replay: no step it could check; the probes stay as evidence
+                log.warning("critic: pair %s rejected: %s", pair.pair_id, result.unverified)
+                rejected = RevisionRejected(
+                    pair.pair_id, pair.run_id, pair.iteration, f"critic: {result.unverified}"
+                )
+                return HandlerResult(
+                    [
+                        *self._probe_events(pair.pair_id, result, meta),
+                        self._new(pair_stream(pair.pair_id), rejected, meta, "rejected", pair.pair_id),
+                    ]
+                )
             if pair.source == "trace" and result.fallback and config.strategy != "direct":
                 raise CriticInputError(
                     f"no_error_found: the {config.strategy} critic judged no step after the divergence "
@@ -185,7 +236,45 @@ class CriticHandlers:
             " (fallback: nothing judged bad)" if result.fallback else "", marked.oracle_index,
             pair.shared_steps, len(result.verdicts), result.tokens_processed,
         )  # fmt: skip
-        return HandlerResult([self._new(pair_stream(pair.pair_id), marked, meta, "marked", pair.pair_id)])
+        return HandlerResult(
+            [
+                *self._probe_events(pair.pair_id, result, meta),
+                self._new(pair_stream(pair.pair_id), marked, meta, "marked", pair.pair_id),
+            ]
+        )
+
+    def _probe_events(self, pair_id: str, result: Critique, meta: Metadata) -> list[NewEvent]:
+        """One ``ReplayProbed`` per probe of a replay critique, in the order the search asked."""
+        out = []
+        for index, probe in enumerate(result.probes):
+            evidence = probe.detail
+            continuations = getattr(evidence, "continuations", ())
+            event = ReplayProbed(
+                pair_id=pair_id,
+                prefix_steps=probe.prefix,
+                policy=getattr(evidence, "policy", ""),
+                m=probe.m,
+                successes=probe.successes,
+                spent=probe.spent,
+                continuations=tuple(tuple(c.actions) for c in continuations),
+                rewards=tuple(float(c.reward) for c in continuations),
+            )
+            out.append(self._new(pair_stream(pair_id), event, meta, "probe", f"{pair_id}:{index}"))
+        return out
+
+    async def _baselines(
+        self, config: CriticConfig, pair: PairFound, policy: Policy | None
+    ) -> dict[str, int]:
+        """The reflect and model critics' t' on the pair, beside the run's critic: measurements, never
+        a reason to reject the pair (a policy that cannot score labels, such as the noisy expert,
+        records none, logged)."""
+        baselines: dict[str, int] = {}
+        for baseline in (reflect_baseline, model_baseline):
+            try:
+                baselines |= await baseline(config, pair.bad, pair.shared_steps, policy)
+            except PolicyError as exc:
+                log.warning("critic: pair %s: %s not recorded: %s", pair.pair_id, baseline.__name__, exc)
+        return baselines
 
     # ------------------------------------------------------------------------------ traces
     async def on_trace_ingested(self, recorded: RecordedEvent) -> HandlerResult:
@@ -222,6 +311,7 @@ class CriticHandlers:
                 transition_index=bad[0] if bad else None,
                 verdicts=result.verdicts,
                 model_version=result.model_version,
+                tokens_processed=result.tokens_processed,
             )
             out.append(self._new(trace_stream(trace.trace_id), critiqued, meta, "critiqued", trace.trace_id))
         if trace.outcome in ("failure", "success"):
@@ -266,6 +356,18 @@ class CriticHandlers:
         """A lease on the model ``ref`` names (``PolicyCache``), or None where no model is needed."""
         return self.policies.lease(ref) if ref else contextlib.nullcontext(None)
 
+    @contextlib.asynccontextmanager
+    async def _optional_model(self, ref: str | None) -> AsyncIterator[Policy | None]:
+        """A lease on ``ref`` for measurements only: None (logged) where it cannot be opened."""
+        async with contextlib.AsyncExitStack() as stack:
+            policy = None
+            if ref:
+                try:
+                    policy = await stack.enter_async_context(self.policies.lease(ref))
+                except (PolicyError, OSError, ValueError) as exc:
+                    log.warning("critic: model %s for the critic baselines not opened: %s", ref, exc)
+            yield policy
+
     async def _trace_critic(self, trace: TraceIngested) -> tuple[CriticConfig, str | None]:
         """The critic for a failed trace and the model reference it judges with (None: no model):
         the upload's choice, else the project's (ProjectCreated), else the worker's settings.
@@ -278,7 +380,7 @@ class CriticHandlers:
                     strategy, model_ref = recorded.event.critic_strategy, recorded.event.critic_model
         strategy = strategy or self.settings.critic_trace_strategy
         model_ref = model_ref or self.settings.critic_model
-        config = CriticConfig.from_data({"strategy": strategy})
+        config = CriticConfig.from_data({"strategy": strategy, "plan": self.settings.critic_trace_plan})
         if config.strategy in ("model", "reflect"):
             if not model_ref:
                 log.warning("critic: trace %s: %s without a critic model: rules", trace.trace_id, strategy)
@@ -320,7 +422,11 @@ class CriticHandlers:
                 if best is None or shared > best[0]:
                     best = (shared, good)
             if best is None:
-                out.append(self._unpaired(failed, candidates, trace, meta))
+                replayed, why = await self._replay_pair(failed, meta) if failed.trajectory.steps else ([], "")
+                if replayed:
+                    out.extend(replayed)
+                else:
+                    out.append(self._unpaired(failed, candidates, trace, meta, why))
                 continue
             shared, good = best
             pair = PairFound(
@@ -343,8 +449,91 @@ class CriticHandlers:
             out.append(self._new(pair_stream(pair_id), pair, meta, "pair", failed.trace_id))
         return out
 
+    async def _judged(self, pair_id: str) -> bool:
+        return any(
+            isinstance(r.event, FirstErrorMarked) for r in await self.store.read_stream(pair_stream(pair_id))
+        )
+
+    async def _replay_pair(self, failed: TraceIngested, meta: Metadata) -> tuple[list[NewEvent], str]:
+        """A failed trace with no successful partner that names its environment becomes a pair by
+        itself (docs/critic.md, "The replay critic"): the replay critic finds its decisive step t*
+        with the environment's expert, and the expert's continuation from the state before a_{t*}
+        (a probe the search already ran, so verified) is the good path, diverging at t*. Events: the
+        probes (``ReplayProbed``), that ``PairFound`` (source trace, no good trace: ``good_leaf_id``
+        None) and its ``FirstErrorMarked`` (strategy replay), so the DPO export has a preference pair
+        at that state (chosen: the expert's action, rejected: a_{t*}) and the stepwise export its
+        labels. ([], reason) where the trace names no environment or the replay cannot verify."""
+        if not failed.env_uri or failed.env_task_id is None:
+            return [], ""
+        pair_id = _trace_pair_id(failed.trace_id)
+        config = CriticConfig(strategy="replay")
+        result = await critique(
+            config,
+            failed.trajectory,
+            0,
+            None,
+            env_uri=failed.env_uri,
+            task_id=failed.env_task_id,
+            env_opener=self.env_opener,
+        )
+        if result.unverified is not None:
+            log.info("critic: trace %s: replay: %s", failed.trace_id, result.unverified)
+            return [], f"the replay critic in {failed.env_uri}: {result.unverified}"
+        t = result.transition_index
+        continuation = next(
+            (
+                c
+                for p in result.probes
+                if p.prefix == t
+                for c in getattr(p.detail, "continuations", ())
+                if c.reward >= 1.0
+            ),
+            None,
+        )
+        if continuation is None or not continuation.steps:  # the search probed t* and it succeeded
+            return [], f"the replay critic in {failed.env_uri}: no verified continuation at step {t}"
+        bad = failed.trajectory
+        good = Trajectory(
+            task=bad.task,
+            instruction=bad.instruction,
+            steps=(*bad.steps[:t], *continuation.steps),
+            reward=continuation.reward,
+            provenance={"source": "replay", "trace_id": failed.trace_id, "decisive_step": t},
+            tools=bad.tools,
+        )
+        pair = PairFound(
+            pair_id=pair_id,
+            source="trace",
+            task_key=failed.task_key,
+            bad=bad,
+            good=good,
+            shared_steps=t,
+            bad_leaf_id=failed.trace_id,
+            good_leaf_id=None,
+            env_uri=failed.env_uri,
+            task_id=failed.env_task_id,
+        )
+        marked = FirstErrorMarked(
+            pair_id=pair_id,
+            strategy="replay",
+            transition_index=t,
+            verdicts=result.verdicts,
+            oracle_index=self.oracles.oracle_index(failed.env_uri, failed.env_task_id, bad, t),
+        )
+        log.info("critic: trace %s: replay found decisive step %d -> pair %s", failed.trace_id, t, pair_id)
+        return [
+            *self._probe_events(pair_id, result, meta),
+            self._new(pair_stream(pair_id), pair, meta, "pair", failed.trace_id),
+            self._new(pair_stream(pair_id), marked, meta, "marked", pair_id),
+        ], ""
+
     def _unpaired(
-        self, failed: TraceIngested, candidates: list[TraceIngested], cause: TraceIngested, meta: Metadata
+        self,
+        failed: TraceIngested,
+        candidates: list[TraceIngested],
+        cause: TraceIngested,
+        meta: Metadata,
+        replay: str = "",
     ) -> NewEvent:
         key = failed.task_key
         if not failed.trajectory.steps:
@@ -360,6 +549,8 @@ class CriticHandlers:
                 "same actions as this one up to the end of the shorter path: no step after the divergence "
                 "to revise"
             )
+        if replay:
+            reason += f"; {replay}"
         event = TraceUnpaired(
             trace_id=failed.trace_id, task_key=key, reason=reason, candidates=len(candidates)
         )
@@ -386,8 +577,8 @@ def build_service(
     opener = egress_policy_opener(policy_opener, settings)
     cache, close = service_cache(policies, opener, settings.max_open_models, "critic")
     egress = settings.egress
-    oracles = Oracles(checked_env_opener(functools.partial(open_oracle_env, egress=egress), egress))
-    handlers = CriticHandlers(settings, store, cache, oracles)
+    env_opener = checked_env_opener(functools.partial(open_oracle_env, egress=egress), egress)
+    handlers = CriticHandlers(settings, store, cache, Oracles(env_opener), env_opener)
     return Service(
         name=SERVICE_NAME,
         handlers={

@@ -19,8 +19,10 @@ finished run can be re-measured at any time. Per iteration:
 - ``split``: t' = oracle shares of every critic ON THE SAME PAIRS, for the pairs with one action
   after the divergence (``"1"``: every critic names that action, so they cannot differ), with two
   or more (``"2+"``: where they can) and for all (``"all"``); each holds ``pairs`` (oracle pairs in
-  the group) and the share of ``critic`` (the run's strategy), ``reflect`` (the reflect strategy
-  with the same model: ``FirstErrorMarked.baselines``; None where a pair of the group lacks it),
+  the group) and the share of ``critic`` (the run's strategy; ``first`` by default), ``model`` (the
+  model strategy, the actor as judge: the critic itself when the run's strategy is ``model``, else
+  ``FirstErrorMarked.baselines["model"]``), ``reflect`` (the reflect strategy with the same model:
+  ``FirstErrorMarked.baselines``; None where a pair of the group lacks either),
   ``rules`` (invalid actions and loops, last action when none fires), ``direct`` (Direct-Revision:
   the last action) and ``first`` (the first action after the divergence). ``BASELINE_CRITICS``
   lists the baselines. ``versus`` holds, per baseline, the paired comparison on those same pairs:
@@ -40,7 +42,7 @@ from core.domain.critic import rule_verdicts, transition_index
 from core.domain.events import FirstErrorMarked, PairFound
 from core.domain.stats import mcnemar_exact
 
-BASELINE_CRITICS = ("reflect", "rules", "direct", "first")
+BASELINE_CRITICS = ("model", "reflect", "rules", "direct", "first")
 GROUPS = ("1", "2+", "all")
 
 
@@ -52,8 +54,10 @@ def critic_transitions(pair: PairFound, marked: FirstErrorMarked) -> dict[str, i
     """t' of the run's critic and of every baseline on ``pair`` (see the module docstring)."""
     n, shared = len(pair.bad.steps), pair.shared_steps
     reflect = marked.transition_index if marked.strategy == "reflect" else marked.baselines.get("reflect")
+    model = marked.transition_index if marked.strategy == "model" else marked.baselines.get("model")
     return {
         "critic": marked.transition_index,
+        "model": model,
         "reflect": reflect,
         "rules": transition_index(rule_verdicts(pair.bad.steps, start=shared), n, shared),
         "direct": n - 1,
@@ -240,12 +244,14 @@ def _split_markdown(metrics: dict[Any, dict[str, Any]]) -> list[str]:
     lines = [
         "",
         "t' = oracle share of each critic on the SAME pairs, by bad actions after the divergence (on a "
-        "pair with one, every critic names that action). critic: the run's strategy; reflect: the "
+        "pair with one, every critic names that action). critic: the run's strategy (first by default); "
+        "model: the actor judging each action (the paper's critic); reflect: the "
         "likelihood of a reflection after each step, same model; rules: invalid actions and loops; "
         "direct: the last action (Direct-Revision); first: the first action after the divergence.",
         "",
-        "| iteration | actions after divergence | oracle pairs | critic | reflect | rules | direct | first |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| iteration | actions after divergence | oracle pairs | critic | model | reflect | rules | direct "
+        "| first |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for iteration, m in rows:
         for group in GROUPS:

@@ -43,7 +43,13 @@ def runs_submit(
     ),
     beta: float = typer.Option(0.2, "--beta", help="Bad reward <= good reward - beta."),
     eta: float = typer.Option(0.2, "--eta", help="Agent share of the mix (paper's eta; 1 = agent only)."),
-    strategy: str = typer.Option("model", "--critic", help="Critic strategy: model, direct or rules."),
+    strategy: str = typer.Option(
+        "first",
+        "--critic",
+        help="Critic strategy: first (default: the first action after the divergence, the most accurate "
+        "measured on search pairs; the model critic is measured beside it), model, replay, direct, rules, "
+        "reflect or value (docs/critic.md).",
+    ),
     data_only: bool = typer.Option(
         False, "--data-only", help="Stop once each dataset is ready (no training)."
     ),

@@ -130,6 +130,9 @@ class RunOptions:
     # demo, 40 under --quick, no judge teaching for a --model; 0 = no judge examples at all; N > 0 with
     # a --model folder and --warm-start-steps teaches that model the judge question too)
     judge_phase_steps: int | None = None
+    # --critic: the critic strategy for the run's search pairs (default first: the first action after
+    # the divergence, docs/critic.md; a schedule with no sft iteration uses direct regardless)
+    critic: str = "first"
 
 
 @dataclass(frozen=True)
@@ -314,11 +317,17 @@ def plan_run(opts: RunOptions) -> Plan:
         archer_iterations=QUICK_ARCHER_ROUNDS if opts.quick else DEMO_ARCHER_ROUNDS,
     )
     notes += merge_notes
-    critic = schedule_critic(schedule, {"strategy": "model"})
-    if critic["strategy"] != "model":
+    from critic_service.critic import CriticConfig, CriticConfigError
+
+    try:
+        CriticConfig.from_data({"strategy": opts.critic})
+    except CriticConfigError as exc:
+        raise ValueError(f"--critic: {exc}") from None
+    critic = schedule_critic(schedule, {"strategy": opts.critic})
+    if critic["strategy"] != opts.critic:
         notes.append(
             f"critic: {critic['strategy']} (--method {','.join(schedule)} trains no SFT iteration, so "
-            "no learner reads the revision samples the model critic would shape)"
+            "no learner reads the revision samples the critic would shape)"
         )
     if opts.train_from:
         train_config["model_path"] = opts.train_from

@@ -77,6 +77,7 @@ class CallRecord:
     messages_from: int  # messages the trace's conversation already held before this call
     extends: bool  # the call continues the trace's conversation (False: kept beside it)
     cleaned: list[str] = field(default_factory=list)  # where ``storable`` replaced what jsonb cannot hold
+    environment: tuple[str, str] | None = None  # (local env URI, task id) the agent named, or None
 
 
 class RecordRejected(Exception):
@@ -304,6 +305,8 @@ class StoreSink:
                 outcome="unknown",
                 source_format=SOURCE_FORMAT,
                 external_id=record.external_id,
+                env_uri=record.environment[0] if record.environment else None,
+                env_task_id=record.environment[1] if record.environment else None,
             )
             events.append(NewEvent(stream, ingested, meta, derived_id("proxy-ingested", record.trace_id)))
         call = ModelCallRecorded(

@@ -21,7 +21,11 @@ Every answered call (status 200) is handed to the Recorder (api/proxy/recorder.p
 answer is known (for a stream: after its last chunk), grouped by api/proxy/grouping.py; the response
 carries ``X-Agentr-Trace-Id: <trace id>`` so the agent can set the outcome later with
 ``PATCH /v1/traces/{trace_id}``. Optional request headers: ``X-Agentr-Trace-Id`` (your id for the
-trace) and ``X-Agentr-Task`` (its task key); both are stripped before forwarding.
+trace), ``X-Agentr-Task`` (its task key) and ``X-Agentr-Environment`` with
+``X-Agentr-Environment-Task`` (the LOCAL environment and task the agent plays, as ``environment`` on
+``POST /v1/traces``: a failed trace that names them becomes data by itself through the replay critic;
+a malformed or remote one is refused with 400 before anything is forwarded); all are stripped before
+forwarding.
 """
 
 from __future__ import annotations
@@ -57,6 +61,31 @@ TRACE_HEADER = "x-agentr-trace-id"
 TASK_HEADER = "x-agentr-task"
 HEADER_TEXT = "^[!-~]([ -~]*[!-~])?$"
 """What the ``X-Agentr-*`` headers may hold: visible ASCII, inner spaces (HTTP strips the outer ones)."""
+ENV_HEADER = "x-agentr-environment"
+ENV_TASK_HEADER = "x-agentr-environment-task"
+
+
+def environment_headers(request: Request) -> tuple[str, str] | None:
+    """(env URI, task id) from ``X-Agentr-Environment`` / ``-Task``; ApiError 400 naming the header
+    when only one is sent, or the URI is not a local environment (api.schemas.traces)."""
+    import re
+
+    from api.schemas.traces import LOCAL_ENVIRONMENTS
+
+    uri, task = request.headers.get(ENV_HEADER), request.headers.get(ENV_TASK_HEADER)
+    if uri is None and task is None:
+        return None
+    if not uri or not task or len(task) > 200:
+        raise ApiError(
+            400, "X-Agentr-Environment and X-Agentr-Environment-Task go together (a URI and a task id)"
+        )
+    if len(uri) > 500 or re.fullmatch(LOCAL_ENVIRONMENTS, uri.strip()) is None:
+        raise ApiError(
+            400,
+            f"X-Agentr-Environment: {uri[:80]!r} is not a local environment (textcraft, sciworld, "
+            "tau2:retail|airline|mock, with URI options)",
+        )
+    return uri.strip(), task.strip()
 
 
 class ProxySettings(BaseSettings):
@@ -398,6 +427,7 @@ async def chat_completions(
     if isinstance(body, dict) and isinstance(body.get("messages"), list):
         placement = proxy.conversations.place(project_id, body["messages"], trace_header)
     task_key = task_header
+    environment = environment_headers(request)
     trace_id = placement.trace_id if placement is not None else None
 
     def record(response: dict[str, Any], stream: bool) -> None:
@@ -423,6 +453,7 @@ async def chat_completions(
                 latency_ms=round((time.perf_counter() - started) * 1000, 3),
                 messages_from=placement.messages_from,
                 extends=placement.extends,
+                environment=environment,
             )
         )
         proxy.conversations.answered(placement, answer_message(stored.response))

@@ -139,6 +139,8 @@ async def ingest_traces(
                 external_id=item.external_id,
                 critic_strategy=body.critic.strategy if body.critic is not None else None,
                 critic_model=critic_model,
+                env_uri=item.environment[0] if item.environment else None,
+                env_task_id=item.environment[1] if item.environment else None,
             )
             new_events.append(
                 new_event(

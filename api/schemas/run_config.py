@@ -79,12 +79,36 @@ class CriticSettings(_Strict):
     """Critic settings (critic_service.critic.CriticConfig)."""
 
     strategy: CriticStrategyName = Field(
-        "model",
-        description="model: the actor judges each bad action (the paper); direct: the last action "
-        "(Direct-Revision baseline); rules: invalid actions, loops and tool errors; reflect: the step "
-        "after which the actor finds a reflection most likely; value: the first step whose ArCHer "
-        "advantage is below value_threshold; first: the first action after the divergence (a baseline); "
+        "first",
+        description="first (default): the first action after the divergence, the most accurate critic "
+        "measured on search pairs (docs/critic.md); model: the actor judges each bad action (the paper); "
+        "direct: the last action (Direct-Revision baseline); rules: invalid actions, loops and tool "
+        "errors; reflect: the step after which the actor finds a reflection most likely; value: the "
+        "first step whose ArCHer advantage is below value_threshold; replay: replays the bad path in "
+        "its environment and finds the step after which continuations stop succeeding (docs/critic.md); "
         "oracle: the environment's own first-error oracle (TextCraft only; the ceiling of bench/ceiling.py).",
+    )
+    replay_policy: Literal["expert", "model"] | None = Field(
+        None,
+        description="replay: who continues each probed prefix: the environment's expert (TextCraft's "
+        "solver, tau2's gold actions; the default) or the iteration's model.",
+    )
+    replay_m: int | None = Field(
+        None, strict=True, ge=1, le=64, description="replay with the model: continuations per probe (4)."
+    )
+    replay_budget: int | None = Field(
+        None, strict=True, ge=1, le=4096, description="replay: most continuations per path (16)."
+    )
+    replay_theta: float | None = Field(
+        None, gt=0, le=1, description="replay: decisive when V(k + 1) < theta * V(start) (0.5)."
+    )
+    replay_temperature: float | None = Field(
+        None, ge=0, le=5, description="replay with the model: sampling temperature (0.7)."
+    )
+    compare_model: bool | None = Field(
+        None,
+        description="Also record the model strategy's t' on every search pair (the iteration's actor as "
+        "judge) when the run's strategy is another, for the run report's critic baselines (true).",
     )
     compare_reflect: bool | None = Field(
         None,
@@ -102,8 +126,11 @@ class CriticSettings(_Strict):
         None,
         description="value: an archer checkpoint folder holding critic/ (default: the iteration's actor).",
     )
-    plan: Literal["auto", "prefix", "batched"] | None = Field(
-        None, description="How `model` runs: auto (default), prefix reuse, or one batched call."
+    plan: Literal["auto", "prefix", "batched", "text", "whole"] | None = Field(
+        None,
+        description="How `model` runs: auto (default), prefix reuse, one batched label-scoring call, or "
+        "the model's words (text: step by step; whole: the whole trajectory at once) for a served chat "
+        "model without label log-probabilities.",
     )
     early_exit: bool | None = Field(None, description="Stop judging at the first bad verdict (true).")
     reflect_margin: float | None = Field(

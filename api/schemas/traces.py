@@ -30,6 +30,28 @@ class OutcomeIn(_Strict):
     reward: float | None = Field(None, strict=True, ge=0, le=1, description="Final reward in [0, 1].")
 
 
+LOCAL_ENVIRONMENTS = r"^(textcraft|sciworld|tau2:(retail|airline|mock))(\?[A-Za-z0-9_=&,.:-]*)?$"
+
+
+class TraceEnvironmentIn(_Strict):
+    """The environment a trace was played in, for the replay critic. Only environments that run in
+    the critic worker itself are accepted (TextCraft, ScienceWorld, tau2 domains): a remote server
+    or a python: plugin named by an uploader would make the worker connect or import on their say."""
+
+    uri: str = Field(
+        min_length=1,
+        max_length=500,
+        pattern=LOCAL_ENVIRONMENTS,
+        description="textcraft, sciworld or tau2:retail|airline|mock, with their URI options "
+        "(e.g. textcraft?max_steps=8).",
+    )
+    task_id: (
+        Annotated[str, Field(min_length=1, max_length=200)] | Annotated[int, Field(strict=True, ge=0)]
+    ) = Field(
+        description="The task's id in that environment (tau2: the task id; TextCraft: an index or goal:NAME)."
+    )
+
+
 class _TraceEnvelope(BaseModel):
     """The fields every trace format shares. A format's own fields beyond the ones described are
     passed to its importer (core.formats), which names any malformed one in its 422."""
@@ -68,6 +90,12 @@ class _TraceEnvelope(BaseModel):
         description="Free-form metadata kept with the trace: stored in its event, shown by "
         "GET /v1/traces/{id} and the listing (filter: ?metadata.KEY=VALUE), carried into its samples' "
         "provenance.",
+    )
+    environment: TraceEnvironmentIn | None = Field(
+        None,
+        description="Where the trace can be replayed: a LOCAL environment and its task. A failed trace "
+        "that names one becomes data by itself: the replay critic finds its decisive step and the "
+        "expert's alternative there (docs/critic.md, 'The replay critic').",
     )
 
 

@@ -184,8 +184,11 @@ class RunConfig:
     rows, the ablation bench/paper.py compares against; pairs and revisions are still recorded)."""
     search: dict[str, Any] = field(default_factory=dict)
     """Overrides of the search configuration (n_candidates, iterations, max_depth, c_uct, ...)."""
-    critic: dict[str, Any] = field(default_factory=lambda: {"strategy": "model"})
-    """Critic settings: ``strategy`` in model | direct | rules | reflect | value, ``plan``,
+    critic: dict[str, Any] = field(default_factory=lambda: {"strategy": "first"})
+    """Critic settings: ``strategy`` in first (the default: the first action after the divergence,
+    the most accurate critic measured on search pairs, docs/critic.md) | model | direct | rules |
+    reflect | value | replay, ``compare_model`` / ``compare_reflect`` (the model and reflect critics'
+    t' recorded beside it), ``plan``,
     ``early_exit``, ``reflect_margin``, ``value_threshold``, ``value_model`` (an archer checkpoint
     folder for ``value``; default the actor's) (critic_service.critic.CriticConfig)."""
     splice: dict[str, Any] = field(default_factory=lambda: {"verify": True, "keep_unverified": False})

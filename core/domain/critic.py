@@ -116,6 +116,53 @@ def verdict_from_text(step_index: int, text: str) -> StepVerdict:
     return StepVerdict(step_index=step_index, label=label, method="text", reason=text.strip()[:200])
 
 
+_STEP_ANSWER = re.compile(
+    r"^(?:(?:first\s+)?(?:wrong\s+)?(?:step|action)\s*(?:number|no\.?|#)?\s*[:=]?\s*)?#?(\d+)\b", re.I
+)
+_NO_ERROR = re.compile(r"^(none|no\s+(?:wrong\s+)?(?:error|step|action|mistake)s?)\b", re.I)
+
+
+def parse_first_error_answer(text: str, first: int, last: int) -> tuple[int | None, str]:
+    """A whole-trajectory judge's answer -> (the 1-based step number it names, or None, and why).
+
+    Accepted (first non-empty line, markdown emphasis stripped): a number (``3``), ``Step 3`` /
+    ``Action #3`` / ``first wrong step: 3``, a JSON object ``{"step": 3}`` (or ``first_error``,
+    ``answer``), and ``None`` / ``no error`` (no step named). A number outside ``[first, last]`` or
+    any other answer names no step, and the reason says so: it is never guessed."""
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            value = json.loads(stripped.splitlines()[0] if stripped.count("{") > 1 else stripped)
+        except json.JSONDecodeError:
+            value = None
+        if isinstance(value, dict):
+            for key in ("step", "first_error", "answer", "index"):
+                got = value.get(key)
+                if isinstance(got, int) and not isinstance(got, bool):
+                    return _in_range(got, first, last, stripped)
+                if got is None and key in value:
+                    return None, "the judge named no wrong step"
+                if isinstance(got, str):
+                    return parse_first_error_answer(got, first, last)
+        return None, f"unparsed judge answer: {stripped[:80]!r}"
+    lines = [line.strip().strip("*`_ \t") for line in stripped.splitlines() if line.strip()]
+    if not lines:
+        return None, "empty judge answer"
+    line = lines[0]
+    if _NO_ERROR.match(line):
+        return None, "the judge named no wrong step"
+    match = _STEP_ANSWER.match(line)
+    if match is None:
+        return None, f"unparsed judge answer: {line[:80]!r}"
+    return _in_range(int(match.group(1)), first, last, line)
+
+
+def _in_range(number: int, first: int, last: int, text: str) -> tuple[int | None, str]:
+    if not first <= number <= last:
+        return None, f"the judge named step {number}, outside the judged steps {first}-{last}: {text[:80]!r}"
+    return number, text[:200]
+
+
 def verdict_from_scores(step_index: int, scores: Mapping[str, float]) -> StepVerdict:
     """A StepVerdict from label log-probabilities (keys normalised to lower-case labels)."""
     label = label_from_scores(scores)

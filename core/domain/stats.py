@@ -40,6 +40,9 @@ the exact binomial tail (McNemar's exact test); items both get right or wrong sa
 controls the family-wise error rate without assuming the tests are independent): a table that
 compares one method with five others on four metrics runs twenty tests, and one of them below 0.05
 is what chance alone gives about two times in three.
+
+``wilson_interval`` is the 95% (z = 1.96) Wilson score interval of a share ``k / n`` of independent
+items: unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or 1.
 """
 
 from __future__ import annotations

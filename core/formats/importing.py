@@ -67,6 +67,7 @@ class ImportedTrace:
     source_format: str
     external_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    environment: tuple[str, str] | None = None  # (env URI, task id) the trace names: replayable there
 
 
 # --------------------------------------------------------------------------------------------
@@ -314,7 +315,8 @@ def imported(item: dict[str, Any], conversation: Conversation, fmt: str) -> Impo
     if metadata:
         provenance["metadata"] = metadata
     trajectory = dataclasses.replace(trajectory, reward=reward, provenance=provenance)
-    return ImportedTrace(task_key, trajectory, outcome, fmt, external_id, metadata)
+    environment = _environment(item.get("environment"), path)
+    return ImportedTrace(task_key, trajectory, outcome, fmt, external_id, metadata, environment)
 
 
 def trace_metadata(item: dict[str, Any], found: Any, path: str) -> dict[str, Any]:
@@ -327,6 +329,23 @@ def trace_metadata(item: dict[str, Any], found: Any, path: str) -> dict[str, Any
     if not isinstance(metadata, dict):
         raise TraceFormatError(f"{path}.metadata", "must be an object")
     return {**(found if isinstance(found, dict) else {}), **metadata}
+
+
+def _environment(value: Any, path: str) -> tuple[str, str] | None:
+    """The envelope's ``environment``: ``{"uri": ..., "task_id": ...}`` (where the trace can be
+    replayed: the replay critic's input), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TraceFormatError(f"{path}.environment", 'must be an object {"uri": ..., "task_id": ...}')
+    uri, task_id = value.get("uri"), value.get("task_id")
+    if not isinstance(uri, str) or not uri.strip():
+        raise TraceFormatError(f"{path}.environment.uri", "must be an environment URI such as tau2:retail")
+    if isinstance(task_id, int) and not isinstance(task_id, bool):
+        task_id = str(task_id)
+    if not isinstance(task_id, str) or not task_id.strip():
+        raise TraceFormatError(f"{path}.environment.task_id", "must be the task's id in that environment")
+    return uri.strip(), task_id.strip()
 
 
 def with_note(item: ImportedTrace, note: str) -> ImportedTrace:

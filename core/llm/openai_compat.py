@@ -233,6 +233,7 @@ class OpenAIPolicy(OpenAILabelScoring):
         try:
             choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
             usage_tokens = int((body.get("usage") or {}).get("completion_tokens", 0))
+            prompt_tokens = int((body.get("usage") or {}).get("prompt_tokens", 0) or 0)
             out = []
             for choice in choices:
                 content = choice["message"]["content"]
@@ -243,7 +244,8 @@ class OpenAIPolicy(OpenAILabelScoring):
                     entries = (choice.get("logprobs") or {}).get("content") or []
                     token_lps = tuple(float(e["logprob"]) for e in entries)
                 tokens = len(token_lps) if token_lps is not None else usage_tokens // max(1, len(choices))
-                out.append(Completion(content, tokens, choice.get("finish_reason") or "stop", token_lps))
+                finish = choice.get("finish_reason") or "stop"
+                out.append(Completion(content, tokens, finish, token_lps, prompt_tokens))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise self._malformed(f"chat completion ({exc})", body) from exc
         if len(out) != n:

@@ -67,6 +67,7 @@ class Completion:
     tokens: int  # generated tokens
     finish_reason: str = "stop"  # "stop" | "length"
     logprobs: tuple[float, ...] | None = None  # per generated token, when asked
+    prompt_tokens: int = 0  # the prompt's tokens as the server counted them (usage), 0 when unknown
 
 
 @runtime_checkable

@@ -95,6 +95,12 @@ class Settings(BaseSettings):
     critic_trace_strategy: str = Field(
         "rules", description="First-error strategy for production traces: rules, model or direct."
     )
+    critic_trace_plan: str = Field(
+        "auto",
+        description="How the model critic judges traces: auto (label scores), text (its words, step by "
+        "step) or whole (its words, the whole trace at once): text / whole for a served chat model "
+        "without label log-probabilities (OpenAI's API).",
+    )
     # API
     api_host: str = Field("127.0.0.1", description="Host `agentr serve` binds.")
     api_port: int = Field(8000, description="Port `agentr serve` binds.")

@@ -13,7 +13,7 @@ critic worker chooses it by name (``critic_service.critic.critique``).
 from __future__ import annotations
 
 from core.domain.events import CriticStrategyName
-from critic_service.strategies import direct, first, model, oracle, reflect, rules, value
+from critic_service.strategies import direct, first, model, oracle, reflect, replay, rules, value
 from critic_service.strategies.base import CriticConfigError, CriticOptions, CriticStrategy, Critique
 
 REGISTRY: dict[CriticStrategyName, CriticStrategy] = {
@@ -26,6 +26,7 @@ REGISTRY: dict[CriticStrategyName, CriticStrategy] = {
         value.STRATEGY,
         first.STRATEGY,
         oracle.STRATEGY,
+        replay.STRATEGY,
     )
 }
 

@@ -11,7 +11,7 @@ on; the verdict rules themselves are pure and live in ``core.domain.critic``. Th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from core.domain.events import CriticStrategyName, StepVerdict
 from core.domain.trajectory import Trajectory
@@ -31,6 +31,12 @@ class Critique:
     model_version: str = ""
     fallback: bool = False
     """No step was judged bad: t' is the last action (Direct-Revision's rule; always so for direct)."""
+    probes: tuple[Any, ...] = ()
+    """The evidence of a strategy that checks its answer (``replay``: its ``core.domain.decisive_step``
+    probes, each recorded as a ``ReplayProbed`` event)."""
+    unverified: str | None = None
+    """Why the strategy could not verify a step (``replay``: no environment, no replay, no success
+    from the start, ...); then no t' is named and the pair gets no sample."""
 
 
 class CriticOptions(Protocol):

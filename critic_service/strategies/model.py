@@ -12,6 +12,20 @@ same verdicts:
 * ``batched``: all steps' conversations in ONE ``score_labels`` call (any Policy, e.g. an
   OpenAI-compatible server).
 
+For a served chat model without label log-probabilities (OpenAI's API; any OpenAI-compatible
+endpoint), two plans read the model's TEXT answer (greedy, a few tokens), never guessing:
+
+* ``text`` (step by step): every judged step's conversation answered in words in one batched
+  ``sample`` call, parsed strictly (``core.domain.critic.verdict_from_text``: an answer that is not a
+  verdict is ``uncertain`` with the reason);
+* ``whole`` (whole trajectory): ONE conversation with the whole history and
+  ``WHOLE_JUDGE_QUESTION``, answered with a step number (``core.domain.critic.
+  parse_first_error_answer``): that step is judged bad; None or an unparsed answer judges none (t'
+  falls back to the last action, ``fallback`` recorded, the answer kept as the verdict's reason).
+
+``tokens_processed`` is then the prompt tokens (the server's ``usage.prompt_tokens``, else the
+policy's own count) plus the generated ones, per trace or pair.
+
 When no step is judged bad, t' falls back to the last action (Direct-Revision); ``Critique.fallback``
 says so and the worker records it on FirstErrorMarked. ``tokens_processed`` counts the tokens the
 model actually ran a forward pass over; each prompt fits the model's context when the policy tells
@@ -30,12 +44,14 @@ from core.domain.critic import (
     judged_range,
     label_from_scores,
     normalise_label_scores,
+    parse_first_error_answer,
     transition_index,
     verdict_from_scores,
+    verdict_from_text,
 )
 from core.domain.events import CriticStrategyName, StepVerdict
 from core.domain.trajectory import Trajectory
-from core.llm.judge_prompt import LABEL_TEXTS, judge_conversation
+from core.llm.judge_prompt import LABEL_TEXTS, judge_conversation, whole_judge_conversation
 from core.llm.ports import Policy
 from critic_service.strategies.base import CriticConfigError, CriticOptions, Critique
 from critic_service.strategies.scoring import label_token_counts, normalised_verdict, supports_prefix_reuse
@@ -95,6 +111,40 @@ async def judge_prefix(
     return verdicts, scorer.tokens_processed
 
 
+def _prompt_tokens(policy: Policy, conversation: Any, completion: Any) -> int:
+    if completion.prompt_tokens:
+        return int(completion.prompt_tokens)
+    counter = getattr(policy, "prompt_tokens", None)
+    if callable(counter):
+        return int(counter(conversation))
+    render, count = getattr(policy, "render", None), getattr(policy, "count_tokens", None)
+    if callable(render) and callable(count):
+        return int(count(render(conversation)))
+    return 0
+
+
+async def judge_text(policy: Policy, path: Trajectory, steps: Sequence[int]) -> tuple[list[StepVerdict], int]:
+    """Step by step, in words: each step's judge conversation answered greedily, parsed strictly."""
+    conversations = [judge_conversation(path, i, policy) for i in steps]
+    answers = await policy.sample(conversations, n=1, temperature=0.0, max_tokens=8)
+    verdicts, tokens = [], 0
+    for i, conversation, (answer, *_rest) in zip(steps, conversations, answers, strict=True):
+        verdicts.append(verdict_from_text(i, answer.text))
+        tokens += _prompt_tokens(policy, conversation, answer) + answer.tokens
+    return verdicts, tokens
+
+
+async def judge_whole(policy: Policy, path: Trajectory, start: int) -> tuple[list[StepVerdict], int]:
+    """The whole trajectory at once: the step the model names is bad; none named judges none."""
+    conversation = whole_judge_conversation(path, start, policy)
+    ((answer, *_rest),) = await policy.sample([conversation], n=1, temperature=0.0, max_tokens=12)
+    tokens = _prompt_tokens(policy, conversation, answer) + answer.tokens
+    number, why = parse_first_error_answer(answer.text, start + 1, len(path.steps))
+    if number is None:
+        return [StepVerdict(start, "uncertain", method="text", reason=why)], tokens
+    return [StepVerdict(number - 1, "bad", method="text", reason=why)], tokens
+
+
 @dataclass(frozen=True)
 class ModelStrategy:
     name: CriticStrategyName = "model"
@@ -112,6 +162,10 @@ class ModelStrategy:
             if not supports_prefix_reuse(policy):
                 raise CriticConfigError("critic.plan prefix needs a local HF policy (model + tokenizer)")
             got, tokens = await judge_prefix(policy, path, judged, options.early_exit)
+        elif plan == "text":
+            got, tokens = await judge_text(policy, path, judged)
+        elif plan == "whole":
+            got, tokens = await judge_whole(policy, path, shared_steps)
         else:
             got, tokens = await judge_batched(policy, path, judged)
         return Critique(

@@ -94,7 +94,7 @@ async def test_submit_read_list_and_cancel_runs(api: ApiHarness) -> None:
     assert run["status"] == "requested" and run["project_id"] == project and run["iterations"] == []
     config = RunConfig.from_data(run["config"])
     assert config.tasks == ("1", "2") and config.iterations == 2 and config.search == {"n_candidates": 2}
-    assert config.alpha_schedule == (0.5, 0.7, 1.0) and config.critic == {"strategy": "model"}
+    assert config.alpha_schedule == (0.5, 0.7, 1.0) and config.critic == {"strategy": "first"}
 
     cancelled = await api.client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "enough"}, headers=key)
     assert cancelled.status_code == 202

@@ -48,6 +48,7 @@ def test_metrics_per_iteration() -> None:
     # critic alone is right where the oracle is 5, first alone where the critic fell back but the
     # oracle is 1; against direct and rules (the last action), the critic alone where both are 1
     versus = {
+        "model": {"critic_only": 0, "baseline_only": 0, "p": 1.0},  # the critic IS the model strategy
         "rules": {"critic_only": 1, "baseline_only": 0, "p": 1.0},  # rules = the last action here
         "direct": {"critic_only": 1, "baseline_only": 0, "p": 1.0},
         "first": {"critic_only": 1, "baseline_only": 1, "p": 1.0},
@@ -66,6 +67,7 @@ def test_metrics_per_iteration() -> None:
             "1": {
                 "pairs": 0,
                 "critic": None,
+                "model": None,
                 "reflect": None,
                 "rules": None,
                 "direct": None,
@@ -75,6 +77,7 @@ def test_metrics_per_iteration() -> None:
             "2+": {
                 "pairs": 3,
                 "critic": pytest.approx(2 / 3),
+                "model": pytest.approx(2 / 3),  # the run's critic is the model strategy
                 "reflect": None,  # no reflect t' recorded on these pairs
                 "rules": pytest.approx(1 / 3),  # no rule fires: the last action
                 "direct": pytest.approx(1 / 3),
@@ -84,6 +87,7 @@ def test_metrics_per_iteration() -> None:
             "all": {
                 "pairs": 3,
                 "critic": pytest.approx(2 / 3),
+                "model": pytest.approx(2 / 3),  # the run's critic is the model strategy
                 "reflect": None,
                 "rules": pytest.approx(1 / 3),
                 "direct": pytest.approx(1 / 3),
@@ -173,6 +177,7 @@ def test_critic_against_every_baseline_split_by_actions_after_the_divergence() -
     assert split["1"] == {
         "pairs": 1,
         "critic": 1.0,
+        "model": 1.0,  # the run's critic is the model strategy
         "reflect": 1.0,
         "rules": 1.0,
         "direct": 1.0,
@@ -182,11 +187,13 @@ def test_critic_against_every_baseline_split_by_actions_after_the_divergence() -
     assert split["2+"] == {
         "pairs": 2,
         "critic": 0.5,
+        "model": 0.5,
         "reflect": 0.5,
         "rules": 1.0,
         "direct": 0.0,
         "first": 0.5,
         "versus": {
+            "model": {"critic_only": 0, "baseline_only": 0, "p": 1.0},
             "reflect": {"critic_only": 1, "baseline_only": 1, "p": 1.0},
             "rules": {"critic_only": 0, "baseline_only": 1, "p": 1.0},
             "direct": {"critic_only": 1, "baseline_only": 0, "p": 1.0},
@@ -196,13 +203,41 @@ def test_critic_against_every_baseline_split_by_actions_after_the_divergence() -
     assert split["all"]["pairs"] == 3 and split["all"]["rules"] == 1.0
     assert critic_metrics(rows)[0]["actions_after_divergence"] == {"1": 1, "3": 2}
     table = critic_markdown(critic_metrics(rows))
-    assert "| 0 | >= 2 | 2 | 0.500 | 0.500 | 1.000 | 0.000 | 0.500 |" in table
+    assert "| 0 | >= 2 | 2 | 0.500 | 0.500 | 0.500 | 1.000 | 0.000 | 0.500 |" in table
     assert "- iteration 0: 1: 1, 3: 2" in table
     assert (
-        "- iteration 0: reflect 1 / 1 (p 1.00); rules 0 / 1 (p 1.00); direct 1 / 0 (p 1.00); first 1 / 1"
-        in table
+        "- iteration 0: model 0 / 0 (p 1.00); reflect 1 / 1 (p 1.00); rules 0 / 1 (p 1.00); "
+        "direct 1 / 0 (p 1.00); first 1 / 1" in table
     )
     # the first-after-divergence strategy: its own t' is the critic column; reflect from baselines
     first = [judged([ok, invalid, ok, ok], 1, 1, 2, "first")]
     assert critic_metrics(first)[0]["split"]["2+"]["critic"] == 1.0
     assert critic_metrics(first)[0]["split"]["2+"]["reflect"] == 0.0
+
+
+def test_the_default_first_critic_is_compared_with_the_recorded_model_baseline() -> None:
+    """Under the default ``first`` critic the model critic's t' (``baselines["model"]``) is a column of
+    its own, compared pair by pair; a pair without it leaves the column unknown, never guessed."""
+    run = new_id()
+    ok = ("get 1 oak logs", "Got 1 oak logs")
+    invalid = ("craft 9 x using 1 y", "Could not find a valid recipe")
+
+    def judged(steps: list[tuple[str, str]], oracle: int, baselines: dict[str, int]):  # type: ignore[no-untyped-def]
+        bad = Trajectory("Goal: craft stick.", "Craft.", tuple(Step("t", a, o) for a, o in steps), reward=0.0)
+        pair = PairFound(new_id(), "search", "3", bad, bad, 1, run_id=run, iteration=0)
+        marked = FirstErrorMarked(pair.pair_id, "first", 1, (StepVerdict(1, "bad"),), oracle_index=oracle,
+                                  baselines=baselines)  # fmt: skip
+        return pair, marked
+
+    rows = [
+        judged([ok, invalid, ok], 1, {"model": 2}),  # first right, the model critic one step late
+        judged([ok, ok, invalid], 2, {"model": 2}),  # the model critic right, first wrong
+        judged([ok, invalid, ok, ok], 1, {"model": 3}),  # first right
+    ]
+    split = critic_metrics(rows)[0]["split"]["2+"]
+    assert split["critic"] == pytest.approx(2 / 3) and split["first"] == pytest.approx(2 / 3)
+    assert split["model"] == pytest.approx(1 / 3)
+    assert split["versus"]["model"] == {"critic_only": 2, "baseline_only": 1, "p": 1.0}
+    assert "| 0 | >= 2 | 3 | 0.667 | 0.333 |" in critic_markdown(critic_metrics(rows))
+    without = critic_metrics([*rows, judged([ok, invalid, ok], 1, {})])[0]["split"]["2+"]
+    assert without["model"] is None and "model" not in without["versus"]

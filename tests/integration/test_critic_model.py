@@ -150,3 +150,19 @@ async def test_reflect_baseline_is_the_reflect_strategys_t_prime(policy) -> None
     reflected = await critique(CriticConfig(strategy="reflect"), path, 1, policy)
     assert await reflect_baseline(CriticConfig(), path, 1, policy) == {"reflect": reflected.transition_index}
     assert 1 <= reflected.transition_index <= 4
+
+
+async def test_model_baseline_is_the_model_strategys_t_prime_beside_the_default(policy) -> None:  # type: ignore[no-untyped-def]
+    """FirstErrorMarked.baselines["model"]: under the default ``first`` critic the model strategy's t'
+    on the same path with the same (real, tiny) model, so the model critic stays measured."""
+    from critic_service.critic import model_baseline
+
+    path = _path(5)
+    assert CriticConfig().strategy == "first" and CriticConfig.from_data({}).strategy == "first"
+    judged = await critique(CriticConfig(strategy="model"), path, 1, policy)
+    assert await model_baseline(CriticConfig(), path, 1, policy) == {"model": judged.transition_index}
+    assert await model_baseline(CriticConfig(compare_model=False), path, 1, policy) == {}
+    assert await model_baseline(CriticConfig(strategy="model"), path, 1, policy) == {}  # it is the critic
+    assert await model_baseline(CriticConfig(), path, 1, None) == {}  # no model at hand: none recorded
+    assert CriticConfig().needs_actor
+    assert not CriticConfig(compare_model=False, compare_reflect=False).needs_actor

@@ -124,6 +124,7 @@ async def _search_run(
     tree_goods: tuple[tuple[str, ...], ...] = (),
     tree_goods_cut: int = 0,
     critic: str = "rules",
+    default_critic: bool = False,
 ) -> tuple[Any, ...]:
     """A run whose iteration 0 has one completed tree with one TextCraft pair (rules critic);
     ``good_steps_cut``: the good path loses that many last steps but keeps its logged reward, so
@@ -150,6 +151,8 @@ async def _search_run(
         for leaf in leaves
     ]
     config = RunConfig(env=ENV_URI, critic={"strategy": critic}, splice=splice)
+    if default_critic:  # the run config's own default critic
+        config = RunConfig(env=ENV_URI, splice=splice)
     meta = Metadata(project_id=project)
     pair_id = derived_id("pair", tree_id, 0)
     await store.append(
@@ -250,6 +253,27 @@ async def test_the_oracle_critic_splices_at_the_oracles_first_error(stack) -> No
     (revision,) = _events(pair_events, RevisionMaterialized)
     assert revision.verified is True and revision.sample.provenance["critic_strategy"] == "oracle"
     assert revision.sample.provenance["transition_index"] == shared + 1
+
+
+async def test_the_default_critic_of_a_search_pair_is_first_after_divergence(stack) -> None:  # type: ignore[no-untyped-def]
+    """The run config's default critic names the first action after the divergence; a model that
+    cannot be opened for the model / reflect baselines records none and blocks nothing."""
+    store, settle = stack
+    assert RunConfig().critic == {"strategy": "first"}
+    run_id, pair_id, bad, good, shared = await _search_run(
+        store,
+        {"verify": True, "keep_unverified": False},
+        model_ref="/nonexistent/agentr-model",
+        wrong=("inventory", "craft 1 golden apple using 8 gold ingot, 1 apple"),
+        default_critic=True,
+    )
+    await settle()
+    pair_events = await store.read_stream(pair_stream(pair_id))
+    (marked,) = _events(pair_events, FirstErrorMarked)
+    assert (marked.strategy, marked.transition_index, marked.fallback) == ("first", shared, False)
+    assert marked.baselines == {} and marked.oracle_index == shared  # inventory: no progress
+    (revision,) = _events(pair_events, RevisionMaterialized)
+    assert revision.verified is True and revision.revision_length == 1
 
 
 async def test_traces_are_critiqued_paired_and_spliced(stack) -> None:  # type: ignore[no-untyped-def]

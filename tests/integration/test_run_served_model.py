@@ -54,7 +54,9 @@ def test_data_only_run_against_a_served_model(served: tuple[str, Path, str], tmp
     base, server_log, _folder = served
     home = tmp_path / "home"
     proc = subprocess.run(
-        [AGENTR, "run", "--quick", "--data-only", "--iterations", "1", "--model", f"{base}#{NAME}"],
+        # the model critic (not the default first-after-divergence): its scoring over the server is tested
+        [AGENTR, "run", "--quick", "--data-only", "--iterations", "1", "--model", f"{base}#{NAME}"]
+        + ["--critic", "model"],
         env=_env(home),
         capture_output=True,
         text=True,

@@ -374,3 +374,29 @@ async def test_store_down_during_calls_answers_and_loses_nothing(proxied: Proxie
     ]
     ingested = [r.event for r in await proxied.store.read_stream(trace_stream(trace_id))]
     assert sum(isinstance(e, TraceIngested) for e in ingested) == 1
+
+
+async def test_the_environment_headers_name_where_the_trace_can_be_replayed(proxied: Proxied) -> None:
+    """``X-Agentr-Environment`` + ``-Task``: the recorded trace names its local environment and task
+    (the replay critic's input once its outcome is failure); a remote or half-given one is a 400
+    naming the header, and nothing is forwarded or recorded."""
+    params: dict[str, Any] = {"model": MODEL, "max_tokens": 4, "seed": 5}
+    headers = {"X-Agentr-Environment": "textcraft?max_steps=8", "X-Agentr-Environment-Task": "goal:stick"}
+    raw = await proxied.agent().chat.completions.with_raw_response.create(
+        messages=[SYSTEM, USER], extra_headers=headers, **params
+    )
+    trace_id = raw.headers["x-agentr-trace-id"]
+    await proxied.runtime.recorder.flush()
+    events = [r.event for r in await proxied.store.read_stream(trace_stream(trace_id))]
+    (ingested,) = [e for e in events if isinstance(e, TraceIngested)]
+    assert (ingested.env_uri, ingested.env_task_id) == ("textcraft?max_steps=8", "goal:stick")
+    remote = "agentgym+http://10.0.0.1:8000/textcraft"
+    for bad, named in (
+        ({"X-Agentr-Environment": remote, "X-Agentr-Environment-Task": "1"}, "not a local environment"),
+        ({"X-Agentr-Environment": "tau2:retail"}, "go together"),
+    ):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await proxied.agent().chat.completions.create(
+                messages=[SYSTEM, USER], extra_headers=bad, **params
+            )
+        assert named in refused.value.response.text and "X-Agentr-Environment" in refused.value.response.text

@@ -144,3 +144,21 @@ def test_rules_find_loops_but_not_a_single_repeat() -> None:
     assert list(loop_starts(cycle)) == [3]
     verdicts = rule_verdicts(cycle, start=1)
     assert transition_index(verdicts, n_steps=6, shared_steps=1) == 3
+
+
+def test_a_whole_trajectory_answer_names_a_step_or_none_never_a_guess() -> None:
+    from core.domain.critic import parse_first_error_answer
+
+    for text in ("3", "Step 3", "**Step 3**", "step: 3.", "Action #3 was wrong", '{"step": 3}',
+                 "first wrong step: 3", '{"first_error": "Step 3"}'):  # fmt: skip
+        assert parse_first_error_answer(text, 2, 5)[0] == 3, text
+    for text in ("None", "no error", "No wrong step.", '{"step": null}'):
+        number, why = parse_first_error_answer(text, 2, 5)
+        assert number is None and "no wrong step" in why, text
+    number, why = parse_first_error_answer("7", 2, 5)
+    assert number is None and "outside the judged steps 2-5" in why
+    number, why = parse_first_error_answer("1", 2, 5)  # before the divergence
+    assert number is None and "outside" in why
+    for text in ("", "I think the craft was bad", "Good", "{not json"):
+        number, why = parse_first_error_answer(text, 1, 5)
+        assert number is None and ("unparsed" in why or "empty" in why), text

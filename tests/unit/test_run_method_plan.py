@@ -89,7 +89,7 @@ def test_judge_mix_with_no_sft_iteration_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("quick", [True, False])
 def test_each_learner_trains_on_the_plans_sft_budget(quick: bool) -> None:
     sft = plan_run(RunOptions(quick=quick)).config
-    assert "method" not in sft["train"] and sft["critic"] == {"strategy": "model"}  # unchanged default
+    assert "method" not in sft["train"] and sft["critic"] == {"strategy": "first"}  # the default
     budget = sft["train"]
     dpo = plan_run(RunOptions(quick=quick, method=("dpo",))).config
     assert dpo["train"] == {
@@ -148,7 +148,7 @@ def test_bench_arms_use_the_same_rule() -> None:
 def test_a_schedule_merges_one_train_section_and_says_what_it_decided() -> None:
     plan = plan_run(RunOptions(method=("sft", "dpo"), iterations=2))
     train = plan.config["train"]
-    assert train["method"] == ["sft", "dpo"] and plan.config["critic"] == {"strategy": "model"}
+    assert train["method"] == ["sft", "dpo"] and plan.config["critic"] == {"strategy": "first"}
     sft = plan_run(RunOptions()).config["train"]
     assert {k: train[k] for k in sft} == sft  # SFT (scheduled first) trains exactly as alone
     assert train["warmup"] == 0.0  # SFT's default, DPO's own choice too: no note
@@ -169,7 +169,7 @@ def test_a_schedule_merges_one_train_section_and_says_what_it_decided() -> None:
     assert cut.config["train"]["method"] == ["sft", "dpo"]
     assert any("archer never trains" in note for note in cut.notes)
     single = plan_run(RunOptions(method=("sft", "dpo"), iterations=1))
-    assert single.config["train"] == sft and single.config["critic"] == {"strategy": "model"}
+    assert single.config["train"] == sft and single.config["critic"] == {"strategy": "first"}
 
 
 def test_a_served_model_keeps_its_weights_folder_under_every_learner() -> None:

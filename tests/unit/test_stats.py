@@ -178,3 +178,17 @@ def test_minimal_detectable_effect_by_hand() -> None:
     assert minimal_detectable_effect(0.0, 10) == 0.0
     with pytest.raises(ValueError, match="sd must be >= 0"):
         minimal_detectable_effect(-1.0, 10)
+
+
+def test_wilson_interval_stays_inside_zero_and_one() -> None:
+    from core.domain.stats import wilson_interval
+
+    interval = wilson_interval(86, 93)  # docs/critic.md: first-after-divergence at iteration 0
+    assert (round(interval.low or 0, 2), round(interval.high or 0, 2)) == (0.85, 0.96)
+    assert interval.mean == pytest.approx(86 / 93) and interval.n == 93
+    none, all_ = wilson_interval(0, 10), wilson_interval(10, 10)
+    assert none.low == 0.0 and 0.2 < (none.high or 0) < 0.3
+    assert all_.high == 1.0 and 0.7 < (all_.low or 0) < 0.8
+    assert wilson_interval(0, 0).mean is None
+    with pytest.raises(ValueError, match="successes <= n"):
+        wilson_interval(3, 2)

@@ -24,7 +24,7 @@ class FirstErrorMarked(DomainEvent):
     tokens_processed: int = 0
     fallback: bool = False  # no step judged bad: t' fell back to the last action (Direct-Revision)
     oracle_index: int | None = None  # the environment oracle's first error (None: no oracle / none)
-    baselines: dict[str, int] = field(default_factory=dict)  # t' of baseline critics (reflect) on the pair
+    baselines: dict[str, int] = field(default_factory=dict)  # t' of baseline critics (reflect, model)
 
 
 @upcaster("FirstErrorMarked", 1)
@@ -35,6 +35,23 @@ def _first_error_marked_v1(data: dict[str, Any]) -> dict[str, Any]:
     data["fallback"] = data.get("strategy") == "direct" or not judged_bad
     data["oracle_index"] = None
     return data
+
+
+@register
+@dataclass(frozen=True)
+class ReplayProbed(DomainEvent):
+    """One probe of the replay critic (``core.domain.decisive_step``): the bad path's first
+    ``prefix_steps`` actions replayed from the task's reset, then ``m`` continuations by ``policy``;
+    the evidence behind a ``replay`` verdict, in the order the search asked for it."""
+
+    pair_id: str
+    prefix_steps: int
+    policy: str  # textcraft-solver | tau2-gold (the environment's expert) or a model reference
+    m: int
+    successes: int
+    spent: int  # continuations actually run (0 where the replayed prefix already ended the episode)
+    continuations: tuple[tuple[str, ...], ...] = ()  # each continuation's actions after the prefix
+    rewards: tuple[float, ...] = ()  # each continuation's final reward
 
 
 @register

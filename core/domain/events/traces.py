@@ -25,6 +25,8 @@ class TraceIngested(DomainEvent):
     external_id: str | None = None
     critic_strategy: str | None = None  # the upload's critic choice (None: the critic worker's settings)
     critic_model: str | None = None
+    env_uri: str | None = None  # the environment the trace can be replayed in (POST /v1/traces environment)
+    env_task_id: str | None = None  # its task there
 
 
 @register
@@ -94,6 +96,7 @@ class TraceCritiqued(DomainEvent):
     transition_index: int | None  # None: no error found
     verdicts: tuple[StepVerdict, ...]
     model_version: str = ""
+    tokens_processed: int = 0  # tokens the judging model read and wrote for this trace (0: no model)
 
 
 @register

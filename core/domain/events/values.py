@@ -22,7 +22,7 @@ class NodeRecord:
     valid: bool = True
 
 
-CriticStrategyName = Literal["model", "direct", "rules", "reflect", "value", "first", "oracle"]
+CriticStrategyName = Literal["model", "direct", "rules", "reflect", "value", "first", "oracle", "replay"]
 """Who judged a bad path: the registered critic strategies (``critic_service.strategies.REGISTRY``
 holds one module per name; tests/unit/test_critic_strategies.py checks the two agree)."""
 
@@ -34,5 +34,5 @@ class StepVerdict:
     step_index: int  # index into the bad trajectory's steps
     label: Literal["good", "bad", "uncertain"]
     scores: dict[str, float] = field(default_factory=dict)  # label -> log-probability
-    method: Literal["scores", "text", "rule", "direct", "reflection", "first", "oracle"] = "scores"
+    method: Literal["scores", "text", "rule", "direct", "reflection", "first", "oracle", "replay"] = "scores"
     reason: str = ""
