@@ -37,7 +37,9 @@ from core.domain.events import (
 )
 from core.domain.good_samples import trajectory_to_sample
 from core.domain.ids import dataset_stream
+from core.domain.serde import from_dict
 from core.domain.trace_datasets import (
+    DatasetEntry,
     DatasetManifest,
     DatasetQuery,
     SampleFacts,
@@ -152,15 +154,40 @@ async def plan(
     return dataclasses.replace(manifest, warnings=(warning,)) if warning else manifest
 
 
+_ENTRY_KEYS = frozenset(f.name for f in dataclasses.fields(DatasetEntry))
+
+
+def manifest_from_data(data: dict[str, Any]) -> DatasetManifest:
+    """A stored manifest decoded. Its entries (up to 100,000) are built directly, since the generic
+    ``from_dict`` would cost more than the download they list; the rest goes through ``from_dict``
+    (as does everything when an entry is not of the known shape)."""
+    entries: list[DatasetEntry] = []
+    try:
+        for e in data["entries"]:
+            if not e.keys() <= _ENTRY_KEYS:
+                break
+            entries.append(DatasetEntry(e["sample_id"], e["kind"], e["position"], e.get("template_id")))
+        else:
+            head: DatasetManifest = from_dict(DatasetManifest, {**data, "entries": []})
+            return dataclasses.replace(head, entries=tuple(entries))
+    except (KeyError, TypeError, AttributeError):
+        pass
+    manifest: DatasetManifest = from_dict(DatasetManifest, data)
+    return manifest
+
+
 def created_event(project_id: str, manifest: DatasetManifest) -> tuple[DatasetCreated, str]:
     return DatasetCreated(manifest.dataset_id, project_id, manifest), dataset_stream(manifest.dataset_id)
 
 
 async def read_manifest(store: Any, dataset_id: str) -> DatasetManifest:
     for recorded in await store.read_stream(dataset_stream(dataset_id)):
-        if isinstance(recorded.event, DatasetCreated):
-            manifest: DatasetManifest = recorded.event.manifest
-            return manifest
+        if recorded.event_type != DatasetCreated.__name__:
+            continue
+        if recorded.event_version == DatasetCreated.event_version:
+            return manifest_from_data(recorded.data["manifest"])
+        manifest: DatasetManifest = recorded.event.manifest  # an older version: upcast
+        return manifest
     raise DatasetReadError(f"dataset {dataset_id}: no DatasetCreated event in {dataset_stream(dataset_id)}")
 
 

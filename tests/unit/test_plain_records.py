@@ -114,3 +114,26 @@ def test_loads_reads_what_json_reads() -> None:
         "[9223372036854775807, 18446744073709551616, -9223372036854775809]",
     ]:
         assert loads(text) == json.loads(text)
+
+
+def test_manifest_read_directly_equals_the_generic_decoding() -> None:
+    from api.trace_datasets import manifest_from_data
+    from core.domain.trace_datasets import DatasetEntry, DatasetManifest, DatasetQuery
+
+    manifest = DatasetManifest(
+        dataset_id="d1",
+        name="refunds",
+        version=2,
+        query=DatasetQuery(kinds=("revision",), task_keys=("a", "b"), include_reasoning=True),
+        log_position=99,
+        entries=(DatasetEntry("s1", "revision", 7, "r01"), DatasetEntry("s2", "good", 9)),
+        code_version="agentr test",
+        warnings=("no tools",),
+    )
+    data = json.loads(json.dumps(to_dict(manifest)))
+    assert manifest_from_data(data) == from_dict(DatasetManifest, data) == manifest
+    odd = {**data, "entries": [{**data["entries"][0], "extra": 1}]}  # unknown key: the generic path
+    with pytest.raises(ValueError, match="unknown field"):
+        from_dict(DatasetManifest, odd)
+    with pytest.raises(ValueError, match="unknown field"):
+        manifest_from_data(odd)
