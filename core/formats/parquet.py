@@ -92,7 +92,20 @@ def parquet_batch(samples: Sequence[TrainingSample | dict[str, Any]], schema: An
     call_args: list[str] = []
     call_offsets = [0]
     offsets = [0]
-    for sample in samples:
+    plain_columns = all(isinstance(sample, dict) for sample in samples)
+    if plain_columns:  # plain stored samples only: each column in one pass
+        plain: list[dict[str, Any]] = list(samples)  # type: ignore[arg-type]
+        flat = [d for stored in plain for d in stored["messages"]]
+        columns["role"] = [d["role"] for d in flat]
+        columns["content"] = [d["content"] for d in flat]
+        columns["weight"] = [d.get("weight", 0) for d in flat]
+        columns["id"] = [d.get("tool_call_id") for d in flat]
+        columns["mname"] = [d.get("name") for d in flat]
+        columns["reasoning"] = [d.get("reasoning", "") for d in flat]
+        call_offsets = [0] * (len(flat) + 1)  # plain messages call no tools
+        for stored in plain:
+            offsets.append(offsets[-1] + len(stored["messages"]))
+    for sample in () if plain_columns else samples:
         if isinstance(sample, dict):  # a plain stored sample (core.formats.records.is_plain)
             for d in sample["messages"]:
                 columns["role"].append(d["role"])
