@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -117,7 +117,7 @@ def row_to_sample(row: Any) -> TrainingSample:
 
 async def prefetched(
     fetch: Callable[[Any], Awaitable[Sequence[Any]]], next_key: Callable[[Sequence[Any]], Any], page_size: int
-) -> AsyncIterator[Sequence[Any]]:
+) -> AsyncGenerator[Sequence[Any], None]:
     """Pages of rows, each asked for while the caller still encodes the one before it.
 
     ``fetch(key)`` reads one page after ``key`` (``None``: the first); ``next_key(rows)`` is the
@@ -170,18 +170,22 @@ async def iter_dataset(
         async with engine.connect() as conn:
             return (await conn.execute(query)).all()
 
-    async for rows in prefetched(fetch, lambda rows: (rows[-1][2], rows[-1][0]), page_size):
-        for sample_id, kind, _position, text in rows:
-            data = loads(text)
-            if plain and kind != "good" and is_plain(data):
-                if data["kind"] == "good" and (data.get("reward") is None or data["reward"] < alpha):
+    # aclosing: a download the client leaves closes the page reader too (no query left running)
+    async with contextlib.aclosing(
+        prefetched(fetch, lambda rows: (rows[-1][2], rows[-1][0]), page_size)
+    ) as pages:
+        async for rows in pages:
+            for sample_id, kind, _position, text in rows:
+                data = loads(text)
+                if plain and kind != "good" and is_plain(data):
+                    if data["kind"] == "good" and (data.get("reward") is None or data["reward"] < alpha):
+                        continue
+                    yield data
                     continue
-                yield data
-                continue
-            sample = row_to_sample({"sample_id": sample_id, "kind": kind, "data": data})
-            if sample.kind == "good" and (sample.reward is None or sample.reward < alpha):
-                continue
-            yield sample
+                sample = row_to_sample({"sample_id": sample_id, "kind": kind, "data": data})
+                if sample.kind == "good" and (sample.reward is None or sample.reward < alpha):
+                    continue
+                yield sample
 
 
 async def jsonl_bytes(samples_iter: AsyncIterator[Any], fmt: str) -> AsyncIterator[bytes]:

@@ -17,6 +17,7 @@ query the same way as the build and lists what would differ.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC
@@ -254,25 +255,26 @@ async def iter_dataset_samples(
             rows = (await conn.execute(query)).all()
         return [(first, page, rows)]
 
-    async for pages in prefetched(fetch, lambda pages: pages[0][0] + page_size, 1):
-        for _start, page, rows in pages:
-            by_position = {row[0]: row for row in rows}
-            for entry in page:
-                row = by_position.get(entry.position)
-                sample = None
-                if row is not None:
-                    data = loads(row[3])
-                    stored = _plain_stored(row[1], row[2], data, fold) if plain else None
-                    if stored is not None and stored["sample_id"] == entry.sample_id:
-                        yield stored
-                        continue
-                    sample = stored_sample(row[1], row[2], data)
-                if sample is None or sample.sample_id != entry.sample_id:
-                    raise DatasetReadError(
-                        f"dataset {manifest.dataset_id}: event {entry.position} does not hold "
-                        f"sample {entry.sample_id}"
-                    )
-                yield fold_reasoning(sample) if fold else sample
+    async with contextlib.aclosing(prefetched(fetch, lambda pages: pages[0][0] + page_size, 1)) as reader:
+        async for pages in reader:
+            for _start, page, rows in pages:
+                by_position = {row[0]: row for row in rows}
+                for entry in page:
+                    row = by_position.get(entry.position)
+                    sample = None
+                    if row is not None:
+                        data = loads(row[3])
+                        stored = _plain_stored(row[1], row[2], data, fold) if plain else None
+                        if stored is not None and stored["sample_id"] == entry.sample_id:
+                            yield stored
+                            continue
+                        sample = stored_sample(row[1], row[2], data)
+                    if sample is None or sample.sample_id != entry.sample_id:
+                        raise DatasetReadError(
+                            f"dataset {manifest.dataset_id}: event {entry.position} does not hold "
+                            f"sample {entry.sample_id}"
+                        )
+                    yield fold_reasoning(sample) if fold else sample
 
 
 async def rebuild_problems(engine: AsyncEngine, project_id: str, manifest: DatasetManifest) -> Sequence[str]:
