@@ -1,15 +1,22 @@
 """Owns streaming an iteration's dataset out of the store: keyset pages in, export bytes out.
 
 The rows come from the ``samples`` read model in pages of ``page_size`` ordered by (event
-position, sample id), each page its own short query, so neither the database nor this process
-ever holds the whole dataset. Rows are turned into TrainingSamples (good trajectories become
-samples with every assistant turn trained on; only those with reward >= the iteration's alpha are
-part of the dataset, as in core.domain.datasets) and written with the export writers of
-core.formats.export (OpenAI JSONL, ShareGPT JSONL). Parquet uses the same module's schema and
-columnar batch builder (``parquet_schema`` / ``parquet_batch``): one writer for the response, one
-row group per page, written into an in-memory sink that is drained after every group. The app's
-lifespan calls ``warm_up`` so that pyarrow's one-time start (on its first conversion it imports
-pandas, about half a second) happens at start-up, not inside the first Parquet download.
+position, sample id), each page its own short query (a range scan of the samples (run_id,
+iteration, position, sample_id) index), so neither the database nor this process ever holds the
+whole dataset; the next page is fetched while this one is encoded (``prefetched``, also used by
+api.trace_datasets). The data is read as JSON text and parsed with orjson (core.formats.export
+``loads``). Rows become TrainingSamples (good trajectories become samples with every assistant
+turn trained on; only those with reward >= the iteration's alpha are part of the dataset, as in
+core.domain.datasets), except that a plain stored sample (core.formats.records ``is_plain``: text
+messages, no tool calls, no tools) is passed on as its dict when the caller asks (``plain``):
+``jsonl_bytes`` turns it into its record with the ``*_plain`` builders and ``parquet_bytes`` into
+its columns, the same bytes the TrainingSample would give, without building one. Lines are
+encoded with ``dumps_line`` (orjson, byte-identical to ``json.dumps``). Parquet uses
+core.formats.export's schema and columnar batch builder (``parquet_schema`` / ``parquet_batch``):
+one writer for the response, one row group per page, written into an in-memory sink that is
+drained after every group. The app's lifespan calls ``warm_up`` so that pyarrow's one-time start
+(on its first conversion it imports pandas, about half a second) happens at start-up, not inside
+the first Parquet download.
 
 General chat data is not included: it is the user's own file, mixed in at training time (the
 iteration's manifest records which of its lines were used).

@@ -10,7 +10,9 @@ version of that name in the ``datasets`` read model.
 Read (``iter_dataset_samples``): the manifest's entries, ``page_size`` at a time, are fetched from
 the EVENT LOG by position (not from a read model) and decoded into TrainingSamples in manifest
 order (with each assistant message's reasoning folded into its content when the stored query has
-``include_reasoning``). A dataset's downloads are therefore byte-identical for the life of the
+``include_reasoning``); events of the current version decode only their sample, plain samples
+pass on as their dicts (api.datasets), and the manifest's entries are decoded directly
+(``manifest_from_data``). A dataset's downloads are therefore byte-identical for the life of the
 log, and survive a rebuild of every projection. ``rebuild_problems`` re-evaluates the stored
 query the same way as the build and lists what would differ.
 """
