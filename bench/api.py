@@ -376,13 +376,13 @@ async def _compare(
         )
 
 
-async def main(quick: bool, limit_only: bool = False) -> None:
+async def main(quick: bool, limit_only: bool = False, rows: int | None = None) -> None:
     import uvicorn
 
     from api.app import create_app
     from core.runtime.settings import Settings
 
-    rows = 3_000 if quick else 100_000
+    rows = rows or (3_000 if quick else 100_000)
     name = "agentr_bench_" + uuid.uuid4().hex[:10]
     await _admin(f'CREATE DATABASE "{name}"')
     base_dsn = ADMIN_DSN.rsplit("/", 1)[0]
@@ -444,5 +444,10 @@ if __name__ == "__main__":
     )
     parser.add_argument("--quick", action="store_true", help="3,000 rows; finishes in about a minute.")
     parser.add_argument("--limit-only", action="store_true", help="Only the per-key request limit line.")
+    parser.add_argument(
+        "--rows", type=int, default=None, help="Rows to seed and export (default 3,000 quick, else 100,000)."
+    )
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.quick, arguments.limit_only))
+    if arguments.rows is not None and not 1 <= arguments.rows <= 100_000:
+        parser.error("--rows must be between 1 and 100000 (the most a named dataset holds)")
+    asyncio.run(main(arguments.quick, arguments.limit_only, arguments.rows))
