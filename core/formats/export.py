@@ -69,6 +69,10 @@ FORMATS: tuple[str, ...] = ("openai", "sharegpt", "samples")
 
 _DIGITS_ONLY = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))  # every digit "0", the rest blank
 _LONG_DIGITS = b"0" * 19  # after the translation: a run of 19 or more digits
+# dataclasses and datetimes are not JSON to ``json``: orjson must refuse them too, not encode them
+_ORJSON_OPTIONS = (
+    orjson.OPT_APPEND_NEWLINE | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+)
 
 
 def _dumps(obj: Any) -> str:
@@ -86,8 +90,8 @@ def dumps_line(obj: Any) -> bytes:
     any refused value are encoded by ``json`` instead, so the output never depends on the encoder.
     """
     try:
-        out = orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
-    except TypeError:  # orjson.JSONEncodeError: a value only json can encode
+        out = orjson.dumps(obj, option=_ORJSON_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError: a value json encodes (or refuses) its own way
         return _json_line(obj)
     if b"e-" in out or b"0.0000" in out:
         return _json_line(obj)

@@ -106,6 +106,16 @@ def test_dumps_line_is_byte_identical_to_json_dumps(value: Any) -> None:
     assert dumps_line(value) == _json_line(value)
 
 
+def test_dumps_line_refuses_what_json_refuses() -> None:
+    from datetime import UTC, datetime
+
+    for value in ({"at": datetime(2026, 1, 1, tzinfo=UTC)}, {"m": Message("user", "x")}):
+        with pytest.raises(TypeError):
+            json.dumps(value)
+        with pytest.raises(TypeError):
+            dumps_line(value)
+
+
 def test_loads_reads_what_json_reads() -> None:
     for text in [
         '{"a": 123456789012345678901234567890}',
