@@ -20,7 +20,9 @@ read back with one row per sample.
 
 Prints one JSON line per format: {"metric", "ours", "baseline", "unit": "rows/s", "ratio"}.
 ``--quick`` uses 3,000 rows (about a minute); the default is 100,000 (the most a named dataset
-holds).
+holds); ``--rows N`` any count up to that. The rows are seeded through the store, projections
+included, which dominates a large run (about 10,000 rows in 6 minutes on the shared 2-core
+machine: the default run takes about an hour there).
 
 Rejected-auth cost (issue 18): the same server answers requests presenting a WRONG secret, on a
 known key prefix (ours: one scrypt against the stored hash) and on an unknown prefix (baseline:
