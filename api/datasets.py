@@ -1,15 +1,22 @@
 """Owns streaming an iteration's dataset out of the store: keyset pages in, export bytes out.
 
 The rows come from the ``samples`` read model in pages of ``page_size`` ordered by (event
-position, sample id), each page its own short query, so neither the database nor this process
-ever holds the whole dataset. Rows are turned into TrainingSamples (good trajectories become
-samples with every assistant turn trained on; only those with reward >= the iteration's alpha are
-part of the dataset, as in core.domain.datasets) and written with the export writers of
-core.formats.export (OpenAI JSONL, ShareGPT JSONL). Parquet uses the same module's schema and
-columnar batch builder (``parquet_schema`` / ``parquet_batch``): one writer for the response, one
-row group per page, written into an in-memory sink that is drained after every group. The app's
-lifespan calls ``warm_up`` so that pyarrow's one-time start (on its first conversion it imports
-pandas, about half a second) happens at start-up, not inside the first Parquet download.
+position, sample id), each page its own short query (a range scan of the samples (run_id,
+iteration, position, sample_id) index), so neither the database nor this process ever holds the
+whole dataset; the next page is fetched while this one is encoded (``prefetched``, also used by
+api.trace_datasets). The data is read as JSON text and parsed with orjson (core.formats.export
+``loads``). Rows become TrainingSamples (good trajectories become samples with every assistant
+turn trained on; only those with reward >= the iteration's alpha are part of the dataset, as in
+core.domain.datasets), except that a plain stored sample (core.formats.records ``is_plain``: text
+messages, no tool calls, no tools) is passed on as its dict when the caller asks (``plain``):
+``jsonl_bytes`` turns it into its record with the ``*_plain`` builders and ``parquet_bytes`` into
+its columns, the same bytes the TrainingSample would give, without building one. Lines are
+encoded with ``dumps_line`` (orjson, byte-identical to ``json.dumps``). Parquet uses
+core.formats.export's schema and columnar batch builder (``parquet_schema`` / ``parquet_batch``):
+one writer for the response, one row group per page, written into an in-memory sink that is
+drained after every group. The app's lifespan calls ``warm_up`` so that pyarrow's one-time start
+(on its first conversion it imports pandas, about half a second) happens at start-up, not inside
+the first Parquet download.
 
 General chat data is not included: it is the user's own file, mixed in at training time (the
 iteration's manifest records which of its lines were used).
@@ -17,19 +24,22 @@ iteration's manifest records which of its lines were used).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from sqlalchemy import select
+from sqlalchemy import Text, cast, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.domain.good_samples import trajectory_to_sample
 from core.domain.serde import from_dict
 from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
-from core.formats.export import aiter_lines, parquet_batch, parquet_schema
+from core.formats.export import dumps_line, loads, parquet_batch, parquet_schema, record_fn
+from core.formats.records import PLAIN_RECORD, is_plain
 from core.store.tables import samples
 
 DEFAULT_PAGE_SIZE = 500
@@ -69,7 +79,7 @@ def _step(s: dict[str, Any]) -> Step:
     return Step(**s)
 
 
-def _training_sample(data: dict[str, Any]) -> TrainingSample:
+def training_sample(data: dict[str, Any]) -> TrainingSample:
     """Decode a stored TrainingSample. The generic ``from_dict`` costs most of an export's time, so
     rows of the known shape (messages without tool calls) take a direct path; anything else goes
     through ``from_dict``."""
@@ -88,7 +98,7 @@ def _training_sample(data: dict[str, Any]) -> TrainingSample:
     return from_dict(TrainingSample, data)
 
 
-def _trajectory(data: dict[str, Any]) -> Trajectory:
+def trajectory(data: dict[str, Any]) -> Trajectory:
     if data.keys() <= _TRAJECTORY_KEYS:
         try:
             return Trajectory(
@@ -108,8 +118,32 @@ def _trajectory(data: dict[str, Any]) -> Trajectory:
 def row_to_sample(row: Any) -> TrainingSample:
     """A ``samples`` row as a TrainingSample (kind good rows hold a Trajectory)."""
     if row["kind"] == "good":
-        return trajectory_to_sample(_trajectory(row["data"]), row["sample_id"])
-    return _training_sample(row["data"])
+        return trajectory_to_sample(trajectory(row["data"]), row["sample_id"])
+    return training_sample(row["data"])
+
+
+async def prefetched(
+    fetch: Callable[[Any], Awaitable[Sequence[Any]]], next_key: Callable[[Sequence[Any]], Any], page_size: int
+) -> AsyncGenerator[Sequence[Any], None]:
+    """Pages of rows, each asked for while the caller still encodes the one before it.
+
+    ``fetch(key)`` reads one page after ``key`` (``None``: the first); ``next_key(rows)`` is the
+    key after a full page. The database works on page n+1 while this process turns page n into
+    bytes, so a download pays the slower of the two, not their sum. A page shorter than
+    ``page_size`` is the last."""
+    pending: asyncio.Task[Sequence[Any]] | None = asyncio.ensure_future(fetch(None))
+    try:
+        while pending is not None:
+            rows = await pending
+            pending = None
+            if len(rows) >= page_size:
+                pending = asyncio.ensure_future(fetch(next_key(rows)))
+            yield rows
+    finally:
+        if pending is not None:  # the client went away: do not leave the query behind
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
 
 
 async def iter_dataset(
@@ -120,37 +154,63 @@ async def iter_dataset(
     iteration: int,
     alpha: float,
     page_size: int = DEFAULT_PAGE_SIZE,
-) -> AsyncIterator[TrainingSample]:
-    """The iteration's agent samples in position order, fetched ``page_size`` rows at a time."""
-    last: tuple[int, str] | None = None
-    while True:
-        query = select(samples.c.sample_id, samples.c.kind, samples.c.position, samples.c.data).where(
+    plain: bool = False,
+) -> AsyncIterator[Any]:
+    """The iteration's agent samples in position order, fetched ``page_size`` rows at a time: each
+    page one short query (a range scan of the samples (run_id, iteration, position, sample_id)
+    index), the next read while this one is encoded (``prefetched``). The data comes as JSON text
+    and is parsed with orjson. With ``plain``, a plain stored sample (core.formats.records.is_plain)
+    is yielded as its dict, for the encoders of ``jsonl_bytes`` / ``parquet_bytes``; every other
+    row as a TrainingSample."""
+
+    async def fetch(last: tuple[int, str] | None) -> Sequence[Any]:
+        query = select(
+            samples.c.sample_id, samples.c.kind, samples.c.position, cast(samples.c.data, Text)
+        ).where(
             samples.c.project_id == project_id,
             samples.c.run_id == run_id,
             samples.c.iteration == iteration,
         )
         if last is not None:
-            query = query.where(
-                (samples.c.position > last[0])
-                | ((samples.c.position == last[0]) & (samples.c.sample_id > last[1]))
-            )
+            query = query.where(tuple_(samples.c.position, samples.c.sample_id) > tuple_(*last))
         query = query.order_by(samples.c.position, samples.c.sample_id).limit(page_size)
         async with engine.connect() as conn:
-            rows = (await conn.execute(query)).mappings().all()
-        for row in rows:
-            sample = row_to_sample(row)
-            if sample.kind == "good" and (sample.reward is None or sample.reward < alpha):
-                continue
-            yield sample
-        if len(rows) < page_size:
-            return
-        last = (rows[-1]["position"], rows[-1]["sample_id"])
+            return (await conn.execute(query)).all()
+
+    # aclosing: a download the client leaves closes the page reader too (no query left running)
+    async with contextlib.aclosing(
+        prefetched(fetch, lambda rows: (rows[-1][2], rows[-1][0]), page_size)
+    ) as pages:
+        async for rows in pages:
+            for sample_id, kind, _position, text in rows:
+                data = loads(text)
+                if plain and kind != "good" and is_plain(data):
+                    if data["kind"] == "good" and (data.get("reward") is None or data["reward"] < alpha):
+                        continue
+                    yield data
+                    continue
+                sample = row_to_sample({"sample_id": sample_id, "kind": kind, "data": data})
+                if sample.kind == "good" and (sample.reward is None or sample.reward < alpha):
+                    continue
+                yield sample
 
 
-async def jsonl_bytes(samples_iter: AsyncIterator[TrainingSample], fmt: str) -> AsyncIterator[bytes]:
-    """OpenAI or ShareGPT JSONL, batched into chunks of about 64 KiB."""
-    async for chunk in chunked(aiter_lines(samples_iter, fmt)):
-        yield chunk
+async def jsonl_bytes(samples_iter: AsyncIterator[Any], fmt: str) -> AsyncIterator[bytes]:
+    """OpenAI, ShareGPT or samples JSONL (one ``dumps_line`` per sample), batched into chunks of
+    about 64 KiB. Each item is a TrainingSample or a plain stored sample dict (same record)."""
+    record = record_fn(fmt)
+    plain_record = PLAIN_RECORD[fmt]
+    buffer: list[bytes] = []
+    size = 0
+    async for sample in samples_iter:
+        line = dumps_line(plain_record(sample) if isinstance(sample, dict) else record(sample))
+        buffer.append(line)
+        size += len(line)
+        if size >= 65536:
+            yield b"".join(buffer)
+            buffer, size = [], 0
+    if buffer:
+        yield b"".join(buffer)
 
 
 async def chunked(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
@@ -208,13 +268,14 @@ def warm_up() -> None:
 
 
 async def parquet_bytes(
-    samples_iter: AsyncIterator[TrainingSample], row_group_size: int = DEFAULT_PAGE_SIZE
+    samples_iter: AsyncIterator[Any], row_group_size: int = DEFAULT_PAGE_SIZE
 ) -> AsyncIterator[bytes]:
-    """A Parquet file, sent one row group at a time (then the footer)."""
+    """A Parquet file, sent one row group at a time (then the footer). Each item is a
+    TrainingSample or a plain stored sample dict (``parquet_batch`` takes both)."""
     schema = parquet_schema()
     sink = _DrainSink()
     writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema)
-    chunk: list[TrainingSample] = []
+    chunk: list[Any] = []
     try:
         async for sample in samples_iter:
             chunk.append(sample)

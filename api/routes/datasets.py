@@ -158,7 +158,12 @@ async def download_dataset(
         body = await model_exports.model_export_body(format, _count(samples, svc, format), tokenizer)
     else:
         samples = iter_dataset(
-            svc.store.engine, project_id=project_id, run_id=run_id, iteration=iteration, alpha=it["alpha"]
+            svc.store.engine,
+            project_id=project_id,
+            run_id=run_id,
+            iteration=iteration,
+            alpha=it["alpha"],
+            plain=True,  # plain stored samples go to the encoders as their dicts
         )
         counted = _count(samples, svc, format)
         body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
@@ -309,7 +314,7 @@ async def download_named_dataset(
         samples = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
         body = await model_exports.model_export_body(format, samples, tokenizer)
     else:
-        counted = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
+        counted = _count(builds.iter_dataset_samples(svc.store.engine, manifest, plain=True), svc, format)
         body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
     media_type, suffix = _MEDIA[format]
     name = f"{row['name']}-v{row['version']}-{format}.{suffix}"

@@ -26,6 +26,8 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, It
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
 from core.domain.serde import from_dict
 from core.domain.trajectory import TrainingSample
 from core.formats.parquet import iter_parquet, parquet_batch, parquet_schema, write_parquet
@@ -46,6 +48,9 @@ __all__ = [
     "general_record_to_sample",
     "iter_lines",
     "iter_parquet",
+    "loads",
+    "dumps_line",
+    "record_fn",
     "openai_record",
     "parquet_batch",
     "parquet_schema",
@@ -62,8 +67,53 @@ ExportFormat = Literal["openai", "sharegpt", "samples"]
 FORMATS: tuple[str, ...] = ("openai", "sharegpt", "samples")
 
 
+_DIGITS_ONLY = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))  # every digit "0", the rest blank
+_LONG_DIGITS = b"0" * 19  # after the translation: a run of 19 or more digits
+# dataclasses and datetimes are not JSON to ``json``: orjson must refuse them too, not encode them
+_ORJSON_OPTIONS = (
+    orjson.OPT_APPEND_NEWLINE | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+)
+
+
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
+    return dumps_line(obj).decode()
+
+
+def dumps_line(obj: Any) -> bytes:
+    """``obj`` as one compact JSON line in UTF-8, byte for byte what
+    ``json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\\n"`` gives.
+
+    orjson writes the same bytes for strings, integers, booleans, null and most floats; it differs
+    only on floats below 1e-4 (``0.00001`` / ``1e-7`` where ``json`` writes ``1e-05`` / ``1e-07``)
+    and refuses what it cannot encode (integers beyond 64 bits, lone surrogates). A line with a
+    ``0.0000`` or ``e-`` anywhere (such a float, or a string that merely contains the text) and
+    any refused value are encoded by ``json`` instead, so the output never depends on the encoder.
+    """
+    try:
+        out = orjson.dumps(obj, option=_ORJSON_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError: a value json encodes (or refuses) its own way
+        return _json_line(obj)
+    if b"e-" in out or b"0.0000" in out:
+        return _json_line(obj)
+    return out
+
+
+def _json_line(obj: Any) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSON text read from the store: orjson, except for text with a run of 19 or more
+    digits (orjson reads an integer beyond 64 bits as a float; ``json`` keeps it exact), so both
+    paths read the same values. (The digit-run test is a byte translation and a substring
+    search: a regular expression would cost more than the parse.)"""
+    data = text.encode() if isinstance(text, str) else text
+    if _LONG_DIGITS not in data.translate(_DIGITS_ONLY):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass  # let json raise (or read) it with its own message
+    return json.loads(text)
 
 
 _RECORD: dict[str, Callable[[TrainingSample], dict[str, Any]]] = {
@@ -85,6 +135,11 @@ def iter_lines(samples: Iterable[TrainingSample], fmt: ExportFormat | str) -> It
     record = _record_fn(fmt)
     for s in samples:
         yield _dumps(record(s))
+
+
+def record_fn(fmt: ExportFormat | str) -> Callable[[TrainingSample], dict[str, Any]]:
+    """The record builder of ``fmt`` (openai, sharegpt or samples)."""
+    return _record_fn(fmt)
 
 
 async def aiter_lines(samples: AsyncIterable[TrainingSample], fmt: ExportFormat | str) -> AsyncIterator[str]:

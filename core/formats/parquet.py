@@ -58,8 +58,23 @@ def parquet_schema() -> Any:
     )
 
 
-def parquet_batch(samples: Sequence[TrainingSample], schema: Any | None = None) -> Any:
+def _field(sample: TrainingSample | dict[str, Any], name: str) -> Any:
+    """A sample-level field of a TrainingSample or of a plain stored sample dict (its defaults)."""
+    if not isinstance(sample, dict):
+        return getattr(sample, name)
+    if name in ("sample_id", "kind"):
+        return sample[name]
+    if name == "reward":
+        return sample.get("reward")
+    if name == "provenance":
+        return sample.get("provenance") or {}
+    return tuple(sample.get("tools") or ())
+
+
+def parquet_batch(samples: Sequence[TrainingSample | dict[str, Any]], schema: Any | None = None) -> Any:
     """``samples`` as one ``pyarrow.RecordBatch`` of ``parquet_schema()``, built column by column.
+    A sample is a TrainingSample or a plain stored sample dict (``core.formats.records.is_plain``),
+    which gives the same row as the TrainingSample it decodes to.
 
     The nested columns are assembled from flat arrays plus list offsets, so no per-message Python
     dict is made and pyarrow never infers nested Python objects.
@@ -77,7 +92,31 @@ def parquet_batch(samples: Sequence[TrainingSample], schema: Any | None = None) 
     call_args: list[str] = []
     call_offsets = [0]
     offsets = [0]
-    for sample in samples:
+    plain_columns = all(isinstance(sample, dict) for sample in samples)
+    if plain_columns:  # plain stored samples only: each column in one pass
+        plain: list[dict[str, Any]] = list(samples)  # type: ignore[arg-type]
+        flat = [d for stored in plain for d in stored["messages"]]
+        columns["role"] = [d["role"] for d in flat]
+        columns["content"] = [d["content"] for d in flat]
+        columns["weight"] = [d.get("weight", 0) for d in flat]
+        columns["id"] = [d.get("tool_call_id") for d in flat]
+        columns["mname"] = [d.get("name") for d in flat]
+        columns["reasoning"] = [d.get("reasoning", "") for d in flat]
+        call_offsets = [0] * (len(flat) + 1)  # plain messages call no tools
+        for stored in plain:
+            offsets.append(offsets[-1] + len(stored["messages"]))
+    for sample in () if plain_columns else samples:
+        if isinstance(sample, dict):  # a plain stored sample (core.formats.records.is_plain)
+            for d in sample["messages"]:
+                columns["role"].append(d["role"])
+                columns["content"].append(d["content"])
+                columns["weight"].append(d.get("weight", 0))
+                columns["id"].append(d.get("tool_call_id"))
+                columns["mname"].append(d.get("name"))
+                columns["reasoning"].append(d.get("reasoning", ""))
+                call_offsets.append(len(call_ids))
+            offsets.append(len(columns["role"]))
+            continue
         for m in sample.messages:
             columns["role"].append(m.role)
             columns["content"].append(m.content)
@@ -121,12 +160,12 @@ def parquet_batch(samples: Sequence[TrainingSample], schema: Any | None = None) 
     )
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([s.sample_id for s in samples], pa.string()),
-            pa.array([s.kind for s in samples], pa.string()),
-            pa.array([s.reward for s in samples], pa.float64()),
+            pa.array([_field(s, "sample_id") for s in samples], pa.string()),
+            pa.array([_field(s, "kind") for s in samples], pa.string()),
+            pa.array([_field(s, "reward") for s in samples], pa.float64()),
             messages,
-            pa.array([_json(s.provenance) for s in samples], pa.string()),
-            pa.array([_json(list(s.tools)) for s in samples], pa.string()),
+            pa.array([_json(_field(s, "provenance")) for s in samples], pa.string()),
+            pa.array([_json(list(_field(s, "tools"))) for s in samples], pa.string()),
         ],
         schema=schema,
     )

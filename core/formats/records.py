@@ -186,6 +186,100 @@ def samples_record(sample: TrainingSample) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
+# Plain stored samples: records straight from the decoded JSON (dataset downloads)
+# --------------------------------------------------------------------------------------------
+# Most stored samples are plain: text messages of system / user / assistant, no tool calls, no
+# tool definitions. A download turns those into records directly from the dict the store holds,
+# without building a TrainingSample and its Messages first; the ``*_plain`` builders give exactly
+# the record ``openai_record`` / ``sharegpt_record`` / ``samples_record`` give for the decoded
+# sample (tests/unit/test_plain_records.py compares them). Anything else is not plain and takes
+# the TrainingSample path.
+
+_PLAIN_ROLES = frozenset({"system", "user", "assistant"})
+_PLAIN_SAMPLE_KEYS = frozenset({"sample_id", "kind", "messages", "reward", "provenance", "tools"})
+_PLAIN_MESSAGE_KEYS = frozenset(
+    {"role", "content", "weight", "tool_call_id", "name", "reasoning", "tool_calls", "why"}
+)
+
+
+def is_plain(data: Any) -> bool:
+    """Whether a stored TrainingSample dict is plain (see above): every message a dict of the known
+    keys with a system / user / assistant role and content, no tool calls, no tools."""
+    if not isinstance(data, dict) or not data.keys() <= _PLAIN_SAMPLE_KEYS or data.get("tools"):
+        return False
+    messages = data.get("messages")
+    if "sample_id" not in data or "kind" not in data or not isinstance(messages, list):
+        return False
+    for m in messages:
+        if (
+            not isinstance(m, dict)
+            or m.get("role") not in _PLAIN_ROLES
+            or "content" not in m
+            or m.get("tool_calls")
+            or not m.keys() <= _PLAIN_MESSAGE_KEYS
+        ):
+            return False
+    return True
+
+
+def openai_plain(data: dict[str, Any]) -> dict[str, Any]:
+    """``openai_record`` of a plain stored sample (``is_plain``)."""
+    msgs: list[dict[str, Any]] = []
+    for m in data["messages"]:
+        role = m["role"]
+        rec: dict[str, Any] = {"role": role, "content": m["content"]}
+        if m.get("name"):
+            rec["name"] = m["name"]
+        if role == "assistant":
+            rec["weight"] = 1 if m.get("weight", 0) else 0
+        msgs.append(rec)
+    return {"messages": msgs}
+
+
+def sharegpt_plain(data: dict[str, Any]) -> dict[str, Any]:
+    """``sharegpt_record`` of a plain stored sample (``is_plain``)."""
+    conv: list[dict[str, Any]] = []
+    for m in data["messages"]:
+        role = m["role"]
+        turn = {
+            "from": _TO_SHAREGPT[role],
+            "value": m["content"],
+            "loss": bool(m.get("weight", 0)) if role == "assistant" else None,
+        }
+        if m.get("name"):
+            turn["name"] = m["name"]
+        conv.append(turn)
+    return {"id": data["sample_id"], "conversations": conv}
+
+
+def samples_plain(data: dict[str, Any]) -> dict[str, Any]:
+    """``samples_record`` of a plain stored sample (``is_plain``): every field, defaults filled in."""
+    return {
+        "sample_id": data["sample_id"],
+        "kind": data["kind"],
+        "messages": [
+            {
+                "role": m["role"],
+                "content": m["content"],
+                "weight": m.get("weight", 0),
+                "tool_calls": [],
+                "tool_call_id": m.get("tool_call_id"),
+                "name": m.get("name"),
+                "reasoning": m.get("reasoning", ""),
+                "why": m.get("why", ""),
+            }
+            for m in data["messages"]
+        ],
+        "reward": data.get("reward"),
+        "provenance": data.get("provenance") or {},
+        "tools": [],
+    }
+
+
+PLAIN_RECORD = {"openai": openai_plain, "sharegpt": sharegpt_plain, "samples": samples_plain}
+
+
+# --------------------------------------------------------------------------------------------
 # Reading records back (general chat data)
 # --------------------------------------------------------------------------------------------
 

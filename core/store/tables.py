@@ -254,6 +254,8 @@ samples = Table(
     Column("template_id", String(64), nullable=True),
     Column("revision_length", Integer, nullable=True),
     Index(None, "run_id", "iteration", "kind"),
+    # an iteration's dataset download reads its rows in keyset pages of (position, sample_id)
+    Index(None, "run_id", "iteration", "position", "sample_id"),
 )
 
 traces = Table(
