@@ -4,8 +4,8 @@ A dataset download (api.datasets.iter_dataset) reads an iteration's rows in keys
 (position, sample id). With only the (run_id, iteration, kind) index every page scanned and sorted
 the whole iteration, so a download cost pages x rows; this index makes each page a range scan.
 
-Revision ID: 0006_samples_export_index
-Revises: 0005_traces_metadata
+Revision ID: 0007_samples_export_index
+Revises: 0006_events_project
 Create Date: 2027-01-20 09:00:00
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0006_samples_export_index"
-down_revision: str | None = "0005_traces_metadata"
+revision: str = "0007_samples_export_index"
+down_revision: str | None = "0006_events_project"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
