@@ -183,6 +183,10 @@ class Worker:
                     if not self._inflight:
                         break
                     await self._wait_for_a_slot()
+        except asyncio.CancelledError:  # run() itself cancelled: its handlers go too (no drain wait)
+            for task in self._inflight:
+                task.cancel()
+            raise
         finally:
             await self._drain()
             heartbeat.cancel()
