@@ -86,7 +86,11 @@ PLUGIN_DIR = Path("/usr/local/lib/docker/cli-plugins")
 KILL_DEADLINE_S = 600  # a run whose trainer was killed completes within this much of the kill
 CANCEL_DEADLINE_S = 30  # a cancelled run's training stops within this
 # short timeouts a user could set in .env, so a killed worker's messages come back quickly
-CHECK_SETTINGS = {"AGENTR_RECLAIM_IDLE_MS": "10000", "AGENTR_LOG_LEVEL": "INFO"}
+CHECK_SETTINGS = {
+    "AGENTR_RECLAIM_IDLE_MS": "10000",
+    "AGENTR_TRAIN_HEARTBEAT_TIMEOUT_S": "30",
+    "AGENTR_LOG_LEVEL": "INFO",
+}
 TRACE_TASK = "compose-check-refund"
 
 T = TypeVar("T")
@@ -398,7 +402,7 @@ def base_images(sh: Shell, work: Path, reuse: bool) -> tuple[bool, str]:
         for image in ("python:3.11-slim", "postgres:16-alpine"):
             sh.run(["docker", "pull", "-q", image], timeout=600)
         return False, "pulled from Docker Hub"
-    reason = tail(pulled.stderr, 1)
+    reason = tail(pulled.stderr, 1).removeprefix("Error response from daemon: ")[:120]
     todo = []
     for dockerfile, tag in BASE_IMAGES.values():
         labels = image_labels(sh, tag)
@@ -587,6 +591,54 @@ plan = plan_run(RunOptions(quick=True, iterations=1, seed=0, warm_start_steps=20
 ref = prepare_model(plan, Path("/data"), 0)
 print("CONFIG " + json.dumps(dict(plan.config, model=ref)))
 """
+MODEL_CACHE = Path("/var/tmp/agentr-compose-check-models")  # --reuse only
+
+
+def prepare_model(dep: Deployment, reuse: bool) -> tuple[dict[str, Any], str]:
+    """(the quick run's config, detail): the tiny model built and warm-started into /data/models by
+    ``agentr run --quick``'s own functions (as tests/e2e/helpers.py's ``quick_tiny_model``), in a
+    one-off container of the ``trainer`` service. With ``--reuse`` the models folder is kept in
+    MODEL_CACHE on the host between calls (a model found there is not made again)."""
+    t0 = time.monotonic()
+    args = ["run", "--rm", "--no-deps", "-T"]
+    command = ["python", "-c", MODEL_SCRIPT]
+    if reuse:
+        MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+        os.chown(MODEL_CACHE, 10001, 10001)  # the images' user `agentr`
+        args += ["-v", f"{MODEL_CACHE}:/cache"]
+        script = 'mkdir -p /data/models && cp -a /cache/. /data/models/ && python -c "$0" '
+        script += "&& cp -a /data/models/. /cache/"
+        command = ["sh", "-c", script, MODEL_SCRIPT]
+    done = dep.compose(*args, "trainer", *command, timeout=1800)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("CONFIG ")), None)
+    expect(line, f"the model script printed no config:\n{tail(done.stdout + done.stderr, 20)}")
+    assert line is not None
+    config = json.loads(line.removeprefix("CONFIG "))
+    return config, f"{config['model']} in {time.monotonic() - t0:.0f} s (begun with the services)"
+
+
+class Background:
+    """``fn()`` in a thread; ``result()`` waits for its value or raises its exception."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._value = fn()
+        except BaseException as exc:
+            self._error = exc
+
+    def result(self, timeout: float) -> Any:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise CheckFailed(f"still running after {timeout:.0f} s")
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def quick_config(base: dict[str, Any], **train: Any) -> dict[str, Any]:
@@ -871,6 +923,8 @@ def run_steps(ctx: Context) -> None:
         ctx.dep = dep = Deployment(sh, files, env_file, port, admin_key)
         dep.compose("up", "-d", "--no-build")
         t0 = time.monotonic()
+        # the model is made in a one-off container while the services start (they need none of it)
+        model = Background(lambda: prepare_model(dep, ctx.args.reuse))
         summary = wait_for("every service to be healthy", lambda: dep.healthy({s: 1 for s in SERVICES}), 300)
         info["detail"] = f"{summary} healthy {time.monotonic() - t0:.0f} s after up; API on 127.0.0.1:{port}"
     dep = ctx.dep
@@ -878,18 +932,13 @@ def run_steps(ctx: Context) -> None:
     with steps.step("migrate again: exits 0, changes nothing") as info:
         assert dep is not None
         before = dep.psql("select version_num from alembic_version")
-        again = dep.compose("run", "--rm", "--no-deps", "migrate")
+        dep.compose("run", "--rm", "--no-deps", "migrate")
         after = dep.psql("select version_num from alembic_version")
         expect(before == after, f"the schema version moved: {before} -> {after}")
-        info["detail"] = f"at {after[0][0]}; {tail(again.stdout + again.stderr, 1)}"
+        info["detail"] = f"the schema stays at revision {after[0][0]}"
     with steps.step("model: a warm-started tiny model in /data/models", critical=True) as info:
-        assert dep is not None
-        done = dep.compose(
-            "run", "--rm", "--no-deps", "-T", "trainer", "python", "-c", MODEL_SCRIPT, timeout=900
-        )
-        line = next(x for x in done.stdout.splitlines() if x.startswith("CONFIG "))
-        ctx.config = json.loads(line.removeprefix("CONFIG "))
-        info["detail"] = ctx.config["model"]
+        ctx.config, detail = model.result(timeout=1800)
+        info["detail"] = detail
     readme_flow(ctx)
     disturbed_run(ctx)
     cancelled_run(ctx)
