@@ -9,13 +9,20 @@ The task ``agentr.train_iteration`` trains one iteration from a dataset FILE (th
 of ``core.formats.export`` or its Parquet) into a checkpoint folder and returns
 ``{"checkpoint", "metrics", "reused"}``; appending ``ModelTrained`` is the caller's business.
 
-* acks_late + reject_on_worker_lost: a worker that dies mid-training leaves the message to be
-  redelivered; the retry then reuses a checkpoint that was completed (``existing_checkpoint``).
+* a trainer that dies mid-job: the job holds a lease in Redis that a thread of its trainer refreshes
+  (``train_service.train_jobs``); once it expires, the train worker that waits on the job queues it
+  again under the same task id (``train_service.runs``), so a fresh trainer takes it within
+  ``AGENTR_TRAIN_HEARTBEAT_TIMEOUT_S``. acks_late + reject_on_worker_lost, with the broker's
+  visibility timeout ``AGENTR_TRAIN_VISIBILITY_TIMEOUT_S``, remain the backstop. Every delivery is
+  safe to run again: a copy whose job another live trainer holds, or that already finished
+  (``done:{task}``), trains nothing; a retry reuses a completed checkpoint (``existing_checkpoint``).
 * retries: transient failures (``TransientTrainingError``, connection errors) retry with backoff,
   up to 3 times; bad input (empty dataset, missing file, bad template) fails at once.
 * cancel: ``cancel_training`` revokes the task (a queued one is never started) and raises a Redis
   flag that the running task polls after each optimizer step, so it also stops under ``--pool solo``;
-  a cancelled task ends in state REVOKED and writes no checkpoint.
+  the run's own flag (``TrainJobs.cancel_run``, raised when the run is cancelled) stops every job of
+  the run, and a job delivered after it does nothing; a cancelled task ends in state REVOKED and
+  writes no checkpoint.
 * ``run_inline`` runs the same function in-process (single-process / embedded mode).
 * launcher: ``launch={"launcher": "torchrun", "nproc_per_node": N}`` makes the task a dispatcher of
   a torchrun process group (``train_service.launcher``); keep the worker on ``--pool solo``.
@@ -35,12 +42,12 @@ from celery.result import AsyncResult
 
 from core.runtime.settings import Settings, load_settings
 from core.runtime.torch_threads import in_training_phase
+from train_service.train_jobs import TrainJobs
 
 log = logging.getLogger(__name__)
 
 TASK_NAME = "agentr.train_iteration"
 TRAIN_QUEUE = "train"
-CANCEL_TTL_S = 24 * 3600
 
 
 class TransientTrainingError(RuntimeError):
@@ -130,21 +137,11 @@ def run_train_iteration(
 run_inline = run_train_iteration
 
 
-def cancel_key(settings: Settings, task_id: str) -> str:
-    return f"{settings.redis_prefix}:train:cancel:{task_id}"
-
-
-def _redis_client(settings: Settings) -> Any:
-    import redis
-
-    if not settings.redis_url:
-        raise RuntimeError("AGENTR_REDIS_URL is not set: Celery training needs Redis")
-    return redis.Redis.from_url(settings.redis_url, socket_timeout=10)
-
-
-def _cancel_poller(settings: Settings, task_id: str, every_s: float = 1.0) -> Callable[[], bool]:
-    client = _redis_client(settings)
-    key = cancel_key(settings, task_id)
+def _cancel_poller(
+    jobs: TrainJobs, task_id: str, run_id: str | None, every_s: float = 1.0
+) -> Callable[[], bool]:
+    """``should_stop`` for the learners: the task's or the run's cancel flag, read at most every
+    ``every_s`` seconds."""
     last = [0.0]
 
     def should_stop() -> bool:
@@ -153,12 +150,21 @@ def _cancel_poller(settings: Settings, task_id: str, every_s: float = 1.0) -> Ca
             return False
         last[0] = now
         try:
-            return bool(client.exists(key))
+            return jobs.stop_requested(task_id, run_id)
         except Exception as exc:  # a Redis hiccup must not kill a long training run
-            log.warning("could not check the cancel flag %s: %s", key, exc)
+            log.warning("could not check the cancel flags of task %s: %s", task_id, exc)
             return False
 
     return should_stop
+
+
+def _revoked(task: Task, message: str) -> Ignore:
+    """Record the task as REVOKED (what ``AsyncResult.get`` raises as TaskRevokedError)."""
+    task.update_state(
+        state=states.REVOKED,
+        meta={"exc_type": "TaskRevokedError", "exc_module": "celery.exceptions", "exc_message": message},
+    )
+    return Ignore()
 
 
 def make_celery(settings: Settings | None = None) -> Celery:
@@ -179,7 +185,10 @@ def make_celery(settings: Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"global_keyprefix": prefix, "visibility_timeout": 12 * 3600},
+        broker_transport_options={
+            "global_keyprefix": prefix,
+            "visibility_timeout": settings.train_visibility_timeout_s,
+        },
         result_backend_transport_options={"global_keyprefix": prefix},
         result_expires=7 * 24 * 3600,
     )
@@ -211,23 +220,33 @@ def make_celery(settings: Settings | None = None) -> Celery:
             if task_id:
                 self.update_state(state="PROGRESS", meta={"step": step, "max_steps": max_steps, "loss": loss})
 
+        jobs = TrainJobs(settings)
+        run_id = job.get("run_id")
+        if jobs.run_cancelled(run_id):
+            log.info("run %s was cancelled: task %s trains nothing", run_id, task_id)
+            raise _revoked(self, f"run {run_id} was cancelled")
+        done = jobs.finished(task_id)
+        if done is not None:  # a late copy of a finished job (the broker's backstop re-send)
+            log.info("task %s already finished; returning its result", task_id)
+            return done
+        lease = jobs.lease(task_id)
+        if not lease.acquire():  # a copy of a job that a live trainer is running
+            log.info("task %s is running on %s; this copy trains nothing", task_id, lease.held_by())
+            raise Ignore()
+        lease.start()
         try:
-            return run_train_iteration(
+            result = run_train_iteration(
                 **job,
-                should_stop=_cancel_poller(settings, task_id) if task_id else None,
+                should_stop=_cancel_poller(jobs, task_id, run_id),
                 on_step=progress,
             )
+            jobs.mark_finished(task_id, result)
+            return result
         except TrainingCancelled as exc:
             log.info("%s", exc)
-            self.update_state(
-                state=states.REVOKED,
-                meta={
-                    "exc_type": "TaskRevokedError",
-                    "exc_module": "celery.exceptions",
-                    "exc_message": str(exc),
-                },
-            )
-            raise Ignore() from exc
+            raise _revoked(self, str(exc)) from exc
+        finally:
+            lease.release()
 
     return app
 
@@ -271,7 +290,7 @@ def submit_training(
 def cancel_training(app: Celery, task_id: str, settings: Settings | None = None) -> None:
     """Cancel a queued or running training task (see the module docstring)."""
     settings = settings or load_settings()
-    _redis_client(settings).set(cancel_key(settings, task_id), "1", ex=CANCEL_TTL_S)
+    TrainJobs(settings).cancel_task(task_id)
     app.control.revoke(task_id)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -73,6 +74,10 @@ def _open_policy(ref: str) -> Policy:
     return open_policy(ref)
 
 
+def _task_state(result: Any) -> str:
+    return str(result.state)  # a read from the result backend
+
+
 def select_tasks(env: Env, explicit: tuple[str, ...], split: str, cap: int | None) -> list[str]:
     ids = list(explicit) if explicit else list(env.task_ids(split))
     if cap is not None:
@@ -104,6 +109,7 @@ class RunEffects(RunDatasets):
         self.on_eval = on_eval
         self.before_training = before_training
         self._celery: Any = None
+        self._jobs: Any = None
 
     # ---------------------------------------------------------------------------- tasks
     async def task_ids(self, config: RunConfig) -> list[str]:
@@ -238,26 +244,121 @@ class RunEffects(RunDatasets):
         }
         return ModelTrained(run_id, iteration, effect.dataset_id, str(result["checkpoint"]), metrics)
 
-    async def _train_with_celery(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _train_jobs(self) -> Any:
+        if self._jobs is None:
+            from train_service.train_jobs import TrainJobs
+
+            self._jobs = TrainJobs(self.settings)
+        return self._jobs
+
+    def train_task_id(self, run_id: str, iteration: int, dataset_id: str) -> str:
+        """The Celery task id of an iteration's training job (a resubmission keeps it)."""
+        return derived_id("train-task", run_id, iteration, dataset_id)
+
+    async def _run_ended(self, run_id: str) -> bool:
+        from core.domain.ids import run_stream
+        from core.domain.runs import fold
+
+        history = await self.store.read_stream(run_stream(run_id))
+        return fold(run_id, [r.event for r in history]).terminal
+
+    async def stop_run_training(self, run_id: str, task_ids: Sequence[str] = ()) -> None:
+        """The run ended (cancelled): its training jobs stop, queued ones never start (Celery mode;
+        inline training belongs to the process that runs the whole loop)."""
+        if self.inline_training:
+            return
+        from train_service.celery_app import cancel_training
+
+        jobs = self._train_jobs()
+        await asyncio.to_thread(jobs.cancel_run, run_id)
+        for task_id in task_ids:
+            await asyncio.to_thread(cancel_training, self._celery_app(), task_id, self.settings)
+        log.info("run %s ended: its training jobs were told to stop", run_id)
+
+    async def _submit(self, task_id: str, kwargs: dict[str, Any]) -> Any:
         from train_service.celery_app import submit_training
 
         app = self._celery_app()
-        task_id = derived_id("train-task", kwargs["run_id"], kwargs["iteration"], kwargs["dataset_id"])
+        attempt = await asyncio.to_thread(self._train_jobs().count_attempt, task_id)
+        log.info("run %s iteration %s: training job %s queued (attempt %d)", kwargs["run_id"],
+                 kwargs["iteration"], task_id, attempt)  # fmt: skip
+        return await asyncio.to_thread(lambda: submit_training(app, task_id=task_id, **kwargs))
+
+    async def _train_with_celery(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Queue the job (unless it is known already) and wait for its result, watching that its
+        trainer lives (``train_service.train_jobs``: a lost job is queued again, at most
+        ``train_max_attempts`` times in all), that the run has not ended (then the job is stopped)
+        and ``train_timeout_s``. Only this run's handler waits: the worker handles others meanwhile."""
+        from celery import states
+
+        settings = self.settings
+        app = self._celery_app()
+        jobs = self._train_jobs()
+        run_id = kwargs["run_id"]
+        task_id = self.train_task_id(run_id, kwargs["iteration"], kwargs["dataset_id"])
         result = app.AsyncResult(task_id)
-        if result.state == "PENDING":
+        state = await asyncio.to_thread(_task_state, result)
+        if state == states.PENDING:
             # never submitted (or unknown to the backend): submit under the derived task id; a
-            # duplicate submission reuses the complete checkpoint of the same dataset
-            result = await asyncio.to_thread(lambda: submit_training(app, task_id=task_id, **kwargs))
-        while not result.ready():
-            info = result.info if result.state == "PROGRESS" else None
-            if self.on_train_step and isinstance(info, dict):
-                self.on_train_step(int(info.get("step", 0)), int(info.get("max_steps", 0)), info.get("loss"))
-            await asyncio.sleep(1.0)
-        if result.state == "SUCCESS":
+            # duplicate submission of a queued job trains once (its lease, then its done result)
+            result = await self._submit(task_id, kwargs)
+        timeout = settings.train_heartbeat_timeout_s
+        poll_s = min(1.0, timeout / 10)
+        started = last_run_check = time.monotonic()
+        no_lease_since: float | None = None
+        while True:
+            state = await asyncio.to_thread(_task_state, result)
+            if state in states.READY_STATES:
+                break
+            now = time.monotonic()
+            if state == "PROGRESS":
+                info = result.info
+                if self.on_train_step and isinstance(info, dict):
+                    self.on_train_step(
+                        int(info.get("step", 0)), int(info.get("max_steps", 0)), info.get("loss")
+                    )
+            if now - last_run_check >= min(3.0, timeout / 3):
+                last_run_check = now
+                if await self._run_ended(run_id):
+                    await self.stop_run_training(run_id, [task_id])
+                    raise BadTrainingInput("the run ended while it trained; the training job was stopped")
+            if state in (states.STARTED, "PROGRESS"):
+                holder = await asyncio.to_thread(jobs.holder, task_id)
+                if holder is not None:
+                    no_lease_since = None
+                elif no_lease_since is None:
+                    no_lease_since = now
+                elif now - no_lease_since >= timeout / 3:
+                    # started, but no live trainer holds it: its trainer died (SIGKILL, OOM, host lost)
+                    attempts = await asyncio.to_thread(jobs.attempts, task_id)
+                    if attempts >= settings.train_max_attempts:
+                        raise BadTrainingInput(
+                            f"training job {task_id} was lost {attempts} time(s): its trainer stopped "
+                            f"writing heartbeats (AGENTR_TRAIN_HEARTBEAT_TIMEOUT_S={timeout:g}) and "
+                            f"AGENTR_TRAIN_MAX_ATTEMPTS={settings.train_max_attempts} is reached"
+                        )
+                    log.warning(
+                        "run %s: training job %s lost (no trainer heartbeat); queueing it again",
+                        run_id,
+                        task_id,
+                    )
+                    await asyncio.to_thread(app.backend.forget, task_id)
+                    result = await self._submit(task_id, kwargs)
+                    no_lease_since = None
+            if now - started > settings.train_timeout_s:
+                from train_service.celery_app import cancel_training
+
+                await asyncio.to_thread(cancel_training, app, task_id, settings)
+                raise BadTrainingInput(
+                    f"training job {task_id} did not finish within "
+                    f"AGENTR_TRAIN_TIMEOUT_S={settings.train_timeout_s:g}s; it was cancelled"
+                )
+            await asyncio.sleep(poll_s)
+        if state == states.SUCCESS:
             return dict(result.result)
-        if result.state == "REVOKED":
+        if state == states.REVOKED:
             raise BadTrainingInput("training was cancelled")
-        raise BadTrainingInput(f"training task {task_id} ended in {result.state}: {result.result!r}")
+        raise BadTrainingInput(f"training task {task_id} ended in {state}: {result.result!r}")
 
     # ---------------------------------------------------------------------------- evaluation
     async def _evaluate_model(

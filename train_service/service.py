@@ -9,12 +9,25 @@ event (``ModelTrained`` after training, ``IterationEvaluated`` after evaluation)
 with whatever it decides (e.g. the next iteration's ``IterationStarted`` + ``SearchRequested``).
 
 Training runs inline in embedded mode (``agentr run``) and as the Celery task on the ``train`` queue
-when ``AGENTR_REDIS_URL`` is set. A run cancelled while a step was running gets nothing more.
+when ``AGENTR_REDIS_URL`` is set; there the handler waits on the job (``RunEffects.train``: a job
+whose trainer died is queued again) while the worker handles up to ``AGENTR_TRAIN_CONCURRENCY``
+messages at once, so one run's training never holds up another run's steps (embedded: one at a
+time). A stopping train worker (SIGTERM) cancels its waits instead of sitting them out: the
+messages stay pending and the next train worker resumes waiting on the same jobs.
 
-``MessageDeadLettered``: when one of this service's own run steps failed on every delivery (an
-evaluation that keeps crashing, say), the run can never go on, so it FAILS (``RunFailed`` naming the
-event, the deliveries and the last line of the error) instead of waiting forever; dead letters of
-other services, or of events not on a run stream, are left to the dead-letter stream.
+Cancel: a step of a run that has ended (``RunCancelled`` / ``RunFailed`` / ``RunCompleted``, read
+from the WHOLE stream, not only the events before the one handled) performs no effect, and events
+decided while the run ended are dropped. ``RunCancelled`` itself (``CancelHandler``) stops the run's
+training: the run's stop flag for every job of the run (running ones stop after their current
+optimizer step, later deliveries never start) and the current iteration's job revoked.
+
+``MessageDeadLettered``: a step of a run that failed on every delivery can never go on, so the run
+FAILS (``RunFailed`` naming the event, the worker that dead-lettered it unless it is this one, the
+deliveries and the last line of the error) instead of waiting forever: this service's own steps (an
+evaluation that keeps crashing, say), and the search, critic and splice steps of a run (an event
+carrying the ``run_id`` of a run that has not ended); a dead-lettered ``SearchRequested`` also
+ends its tree in ``SearchFailed`` with the same reason (the id the search worker would give it), so
+the tree shows why. Dead letters of events of no run are left to the dead-letter stream.
 """
 
 from __future__ import annotations
@@ -30,11 +43,14 @@ from core.domain.events import (
     ModelTrained,
     NewEvent,
     RecordedEvent,
+    RunCancelled,
     RunRequested,
+    SearchFailed,
+    SearchRequested,
     TrainingFailed,
     caused_by,
 )
-from core.domain.ids import run_stream
+from core.domain.ids import derived_id, run_stream, tree_stream
 from core.domain.runs import (
     Decision,
     EvaluateModel,
@@ -113,6 +129,11 @@ class RunDriver:
             decision = _failure(state, str(exc))
         planned: list[PlannedEvent] = list(decision.events)
         effect = decision.effect
+        if effect is not None and await self._cancelled(state.run_id):
+            # e.g. a dataset redelivered after RunCancelled: a run that ended trains nothing
+            log.info("run %s has ended: %s starts no %s", state.run_id, recorded.event_type,
+                     type(effect).__name__)  # fmt: skip
+            return HandlerResult()
         while effect is not None:
             outcome: Any
             if isinstance(effect, TrainModel):
@@ -155,31 +176,67 @@ class RunDriver:
         return HandlerResult([NewEvent(p.stream_id, p.event, meta, p.event_id) for p in planned])
 
 
+class CancelHandler:
+    """``RunCancelled``: stops the run's training jobs (module docstring)."""
+
+    def __init__(self, effects: RunEffects) -> None:
+        self.effects = effects
+
+    async def __call__(self, recorded: RecordedEvent) -> HandlerResult:
+        run_id = _run_id(recorded)
+        history = await self.effects.store.read_stream(run_stream(run_id))
+        state = fold(run_id, [r.event for r in history])
+        current = state.current
+        tasks = []
+        if current is not None and current.dataset_id is not None:
+            tasks.append(self.effects.train_task_id(run_id, current.iteration, current.dataset_id))
+        await self.effects.stop_run_training(run_id, tasks)
+        return HandlerResult()
+
+
 class DeadLetterHandler:
-    """Fails the run whose step this service dead-lettered (module docstring)."""
+    """Fails the run whose step was dead-lettered (module docstring)."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
 
     async def __call__(self, recorded: RecordedEvent) -> HandlerResult:
         dead = recorded.event
-        if not isinstance(dead, MessageDeadLettered) or dead.consumer != SERVICE_NAME:
+        if not isinstance(dead, MessageDeadLettered):
             return HandlerResult()
         failed = await self.store.get(dead.position)
         run_id = getattr(failed.event, "run_id", None) if failed is not None else None
-        if failed is None or not isinstance(run_id, str) or failed.stream_id != run_stream(run_id):
+        if failed is None or not isinstance(run_id, str):
+            return HandlerResult()
+        if dead.consumer == SERVICE_NAME and failed.stream_id != run_stream(run_id):
             return HandlerResult()
         history = await self.store.read_stream(run_stream(run_id))
+        if not history:
+            return HandlerResult()  # not a run this deployment drives (e.g. a trace's pair)
         state = fold(run_id, [r.event for r in history])
         if state.terminal:
             return HandlerResult()
         last = (dead.error.strip().splitlines() or ["(no message)"])[-1]
         iteration = getattr(failed.event, "iteration", None)
         where = f"iteration {iteration}: " if iteration is not None else ""
-        reason = f"{where}{failed.event_type} could not be handled after {dead.deliveries} deliveries: {last}"
-        log.error("run %s failed: %s", run_id, reason)
-        planned = _failure(state, reason).events
+        tree_id = getattr(failed.event, "tree_id", None)
+        step = failed.event_type + (f" of tree {tree_id}" if tree_id else "")
+        by = "" if dead.consumer == SERVICE_NAME else f" by the {dead.consumer} worker"
+        reason = f"{step} could not be handled{by} after {dead.deliveries} deliveries: {last}"
+        log.error("run %s failed: %s%s", run_id, where, reason)
         meta = caused_by(recorded, SERVICE_NAME)
+        planned = list(_failure(state, f"{where}{reason}").events)
+        if isinstance(failed.event, SearchRequested):
+            tree = await self.store.read_stream(tree_stream(failed.event.tree_id))
+            if not any(r.event_type in ("TreeCompleted", "SearchFailed") for r in tree):
+                ended = SearchFailed(failed.event.tree_id, run_id, failed.event.iteration, reason)
+                planned.append(
+                    PlannedEvent(
+                        tree_stream(failed.event.tree_id),
+                        ended,
+                        derived_id(failed.event.tree_id, "SearchFailed"),  # the search worker's id
+                    )
+                )
         return HandlerResult([NewEvent(p.stream_id, p.event, meta, p.event_id) for p in planned])
 
 
@@ -208,5 +265,15 @@ def build_service(settings: Settings, store: Any, **effects_options: Any) -> Ser
     effects = RunEffects(settings, store, **effects_options)
     driver = RunDriver(effects)
     handlers: dict[str, Any] = {cls.event_type: driver for cls in HANDLED}
+    handlers[RunCancelled.event_type] = CancelHandler(effects)
     handlers[MessageDeadLettered.event_type] = DeadLetterHandler(store)
-    return Service(name=SERVICE_NAME, handlers=handlers, concurrency=1)
+    # waiting on a Celery job must not hold up other runs; inline training runs one step at a time
+    concurrency = 1 if effects.inline_training else settings.train_concurrency
+    # a stopping worker does not wait for training jobs: their messages are handled again (the
+    # wait resumes on the same job) by the next train worker
+    return Service(
+        name=SERVICE_NAME,
+        handlers=handlers,
+        concurrency=concurrency,
+        cancel_on_stop=not effects.inline_training,
+    )

@@ -112,6 +112,9 @@ class RunOptions:
     quick: bool = False
     data_only: bool = False
     home: str = ""
+    # --database-url: the run's event store ("" = the SQLite file under home; AGENTR_DATABASE_URL,
+    # a deployment's database, is never used implicitly: its workers would redo the run's work)
+    database_url: str = ""
     resume: str = ""
     train_from: str = ""  # local weights of a served --model URL (RunConfig.train["model_path"])
     # --judge-mix / --no-judge-mix: keep a small replay of the warm start's judge examples in every

@@ -21,16 +21,22 @@ from agentr.cli.warm_start import prepare_model
 console = Console(stderr=True)
 
 
-def embedded_settings(home: str | Path = "", threads: int | None = None) -> tuple[Any, Path]:
+def embedded_settings(
+    home: str | Path = "", threads: int | None = None, database_url: str | None = None
+) -> tuple[Any, Path]:
     """Settings of an embedded run (SQLite under ``home``, in-process bus), the resolved home, and
     the process set up for it: logging, quiet transformers progress, torch threads per phase (one
     for inference; ``threads`` for training, default ``torch_threads.default_training_threads()``:
-    a fixed count, never the machine's momentary load, core.runtime.torch_threads)."""
+    a fixed count, never the machine's momentary load, core.runtime.torch_threads).
+
+    ``AGENTR_DATABASE_URL`` and ``AGENTR_REDIS_URL`` are ignored: inside a deployment's container
+    they name the deployment's database, whose workers would pick the run up and redo its work;
+    ``database_url`` (``agentr run --database-url``) names another store explicitly."""
     from core.runtime import torch_threads
     from core.runtime.logging import configure_logging
     from core.runtime.settings import load_settings
 
-    overrides: dict[str, Any] = {"redis_url": None, "reclaim_idle_ms": 2000}
+    overrides: dict[str, Any] = {"redis_url": None, "reclaim_idle_ms": 2000, "database_url": database_url}
     if home:
         overrides["home"] = Path(home)
     settings = load_settings(**overrides)
@@ -53,7 +59,12 @@ def run_command(opts: RunOptions) -> int:
     except ValueError as exc:  # a malformed OMP_NUM_THREADS
         console.print(f"[red]cannot start the run:[/red] {exc}")
         return 2
-    settings, home = embedded_settings(opts.home, threads)
+    settings, home = embedded_settings(opts.home, threads, opts.database_url or None)
+    if os.environ.get("AGENTR_DATABASE_URL") and not opts.database_url:
+        console.print(
+            "[yellow]note:[/yellow] AGENTR_DATABASE_URL is set but not used: this run keeps its own "
+            f"store, {settings.effective_database_url} (--database-url names another)"
+        )
     started = time.monotonic()
     try:
         plan = plan_run(opts)

@@ -88,6 +88,13 @@ def register(app: typer.Typer) -> None:
             "Without it a URL model needs --data-only.",
         ),
         home: str = typer.Option("", "--home", help="Data folder (default $AGENTR_HOME or .agentr)."),
+        database_url: str = typer.Option(
+            "",
+            "--database-url",
+            help="Event store of this run. Default: the SQLite file under --home; AGENTR_DATABASE_URL "
+            "is NOT used (inside a deployment it is the deployment's database, whose workers would "
+            "redo this run's work).",
+        ),
         resume: str = typer.Option(
             "", "--resume", help="Resume the unfinished run with this id instead of starting one."
         ),
@@ -155,6 +162,7 @@ def register(app: typer.Typer) -> None:
             data_only=data_only,
             train_from=train_from,
             home=home,
+            database_url=database_url,
             resume=resume,
             judge_mix=judge_mix,
             method=parse_methods(method),

@@ -302,26 +302,35 @@ def register(app: typer.Typer) -> None:
         ping: bool = typer.Option(
             False,
             "--ping",
-            help="Instead of working: exit 0 if this host's node answers a ping (healthcheck).",
+            help="Instead of working: exit 0 if this host's trainer NODE is healthy (healthcheck): "
+            "its heartbeat, written by a thread also while it trains, is younger than "
+            "AGENTR_TRAIN_HEARTBEAT_TIMEOUT_S and the broker answers PING.",
         ),
     ) -> None:
         """Run the Celery worker that trains (the `train` queue), with agentr's broker settings.
 
         Equivalent to `celery -A train_service.celery_app worker -Q train`, configured from
-        AGENTR_REDIS_URL and AGENTR_REDIS_PREFIX. GPU machines run this next to their GPUs.
+        AGENTR_REDIS_URL and AGENTR_REDIS_PREFIX, plus a heartbeat thread for --ping. GPU machines
+        run this next to their GPUs.
         """
+        from train_service.train_jobs import TrainerHeartbeat, trainer_health
+
         settings, celery = _celery_app()
         node_name = node.replace("%h", socket.gethostname())
         if ping:
-            replies = celery.control.ping(destination=[node_name], timeout=5.0)
-            if not replies:
-                typer.echo(f"no answer from Celery node {node_name}", err=True)
+            problem = trainer_health(settings, node_name)
+            if problem is not None:
+                typer.echo(f"unhealthy: {problem}", err=True)
                 raise typer.Exit(1)
-            typer.echo(f"{node_name} answers")
+            typer.echo(f"{node_name} is healthy")
             return
         argv = ["worker", "-Q", queue, "-n", node_name, "--pool", pool, "--concurrency", str(concurrency)]
         argv += ["--loglevel", settings.log_level, "--task-events", "--without-gossip", "--without-mingle"]
-        celery.worker_main(argv)
+        heartbeat = TrainerHeartbeat(settings, node_name).start()
+        try:
+            celery.worker_main(argv)
+        finally:
+            heartbeat.stop()
 
     @app.command("flower")
     def flower(

@@ -1,4 +1,5 @@
-"""Owns the ``agentr worker NAME`` command: one service (or the relay) as its own process."""
+"""Owns the ``agentr worker NAME`` command (one service, or the relay, as its own process) and
+``agentr health``, the probe of a worker container (``core.runtime.health``)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,25 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
         typer.echo(f"worker {name}: {done} {'events published' if name == 'relay' else 'messages handled'}")
+
+    @app.command("health")
+    def health(
+        metrics_port: int | None = typer.Option(
+            None, "--metrics-port", help="Also require the worker's metrics endpoint on this local port."
+        ),
+        timeout: float = typer.Option(5.0, "--timeout", min=0.1, help="Seconds each check may take."),
+    ) -> None:
+        """Exit 0 when a worker here can do its work: the database (AGENTR_DATABASE_URL) answers a
+        query, Redis (AGENTR_REDIS_URL) answers PING and, with --metrics-port, the worker process
+        answers on that port; else exit 1 naming what failed. The compose healthcheck of workers."""
+        import asyncio
+
+        from core.runtime.health import check_health
+        from core.runtime.settings import load_settings
+
+        problems = asyncio.run(check_health(load_settings(), metrics_port, timeout))
+        if problems:
+            for problem in problems:
+                typer.echo(f"unhealthy: {problem}", err=True)
+            raise typer.Exit(1)
+        typer.echo("healthy")

@@ -36,3 +36,6 @@ class Service:
     handlers: Mapping[str, Handler]
     concurrency: int = 1  # messages handled at once (search uses >1 so policy calls batch)
     on_close: Callable[[], Awaitable[None]] | None = None
+    # on stop, cancel in-flight handlers instead of letting them finish (their messages stay pending
+    # and are handled again later): for handlers that mostly WAIT on work done elsewhere (train)
+    cancel_on_stop: bool = False

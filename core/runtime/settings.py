@@ -39,6 +39,33 @@ class Settings(BaseSettings):
         ge=1,
         description="Models a search, critic or splice worker keeps open (least recently used closed first).",
     )
+    # training jobs (the train worker waits on them; the Celery trainer runs them)
+    train_concurrency: int = Field(
+        8,
+        ge=1,
+        description="Run steps one train worker handles at once: one run waiting on its training job "
+        "never holds up the others.",
+    )
+    train_heartbeat_timeout_s: float = Field(
+        90.0,
+        gt=0,
+        description="A training job whose trainer wrote no heartbeat for this many seconds is lost (its "
+        "trainer died): the train worker queues it again. Trainers write one every third of it.",
+    )
+    train_max_attempts: int = Field(
+        3, ge=1, description="Times a training job is queued (first time included) before a lost one fails."
+    )
+    train_timeout_s: float = Field(
+        86_400.0,
+        gt=0,
+        description="Longest a run waits for one training job, queued or training; then the iteration fails.",
+    )
+    train_visibility_timeout_s: int = Field(
+        3600,
+        ge=60,
+        description="Celery broker visibility timeout: a job taken by a trainer that never acknowledged it "
+        "goes back to the queue after this long (a backstop: lost jobs are re-queued on their heartbeat).",
+    )
     # critic / splicer (production traces; search pairs take these from their RunConfig)
     critic_model: str | None = Field(
         None, description="Model (folder or OpenAI-compatible URL) that judges production traces."

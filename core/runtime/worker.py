@@ -22,8 +22,9 @@ most every ``prune_idle_ms / 2`` (capped at a minute), the group's consumers idl
 holds messages is pruned once they have been reclaimed. It never prunes its own consumer.
 
 Up to ``service.concurrency`` messages run at once as asyncio tasks. ``stop()`` (wired to SIGTERM
-and SIGINT by ``install_signal_handlers``) stops taking work, lets in-flight messages finish, and
-returns. ``run(burst=True)`` returns once nothing is available (tests, embedded runs).
+and SIGINT by ``install_signal_handlers``) stops taking work, lets in-flight messages finish (or,
+for a service with ``cancel_on_stop``, cancels them: their messages stay pending for a later
+delivery), and returns. ``run(burst=True)`` returns once nothing is available (tests, embedded runs).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from core.bus.ports import Bus, Delivery
 from core.domain.events import MessageDeadLettered, Metadata, NewEvent, RecordedEvent
@@ -280,10 +281,30 @@ class Worker:
                     log.debug("heartbeat failed: %s", exc, extra={"service": self.service.name})
 
     async def _wait_for_a_slot(self) -> None:
-        if self._inflight:
-            await asyncio.wait(list(self._inflight), return_when=asyncio.FIRST_COMPLETED)
+        """Until a message finishes (or, for ``cancel_on_stop``, ``stop()`` is called)."""
+        if not self._inflight:
+            return
+        waits: list[asyncio.Future[Any]] = list(self._inflight)
+        stopping = None
+        if self.service.cancel_on_stop:
+            stopping = asyncio.ensure_future(self._stop.wait())
+            waits.append(stopping)
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if stopping is not None:
+                stopping.cancel()
 
     async def _drain(self) -> None:
+        if self._inflight and self.service.cancel_on_stop and self._stop.is_set():
+            log.info(
+                "worker %s: cancelling %d in-flight message(s); they stay pending",
+                self.consumer,
+                len(self._inflight),
+                extra={"service": self.service.name},
+            )
+            for task in self._inflight:
+                task.cancel()
         if self._inflight:
             await asyncio.gather(*self._inflight, return_exceptions=True)
 

@@ -1,7 +1,8 @@
 """Owns the services e2e tests' shared setup: the environment, the deployment and run follow-up.
 
 ``service_env`` is the environment every agentr process of one deployment shares (the real
-PostgreSQL database and Redis prefix, its home folder, the API port, quick reclaim timeouts);
+PostgreSQL database and Redis prefix, its home folder, the API port, quick reclaim and trainer
+heartbeat timeouts);
 ``deploy`` starts the compose topology as separate OS processes (``agentr db upgrade``,
 ``agentr serve``, the relay / search / critic / splice / train workers and the Celery trainer), bootstraps a
 project key and stops everything at the end, asserting that every process exited cleanly; a
@@ -65,6 +66,7 @@ def service_env(
         AGENTR_API_PORT=str(port),
         AGENTR_BLOCK_MS="200",
         AGENTR_RECLAIM_IDLE_MS="1500",  # a killed worker's messages are reclaimed quickly
+        AGENTR_TRAIN_HEARTBEAT_TIMEOUT_S="6",  # a killed trainer's job is queued again quickly
         AGENTR_SEARCH_CONCURRENCY="1",
         AGENTR_LOG_LEVEL="INFO",
         PYTHONUNBUFFERED="1",

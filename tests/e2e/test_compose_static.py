@@ -51,6 +51,8 @@ EXPECTED = {
 FIXED_IN_COMPOSE = {"AGENTR_DATABASE_URL", "AGENTR_REDIS_URL", "AGENTR_HOME"}
 # AGENTR_* variables read outside Settings (documented in .env.example all the same).
 EXTRA_VARIABLES = {"AGENTR_MIGRATIONS", "AGENTR_HF_PREFIX_CACHE_MB", "AGENTR_HF_DECODE_THREADS"}
+# ... of which these are set by the images themselves (Dockerfile), not passed through by compose.
+SET_BY_THE_IMAGES = {"AGENTR_MIGRATIONS"}
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +161,8 @@ def test_every_agentr_service_runs_a_real_agentr_command(services: dict[str, dic
         health = svc.get("healthcheck", {}).get("test")
         if isinstance(health, list) and health[0] == "CMD-SHELL" and health[1].startswith("agentr "):
             commands.append(shlex.split(health[1])[1:])
+        elif isinstance(health, list) and health[0] == "CMD" and health[1] == "agentr":
+            commands.append(health[2:])
         if command[1] == "worker":
             assert command[2] in WORKER_NAMES, f"service {name}: unknown worker {command[2]!r}"
             if command[2] != "relay":
@@ -199,8 +203,12 @@ def test_healthchecks_and_volumes(compose: dict[str, Any], services: dict[str, d
         assert test and test[0] in ("CMD", "CMD-SHELL"), f"{name} has no healthcheck"
     assert "/readyz" in " ".join(services["api"]["healthcheck"]["test"])
     for name in ("relay", "search", "critic", "splice", "train"):
+        # health = the worker's own metrics port answers AND its database and Redis do (agentr health)
         port = command_list(services[name])[command_list(services[name]).index("--metrics-port") + 1]
-        assert f":{port}/metrics" in " ".join(services[name]["healthcheck"]["test"]), name
+        health = services[name]["healthcheck"]["test"]
+        assert health == ["CMD", "agentr", "health", "--metrics-port", port], name
+    # the trainer: its heartbeat (written by a thread, also mid-job) + the broker, not Celery's ping
+    assert services["trainer"]["healthcheck"]["test"] == ["CMD-SHELL", "agentr celery-worker --ping"]
     assert services["postgres"]["volumes"] == ["pgdata:/var/lib/postgresql/data"]
     assert services["redis"]["volumes"] == ["redisdata:/data"]
     for name in agentr_services(services):
@@ -315,7 +323,7 @@ def test_every_variable_compose_uses_is_documented(
     assert interpolated <= set(env_example), f"undocumented: {sorted(interpolated - set(env_example))}"
     # Every setting reaches every agentr service, fixed or passed through.
     for name, svc in agentr_services(services).items():
-        missing = known - EXTRA_VARIABLES - {"AGENTR_API_HOST", "AGENTR_API_PORT"} - set(svc["environment"])
+        missing = known - SET_BY_THE_IMAGES - {"AGENTR_API_HOST", "AGENTR_API_PORT"} - set(svc["environment"])
         assert not missing, f"service {name} does not receive {sorted(missing)}"
 
 

@@ -9,6 +9,7 @@ row can stop a redelivered message from producing a second one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -347,3 +348,49 @@ async def test_embedded_mode_runs_a_pipeline_in_one_process(sqlite_url: str) -> 
         )
     finally:
         await store.close()
+
+
+async def test_cancel_on_stop_leaves_waiting_messages_pending(
+    store: SqlEventStore, bus: RedisStreamsBus
+) -> None:
+    """A service that waits on work done elsewhere (the train worker on its Celery jobs) stops at
+    once on SIGTERM: its in-flight handlers are cancelled, their messages stay pending for the next
+    worker, and nothing was appended; without ``cancel_on_stop`` the same stop waits for them."""
+    started = asyncio.Event()
+
+    async def waits_forever(event: RecordedEvent) -> HandlerResult:
+        started.set()
+        await asyncio.Event().wait()
+        raise AssertionError("never reached")
+
+    await queue_items(store, bus, range(2))
+    service = Service(
+        name=GROUP, handlers={"WorkItemQueued": waits_forever}, concurrency=2, cancel_on_stop=True
+    )
+    worker = Worker(service, store, bus, Settings(block_ms=100, reclaim_idle_ms=60_000))
+    running = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), timeout=30)
+    await eventually(lambda: _inflight(worker, 2), "both messages in flight")
+    worker.stop()
+    await asyncio.wait_for(running, timeout=10)
+    assert await bus.pending_count("WorkItemQueued", GROUP) == 2
+    assert await done_items(store) == Counter()
+
+    patient = Worker(
+        Service(name=GROUP, handlers={"WorkItemQueued": waits_forever}, concurrency=2),
+        store,
+        bus,
+        Settings(block_ms=100, reclaim_idle_ms=100),
+    )
+    running = asyncio.create_task(patient.run())
+    await eventually(lambda: _inflight(patient, 2), "the reclaimed messages in flight")
+    patient.stop()
+    done, _ = await asyncio.wait([running], timeout=1.0)
+    assert not done, "a worker without cancel_on_stop drains its in-flight handlers"
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+
+
+async def _inflight(worker: Worker, count: int) -> bool:
+    return len(worker._inflight) == count
