@@ -455,9 +455,13 @@ class WheelIndex:
             shutil.move(str(wheel), self.folder / "cpu" / project / wheel.name)
         return sum(1 for _ in self.folder.glob("cpu/*/*.whl"))
 
-    def start(self) -> str:
+    def start(self, port: int = 0) -> str:
+        """Serve on ``port`` (0: any free one)."""
         handler = functools.partial(_QuietHandler, directory=str(self.folder))
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        try:
+            self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+        except OSError:
+            self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
@@ -551,6 +555,18 @@ class Deployment:
                 return None
         return ", ".join(f"{s}x{n}" if n > 1 else s for s, n in counts.items())
 
+    def wait_healthy(self, counts: dict[str, int], timeout: float) -> str:
+        """``healthy(counts)``'s summary once it has one; CheckFailed naming every container's
+        state when ``timeout`` s pass first."""
+        try:
+            return wait_for("every service to be healthy", lambda: self.healthy(counts), timeout)
+        except CheckFailed as exc:
+            states = ", ".join(
+                f"{c['Service']} {c['State']}{' ' + c['Health'] if c.get('Health') else ''}"
+                for c in self.containers()
+            )
+            raise CheckFailed(f"{exc}: {states}") from None
+
     def logs(self, service: str, lines: int = 200) -> str:
         done = self.compose("logs", "--no-color", "--tail", str(lines), service, check=False)
         return done.stdout + done.stderr
@@ -592,6 +608,7 @@ ref = prepare_model(plan, Path("/data"), 0)
 print("CONFIG " + json.dumps(dict(plan.config, model=ref)))
 """
 MODEL_CACHE = Path("/var/tmp/agentr-compose-check-models")  # --reuse only
+REUSE_INDEX_PORT = 38917  # --reuse only
 
 
 def prepare_model(dep: Deployment, reuse: bool) -> tuple[dict[str, Any], str]:
@@ -906,7 +923,8 @@ def run_steps(ctx: Context) -> None:
         else:
             ctx.index = WheelIndex(ctx.work / "wheel-index")
             n = ctx.index.fill(sh)
-            torch_index = ctx.index.start()
+            # --reuse: a fixed port, so the torch layer's build argument (and its cache) stays the same
+            torch_index = ctx.index.start(REUSE_INDEX_PORT if ctx.args.reuse else 0)
             info["detail"] = f"download.pytorch.org unreachable: local index {torch_index}/cpu ({n} wheels)"
     with steps.step("build agentr:base and agentr:ml", critical=True) as info:
         info["detail"] = build_agentr_images(sh, torch_index, legacy_builder=ctx.standins)
@@ -925,7 +943,7 @@ def run_steps(ctx: Context) -> None:
         t0 = time.monotonic()
         # the model is made in a one-off container while the services start (they need none of it)
         model = Background(lambda: prepare_model(dep, ctx.args.reuse))
-        summary = wait_for("every service to be healthy", lambda: dep.healthy({s: 1 for s in SERVICES}), 300)
+        summary = dep.wait_healthy({s: 1 for s in SERVICES}, 300)
         info["detail"] = f"{summary} healthy {time.monotonic() - t0:.0f} s after up; API on 127.0.0.1:{port}"
     dep = ctx.dep
     assert dep is not None or steps.aborted
@@ -1026,7 +1044,7 @@ def disturbed_run(ctx: Context) -> None:
         t0 = time.monotonic()
         dep.compose("up", "-d", "--no-build", "--scale", "search=2")
         counts = {**{s: 1 for s in SERVICES}, "search": 2}
-        wait_for("two healthy search replicas", lambda: dep.healthy(counts), 180)
+        dep.wait_healthy(counts, 180)
         info["detail"] = f"2 search replicas healthy in {time.monotonic() - t0:.0f} s"
     with steps.step("kill a search replica mid-search: the other takes over, same data") as info:
         assert dep is not None and api is not None and ctx.reference is not None
