@@ -689,7 +689,8 @@ class Api:
             response.status_code == expected,
             f"{method} {path}: expected {expected}, got {response.status_code}: {response.text[:500]}",
         )
-        return response.json() if "json" in response.headers.get("content-type", "") else response.text
+        kind = response.headers.get("content-type", "").split(";")[0].strip()
+        return response.json() if kind == "application/json" else response.text
 
     def run(self, run_id: str) -> dict[str, Any]:
         return dict(self.call("GET", f"/v1/runs/{run_id}"))
