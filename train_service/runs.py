@@ -13,7 +13,9 @@ I/O behind it for the train service:
   transitions), from the iteration's model folder, or from ``train.model_path`` when that model is a
   served URL (``RunConfig.train_weights``; the checkpoint folder then serves later iterations);
   inline (embedded mode: ``run_train_iteration`` in a thread) or as the Celery task on the
-  ``train`` queue (with Redis), waited for; returns ``ModelTrained`` or ``TrainingFailed`` (bad input:
+  ``train`` queue (with Redis), waited for: a job whose trainer stopped holding its lease is queued
+  again (``train_service.train_jobs``), a job of a run that ended is stopped, and the wait is bounded
+  by ``AGENTR_TRAIN_TIMEOUT_S``; returns ``ModelTrained`` or ``TrainingFailed`` (bad input:
   empty dataset, missing general-data file, bad template, ...; ``ModelTrained.metrics["method"]``
   names the learner), or ``IterationDatasetEmpty`` when a DPO / offline ArCHer iteration finds no
   pair or transition in the log (decided like an empty SFT dataset: iteration 0 fails the run, a
