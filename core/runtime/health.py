@@ -3,8 +3,11 @@
 ``check_health`` answers what is wrong (an empty list: healthy) by doing what a worker needs: a
 query on the event store (``AGENTR_DATABASE_URL``), a PING to Redis (``AGENTR_REDIS_URL``, the
 bus), and, given a port, a GET of the worker process's own ``/metrics`` (the process is up). Each
-check is bounded by ``timeout_s``. ``agentr health`` runs it as the compose healthcheck of the
-relay and the workers (the Celery trainer has its own heartbeat: ``train_service.train_jobs``).
+check is bounded by ``timeout_s``, which counts only the check itself: the modules the checks use
+(the store's database driver included) are imported before any clock starts; on a loaded machine
+those imports take seconds, and one made inside a check would block the event loop past every
+check's deadline. ``agentr health`` runs it as the compose healthcheck of the relay and the workers
+(the Celery trainer has its own heartbeat: ``train_service.train_jobs``).
 """
 
 from __future__ import annotations
@@ -42,10 +45,27 @@ async def _metrics(port: int) -> None:
         response.raise_for_status()
 
 
+def _import_clients(database_url: str, with_redis: bool, with_metrics: bool) -> None:
+    """Import what the checks use, before their timeouts start (see the module docstring)."""
+    import importlib
+
+    import core.store.factory  # noqa: F401
+
+    if database_url.startswith("postgresql+asyncpg"):
+        importlib.import_module("asyncpg")
+    elif database_url.startswith("sqlite+aiosqlite"):
+        importlib.import_module("aiosqlite")
+    if with_redis:
+        importlib.import_module("redis.asyncio")
+    if with_metrics:
+        importlib.import_module("httpx")
+
+
 async def check_health(
     settings: Settings, metrics_port: int | None = None, timeout_s: float = 5.0
 ) -> list[str]:
     """What keeps this worker from its work (see the module docstring); [] when nothing does."""
+    _import_clients(settings.effective_database_url, bool(settings.redis_url), metrics_port is not None)
     checks = {"database": _database(settings.effective_database_url)}
     if settings.redis_url:
         checks["redis"] = _redis(settings.redis_url)
