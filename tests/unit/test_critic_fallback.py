@@ -84,7 +84,7 @@ def test_critic_config_validates_reflect_margin_and_names_strategies() -> None:
         with pytest.raises(CriticConfigError, match="reflect_margin"):
             CriticConfig.from_data({"strategy": "reflect", "reflect_margin": bad})
     with pytest.raises(CriticConfigError, match="model, direct, rules, reflect"):
-        CriticConfig.from_data({"strategy": "bogus"})
+        CriticConfig.from_data({"strategy": "oracular"})
 
 
 def test_first_error_marked_v1_rows_upcast_with_the_fallback_derived() -> None:
