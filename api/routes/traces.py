@@ -102,6 +102,8 @@ async def ingest_traces(
             imported = parse_traces(body.trace_dicts(), body.format)
         except TraceFormatError as exc:
             raise make_field_error(f"body.{exc.path}", exc.problem) from None
+        if body.format == "otlp":  # export requests merge by trace id: positions are the traces'
+            origins = list(range(len(imported)))
     imported = _with_nul_notes(imported, getattr(request.state, "nul_replaced", None), body.format, origins)
     new_events = []
     trace_ids: list[str] = []

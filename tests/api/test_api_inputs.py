@@ -285,6 +285,12 @@ async def test_otlp_bodies_gzip_and_protobuf_pass_the_same_sanitiser(api: ApiHar
     )
     assert deep_gzip.status_code == 422, deep_gzip.text
     assert "nested deeper" in deep_gzip.json()["detail"]
+    # OTLP/JSON writes ids in hex, protobuf's JSON mapping reads bytes as base64: re-encode them so
+    # the protobuf body carries the same 16-byte trace id (not 24 bytes of decoded hex text)
+    for span in body["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        for field in ("traceId", "spanId", "parentSpanId"):
+            if span.get(field):
+                span[field] = base64.b64encode(bytes.fromhex(span[field])).decode()
     protobuf = ParseDict(body, ExportTraceServiceRequest()).SerializeToString()
     deep_protobuf = await api.client.post(
         "/v1/otlp/v1/traces", content=protobuf, headers={**key, "content-type": "application/x-protobuf"}

@@ -392,12 +392,13 @@ async def test_a_project_can_name_its_trace_critic(api: ApiHarness) -> None:
     body: dict[str, Any] = {"name": "judged", "critic": {"strategy": "model"}}
     refused = await api.client.post("/v1/projects", json=body, headers=api.admin)
     assert refused.status_code == 422 and refused.json()["fields"][0]["field"] == "body.critic.model"
-    body["critic"]["model"] = "http://vllm:8000/v1#critic"
+    # a served critic must be on the operator's allow-list (the test apps allow http://m:8000/v1)
+    body["critic"]["model"] = "http://m:8000/v1#critic"
     created = await api.client.post("/v1/projects", json=body, headers=api.admin)
     assert created.status_code == 201, created.text
     (event,) = [r.event for r in await api.store.read_stream(project_stream(created.json()["project_id"]))]
     assert isinstance(event, ProjectCreated)
-    assert (event.critic_strategy, event.critic_model) == ("model", "http://vllm:8000/v1#critic")
+    assert (event.critic_strategy, event.critic_model) == ("model", "http://m:8000/v1#critic")
 
 
 def test_cli_uploads_an_otlp_file_and_sets_an_outcome(served: str, tmp_path: Path) -> None:
