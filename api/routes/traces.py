@@ -279,6 +279,20 @@ async def _outcome_event(
     return out, event, version
 
 
+@router.patch("/{trace_id}/corrections", include_in_schema=False)
+async def patch_corrections_not_allowed(trace_id: str) -> Any:
+    """``PATCH /v1/traces/{id}/corrections`` is not an operation (corrections are POSTed): 405, not
+    the outcome route below, whose ``{trace_id:path}`` would otherwise read ``ID/corrections`` as an
+    external id. A trace whose external id ends in ``/corrections`` takes its outcome through
+    ``PATCH /v1/traces`` (``outcomes[]``)."""
+    raise ApiError(
+        405,
+        "PATCH is not allowed on /v1/traces/{trace_id}/corrections: POST a correction there; to set "
+        "the outcome of a trace whose external id ends in /corrections, use PATCH /v1/traces",
+        headers={"Allow": "POST"},
+    )
+
+
 @router.patch(
     "/{trace_id:path}",
     response_model=TraceOutcomeOut,
