@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Path, Request
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from api.datasets import row_to_sample
 from api.deps import ApiServices, Principal, require, services
@@ -48,6 +49,17 @@ from core.domain.ids import derived_id, trace_stream
 from core.domain.serde import to_dict
 from core.formats.importing import ImportedTrace, TraceFormatError, parse_outcome, parse_traces, with_note
 from core.store.tables import samples, traces
+
+
+class _AnyTextPath(PathConvertor):
+    """Starlette's ``path`` convertor that also matches line breaks (``.`` does not): an external id
+    holding a URL-encoded newline reaches the handler (a clear 404 or 422), not a 405 from the GET
+    route's pattern matching where the PATCH route's did not."""
+
+    regex = "(?s:.+)"
+
+
+register_url_convertor("anytext", _AnyTextPath())
 
 router = APIRouter(prefix="/v1/traces", tags=["traces"], responses=ERROR_RESPONSES)
 
@@ -282,7 +294,7 @@ async def _outcome_event(
 @router.patch("/{trace_id}/corrections", include_in_schema=False)
 async def patch_corrections_not_allowed(trace_id: str) -> Any:
     """``PATCH /v1/traces/{id}/corrections`` is not an operation (corrections are POSTed): 405, not
-    the outcome route below, whose ``{trace_id:path}`` would otherwise read ``ID/corrections`` as an
+    the outcome route below, whose ``{trace_id:anytext}`` would otherwise read ``ID/corrections`` as an
     external id. A trace whose external id ends in ``/corrections`` takes its outcome through
     ``PATCH /v1/traces`` (``outcomes[]``)."""
     raise ApiError(
@@ -294,7 +306,7 @@ async def patch_corrections_not_allowed(trace_id: str) -> Any:
 
 
 @router.patch(
-    "/{trace_id:path}",
+    "/{trace_id:anytext}",
     response_model=TraceOutcomeOut,
     summary="Set the outcome of a trace ingested without one (the critic then runs on it)",
 )

@@ -324,6 +324,10 @@ async def test_contradictions_and_ids(api: ApiHarness) -> None:
     patched = await api.client.patch("/v1/traces/team%2Fa%2F1", json={"outcome": "success"}, headers=key)
     assert patched.status_code == 200, patched.text
     assert patched.json()["trace_id"] == answer.json()["trace_ids"][0]
+    # an id holding a line break reaches the outcome route (404 naming it), not another route's 405
+    broken = await api.client.patch("/v1/traces/ab%0Acd", json={"outcome": "success"}, headers=key)
+    assert broken.status_code == 404, broken.text
+    assert "ab\ncd" in broken.json()["detail"]
     # tool arguments "" are kept verbatim
     answer = await post(_balance("B?", "", "3", "3."))
     view = (await api.client.get(f"/v1/traces/{answer.json()['trace_ids'][0]}", headers=key)).json()
