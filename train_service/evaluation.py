@@ -22,10 +22,9 @@ default (on CPU each prompt runs alone), so every episode is exactly what it is 
 ``shared_passes = true`` runs each turn's prompts in SHARED, left-padded forward passes instead
 (the hf policy's ``batch_invariant`` switched off for the evaluation; still deterministic per
 seed, since a turn's batch depends only on earlier results, but tokens can differ in float
-rounding). Measured (bench/evaluation.py, same episodes and seeds side by side): 1.8x less CPU on the
-``--quick`` model's short episodes, but 0.6x at demo scale, where re-encoding whole histories of
-up to 12 turns dominates and padding every prompt to the turn's longest one costs more than
-the per-prompt passes save; hence the default.
+rounding). It saves CPU on short episodes but costs more at demo scale, where re-encoding whole
+histories dominates and padding every prompt to the turn's longest one costs more than the
+per-prompt passes save (bench/evaluation.py side by side; docs/results.md); hence the default.
 
 With ``constrain_actions`` each turn's Action line is sampled among the episode's valid actions
 (``core.llm.ports.sample_turns``; an environment that lists none for a state is sampled freely).

@@ -6,10 +6,10 @@ model, CPU or CUDA) with fp32 islands: every attention module and the LM head ru
 off, on fp32 inputs, so only the MLP blocks' matmuls are bfloat16. Weights and optimizer state
 stay fp32, so a small learning rate's update is not lost to bfloat16's 8-bit mantissa.
 
-Why islands, measured on the default demo's warm start (114 steps, tiny 256-hidden Llama, 2 threads
-on the 2-core AMD EPYC with AVX512-BF16; expert-episode loss after training, lower is better):
-fp32 97 s / 0.128; full autocast 55 s / 0.329 (the tied LM head / embedding in bfloat16 costs the
-most); LM head fp32 58 s / 0.176; attention and LM head fp32 (this) 69 s / 0.151. On a CPU without
+Why islands: full autocast is the fastest but loses the most quality (the tied LM head /
+embedding in bfloat16 costs the most); keeping attention and the LM head in fp32 keeps most of the
+speed-up at a loss close to fp32's (bench/train.py --only precision; figures in docs/results.md).
+On a CPU without
 native bfloat16 matmuls (``core.runtime.cpu_features``) autocast emulates them and is slower than
 fp32: a warning says so.
 """

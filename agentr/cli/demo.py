@@ -414,8 +414,8 @@ def _judge_phase(opts: RunOptions, env: str, warm_steps: int) -> tuple[int | Non
 
 def _mixed_bf16(opts: RunOptions) -> bool:
     """``--bf16``: on / off as asked; auto = on where the CPU multiplies bfloat16 natively and no
-    CUDA device trains (measured on this project's 2-core EPYC: the demo's warm-start and SFT steps
-    ~1.4x faster, bench/train.py --only precision; an emulating CPU would be slower). ``--quick``
+    CUDA device trains (faster steps there, bench/train.py --only precision, docs/results.md; an
+    emulating CPU would be slower). ``--quick``
     stays fp32 under auto: its fixed-seed tests pin its trees."""
     if opts.mixed_bf16 is not None:
         return opts.mixed_bf16

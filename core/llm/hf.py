@@ -49,10 +49,9 @@ Decode threads: on CPU (``batch_invariant``) a call's prompts are decoded indepe
 inside its kernels). Each prompt still runs its own forward passes with its own generator, and the
 prefix cache is exact, so the samples are the same as one at a time. Default 1
 (``$AGENTR_HF_DECODE_THREADS`` sets it): on the demo's tiny model the decoding is bound by HF's
-per-op Python, i.e. by the GIL, and two threads gave the default ``agentr run``'s search and
-evaluation no gain (docs/results.md); on SmolLM2-135M (longer kernels) two threads decoded
-the same --quick evaluation and search 1.41x faster, identical samples (bench/decode_threads.py
---model). Set it for a model of that size or larger.
+per-op Python, i.e. by the GIL, so two threads gain nothing there; models with longer kernels
+(SmolLM2-135M and up) do gain, with identical samples (bench/decode_threads.py --model; figures
+in docs/results.md). Set it for a model of that size or larger.
 
 Constrained actions: ``sample_actions`` (the ActionConstrained capability, core.llm.ports) limits
 each conversation's Action line to a list of valid actions by a token prefix-trie; the Thought

@@ -1,9 +1,8 @@
 """Owns what this machine's CPU offers torch beyond plain fp32: native bfloat16 matmuls.
 
 ``native_bf16()`` is True on an x86 CPU with AVX512-BF16 or AMX tiles, where oneDNN runs bfloat16
-matmuls in hardware (measured on the 2-core AMD EPYC these machines have: the demo's tiny model
-trained its warm start 1.8x faster under full bfloat16 autocast, 1.4x with ``mixed_bf16``'s fp32
-islands, docs/results.md). Elsewhere autocast
+matmuls in hardware, so bfloat16 training is faster there (docs/results.md has the figures).
+Elsewhere autocast
 emulates bfloat16 and training gets slower, so the demo only asks for ``mixed_bf16`` where this
 says yes. Read from torch's own CPU probes, with /proc/cpuinfo's flags as the fallback when a
 torch build lacks them.
@@ -11,7 +10,7 @@ torch build lacks them.
 ``describe()`` is the CPU part of a run's recorded conditions (``core.runtime.torch_threads.
 run_conditions``): the model name, the vector ISA torch dispatches to, and the environment
 variables that cap the ISA (``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``, ``MKL_ENABLE_INSTRUCTIONS``:
-README "Testing on other CPUs"), since float results depend on which kernels ran.
+docs/testing.md "Testing on other CPUs"), since float results depend on which kernels ran.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Owns torch's intra-op thread count per phase in a process that both infers and trains
 (``agentr run``, the embedded loop), and the record of the conditions a run was made under.
 
-Measured on 2 idle cores with the demo's tiny model (docs/results.md): training runs 1.7x faster on
-two intra-op threads than on one, while decoding runs 1.6-1.9x SLOWER on two (its kernels are too
-short to split). So inference keeps ONE intra-op thread and gets its parallelism from decoding
-several prompts at once in threads of its own (``core.llm.hf``: decode threads), and training takes
-``training`` threads for the length of a ``training_phase()`` block.
+Training gains from two intra-op threads while decoding loses (its kernels are too short to
+split; the figures are in docs/results.md). So inference keeps ONE intra-op thread and gets its
+parallelism from decoding several prompts at once in threads of its own (``core.llm.hf``: decode
+threads), and training takes ``training`` threads for the length of a ``training_phase()`` block.
 
 The training count is a fixed setting, never the machine's momentary load: the thread count changes
 the order of float reductions and so the trained weights. ``agentr run --threads N`` sets it;
