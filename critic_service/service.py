@@ -82,6 +82,7 @@ from critic_service.critic import (
 )
 from critic_service.oracles import Oracles
 from critic_service.oracles import _open_env as open_oracle_env
+from critic_service.strategies.replay import Continuation
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "critic"
@@ -456,49 +457,81 @@ class CriticHandlers:
 
     async def _replay_pair(self, failed: TraceIngested, meta: Metadata) -> tuple[list[NewEvent], str]:
         """A failed trace with no successful partner that names its environment becomes a pair by
-        itself (docs/critic.md, "The replay critic"): the replay critic finds its decisive step t*
-        with the environment's expert, and the expert's continuation from the state before a_{t*}
-        (a probe the search already ran, so verified) is the good path, diverging at t*. Events: the
-        probes (``ReplayProbed``), that ``PairFound`` (source trace, no good trace: ``good_leaf_id``
-        None) and its ``FirstErrorMarked`` (strategy replay), so the DPO export has a preference pair
-        at that state (chosen: the expert's action, rejected: a_{t*}) and the stepwise export its
-        labels. ([], reason) where the trace names no environment or the replay cannot verify."""
+        itself (docs/critic.md, "The replay critic"): the replay critic finds its decisive step t*,
+        continuing with the environment's expert or, with ``critic_trace_replay_policy: model``, with
+        ``critic_model``'s sampled continuations. The good path is a continuation the search already
+        ran (so verified): where one from AFTER a_{t*} succeeded (a recoverable error) it is
+        a_0..a_{t*} + that continuation, and the splice makes the revision sample (prefix through
+        t*, reflection, the recovery); else the one from the state before a_{t*}, diverging at t*: a
+        preference pair for the DPO export (chosen: its action, rejected: a_{t*}). Events: the probes
+        (``ReplayProbed``), that ``PairFound`` (source trace, ``good_leaf_id`` None) and its
+        ``FirstErrorMarked`` (strategy replay). ([], reason) where the trace names no environment
+        or the replay cannot verify."""
         if not failed.env_uri or failed.env_task_id is None:
             return [], ""
         pair_id = _trace_pair_id(failed.trace_id)
-        config = CriticConfig(strategy="replay")
-        result = await critique(
-            config,
-            failed.trajectory,
-            0,
-            None,
-            env_uri=failed.env_uri,
-            task_id=failed.env_task_id,
-            env_opener=self.env_opener,
-        )
+        settings = self.settings
+        model = settings.critic_trace_replay_policy == "model"
+        try:
+            config = CriticConfig.from_data(
+                {
+                    "strategy": "replay",
+                    "replay_policy": settings.critic_trace_replay_policy,
+                    "replay_m": settings.critic_trace_replay_m,
+                    "replay_budget": settings.critic_trace_replay_budget,
+                }
+            )
+        except CriticConfigError as exc:
+            return [], f"the replay critic's settings: {exc}"
+        ref = settings.critic_model if model else None
+        if model and not ref:
+            return [], "the replay critic: critic_trace_replay_policy model needs critic_model"
+        async with self._model(ref) as policy:
+            result = await critique(
+                config,
+                failed.trajectory,
+                0,
+                policy,
+                env_uri=failed.env_uri,
+                task_id=failed.env_task_id,
+                env_opener=self.env_opener,
+            )
         if result.unverified is not None:
             log.info("critic: trace %s: replay: %s", failed.trace_id, result.unverified)
             return [], f"the replay critic in {failed.env_uri}: {result.unverified}"
         t = result.transition_index
-        continuation = next(
-            (
-                c
-                for p in result.probes
-                if p.prefix == t
-                for c in getattr(p.detail, "continuations", ())
-                if c.reward >= 1.0
-            ),
-            None,
-        )
-        if continuation is None or not continuation.steps:  # the search probed t* and it succeeded
-            return [], f"the replay critic in {failed.env_uri}: no verified continuation at step {t}"
         bad = failed.trajectory
+
+        def succeeded(prefix: int) -> Continuation | None:
+            return next(
+                (
+                    c
+                    for p in result.probes
+                    if p.prefix == prefix
+                    for c in getattr(p.detail, "continuations", ())
+                    if c.reward >= 1.0 and c.steps
+                ),
+                None,
+            )
+
+        recovery = succeeded(t + 1)
+        continuation = recovery or succeeded(t)
+        if continuation is None:  # the search probed t* and it succeeded
+            return [], f"the replay critic in {failed.env_uri}: no verified continuation at step {t}"
+        kept = bad.steps[: t + 1] if recovery is not None else bad.steps[:t]
         good = Trajectory(
             task=bad.task,
             instruction=bad.instruction,
-            steps=(*bad.steps[:t], *continuation.steps),
+            steps=(*kept, *continuation.steps),
             reward=continuation.reward,
-            provenance={"source": "replay", "trace_id": failed.trace_id, "decisive_step": t},
+            provenance={
+                "source": "replay",
+                "trace_id": failed.trace_id,
+                "decisive_step": t,
+                # recovery: a continuation after a_{t*} succeeded (a revision sample); else an
+                # alternative from the state before it (a preference pair)
+                "continues": "after" if recovery is not None else "before",
+            },
             tools=bad.tools,
         )
         pair = PairFound(

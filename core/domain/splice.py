@@ -117,17 +117,31 @@ def check_pair(bad: Trajectory, good: Trajectory, shared_steps: int, *, same_tas
 def splice_path(
     bad: Trajectory, good: Trajectory, shared_steps: int, transition: int, *, same_task: bool = True
 ) -> SplicedPath:
-    """Cut and join the two paths (checks the pair and that t' lies after the divergence)."""
+    """Cut and join the two paths (checks the pair and that t' lies after the divergence).
+
+    A *recovery* partner - a good path that took the bad path's actions through t' too and then
+    succeeded (the replay critic's verified continuation after the decisive step, issue #47) - is
+    continued after t', not from the divergence: the revision is the bad path through t', the
+    reflection, and the good path's steps after t'. (A pair's own good path otherwise leaves the bad
+    path at the divergence, so this changes nothing for search or trace pairs.)"""
     check_pair(bad, good, shared_steps, same_task=same_task)
     if not shared_steps <= transition < len(bad.steps):
         raise SpliceError(
             f"transition index {transition} is outside the bad path's steps after the divergence "
             f"({shared_steps}..{len(bad.steps) - 1})"
         )
+    resume = shared_steps
+    if longest_common_prefix(bad.steps[: transition + 1], good.steps) == transition + 1:
+        resume = transition + 1  # a recovery: it took a_{t'} too
+        if len(good.steps) <= resume:
+            raise SpliceError(
+                f"the good path takes the bad path's actions through t' = {transition} and nothing "
+                "after them: no recovery to train"
+            )
     return SplicedPath(
         prefix=tuple(good.steps[:shared_steps]),
         bad=tuple(bad.steps[shared_steps : transition + 1]),
-        good=tuple(good.steps[shared_steps:]),
+        good=tuple(good.steps[resume:]),
     )
 
 

@@ -18,7 +18,11 @@
   the action, not the outcome it revealed). Labels from a first error t': steps before t' ``true``,
   t' ``false``, later steps cut. t' is the environment oracle's first error when the pair has one
   (``FirstErrorMarked.oracle_index``), else the critic's (``transition_index``); a critic that
-  judged no step bad (``fallback``: t' defaulted to the last action) gives no record.
+  judged no step bad (``fallback``: t' defaulted to the last action) gives no record. A pair the
+  replay critic judged (its ``ReplayProbed`` events) also has ``values``: per labelled step i, the
+  Monte Carlo estimate ``V(i + 1)`` - the share of the continuations run after the first i + 1
+  actions that succeeded, all probes of that prefix pooled (Math-Shepherd's soft label) - or null
+  where no probe ran there (the binary search probes about log2(T) + 2 prefixes).
 
 * ``prm-values`` — the same record shape from search trees: for every leaf, the path from the root;
   step i is labelled ``Q(node_i) >= threshold`` (Q = the node's mean rollout return in [0, 1],
@@ -55,6 +59,9 @@ class PairSource:
     pair: PairFound
     marked: FirstErrorMarked | None
     position: int
+    probes: tuple[tuple[int, int, int], ...] = ()
+    """The replay critic's probes of the bad path, (prefix length, successes, continuations), in
+    the order they ran (``ReplayProbed``); empty for a pair no replay judged."""
 
 
 def _openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -141,14 +148,35 @@ def dpo_records(sources: Iterable[PairSource]) -> Iterator[dict[str, Any]]:
             continue
 
 
+def replay_values(probes: Iterable[tuple[int, int, int]]) -> dict[int, float]:
+    """``V(k)`` per probed prefix length k: successes over continuations, a prefix's probes pooled
+    (a confirmed boundary is probed twice). A probe with no continuation counts nothing."""
+    pooled: dict[int, list[int]] = {}
+    for prefix, successes, m in probes:
+        if m <= 0:
+            continue
+        if not 0 <= successes <= m:
+            raise ValueError(f"probe of prefix {prefix}: {successes} successes of {m} continuations")
+        counts = pooled.setdefault(prefix, [0, 0])
+        counts[0] += successes
+        counts[1] += m
+    return {prefix: wins / total for prefix, (wins, total) in sorted(pooled.items())}
+
+
 def prm_records(sources: Iterable[PairSource]) -> Iterator[dict[str, Any]]:
-    """PRM lines of the judged pairs: the bad path labelled by its first error."""
+    """PRM lines of the judged pairs: the bad path labelled by its first error (and, for a replayed
+    pair, each labelled step's Monte Carlo value: the module docstring)."""
     for source in sources:
         t = first_error_index(source)
         bad = source.pair.bad
         if t is None or t >= len(bad.steps):
             continue
-        yield stepwise_record(bad.instruction, bad.task, bad.steps, first_error_labels(t))
+        labels = first_error_labels(t)
+        record = stepwise_record(bad.instruction, bad.task, bad.steps, labels)
+        if source.probes:
+            values = replay_values(source.probes)
+            record["values"] = [values.get(i + 1) for i in range(len(labels))]
+        yield record
 
 
 def tree_value_records(

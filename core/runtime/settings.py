@@ -95,6 +95,16 @@ class Settings(BaseSettings):
     critic_trace_strategy: str = Field(
         "rules", description="First-error strategy for production traces: rules, model or direct."
     )
+    critic_trace_replay_policy: str = Field(
+        "expert",
+        description="Who continues a failed trace's replayed prefixes when it names its environment "
+        "(docs/critic.md, the replay critic): expert (the environment's own) or model (critic_model's "
+        "sampled continuations, critic_trace_replay_m per probe).",
+    )
+    critic_trace_replay_m: int = Field(4, description="Replay with critic_model: continuations per probe.")
+    critic_trace_replay_budget: int = Field(
+        16, description="Replay of a failed trace: most continuations spent on it (all probes together)."
+    )
     critic_trace_plan: str = Field(
         "auto",
         description="How the model critic judges traces: auto (label scores), text (its words, step by "

@@ -11,7 +11,8 @@ errors, and finished search trees.
 
 A pair's first error is the critic's ``FirstErrorMarked``, moved by the latest reviewer correction
 (``FirstErrorCorrected``: its step, no longer a fallback); the environment oracle's index, when the
-critic recorded one, is kept beside it (core.formats.pair_records decides which labels).
+critic recorded one, is kept beside it (core.formats.pair_records decides which labels); a replayed
+pair's ``ReplayProbed`` events come with it (the PRM records' Monte Carlo ``values``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from core.domain.events import (
     FirstErrorCorrected,
     FirstErrorMarked,
     PairFound,
+    ReplayProbed,
     RevisionMaterialized,
     SampleRespliced,
     TreeStarted,
@@ -42,17 +44,20 @@ async def pair_source(store: Any, pair_id: str, up_to: int | None = None) -> Pai
     found: PairFound | None = None
     marked: FirstErrorMarked | None = None
     position = 0
+    probes: list[tuple[int, int, int]] = []
     for recorded in await store.read_stream(pair_stream(pair_id)):
         if up_to is not None and recorded.position > up_to:
             break
         event = recorded.event
         if isinstance(event, PairFound):
             found, position = event, recorded.position
+        elif isinstance(event, ReplayProbed):  # the replay critic's evidence: the PRM export's values
+            probes.append((event.prefix_steps, event.successes, event.m))
         elif isinstance(event, FirstErrorMarked):
             marked = event
         elif isinstance(event, FirstErrorCorrected) and marked is not None:
             marked = dataclasses.replace(marked, transition_index=event.new_transition_index, fallback=False)
-    return PairSource(found, marked, position) if found is not None else None
+    return PairSource(found, marked, position, tuple(probes)) if found is not None else None
 
 
 async def _sources(store: Any, pair_ids: Sequence[str], up_to: int | None = None) -> list[PairSource]:

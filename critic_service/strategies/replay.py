@@ -19,8 +19,10 @@ so a verdict is auditable. Where the path cannot be checked the critique says wh
 (``Critique.unverified``) and names no step: no environment or task named, an environment that
 cannot reset to the task, one that declares itself non-deterministic (``deterministic = False``), a
 replay whose observations differ from the recorded ones, no expert for ``expert``, a continuation
-policy that does not solve the task from the start. The splice turns a decisive verdict into data
-(``core.domain.replay_data``).
+policy that does not solve the task from the start. A failed trace's decisive verdict becomes a pair
+in the critic worker (``CriticHandlers._replay_pair``: a recovering continuation after the decisive
+step makes a revision sample, else an alternative before it a preference pair) and the splice makes
+the sample.
 """
 
 from __future__ import annotations

@@ -131,6 +131,7 @@ async def test_one_failed_tau2_trace_naming_its_environment_becomes_a_preference
     assert dpo["input"]["tools"] and [m["role"] for m in dpo["input"]["messages"]][:2] == ["system", "user"]
     (prm,) = list(prm_records([source]))
     assert prm["labels"] == [True, True, False]
+    assert prm["values"][1:] == [1.0, 0.0]  # the expert's V after steps 1 and 2 (0 or 1)
 
 
 async def test_a_trace_may_name_only_a_local_environment(api: ApiHarness) -> None:
