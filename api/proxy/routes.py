@@ -17,14 +17,15 @@ surrogate, which no upstream can read as text, or an ``X-Agentr-*`` header out o
 the upstream does not answer: a 502 naming neither the upstream's URL nor the error (its full detail,
 the URL's credentials and query removed, goes to the server log under the request id).
 
-Every answered call (status 200) is handed to the Recorder (api/proxy/recorder.py) after the
-answer is known (for a stream: after its last chunk), grouped by api/proxy/grouping.py; the response
-carries ``X-Agentr-Trace-Id: <trace id>`` so the agent can set the outcome later with
-``PATCH /v1/traces/{trace_id}``. Optional request headers: ``X-Agentr-Trace-Id`` (your id for the
-trace), ``X-Agentr-Task`` (its task key) and ``X-Agentr-Environment`` with
+Every answered call (status 200) is handed to the Recorder (api/proxy/recorder.py) as soon as the answer
+is known (for a stream: when ``[DONE]`` is read, before it is relayed, so an agent closing the
+connection at ``[DONE]`` loses nothing; a stream cut without it, when a choice has finished), grouped by
+api/proxy/grouping.py; the response carries ``X-Agentr-Trace-Id: <trace id>`` so the agent can set the
+outcome later with ``PATCH /v1/traces/{trace_id}``. Optional request headers: ``X-Agentr-Trace-Id``
+(your id for the trace), ``X-Agentr-Task`` (its task key) and ``X-Agentr-Environment`` with
 ``X-Agentr-Environment-Task`` (the LOCAL environment and task the agent plays, as ``environment`` on
-``POST /v1/traces``: a failed trace that names them becomes data by itself through the replay critic;
-a malformed or remote one is refused with 400 before anything is forwarded); all are stripped before
+``POST /v1/traces``: a failed trace that names them becomes data by itself through the replay critic; a
+malformed or remote one is refused with 400 before anything is forwarded); all are stripped before
 forwarding.
 """
 
@@ -483,12 +484,22 @@ async def chat_completions(
         return _passthrough(sent, content, trace_id)
 
     async def relay() -> Any:
+        """Relay the upstream's events; record the assembled answer as soon as ``[DONE]`` is read,
+        BEFORE it is passed on: an agent that closes the connection at ``[DONE]`` (the official openai
+        client does) cancels this generator, and nothing after its last ``yield`` would run. A stream
+        that ends (or is cut) without ``[DONE]`` is recorded when a choice finished."""
         assembler = StreamAssembler()
         pending = b""
-        done = False
+        recorded = False
+
+        def finish() -> None:
+            nonlocal recorded
+            if not recorded:
+                recorded = True
+                record(assembler.response(), stream=True)  # synchronous: nothing here can be cancelled
+
         try:
             async for chunk in sent.aiter_raw():
-                yield chunk
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
@@ -497,7 +508,7 @@ async def chat_completions(
                         continue
                     payload = line[5:].strip()
                     if payload == b"[DONE]":
-                        done = True
+                        finish()
                         continue
                     try:
                         parsed = loads_bounded(payload)
@@ -505,10 +516,11 @@ async def chat_completions(
                         continue
                     if isinstance(parsed, dict):
                         assembler.feed(parsed)
+                yield chunk
         finally:
+            if not recorded and any(c.finish_reason for c in assembler.choices.values()):
+                finish()
             await sent.aclose()
-        if done or any(c.finish_reason for c in assembler.choices.values()):
-            record(assembler.response(), stream=True)
 
     out_headers = {TRACE_HEADER: trace_id} if trace_id else {}
     return StreamingResponse(
