@@ -13,7 +13,10 @@ request budget (``AGENTR_KEY_REQUESTS_PER_S``, api/ratelimit.py: 429 with ``Retr
 logged with the key's project.
 
 The proxy answers itself only before forwarding (401/403/429; 422 for a body holding a lone UTF-16
-surrogate, which no upstream can read as text, or an ``X-Agentr-*`` header out of bounds) and when
+surrogate, which no upstream can read as text, a message the trace importer cannot read, named by
+its path (an unknown role, content neither text nor typed parts, a malformed tool call: what an
+OpenAI server refuses too; no trace id is handed out for a call no trace could hold), or an
+``X-Agentr-*`` header out of bounds) and when
 the upstream does not answer: a 502 naming neither the upstream's URL nor the error (its full detail,
 the URL's credentials and query removed, goes to the server log under the request id).
 
@@ -54,7 +57,7 @@ from api.proxy.recorder import CallRecord, Recorder, RecorderMetrics, StoreSink
 from api.sanitize import MAX_DEPTH, JsonRefused, loads_bounded
 from api.schemas.common import ErrorBody, ValidationErrorBody
 from core.domain.ids import new_id
-from core.formats.capture import StreamAssembler, answer_message
+from core.formats.capture import StreamAssembler, answer_message, unreadable_message
 
 log = logging.getLogger("agentr.proxy")
 
@@ -168,8 +171,9 @@ PROXY_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"model": _OURS_OR_UPSTREAM, "description": "Request body too large (or the upstream's 413)"},
     422: {
         "model": ValidationErrorBody | UpstreamBody,
-        "description": "A body holding a lone UTF-16 surrogate or NUL, or an X-Agentr-* header out of "
-        "bounds, named by field (or the upstream's 422)",
+        "description": "A body holding a lone UTF-16 surrogate or NUL, a message the trace importer "
+        "cannot read (an unknown role, content neither text nor typed parts, a malformed tool call), or "
+        "an X-Agentr-* header out of bounds, named by field (or the upstream's 422)",
     },
     429: {
         "model": _OURS_OR_UPSTREAM,
@@ -422,6 +426,9 @@ async def chat_completions(
     problem = _request_problem(body)
     if problem is not None:
         raise field_error(*problem)
+    unreadable = unreadable_message(body) if isinstance(body, dict) else None
+    if unreadable is not None:  # an unknown role, content that is not text: no trace could hold it
+        raise field_error(unreadable.path, unreadable.problem)
     started = time.perf_counter()
     placement: Placement | None = None
     project_id = principal.project()

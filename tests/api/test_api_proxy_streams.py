@@ -126,3 +126,93 @@ async def test_streams_the_client_closes_at_done_are_all_recorded(
             assert call.response["choices"][0]["message"]["content"] == "streamed\nanswer"
             assert call.response["choices"][0]["finish_reason"] == "stop"
         assert runtime.recorder.set_aside == 0
+
+
+# ---------------------------------------------------------------------------- item 7
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "deep"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_a_call_no_trace_could_hold_is_refused_before_forwarding(
+    pg_url: str, tmp_path: Path, up: Upstream
+) -> None:
+    user = {"role": "user", "content": "Goal: craft oak planks."}
+    refused: list[tuple[dict[str, Any], dict[str, str], str, str]] = [
+        ({"messages": [user, {"role": "robot", "content": "beep"}]}, {}, "body.messages[1].role", "robot"),
+        ({"messages": [{"role": "user", "content": _nested(100)}]}, {}, "body.messages[0].content", "deeper"),
+        (  # under the body's depth limit, still no text: a typed part whose text is an object
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": {"a": {"b": "c"}}}]}]},
+            {},
+            "body.messages[0].content[0].text",
+            "string",
+        ),
+        (
+            {"messages": [user, {"role": "user", "tool_calls": [{"id": "c1"}]}]},
+            {},
+            "body.messages[1].tool_calls",
+            "only assistant",
+        ),
+        ({"messages": [user]}, {"X-Agentr-Trace-Id": "t" * 201}, "header.X-Agentr-Trace-Id", "200"),
+    ]
+    async with (
+        proxy_over_http(pg_url, tmp_path / "spool", up) as (base, key, _app),
+        httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as client,
+    ):
+        for body, headers, field, word in refused:
+            answer = await client.post(CHAT, json={"model": "fake", **body}, headers=headers)
+            assert answer.status_code == 422, (field, answer.text)
+            assert "x-agentr-trace-id" not in answer.headers
+            named = answer.json()["fields"][0]
+            assert named["field"].lower().startswith(field.lower()), named
+            assert word in named["message"] or word in answer.json()["detail"], named
+        assert up.calls == 0  # nothing was forwarded
+        # a legacy function-calling conversation is readable (openai-legacy): forwarded
+        legacy = [
+            user,
+            {
+                "role": "assistant",
+                "content": None,
+                "function_call": {"name": "inventory", "arguments": "{}"},
+            },
+            {"role": "function", "name": "inventory", "content": "1 oak log"},
+        ]
+        answer = await client.post(CHAT, json={"model": "fake", "messages": legacy})
+        assert answer.status_code == 200, answer.text
+        assert up.calls == 1
+
+
+async def test_a_conversation_the_importer_cannot_arrange_is_stored_as_far_as_it_can_be(
+    pg_url: str, tmp_path: Path, up: Upstream
+) -> None:
+    # every message readable, their order not a trajectory: a system message mid-way, which an
+    # upstream answers; the trace whose id the agent got exists, with its task and a note
+    messages = [
+        {"role": "system", "content": "You craft."},
+        {"role": "user", "content": "Goal: craft a torch."},
+        {"role": "assistant", "content": "Thought: coal first.\nAction: inventory"},
+        {"role": "system", "content": "New rule: answer in one line."},
+        {"role": "user", "content": "Inventory: 1 coal, 1 stick."},
+    ]
+    async with (
+        proxy_over_http(pg_url, tmp_path / "spool", up) as (base, key, app),
+        httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as client,
+    ):
+        answer = await client.post(CHAT, json={"model": "fake", "messages": messages})
+        assert answer.status_code == 200, answer.text
+        trace_id = answer.headers["x-agentr-trace-id"]
+        await app.state.proxy.recorder.flush()
+        assert app.state.proxy.recorder.set_aside == 0
+        read = await client.get(f"/v1/traces/{trace_id}")
+        assert read.status_code == 200, read.text
+        trace = read.json()
+        assert trace["trajectory"]["task"] == "Goal: craft a torch."
+        notes = trace["trajectory"]["provenance"]["notes"]
+        assert any("messages[3]" in note and "system message" in note for note in notes), notes
+        patched = await client.patch(f"/v1/traces/{trace_id}", json={"outcome": "failure"})
+        assert patched.status_code == 200, patched.text
+        assert len(await _calls(app, trace_id)) == 1  # the call itself kept whole
