@@ -8,11 +8,14 @@ not a model's), ``agentr serve`` to create a project and an ingest key, and ``ag
 ``AGENTR_DATABASE_URL`` when set). Each call sends a 4-message agent conversation (distinct per
 call, so every call is recorded into its own trace).
 
-For 1 and 16 concurrent clients, direct and proxied rounds alternate (``--rounds``, each
-``--calls`` calls per client); per-call latencies are pooled per side. Prints JSON lines:
-``{"metric": "proxy latency p50|p99, C client(s)", "ours": proxied ms, "baseline": direct ms,
-"unit": "ms", "ratio": ours / baseline, "added_ms": ours - baseline}``, then one line saying how
-many calls the proxy recorded (every call must be stored once the proxy is flushed).
+For plain and streamed calls (``"stream": true``, read as the official openai client reads it: up
+to ``[DONE]``, then the connection is closed), and for 1 and 16 concurrent clients, direct and
+proxied rounds alternate (``--rounds``, each ``--calls`` calls per client); per-call latencies (a
+stream's: until ``[DONE]``) are pooled per side. Prints JSON lines: ``{"metric": "proxy [stream
+]latency p50|p99, C client(s)", "ours": proxied ms, "baseline": direct ms, "unit": "ms", "ratio":
+ours / baseline, "added_ms": ours - baseline}``, then one line saying how many calls the proxy
+recorded (``ours``) of the calls made (``baseline``, ``streamed`` of them streams): every call must be
+stored once the proxy is flushed.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ from tests.support import free_port, start_http_process  # noqa: E402
 
 ADMIN_KEY = "bench-admin-key-" + "x" * 16
 UPSTREAM_APP = """
-import asyncio, os, time
+import asyncio, json, os, time
 from fastapi import FastAPI
+from fastapi.responses import StreamingResponse
 app = FastAPI()
 DELAY = float(os.environ.get("BENCH_UPSTREAM_MS", "0")) / 1000
 ANSWER = {"role": "assistant", "content": "Thought: the recipe first.\\nAction: get_recipe(oak planks)"}
@@ -46,10 +50,24 @@ ANSWER = {"role": "assistant", "content": "Thought: the recipe first.\\nAction: 
 async def models():
     return {"object": "list", "data": [{"id": "bench", "object": "model", "owned_by": "bench"}]}
 
+def chunk(delta, finish):
+    body = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0, "model": "bench",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return "data: " + json.dumps(body) + "\\n\\n"
+
+async def events():
+    yield chunk({"role": "assistant", "content": ""}, None)
+    for piece in ANSWER["content"].split(" "):
+        yield chunk({"content": piece + " "}, None)
+    yield chunk({}, "stop")
+    yield "data: [DONE]\\n\\n"
+
 @app.post("/v1/chat/completions")
 async def chat(body: dict):
     if DELAY:
         await asyncio.sleep(DELAY)
+    if body.get("stream"):
+        return StreamingResponse(events(), media_type="text/event-stream")
     return {"id": "chatcmpl-bench", "object": "chat.completion", "created": int(time.time()),
             "model": "bench",
             "choices": [{"index": 0, "message": ANSWER, "finish_reason": "stop", "logprobs": None}],
@@ -71,7 +89,7 @@ def _messages(client: int, call: int) -> list[dict[str, Any]]:
     ]
 
 
-async def _round(url: str, key: str, clients: int, calls: int, tag: int) -> list[float]:
+async def _round(url: str, key: str, clients: int, calls: int, tag: int, stream: bool = False) -> list[float]:
     latencies: list[float] = []
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(timeout=60, limits=limits) as http:
@@ -82,13 +100,24 @@ async def _round(url: str, key: str, clients: int, calls: int, tag: int) -> list
                     "model": "bench",
                     "messages": _messages(client, tag * 100_000 + call),
                     "max_tokens": 16,
+                    "stream": stream,
                 }
+                headers = {"Authorization": f"Bearer {key}"}
                 started = time.perf_counter()
-                response = await http.post(
-                    f"{url}/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
-                )
-                latencies.append((time.perf_counter() - started) * 1000)
-                response.raise_for_status()
+                if not stream:
+                    response = await http.post(f"{url}/chat/completions", json=body, headers=headers)
+                    latencies.append((time.perf_counter() - started) * 1000)
+                    response.raise_for_status()
+                    continue
+                # as the official openai client does: read up to [DONE], then close the connection
+                async with http.stream("POST", f"{url}/chat/completions", json=body, headers=headers) as sent:
+                    sent.raise_for_status()
+                    async for line in sent.aiter_lines():
+                        if line.strip() == "data: [DONE]":
+                            break
+                    else:
+                        raise RuntimeError("a stream ended without [DONE]")
+                    latencies.append((time.perf_counter() - started) * 1000)
 
         await asyncio.gather(*(one(c) for c in range(clients)))
     return latencies
@@ -202,33 +231,36 @@ def main() -> None:
         proxied_url = f"{proxy_root}/v1/proxy/openai/v1"
         asyncio.run(_round(proxied_url, key, 1, 3, 999))  # warm both paths (connections, key cache)
         asyncio.run(_round(upstream, key, 1, 3, 998))
-        total = 3  # the proxied warm-up calls
-        for clients in (1, 16):
-            direct: list[float] = []
-            proxied: list[float] = []
-            for r in range(args.rounds):
-                direct += asyncio.run(_round(upstream, key, clients, args.calls, clients * 1000 + 2 * r))
-                proxied += asyncio.run(
-                    _round(proxied_url, key, clients, args.calls, clients * 1000 + 2 * r + 1)
-                )
-            total += clients * args.calls * args.rounds
-            for name, q in (("p50", 0.5), ("p99", 0.99)):
-                ours, base = _pct(proxied, q), _pct(direct, q)
-                print(
-                    json.dumps(
-                        {
-                            "metric": f"proxy latency {name}, {clients} client{'s' if clients > 1 else ''}",
-                            "ours": round(ours, 3),
-                            "baseline": round(base, 3),
-                            "unit": "ms",
-                            "ratio": round(ours / base, 2),
-                            "added_ms": round(ours - base, 3),
-                            "calls": len(proxied),
-                            "mean_ours": round(statistics.fmean(proxied), 3),
-                        }
-                    ),
-                    flush=True,
-                )
+        total, streamed = 3, 0  # the proxied warm-up calls
+        for stream in (False, True):
+            kind = "stream " if stream else ""
+            for clients in (1, 16):
+                direct: list[float] = []
+                proxied: list[float] = []
+                for r in range(args.rounds):
+                    tag = clients * 1000 + 2 * r + (500 if stream else 0)
+                    direct += asyncio.run(_round(upstream, key, clients, args.calls, tag, stream))
+                    proxied += asyncio.run(_round(proxied_url, key, clients, args.calls, tag + 1, stream))
+                total += clients * args.calls * args.rounds
+                streamed += clients * args.calls * args.rounds if stream else 0
+                for name, q in (("p50", 0.5), ("p99", 0.99)):
+                    ours, base = _pct(proxied, q), _pct(direct, q)
+                    print(
+                        json.dumps(
+                            {
+                                "metric": f"proxy {kind}latency {name}, {clients} client"
+                                + ("s" if clients > 1 else ""),
+                                "ours": round(ours, 3),
+                                "baseline": round(base, 3),
+                                "unit": "ms",
+                                "ratio": round(ours / base, 2),
+                                "added_ms": round(ours - base, 3),
+                                "calls": len(proxied),
+                                "mean_ours": round(statistics.fmean(proxied), 3),
+                            }
+                        ),
+                        flush=True,
+                    )
         deadline = time.monotonic() + 120
         recorded = asyncio.run(_recorded(api, key))
         while recorded < total and time.monotonic() < deadline:
@@ -241,6 +273,7 @@ def main() -> None:
                     "ours": recorded,
                     "baseline": total,
                     "unit": "calls",
+                    "streamed": streamed,
                     "ratio": round(recorded / total, 3),
                 }
             )

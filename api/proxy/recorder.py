@@ -12,11 +12,13 @@ record directly. On shutdown the queue is written to the spool; a process starte
 spool folder stores what an earlier one left. (A hard kill loses only records still in the
 in-memory queue, bounded by ``max_queue``.)
 
-``StoreSink`` writes a call as events on the trace's stream: the first call that can be read as a
-conversation also writes ``TraceIngested`` (outcome unknown, source format ``proxy``: it waits for
-``PATCH /v1/traces/{id}``), and every call writes ``ModelCallRecorded``. Event ids derive from the
-call id, so a retry after an ambiguous failure stores nothing twice. A trace stream that belongs
-to another project is never written (the record goes to ``rejected/`` in the spool).
+``StoreSink`` writes a call as events on the trace's stream: the trace's first call also writes
+``TraceIngested`` (when the importer cannot arrange its conversation as a trajectory, what it can: the
+task and a note naming the problem, core/formats/capture.py ``partial_trajectory``) (outcome unknown,
+source format ``proxy``: it waits for ``PATCH /v1/traces/{id}``), and every call writes
+``ModelCallRecorded``. Event ids derive from the call id, so a retry after an ambiguous failure stores
+nothing twice. A trace stream that belongs to another project is never written (the record goes to
+``rejected/`` in the spool).
 
 No record can stop the queue. Before a call is handed over, ``storable`` cleans what PostgreSQL's
 jsonb cannot hold, as uploads are cleaned (api/sanitize.py ``replace_nul``): NUL characters and lone
@@ -51,7 +53,13 @@ from sqlalchemy.exc import DataError, DBAPIError
 from api.sanitize import NUL_REPLACEMENT, replace_nul
 from core.domain.events import Metadata, ModelCallRecorded, NewEvent, TraceIngested
 from core.domain.ids import derived_id, trace_stream
-from core.formats.capture import SOURCE_FORMAT, answer_message, call_trajectory, recorded_request
+from core.formats.capture import (
+    SOURCE_FORMAT,
+    answer_message,
+    call_trajectory,
+    partial_trajectory,
+    recorded_request,
+)
 from core.formats.importing import ImportedTrace, TraceFormatError, with_note
 from core.runtime.logging import redacted_traceback
 from core.store.ports import ConcurrencyConflict
@@ -277,6 +285,7 @@ class StoreSink:
         trajectory = None
         imported: ImportedTrace | None = None
         answer = answer_message(record.response)
+        problem = TraceFormatError("response.choices[0].message", "the upstream's answer holds no message")
         if record.extends and answer is not None:
             try:
                 imported = call_trajectory(
@@ -293,6 +302,11 @@ class StoreSink:
                 log.warning(
                     "proxy: call %s kept without a trajectory: %s: %s", record.call_id, exc.path, exc.problem
                 )
+                problem = exc
+        if imported is None and not state.ingested:  # the trace whose id the agent got must exist
+            imported = partial_trajectory(
+                list(record.body.get("messages") or []), record.task_key, record.external_id, problem
+            )
         meta = Metadata(correlation_id=record.trace_id, producer=PRODUCER, project_id=record.project_id)
         stream = trace_stream(record.trace_id)
         events = []

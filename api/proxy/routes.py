@@ -13,18 +13,22 @@ request budget (``AGENTR_KEY_REQUESTS_PER_S``, api/ratelimit.py: 429 with ``Retr
 logged with the key's project.
 
 The proxy answers itself only before forwarding (401/403/429; 422 for a body holding a lone UTF-16
-surrogate, which no upstream can read as text, or an ``X-Agentr-*`` header out of bounds) and when
+surrogate, which no upstream can read as text, a message the trace importer cannot read, named by
+its path (an unknown role, content neither text nor typed parts, a malformed tool call: what an
+OpenAI server refuses too; no trace id is handed out for a call no trace could hold), or an
+``X-Agentr-*`` header out of bounds) and when
 the upstream does not answer: a 502 naming neither the upstream's URL nor the error (its full detail,
 the URL's credentials and query removed, goes to the server log under the request id).
 
-Every answered call (status 200) is handed to the Recorder (api/proxy/recorder.py) after the
-answer is known (for a stream: after its last chunk), grouped by api/proxy/grouping.py; the response
-carries ``X-Agentr-Trace-Id: <trace id>`` so the agent can set the outcome later with
-``PATCH /v1/traces/{trace_id}``. Optional request headers: ``X-Agentr-Trace-Id`` (your id for the
-trace), ``X-Agentr-Task`` (its task key) and ``X-Agentr-Environment`` with
+Every answered call (status 200) is handed to the Recorder (api/proxy/recorder.py) as soon as the answer
+is known (for a stream: when ``[DONE]`` is read, before it is relayed, so an agent closing the
+connection at ``[DONE]`` loses nothing; a stream cut without it, when a choice has finished), grouped by
+api/proxy/grouping.py; the response carries ``X-Agentr-Trace-Id: <trace id>`` so the agent can set the
+outcome later with ``PATCH /v1/traces/{trace_id}``. Optional request headers: ``X-Agentr-Trace-Id``
+(your id for the trace), ``X-Agentr-Task`` (its task key) and ``X-Agentr-Environment`` with
 ``X-Agentr-Environment-Task`` (the LOCAL environment and task the agent plays, as ``environment`` on
-``POST /v1/traces``: a failed trace that names them becomes data by itself through the replay critic;
-a malformed or remote one is refused with 400 before anything is forwarded); all are stripped before
+``POST /v1/traces``: a failed trace that names them becomes data by itself through the replay critic; a
+malformed or remote one is refused with 400 before anything is forwarded); all are stripped before
 forwarding.
 """
 
@@ -53,7 +57,7 @@ from api.proxy.recorder import CallRecord, Recorder, RecorderMetrics, StoreSink
 from api.sanitize import MAX_DEPTH, JsonRefused, loads_bounded
 from api.schemas.common import ErrorBody, ValidationErrorBody
 from core.domain.ids import new_id
-from core.formats.capture import StreamAssembler, answer_message
+from core.formats.capture import StreamAssembler, answer_message, unreadable_message
 
 log = logging.getLogger("agentr.proxy")
 
@@ -167,8 +171,9 @@ PROXY_RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"model": _OURS_OR_UPSTREAM, "description": "Request body too large (or the upstream's 413)"},
     422: {
         "model": ValidationErrorBody | UpstreamBody,
-        "description": "A body holding a lone UTF-16 surrogate or NUL, or an X-Agentr-* header out of "
-        "bounds, named by field (or the upstream's 422)",
+        "description": "A body holding a lone UTF-16 surrogate or NUL, a message the trace importer "
+        "cannot read (an unknown role, content neither text nor typed parts, a malformed tool call), or "
+        "an X-Agentr-* header out of bounds, named by field (or the upstream's 422)",
     },
     429: {
         "model": _OURS_OR_UPSTREAM,
@@ -421,6 +426,9 @@ async def chat_completions(
     problem = _request_problem(body)
     if problem is not None:
         raise field_error(*problem)
+    unreadable = unreadable_message(body) if isinstance(body, dict) else None
+    if unreadable is not None:  # an unknown role, content that is not text: no trace could hold it
+        raise field_error(unreadable.path, unreadable.problem)
     started = time.perf_counter()
     placement: Placement | None = None
     project_id = principal.project()
@@ -483,12 +491,22 @@ async def chat_completions(
         return _passthrough(sent, content, trace_id)
 
     async def relay() -> Any:
+        """Relay the upstream's events; record the assembled answer as soon as ``[DONE]`` is read,
+        BEFORE it is passed on: an agent that closes the connection at ``[DONE]`` (the official openai
+        client does) cancels this generator, and nothing after its last ``yield`` would run. A stream
+        that ends (or is cut) without ``[DONE]`` is recorded when a choice finished."""
         assembler = StreamAssembler()
         pending = b""
-        done = False
+        recorded = False
+
+        def finish() -> None:
+            nonlocal recorded
+            if not recorded:
+                recorded = True
+                record(assembler.response(), stream=True)  # synchronous: nothing here can be cancelled
+
         try:
             async for chunk in sent.aiter_raw():
-                yield chunk
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
@@ -497,7 +515,7 @@ async def chat_completions(
                         continue
                     payload = line[5:].strip()
                     if payload == b"[DONE]":
-                        done = True
+                        finish()
                         continue
                     try:
                         parsed = loads_bounded(payload)
@@ -505,10 +523,11 @@ async def chat_completions(
                         continue
                     if isinstance(parsed, dict):
                         assembler.feed(parsed)
+                yield chunk
         finally:
+            if not recorded and any(c.finish_reason for c in assembler.choices.values()):
+                finish()
             await sent.aclose()
-        if done or any(c.finish_reason for c in assembler.choices.values()):
-            record(assembler.response(), stream=True)
 
     out_headers = {TRACE_HEADER: trace_id} if trace_id else {}
     return StreamingResponse(

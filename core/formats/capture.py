@@ -9,22 +9,39 @@
   concatenated, per-token logprobs collected, finish reasons, usage), so a streamed call is recorded
   exactly like a non-streamed one.
 - ``answer_message(response)``: the first choice's assistant message as an OpenAI message.
-- ``call_trajectory(...)``: the call's messages + answer -> a Trajectory (the ``openai`` importer),
-  with the task key and external id the agent sent.
+- ``call_trajectory(...)``: the call's messages + answer -> a Trajectory (the ``openai`` importer;
+  ``openai-legacy`` when the call uses the deprecated function-calling fields), with the task key and
+  external id the agent sent.
+- ``unreadable_message(body)``: the first message-level problem the importer finds in a request
+  (unknown role, content that is neither text nor typed parts, malformed tool calls): what an OpenAI
+  server refuses too, so the proxy refuses it before forwarding.
+- ``partial_trajectory(...)``: what is kept of a conversation the importer cannot arrange as a
+  trajectory (a system message mid-way, a tool answer to no call): its task, no steps, and a note
+  naming the problem, so a trace whose id the proxy handed out always exists.
 
 No I/O here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from core.domain import json_input
+from core.domain.ids import derived_id
+from core.domain.trajectory import Trajectory
+from core.formats import import_openai
 from core.formats.import_openai import arguments_text, content_text
-from core.formats.importing import ImportedTrace, TraceFormatError, parse_traces
+from core.formats.importing import (
+    ImportedTrace,
+    TraceFormatError,
+    explicit_task_key,
+    parse_traces,
+    task_text_key,
+)
 
 SOURCE_FORMAT = "proxy"
 # keys of a chat-completions request that are recorded with the call (never headers or credentials)
@@ -219,7 +236,55 @@ def call_trajectory(
         item["task_key"] = task_key
     if external_id:
         item["id"] = external_id
-    return parse_traces([item], "openai")[0]
+    return parse_traces([item], "openai-legacy" if _legacy(messages) else "openai")[0]
+
+
+def _legacy(messages: list[Any]) -> bool:
+    return any(
+        isinstance(m, dict) and (m.get("role") == "function" or m.get("function_call") is not None)
+        for m in messages
+    )
+
+
+def unreadable_message(body: dict[str, Any]) -> TraceFormatError | None:
+    """The importer's objection to the request's messages or tools taken one by one (paths start at
+    ``body``: ``body.messages[2].role``), or None. The conversation's order is not judged here: an
+    upstream answers a system message mid-way, so that call is forwarded (``partial_trajectory``)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None  # not a chat call the proxy records: forwarded, the upstream answers it
+    item: dict[str, Any] = {"messages": messages}
+    if body.get("tools") is not None:
+        item["tools"] = body["tools"]
+    if body.get("functions") is not None:
+        item["functions"] = body["functions"]
+    try:
+        import_openai.parse(item, "body", legacy=True)
+    except TraceFormatError as exc:
+        return exc
+    return None
+
+
+def partial_trajectory(
+    messages: list[Any], task_key: str | None, external_id: str | None, problem: TraceFormatError
+) -> ImportedTrace:
+    """A conversation the importer cannot arrange as a trajectory, kept as far as it can be: the first
+    user message's text as the task (when readable), no steps, and a note naming ``problem``. The
+    call itself is stored beside it whole (``ModelCallRecorded``)."""
+    task = ""
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "user":
+            with contextlib.suppress(TraceFormatError):
+                task = content_text(message.get("content"), "content")
+            break
+    note = (
+        f"the conversation could not be read as a trajectory ({problem.path}: {problem.problem}); "
+        "the model calls are kept as recorded"
+    )
+    key = explicit_task_key(task_key) if task_key else derived_id("task", task_text_key(task))
+    provenance = {"source_format": "openai", "external_id": external_id, "task_key": key, "notes": [note]}
+    trajectory = Trajectory(task=task, instruction="", steps=(), provenance=provenance)
+    return ImportedTrace(key, trajectory, "unknown", "openai", external_id)
 
 
 def recorded_request(body: dict[str, Any], messages_from: int) -> dict[str, Any]:

@@ -9,6 +9,10 @@
   not a JSON object with a ``messages`` list of objects (and, when given, a string ``model`` and a
   boolean ``stream``) is a 400 with OpenAI's error shape, as a real server refuses it.
 
+A stream is sent with chunked transfer encoding, one HTTP chunk per event; with ``Upstream.linger_s``
+set, the server keeps the response open that long after ``[DONE]`` before ending it (what a busy model
+server does while it tears the request down), so a client that closes at ``[DONE]`` closes first.
+
 It counts the calls it answered (``Upstream.calls``), so a test can tell whether the proxy forwarded.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +33,7 @@ class Upstream:
     url: str  # the OpenAI base URL, ending in /v1
     answer: str = "ok"
     calls: int = 0
+    linger_s: float = 0.0  # a stream stays open this long after [DONE]
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -118,7 +124,20 @@ def _handler(state: Upstream) -> type[BaseHTTPRequestHandler]:
             chunks = [_chunk({"role": "assistant", "content": ""}, None, model)]
             chunks += [_chunk({"content": char}, None, model) for char in answer]
             chunks += [_chunk({}, "stop", model), b"data: [DONE]\n\n"]
-            self._send(200, b"".join(chunks), "text/event-stream")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for chunk in chunks:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                if state.linger_s:
+                    time.sleep(state.linger_s)
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except OSError:  # the proxy went away first
+                self.close_connection = True
 
     return Handler
 
