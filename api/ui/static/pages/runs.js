@@ -141,7 +141,7 @@ function plot(iterations) {
   const y = (v) => height - pad - v * (height - 2 * pad);
   const palette = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"];
   const markers = ["circle", "rect", "circle", "rect", "circle", "rect"];
-  const svg = s("svg", { id: "metrics-plot", viewBox: `0 0 ${width} ${height}`, width, height, role: "img" },
+  const svg = s("svg", { id: "metrics-plot", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": `metrics per iteration: ${names.join(", ")}` },
     s("line", { x1: pad, y1: y(0), x2: width - pad, y2: y(0), class: "axis" }),
     s("line", { x1: pad, y1: y(0), x2: pad, y2: y(1), class: "axis" }),
     [0, 0.5, 1].map((v) => s("text", { x: pad - 6, y: y(v) + 4, class: "tick", "text-anchor": "end" }, String(v))),
