@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,8 +24,12 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from core.domain import events as ev
+from core.domain.events import Metadata, NewEvent
+from core.domain.ids import run_stream
+from core.domain.stats import wilson_interval
 from tests.conftest import pg_database
-from tests.e2e.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, login, no_literals
+from tests.e2e.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, login, no_literals, shot
 from tests.e2e.ui_seed import (
     SeededProject,
     SyntheticTree,
@@ -35,6 +40,7 @@ from tests.e2e.ui_seed import (
     splice_as_worker,
     tree_events,
 )
+from tests.unit.test_training_progress import START, evaluated
 
 TIMEOUT = 60_000  # ms: a loaded 2-core machine is slow, never wrong
 
@@ -73,7 +79,7 @@ def site() -> Iterator[Site]:
                 pid, rid, "craft-unsure", critic_index=2, oracle_index=2, uncertain=True
             ),
         }
-        append_events(url, [tree.events, *(events for _, events in seeded.values())])
+        append_events(url, [tree.events, *(events for _, events in seeded.values()), evaluations(project)])
         splice_as_worker(url, seeded["fallback"][0])  # a sample for the sample page
         with serve_app(url) as base, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -81,6 +87,17 @@ def site() -> Iterator[Site]:
                 yield Site(base, url, project, tree, {k: v[0] for k, v in seeded.items()}, browser)
             finally:
                 browser.close()
+
+
+def evaluations(project: SeededProject) -> list[NewEvent]:
+    """The run's two iterations evaluated (iteration 0 with the start model's figures)."""
+    rid, stream = project.run_id, run_stream(project.run_id)
+    m = Metadata(producer="train", project_id=project.project_id)
+    return [
+        NewEvent(stream, ev.IterationEvaluated(rid, 0, "m0", evaluated(0.5, 0.4, start=START)), m),
+        NewEvent(stream, ev.IterationStarted(rid, 1, "m0", 0.5, ()), m),
+        NewEvent(stream, ev.IterationEvaluated(rid, 1, "m1", evaluated(0.65, 0.6)), m),
+    ]
 
 
 def open_page(site: Site, route: str, width: int = 1400) -> tuple[Page, list[str]]:
@@ -141,7 +158,7 @@ def test_the_queue_is_in_priority_order_and_sorts_by_its_columns(site: Site) -> 
     page.close()
 
 
-def test_accept_with_one_key_and_correct_with_two_clicks(site: Site) -> None:
+def test_accept_with_one_key_and_correct_with_two_clicks(site: Site, tmp_path: Path) -> None:
     page, errors = open_page(site, "/review?reviewed=false")
     page.wait_for_selector("#review-queue tbody tr")
     order = queue_ids(page)
@@ -171,6 +188,7 @@ def test_accept_with_one_key_and_correct_with_two_clicks(site: Site) -> None:
     page.click("#correct-submit")
     third = order[2]
     page.wait_for_selector(SHOWN.format(third))
+    shot(page, tmp_path, "review-accept")
     (correction,) = site.api("GET", f"/v1/pairs/{second}").json()["corrections"]
     assert (correction["old_transition_index"], correction["new_transition_index"]) == (current, target)
     assert page.locator("#review-reviewed-count").inner_text() == str(reviewed + 2)
@@ -235,6 +253,41 @@ def test_review_and_traces_pages_are_live(site: Site) -> None:
     )
     assert "live-door" in page.locator("#traces").inner_text()
     assert page.evaluate("window.__sameDocument === true")
+    assert not errors, errors
+    page.close()
+
+
+def test_the_run_page_shows_the_start_model_then_each_iteration(site: Site, tmp_path: Path) -> None:
+    page, errors = open_page(site, f"/runs/{site.project.run_id}")
+    page.wait_for_selector("#progress-table tbody tr")
+    heads = page.eval_on_selector_all("#progress-table thead th", "els => els.map(e => e.innerText)")
+    assert heads == ["figure", "start", "iteration 0", "iteration 1"]
+    rows = page.eval_on_selector_all("#progress-table tbody tr", "els => els.map(e => e.dataset.metric)")
+    assert rows == ["success", "recovery", "dead_loops", "invalid_actions"]
+
+    def cell(metric: str, model: str) -> Any:
+        return page.locator(f"#progress-table tr[data-metric={metric}] td[data-model='{model}']")
+
+    for model, successes in (("start", 5), ("iteration 0", 10), ("iteration 1", 13)):
+        interval = wilson_interval(successes, 20)
+        assert interval.low is not None and interval.high is not None
+        shown = cell("success", model)
+        assert (shown.get_attribute("data-count"), shown.get_attribute("data-n")) == (str(successes), "20")
+        text = shown.inner_text()
+        pct = lambda v: f"{100 * v:.0f}%"  # noqa: E731
+        assert f"{pct(successes / 20)} [{pct(interval.low)}–{pct(interval.high)}]" in text, text
+        assert f"{successes}/20" in text
+    assert cell("recovery", "start").inner_text() == "–"  # the start's failures define the recovery set
+    assert cell("recovery", "iteration 1").get_attribute("data-count") == "6"
+    # the plots: one point per model at its own x (none on the y-axis), an interval line each
+    plot = page.locator("svg.progress-plot[data-metric=success]")
+    xs = plot.locator("circle.point").evaluate_all("els => els.map(e => Number(e.getAttribute('cx')))")
+    axis_x = float(plot.locator("line.axis").nth(1).get_attribute("x1") or 0)
+    assert len(xs) == 3 and len(set(xs)) == 3 and min(xs) > axis_x + 5
+    assert plot.locator("line.interval").count() == 3
+    assert "start 25%" in (plot.get_attribute("aria-label") or "")
+    no_literals(page, "run (progress)")
+    shot(page, tmp_path, "run-progress", "#progress")
     assert not errors, errors
     page.close()
 
