@@ -32,6 +32,7 @@ from api.routes import (
     health,
     listings,
     otlp,
+    progress,
     projects,
     quality,
     review,
@@ -141,7 +142,7 @@ def create_app(
     install_openapi(app)  # /openapi.json states the sanitiser's NUL rule (api/openapi.py)
     app.add_exception_handler(IdempotentReplay, replay_handler)
     routers = (health, projects, runs, trees, datasets, traces, otlp, listings, events, review, samples)
-    for module in (*routers, quality):
+    for module in (*routers, quality, progress):
         app.include_router(module.router)
     if proxy.upstream_url:  # the capture proxy (api/proxy): served only where an upstream is configured
         app.include_router(proxy_router)

@@ -1,46 +1,50 @@
-"""Owns the pair review routes: the review queue, one pair with everything the pair diff shows, and
-human corrections.
+"""Owns the pair review routes: the review queue, one pair with everything the pair diff shows, and human
+corrections.
 
 ``GET /v1/review/queue`` (``read``): the project's critiqued pairs (from runs and from failed traces)
-that need a human, keyset-paginated: the critic's t' differs from the oracle's first error, the critic
-fell back (nothing judged bad), a verdict said "uncertain", or a verdict's two best labels scored
-closer than ``max_margin``; ``reason`` picks one of these (default: any). Filtered by run, iteration,
-task key and source, and by whether a reviewer has corrected the pair (``reviewed``). Every page
-carries the counts of the whole filtered queue: ``total``, ``reviewed`` (pairs with a correction)
-and ``remaining``. The signals are columns of the ``pairs`` read model, projected from each pair's
-FirstErrorMarked by ``core.domain.review.review_signals``.
+that need a human, most urgent first (``sort=priority``, the default: ``review_priority`` of the pair's
+signals; ``sort=pair_id``: by id), keyset-paginated: the critic's t' differs from the oracle's first
+error, the critic fell back (nothing judged bad), a verdict said "uncertain", or a verdict's two best
+labels scored closer than ``max_margin``; ``reason`` picks one of these (default: any). Filtered by run,
+iteration, task key and source, and by whether a reviewer has corrected or accepted the pair
+(``reviewed``). Every page carries the counts of the whole filtered queue: ``total``, ``reviewed``
+(pairs with a correction) and ``remaining``. The signals are columns of the ``pairs`` read model,
+projected from each pair's FirstErrorMarked by ``core.domain.review.review_signals``; the reads are
+``core.store.queries.review``.
 
-``GET /v1/pairs/{pair_id}`` (``read``): the pair's bad and good paths, divergence, the critic's
-per-step verdicts with their label scores, the oracle's first error, the t' and reflection of the
-current sample, and every correction with its outcome (folded from the pair's stream by
-``core.domain.review``).
+``GET /v1/pairs/{pair_id}`` (``read``): the pair's bad and good paths, divergence, the critic's per-step
+verdicts with their label scores, the oracle's first error, the t' and reflection of the current sample,
+and every correction with its outcome (folded from the pair's stream by ``core.domain.review``).
 
 ``POST /v1/pairs/{pair_id}/corrections`` and ``POST /v1/traces/{trace_id}/corrections`` (``review``
-scope): a reviewer moves t' and/or rewrites the reflection. The correction is checked against the
-pair first (a t' outside the bad path after the divergence, an empty reflection or a correction
-that changes nothing is a 422 and writes nothing), then ``FirstErrorCorrected`` (who, when, old and
-new values) is appended to the pair's stream at the version that was read (a concurrent correction
-gets 409). The splice worker re-splices the sample from it (``critic_service.corrections``).
+scope): a reviewer moves t' and/or rewrites the reflection. The correction is checked against the pair
+first (a t' outside the bad path after the divergence, an empty reflection or a correction that changes
+nothing is a 422 and writes nothing), then ``FirstErrorCorrected`` (who, when, old and new values) is
+appended to the pair's stream at the version that was read (a concurrent correction gets 409). The
+splice worker re-splices the sample from it (``critic_service.corrections``).
+
+``POST /v1/pairs/{pair_id}/accept`` and ``POST /v1/traces/{trace_id}/accept`` (``review``): a reviewer
+says the critic was right: ``FirstErrorAccepted`` (who, when, the t' confirmed, a note) is appended the
+same way (a pair not judged yet, or with a correction still re-splicing, is a 422); the pair counts as
+reviewed and its sample stays as it is.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import ColumnElement, and_, case, func, or_, select
 
 from api.deps import ApiServices, Principal, require, services
 from api.errors import field_error, not_found
 from api.idempotency import Idempotency, idempotency
-from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
-from api.reads import owned_row
+from api.pagination import cursor_param, decode_cursor, encode_cursor, known_query_only, limit_param
 from api.schemas import ERROR_RESPONSES, ID_PATTERN
 from api.writes import append, new_event
-from core.domain.events import FirstErrorCorrected
-from core.domain.ids import pair_stream
+from core.domain.events import FirstErrorAccepted, FirstErrorCorrected
+from core.domain.ids import derived_id, pair_stream
 from core.domain.review import (
     DEFAULT_MAX_MARGIN,
     MAX_REFLECTION_CHARS,
@@ -48,13 +52,25 @@ from core.domain.review import (
     PairReview,
     ReviewReason,
     ReviewSignals,
+    accept_view,
+    check_accept,
     check_correction,
     correction_view,
     fold_pair,
     review_reasons,
 )
 from core.domain.serde import to_dict
-from core.store.tables import api_keys, pairs, samples
+from core.store.queries.review import (
+    QueueFilter,
+    QueueReason,
+    QueueRow,
+    QueueSort,
+    key_label,
+    pair_row,
+    queue_page,
+    trace_exists,
+    trace_pair,
+)
 
 router = APIRouter(prefix="/v1", tags=["review"], responses=ERROR_RESPONSES)
 
@@ -69,6 +85,22 @@ class CorrectionIn(BaseModel):
         None, min_length=1, max_length=MAX_REFLECTION_CHARS, description="A new reflection sentence."
     )
     note: str = Field("", max_length=500, description="Why (kept with the correction).")
+
+
+class AcceptIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    note: str = Field("", max_length=500, description="Why (kept with the acceptance).")
+
+
+class AcceptOut(BaseModel):
+    acceptance_id: str
+    pair_id: str
+    reviewer: str
+    accepted_at: str
+    transition_index: int = Field(description="The t' the reviewer confirmed.")
+    trace_id: str | None
+    note: str
 
 
 class CorrectionAccepted(BaseModel):
@@ -87,6 +119,9 @@ class CriticOut(BaseModel):
     oracle_index: int | None
     model_version: str
     verdicts: list[dict[str, Any]]
+    baselines: dict[str, int] = Field(
+        default_factory=dict, description="t' of the baseline critics run beside it (reflect, model)."
+    )
 
 
 class PairDetailOut(BaseModel):
@@ -112,6 +147,8 @@ class PairDetailOut(BaseModel):
     sample_id: str | None
     sample_origin: str = Field(description="splice, human-corrected, or '' without a sample.")
     corrections: list[dict[str, Any]]
+    accepts: list[dict[str, Any]] = Field(description="Reviewers who accepted the t' as it was.")
+    reviewed: bool = Field(description="A reviewer corrected or accepted this pair.")
 
 
 class ReviewItemOut(BaseModel):
@@ -137,8 +174,17 @@ class ReviewItemOut(BaseModel):
         description="The smallest gap between a verdict's best and second-best label score (mean "
         "log-probability per label token); null when no verdict has label scores."
     )
+    spread: int | None = Field(
+        description="Distance between strategies: the largest t' gap between the critic and the baseline "
+        "critics run beside it (null: none ran)."
+    )
+    priority: float = Field(
+        description="How urgently a human should look (core.domain.review.review_priority; -1: not "
+        "computed for this pair)."
+    )
     corrections: int = Field(description="Corrections reviewers made on this pair.")
-    reviewed: bool = Field(description="A reviewer has corrected this pair (corrections > 0).")
+    accepts: int = Field(description="Reviewers who accepted the pair's t' as it is.")
+    reviewed: bool = Field(description="A reviewer has corrected or accepted this pair.")
     reasons: list[ReviewReason] = Field(description="Why the pair is in the queue.")
 
 
@@ -146,46 +192,52 @@ class ReviewQueuePage(BaseModel):
     items: list[ReviewItemOut]
     next_cursor: str | None = None
     total: int = Field(description="Pairs in the queue with these filters (`reviewed` aside).")
-    reviewed: int = Field(description="Of those, pairs a reviewer has corrected.")
-    remaining: int = Field(description="Of those, pairs not corrected yet.")
+    reviewed: int = Field(description="Of those, pairs a reviewer has corrected or accepted.")
+    remaining: int = Field(description="Of those, pairs not reviewed yet.")
 
 
-def _reason_filter(reason: str, max_margin: float) -> ColumnElement[bool]:
-    conditions: dict[str, ColumnElement[bool]] = {
-        "disagree": and_(pairs.c.oracle_index.is_not(None), pairs.c.oracle_index != pairs.c.critic_index),
-        "fallback": pairs.c.fallback.is_(True),
-        "uncertain": pairs.c.uncertain > 0,
-        "low_margin": pairs.c.margin < max_margin,
-    }
-    return or_(*conditions.values()) if reason == "any" else conditions[reason]
-
-
-def _queue_item(row: Any, max_margin: float) -> ReviewItemOut:
+def _queue_item(row: QueueRow, max_margin: float) -> ReviewItemOut:
     signals = ReviewSignals(
-        critic_index=row["critic_index"],
-        oracle_index=row["oracle_index"],
-        fallback=bool(row["fallback"]),
-        uncertain=row["uncertain"] or 0,
-        margin=row["margin"],
+        critic_index=row.critic_index,
+        oracle_index=row.oracle_index,
+        fallback=row.fallback,
+        uncertain=row.uncertain,
+        margin=row.margin,
+        spread=row.spread,
     )
     return ReviewItemOut(
-        **{k: row[k] for k in ("pair_id", "run_id", "iteration", "tree_id", "source", "task_key", "status")},
-        **{k: row[k] for k in ("shared_steps", "transition_index", "strategy", "corrections")},
-        critic_index=signals.critic_index,
-        oracle_index=signals.oracle_index,
-        fallback=signals.fallback,
-        uncertain=signals.uncertain,
-        margin=signals.margin,
-        reviewed=row["corrections"] > 0,
+        pair_id=row.pair_id,
+        run_id=row.run_id,
+        iteration=row.iteration,
+        tree_id=row.tree_id,
+        source=row.source,
+        task_key=row.task_key,
+        status=row.status,
+        shared_steps=row.shared_steps,
+        transition_index=row.transition_index,
+        strategy=row.strategy,
+        critic_index=row.critic_index,
+        oracle_index=row.oracle_index,
+        fallback=row.fallback,
+        uncertain=row.uncertain,
+        margin=row.margin,
+        spread=row.spread,
+        priority=row.priority,
+        corrections=row.corrections,
+        accepts=row.accepts,
+        reviewed=row.reviewed,
         reasons=review_reasons(signals, max_margin),
     )
+
+
+_CURSOR_TYPES: dict[str, tuple[type, ...]] = {"priority": (float, str), "pair_id": (str,)}
 
 
 @router.get(
     "/review/queue",
     response_model=ReviewQueuePage,
     dependencies=[Depends(known_query_only)],
-    summary="Pairs that need a human: critic vs oracle, fallbacks, uncertain or low-margin verdicts",
+    summary="Pairs that need a human, most urgent first: critic vs oracle, fallbacks, uncertain, low margin",
 )
 async def review_queue(
     cursor: str | None = Depends(cursor_param),
@@ -204,41 +256,38 @@ async def review_queue(
     task_key: str | None = Query(None, min_length=1, max_length=200, description="Only this task key."),
     source: str | None = Query(None, pattern="^(trace|search)$", description="trace or search pairs."),
     reviewed: bool | None = Query(
-        None, description="true: only pairs a reviewer corrected; false: only those still to review."
+        None,
+        description="true: only pairs a reviewer corrected or accepted; false: only those still to review.",
+    ),
+    sort: str = Query(
+        "priority",
+        pattern="^(priority|pair_id)$",
+        description="priority (default): the most urgent first (core.domain.review.review_priority: "
+        "critic-oracle disagreement, verdict margin, distance between strategies), ties by pair id; "
+        "pair_id: by pair id.",
     ),
     limit: int = Depends(limit_param),
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    where: list[ColumnElement[bool]] = [
-        pairs.c.project_id == principal.project(),
-        pairs.c.critic_index.is_not(None),
-        _reason_filter(reason, max_margin),
-    ]
-    for column, value in (
-        (pairs.c.run_id, run_id),
-        (pairs.c.iteration, iteration),
-        (pairs.c.task_key, task_key),
-        (pairs.c.source, source),
-    ):
-        if value is not None:
-            where.append(column == value)
-    counted = select(
-        func.count(), func.coalesce(func.sum(case((pairs.c.corrections > 0, 1), else_=0)), 0)
-    ).where(*where)
-    async with svc.store.engine.connect() as conn:
-        total, done = (await conn.execute(counted)).one()
-    if reviewed is not None:
-        where.append(pairs.c.corrections > 0 if reviewed else pairs.c.corrections == 0)
-    page, next_cursor = await keyset_page(
-        svc.store.engine, select(pairs).where(*where), [pairs.c.pair_id], (str,), cursor, limit
+    wanted = QueueFilter(
+        project_id=principal.project(),
+        reason=cast(QueueReason, reason),
+        max_margin=max_margin,
+        run_id=run_id,
+        iteration=iteration,
+        task_key=task_key,
+        source=source,
+        reviewed=reviewed,
     )
+    position = decode_cursor(cursor, _CURSOR_TYPES[sort])
+    page = await queue_page(svc.store.engine, wanted, cast(QueueSort, sort), position, limit)
     return ReviewQueuePage(
-        items=[_queue_item(row, max_margin) for row in page],
-        next_cursor=next_cursor,
-        total=int(total),
-        reviewed=int(done),
-        remaining=int(total) - int(done),
+        items=[_queue_item(row, max_margin) for row in page.rows],
+        next_cursor=encode_cursor(page.last) if page.last is not None else None,
+        total=page.total,
+        reviewed=page.reviewed,
+        remaining=page.total - page.reviewed,
     )
 
 
@@ -254,11 +303,9 @@ async def get_pair(
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    async with svc.store.engine.connect() as conn:
-        row = await owned_row(conn, pairs, "pair_id", pair_id, principal.project(), "pair")
-        sample_id = (
-            await conn.execute(select(samples.c.sample_id).where(samples.c.pair_id == pair_id))
-        ).scalar()
+    row = await pair_row(svc.store.engine, principal.project(), pair_id)
+    if row is None:
+        raise not_found("pair", pair_id)
     review, _ = await _review(svc, pair_id)
     pair, marked = review.pair, review.marked
     if pair is None:
@@ -272,6 +319,7 @@ async def get_pair(
             oracle_index=marked.oracle_index,
             model_version=marked.model_version,
             verdicts=[to_dict(v) for v in marked.verdicts],
+            baselines=dict(marked.baselines),
         )
     return PairDetailOut(
         pair_id=pair.pair_id,
@@ -280,8 +328,8 @@ async def get_pair(
         tree_id=pair.tree_id,
         source=pair.source,
         task_key=pair.task_key,
-        status=row["status"],
-        reason=row["reason"],
+        status=row.status,
+        reason=row.reason,
         shared_steps=pair.shared_steps,
         divergence_node_id=pair.divergence_node_id,
         bad_leaf_id=pair.bad_leaf_id,
@@ -293,21 +341,23 @@ async def get_pair(
         critic=critic,
         transition_index=review.transition_index,
         reflection=review.reflection,
-        sample_id=sample_id,
+        sample_id=row.sample_id,
         sample_origin=review.sample_origin,
         corrections=[correction_view(c) for c in review.corrections],
+        accepts=[accept_view(a) for a in review.accepts],
+        reviewed=bool(review.corrections or review.accepts),
     )
 
 
 async def _reviewer(svc: ApiServices, principal: Principal) -> str:
-    label = ""
-    if principal.key_id is not None:
-        async with svc.store.engine.connect() as conn:
-            label = (
-                await conn.execute(select(api_keys.c.label).where(api_keys.c.key_id == principal.key_id))
-            ).scalar() or ""
+    label = await key_label(svc.store.engine, principal.key_id) if principal.key_id is not None else ""
     who = f"agr_{principal.prefix}"
     return f"{who} ({label})" if label else who
+
+
+def _refused(exc: CorrectionError) -> Exception:
+    where = f"body.{exc.field_name}" if exc.field_name != "pair_id" else "pair_id"
+    return field_error(where, exc.problem)
 
 
 async def _correct(
@@ -323,8 +373,7 @@ async def _correct(
     try:
         new_index, reflection = check_correction(review, body.transition_index, body.reflection)
     except CorrectionError as exc:
-        where = f"body.{exc.field_name}" if exc.field_name != "pair_id" else "pair_id"
-        raise field_error(where, exc.problem) from None
+        raise _refused(exc) from None
     correction = FirstErrorCorrected(
         pair_id=pair_id,
         correction_id=idem.new_id("correction"),
@@ -353,6 +402,59 @@ async def _correct(
     return out
 
 
+async def _accept(
+    svc: ApiServices,
+    principal: Principal,
+    idem: Idempotency,
+    pair_id: str,
+    body: AcceptIn,
+    trace_id: str | None,
+) -> dict[str, Any]:
+    review, version = await _review(svc, pair_id)
+    try:
+        index = check_accept(review)
+    except CorrectionError as exc:
+        raise _refused(exc) from None
+    accepted = FirstErrorAccepted(
+        pair_id=pair_id,
+        acceptance_id=idem.new_id("acceptance"),
+        reviewer=await _reviewer(svc, principal),
+        accepted_at=datetime.now(UTC).isoformat(),
+        transition_index=index,
+        trace_id=trace_id,
+        note=body.note,
+    )
+    out = AcceptOut(pair_id=pair_id, **accept_view(accepted)).model_dump(mode="json")
+    stream = pair_stream(pair_id)
+    event = new_event(
+        stream,
+        accepted,
+        project_id=principal.project(),
+        event_id=idem.new_id("event"),
+        correlation_id=pair_id,
+    )
+    await append(svc, [event], {stream: version}, idem=idem, answer=(201, out))
+    return out
+
+
+async def _owned_pair(svc: ApiServices, principal: Principal, pair_id: str) -> None:
+    if await pair_row(svc.store.engine, principal.project(), pair_id) is None:
+        raise not_found("pair", pair_id)
+
+
+async def _pair_of_trace(svc: ApiServices, principal: Principal, trace_id: str) -> str:
+    project_id = principal.project()
+    if not await trace_exists(svc.store.engine, project_id, trace_id):
+        raise not_found("trace", trace_id)
+    pair_id = await trace_pair(svc.store.engine, project_id, _trace_pair(trace_id))
+    if pair_id is None:
+        raise field_error(
+            "trace_id",
+            f"trace {trace_id} has no pair (it is not a failed trace paired with a successful one)",
+        )
+    return pair_id
+
+
 @router.post(
     "/pairs/{pair_id}/corrections",
     status_code=202,
@@ -366,8 +468,7 @@ async def correct_pair(
     idem: Idempotency = Depends(idempotency),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    async with svc.store.engine.connect() as conn:
-        await owned_row(conn, pairs, "pair_id", pair_id, principal.project(), "pair")
+    await _owned_pair(svc, principal, pair_id)
     return await _correct(svc, principal, idem, pair_id, body, None)
 
 
@@ -384,30 +485,44 @@ async def correct_trace(
     idem: Idempotency = Depends(idempotency),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    from core.store.tables import traces
-
-    project_id = principal.project()
-    async with svc.store.engine.connect() as conn:
-        await owned_row(conn, traces, "trace_id", trace_id, project_id, "trace")
-        pair_id = (
-            await conn.execute(
-                select(pairs.c.pair_id).where(
-                    pairs.c.project_id == project_id,
-                    pairs.c.source == "trace",
-                    pairs.c.pair_id == _trace_pair(trace_id),
-                )
-            )
-        ).scalar()
-    if pair_id is None:
-        raise field_error(
-            "trace_id",
-            f"trace {trace_id} has no pair (it is not a failed trace paired with a successful one)",
-        )
+    pair_id = await _pair_of_trace(svc, principal, trace_id)
     return await _correct(svc, principal, idem, pair_id, body, trace_id)
+
+
+@router.post(
+    "/pairs/{pair_id}/accept",
+    status_code=201,
+    response_model=AcceptOut,
+    summary="Accept a pair's first error as it is (the critic was right); the pair counts as reviewed",
+)
+async def accept_pair(
+    body: AcceptIn,
+    pair_id: str = Path(pattern=ID_PATTERN),
+    principal: Principal = Depends(require("review")),
+    idem: Idempotency = Depends(idempotency),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    await _owned_pair(svc, principal, pair_id)
+    return await _accept(svc, principal, idem, pair_id, body, None)
+
+
+@router.post(
+    "/traces/{trace_id}/accept",
+    status_code=201,
+    response_model=AcceptOut,
+    summary="Accept a failed trace's first error as it is; its pair counts as reviewed",
+)
+async def accept_trace(
+    body: AcceptIn,
+    trace_id: str = Path(pattern=ID_PATTERN),
+    principal: Principal = Depends(require("review")),
+    idem: Idempotency = Depends(idempotency),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    pair_id = await _pair_of_trace(svc, principal, trace_id)
+    return await _accept(svc, principal, idem, pair_id, body, trace_id)
 
 
 def _trace_pair(trace_id: str) -> str:
     """The pair id the critic gives a failed trace's pair (critic_service.service._trace_pair_id)."""
-    from core.domain.ids import derived_id
-
     return derived_id("trace-pair", trace_id)

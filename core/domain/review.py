@@ -1,12 +1,14 @@
 """Owns the review state of one pair: what its stream says happened, folded into one value (pure).
 
 A pair's stream holds ``PairFound``, the critic's ``FirstErrorMarked`` (or a ``RevisionRejected``),
-the splicer's ``RevisionMaterialized`` and, after human review, ``FirstErrorCorrected`` followed by
-``SampleRespliced`` or ``CorrectionRejected``. ``fold_pair`` reads those events in stream order
+the splicer's ``RevisionMaterialized`` and, after human review, ``FirstErrorAccepted`` (the reviewer
+confirms the current t') or ``FirstErrorCorrected`` followed by ``SampleRespliced`` or
+``CorrectionRejected``. ``fold_pair`` reads those events in stream order
 and answers what the UI and the correction route need: the pair, the critic's verdicts, the t' and
 reflection the current sample was spliced with, every correction with its outcome. ``check_correction``
-says whether a reviewer's correction can be applied, before anything is written. ``review_signals``
-says from the critic's verdict why a pair may need a human (the review queue's filters).
+says whether a reviewer's correction can be applied, before anything is written (``check_accept``:
+an acceptance). ``review_signals`` says from the critic's verdict why a pair may need a human (the
+review queue's filters) and ``review_priority`` how urgently (the queue's order).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Literal
 from core.domain.events import (
     CorrectionRejected,
     DomainEvent,
+    FirstErrorAccepted,
     FirstErrorCorrected,
     FirstErrorMarked,
     PairFound,
@@ -61,6 +64,7 @@ class PairReview:
     reflection: str = ""  # the reflection of the current sample ("" when unknown)
     rejected_reason: str = ""
     corrections: list[CorrectionRecord] = field(default_factory=list)
+    accepts: list[FirstErrorAccepted] = field(default_factory=list)
 
     @property
     def pending(self) -> CorrectionRecord | None:
@@ -106,6 +110,8 @@ def fold_pair(events: Iterable[DomainEvent]) -> PairReview:
             review.reflection = _reflection_of(event.sample)
             if event.correction_id in by_id:
                 by_id[event.correction_id].status = "respliced"
+        elif isinstance(event, FirstErrorAccepted):
+            review.accepts.append(event)
         elif isinstance(event, CorrectionRejected) and event.correction_id in by_id:
             by_id[event.correction_id].status = "rejected"
             by_id[event.correction_id].reason = event.reason
@@ -155,6 +161,34 @@ def check_correction(
     return new_index, text
 
 
+def check_accept(review: PairReview) -> int:
+    """The t' a reviewer confirms by accepting the pair as it is; ``CorrectionError`` when it cannot.
+
+    The pair must be judged by the critic and have no correction still being re-spliced (the t'
+    accepted would not be the one the sample ends up with)."""
+    if review.pair is None:
+        raise CorrectionError("pair_id", "no PairFound in this pair's stream")
+    if review.marked is None:
+        raise CorrectionError("pair_id", "the critic has not judged this pair yet; accept it once it has")
+    if review.pending is not None:
+        raise CorrectionError(
+            "pair_id", f"correction {review.pending.event.correction_id} is still being re-spliced; retry"
+        )
+    return review.transition_index if review.transition_index is not None else review.marked.transition_index
+
+
+def accept_view(event: FirstErrorAccepted) -> dict[str, Any]:
+    """An acceptance as the API shows it."""
+    return {
+        "acceptance_id": event.acceptance_id,
+        "reviewer": event.reviewer,
+        "accepted_at": event.accepted_at,
+        "transition_index": event.transition_index,
+        "trace_id": event.trace_id,
+        "note": event.note,
+    }
+
+
 def correction_view(record: CorrectionRecord) -> dict[str, Any]:
     """A correction as the API shows it."""
     event = record.event
@@ -187,7 +221,9 @@ class ReviewSignals:
     ``critic_index``: the critic's t'; ``oracle_index``: the environment oracle's first error (None:
     no oracle, or none found); ``fallback``: nothing was judged bad, t' fell back to the last action;
     ``uncertain``: how many verdicts say "uncertain"; ``margin``: the smallest gap between a verdict's
-    best and second-best label score over the verdicts that have label scores (None: none has).
+    best and second-best label score over the verdicts that have label scores (None: none has);
+    ``spread``: the distance between strategies, the largest |t' - t'| between the critic and the
+    baseline critics it ran beside (``FirstErrorMarked.baselines``; None: no baseline ran).
     """
 
     critic_index: int
@@ -195,6 +231,7 @@ class ReviewSignals:
     fallback: bool
     uncertain: int
     margin: float | None
+    spread: int | None = None
 
 
 def verdict_margin(scores: dict[str, float]) -> float | None:
@@ -207,13 +244,43 @@ def verdict_margin(scores: dict[str, float]) -> float | None:
 
 def review_signals(marked: FirstErrorMarked) -> ReviewSignals:
     margins = [m for m in (verdict_margin(v.scores) for v in marked.verdicts) if m is not None]
+    gaps = [abs(t - marked.transition_index) for t in marked.baselines.values() if isinstance(t, int)]
     return ReviewSignals(
         critic_index=marked.transition_index,
         oracle_index=marked.oracle_index,
         fallback=marked.fallback,
         uncertain=sum(1 for v in marked.verdicts if v.label == "uncertain"),
         margin=min(margins) if margins else None,
+        spread=max(gaps) if gaps else None,
     )
+
+
+PRIORITY_STEPS_CAP = 5
+"""Step distances (critic vs oracle, critic vs baseline critics) count up to this many steps."""
+
+
+def review_priority(signals: ReviewSignals) -> float:
+    """How urgently a human should look at the pair: higher first (the review queue's default order).
+
+    The sum of three signals, each in [0, 1]: critic-oracle disagreement (0.5 for disagreeing, plus
+    up to 0.5 as the two t' lie further apart, capped at ``PRIORITY_STEPS_CAP`` steps), the verdict
+    margin (``1 / (1 + margin)``: 1 for a tie between the two best labels, 0 with no label scores)
+    and the distance between strategies (``spread / PRIORITY_STEPS_CAP``, capped at 1); plus 0.25
+    each for a fallback (nothing judged bad) and for an "uncertain" verdict.
+    """
+    score = 0.0
+    if signals.oracle_index is not None and signals.oracle_index != signals.critic_index:
+        steps = min(abs(signals.oracle_index - signals.critic_index), PRIORITY_STEPS_CAP)
+        score += 0.5 + 0.5 * steps / PRIORITY_STEPS_CAP
+    if signals.margin is not None:
+        score += 1.0 / (1.0 + max(signals.margin, 0.0))
+    if signals.spread:
+        score += min(signals.spread, PRIORITY_STEPS_CAP) / PRIORITY_STEPS_CAP
+    if signals.fallback:
+        score += 0.25
+    if signals.uncertain:
+        score += 0.25
+    return round(score, 6)
 
 
 def review_reasons(signals: ReviewSignals, max_margin: float = DEFAULT_MAX_MARGIN) -> list[ReviewReason]:

@@ -236,6 +236,10 @@ pairs = Table(
     Column("uncertain", Integer, nullable=True),
     Column("margin", Float, nullable=True),
     Column("corrections", Integer, nullable=False, default=0, server_default="0"),
+    # reviewers who confirmed the t' as it is (FirstErrorAccepted); reviewed = corrections + accepts > 0
+    Column("accepts", Integer, nullable=False, default=0, server_default="0"),
+    Column("spread", Integer, nullable=True),  # the largest |t'| gap between critic and baseline critics
+    Column("priority", Float, nullable=True, index=True),  # core.domain.review.review_priority
 )
 
 samples = Table(

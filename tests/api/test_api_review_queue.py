@@ -101,7 +101,7 @@ async def test_review_queue_lists_the_pairs_that_need_a_human(api: ApiHarness) -
     seen: list[str] = []
     cursor = None
     while True:
-        page = await _queue(api, reader, limit=2, **({"cursor": cursor} if cursor else {}))
+        page = await _queue(api, reader, limit=2, sort="pair_id", **({"cursor": cursor} if cursor else {}))
         seen += [i["pair_id"] for i in page["items"]]
         cursor = page["next_cursor"]
         if cursor is None:
@@ -119,6 +119,12 @@ async def test_review_queue_is_project_scoped_and_checked(api: ApiHarness) -> No
     assert [i["pair_id"] for i in theirs["items"]] == [pair_id]
     ingest_only = api.auth(await api.key(mine, "ingest"))
     assert (await api.client.get("/v1/review/queue", headers=ingest_only)).status_code == 403
-    for params in ({"reason": "wrong"}, {"max_margin": -1}, {"colour": "red"}, {"cursor": "!!"}):
+    for params in (
+        {"reason": "wrong"},
+        {"max_margin": -1},
+        {"colour": "red"},
+        {"cursor": "!!"},
+        {"sort": "margin"},
+    ):
         response = await api.client.get("/v1/review/queue", params=params, headers=reader)
         assert response.status_code == 422, (params, response.text)

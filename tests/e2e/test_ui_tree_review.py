@@ -28,6 +28,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from core.domain import events as ev
 from core.domain.events import Metadata, NewEvent
 from core.domain.ids import new_id, tree_stream
+from core.domain.review import review_priority, review_signals
 from tests.conftest import pg_database
 from tests.e2e.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, login, no_literals, shot
 from tests.e2e.ui_seed import (
@@ -50,9 +51,16 @@ class Site:
     url: str  # the database
     project: SeededProject
     big: SyntheticTree
-    disputed: list[str]  # the review queue's pairs, in pair id order (the tree's pair: critic = oracle)
+    disputed: list[str]  # the review queue's pairs, in priority order (the tree's pair: critic = oracle)
     fallback: str
     browser: Browser
+
+
+def queue_rank(events: list[NewEvent]) -> tuple[float, str]:
+    """The review queue's order of a seeded pair: its priority, highest first, then its id."""
+    marked = events[1].event
+    assert isinstance(marked, ev.FirstErrorMarked)
+    return -review_priority(review_signals(marked)), marked.pair_id
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +77,9 @@ def site() -> Iterator[Site]:
             "agree": pair_events(pid, rid, "craft-e", critic_index=3, oracle_index=3),
         }
         corrected = correction_event(pid, seeded["disagree"][0], 3, 2)
+        rank = lambda name: queue_rank(seeded[name][1])  # noqa: E731
         append_events(url, [big.events, *(events for _, events in seeded.values()), [corrected]])
-        disputed = sorted(seeded[k][0] for k in ("disagree", "fallback", "uncertain", "low"))
+        disputed = [seeded[k][0] for k in sorted(("disagree", "fallback", "uncertain", "low"), key=rank)]
         with serve_app(url) as base, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:

@@ -33,6 +33,7 @@ from core.domain.events.learners import EpisodePlayed
 from core.domain.events.operations import MessageDeadLettered
 from core.domain.events.pairs import (
     CorrectionRejected,
+    FirstErrorAccepted,
     FirstErrorCorrected,
     FirstErrorMarked,
     ReplayProbed,
@@ -84,6 +85,7 @@ __all__ = [
     "DatasetCreated",
     "EpisodePlayed",
     "DomainEvent",
+    "FirstErrorAccepted",
     "FirstErrorCorrected",
     "FirstErrorMarked",
     "GoodTraceSampled",

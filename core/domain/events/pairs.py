@@ -1,5 +1,5 @@
 """Owns the events of the pair streams (``pair-{pair_id}``): the critic's first error, the splicer's
-revision (or why not), and reviewers' corrections with their re-splice."""
+revision (or why not), reviewers' corrections with their re-splice and their acceptances."""
 
 from __future__ import annotations
 
@@ -123,3 +123,18 @@ class CorrectionRejected(DomainEvent):
     pair_id: str
     correction_id: str
     reason: str
+
+
+@register
+@dataclass(frozen=True)
+class FirstErrorAccepted(DomainEvent):
+    """A reviewer confirmed a pair's current first-error step t' (the critic was right): the pair
+    counts as reviewed and its sample stays as spliced (nothing is re-spliced)."""
+
+    pair_id: str
+    acceptance_id: str
+    reviewer: str  # the review key: "<prefix>" or "<prefix> (<label>)"
+    accepted_at: str  # ISO 8601, the API's clock when the reviewer sent it
+    transition_index: int  # the t' confirmed (the current sample's, else the critic's)
+    trace_id: str | None = None  # set when accepted on a production trace
+    note: str = ""

@@ -12,7 +12,8 @@ sample; ``SampleRespliced``, a reviewer's correction re-spliced, replaces the ro
 position). A revision belongs to a trace when its sample's provenance names the ``trace_id`` or its pair
 id equals the trace id. A pair row also carries the review queue's signals: the critic's and the
 oracle's t', fallback, uncertain verdicts and the smallest label margin (``review_signals`` of its
-FirstErrorMarked), and how many corrections reviewers made (FirstErrorCorrected).
+FirstErrorMarked), how many corrections reviewers made (FirstErrorCorrected) and how many confirmed the t'
+(FirstErrorAccepted), the distance between strategies and the review priority.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sqlalchemy import ColumnElement, Table, and_, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core.domain import events as ev
-from core.domain.review import review_signals
+from core.domain.review import review_priority, review_signals
 from core.domain.serde import to_dict
 from core.store.projectors._sql import (
     Item,
@@ -108,6 +109,8 @@ async def _first_error(conn: AsyncConnection, items: Sequence[Item]) -> None:
                 fallback=signals.fallback,
                 uncertain=signals.uncertain,
                 margin=signals.margin,
+                spread=signals.spread,
+                priority=review_priority(signals),
             )
         )
 
@@ -118,6 +121,15 @@ async def _corrected(conn: AsyncConnection, items: Sequence[Item]) -> None:
         assert isinstance(event, ev.FirstErrorCorrected)
         await conn.execute(
             update(pairs).where(pairs.c.pair_id == event.pair_id).values(corrections=pairs.c.corrections + 1)
+        )
+
+
+async def _accepted(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    """A reviewer confirmed the pair's t': the review queue counts it as reviewed."""
+    for _recorded, event in items:
+        assert isinstance(event, ev.FirstErrorAccepted)
+        await conn.execute(
+            update(pairs).where(pairs.c.pair_id == event.pair_id).values(accepts=pairs.c.accepts + 1)
         )
 
 
@@ -350,6 +362,7 @@ PROJECTORS: dict[str, Projector] = {
     "PairFound": _pair_found,
     "FirstErrorMarked": _first_error,
     "FirstErrorCorrected": _corrected,
+    "FirstErrorAccepted": _accepted,
     "RevisionMaterialized": _revision,
     "RevisionRejected": _revision_rejected,
     "SampleRespliced": _respliced,

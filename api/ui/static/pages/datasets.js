@@ -7,6 +7,7 @@
 import { all, get } from "../api.js";
 import { builder } from "../dataset_build.js";
 import { fmt, h, link, mount, shortId } from "../dom.js";
+import { every, POLL_MS } from "../live.js";
 import { DATASET_FORMATS, downloadButtons } from "../downloads.js";
 import { dataTable, dateColumn } from "../table.js";
 
@@ -118,4 +119,5 @@ export async function list(main, _params, query) {
     datasets.el,
   );
   await refresh();
+  return every(POLL_MS, refresh); // live: datasets built elsewhere appear without a reload
 }

@@ -2,11 +2,13 @@
 // differing step highlighted, the critic's per-step verdicts (label and label scores) beside the bad
 // path, the oracle's first error where the environment has one, the chosen transition point t', and
 // the correction form (review scope): move t' or rewrite the reflection, then watch the re-splice;
-// once re-spliced, the confirmation stays and the sample before and after are shown side by side.
-// `render` draws into any element (the Review page shows a pair in its detail pane).
+// once re-spliced, the confirmation stays and the sample before and after are shown side by side;
+// or accept t' as it is (the critic was right). A click on a bad step picks t'. `render` draws into
+// any element (the Review page shows a pair in its detail pane and moves on once it is reviewed).
 
 import { ApiError, get, post } from "../api.js";
 import { fmt, h, link, shortId, table, mount } from "../dom.js";
+import { announce } from "../live.js";
 import { whyTag } from "../reasons.js";
 
 function stepCell(step, extra = {}) {
@@ -28,7 +30,12 @@ export function verdictCell(verdict) {
     verdict.reason ? h("div", { class: "muted" }, verdict.reason) : null);
 }
 
-export function correctionForm(detail, submit) {
+/**
+ * The correction form: t' (also picked by clicking a bad step of the diff), a new reflection, a note,
+ * "Re-splice" (`submit(body, status)`) and, with `accept` given, "Accept t'" (`accept(body, status)`:
+ * the reviewer confirms the current t', nothing is re-spliced).
+ */
+export function correctionForm(detail, submit, accept = null) {
   const first = detail.shared_steps;
   const last = detail.bad.steps.length - 1;
   const select = h("select", { id: "correct-t", name: "transition_index" });
@@ -38,15 +45,25 @@ export function correctionForm(detail, submit) {
   const reflection = h("textarea", { id: "correct-reflection", rows: 2, cols: 70, placeholder: "keep the reflection chosen for the wrong action" });
   reflection.value = "";
   const note = h("input", { id: "correct-note", size: 50, placeholder: "why (optional)" });
-  const status = h("p", { id: "correct-status", class: "muted" });
+  const status = h("p", { id: "correct-status", class: "muted", role: "status", "aria-live": "polite" });
+  const acceptButton = accept
+    ? h("button", { type: "button", id: "accept-submit", title: "the critic was right: mark the pair reviewed (a)" }, `Accept t'=${fmt(detail.transition_index)} (a)`)
+    : null;
   const form = h("form", { id: "correct-form", class: "card" },
-    h("h3", {}, "Correct this pair"),
-    h("p", { class: "muted" }, `Current t' = ${fmt(detail.transition_index)}; reflection: ${detail.reflection || "(unknown)"}`),
+    h("h2", {}, "Review this pair"),
+    h("p", { class: "muted" }, `Current t' = ${fmt(detail.transition_index)}; reflection: ${detail.reflection || "(unknown)"}. Click a bad step in the table above to pick t'.`),
     h("label", {}, "First error t' ", select), h("br"),
     h("label", {}, "New reflection ", reflection), h("br"),
     h("label", {}, "Note ", note), " ",
-    h("button", { type: "submit", id: "correct-submit" }, "Re-splice"),
+    h("button", { type: "submit", id: "correct-submit", title: "re-splice the sample at the chosen t' (s)" }, "Re-splice"),
+    acceptButton ? [" ", acceptButton] : null,
     status);
+  const failed = (err) => {
+    status.className = "error";
+    status.textContent = err instanceof ApiError && err.status === 403
+      ? "This key lacks the review scope (403): reviews need a key with scope review."
+      : err.message;
+  };
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const body = { transition_index: Number(select.value) };
@@ -57,13 +74,38 @@ export function correctionForm(detail, submit) {
     try {
       await submit(body, status);
     } catch (err) {
-      status.className = "error";
-      status.textContent = err instanceof ApiError && err.status === 403
-        ? "This key lacks the review scope (403): corrections need a key with scope review."
-        : err.message;
+      failed(err);
     }
   });
+  if (acceptButton) {
+    acceptButton.addEventListener("click", async () => {
+      const body = note.value.trim() ? { note: note.value.trim() } : {};
+      status.className = "muted";
+      status.textContent = "Sending…";
+      acceptButton.disabled = true;
+      try {
+        await accept(body, status);
+      } catch (err) {
+        failed(err);
+      } finally {
+        acceptButton.disabled = false;
+      }
+    });
+  }
+  /** Pick t' (from a click on the diff): the select follows. */
+  form.pick = (step) => {
+    if (step < first || step > last) return false;
+    select.value = String(step);
+    select.dispatchEvent(new Event("change"));
+    return true;
+  };
+  form.select = select;
   return form;
+}
+
+export function acceptsList(accepts) {
+  return h("ul", { id: "accepts" }, accepts.map((a) => h("li", { dataset: { acceptanceId: a.acceptance_id } },
+    `${new Date(a.accepted_at).toLocaleString()} · ${a.reviewer} accepted t'=${a.transition_index}`, a.note ? ` · ${a.note}` : "")));
 }
 
 /** Poll the pair until `correctionId` is no longer pending; returns its final view. */
@@ -139,16 +181,59 @@ export async function render(main, [pairId], _query = null, options = {}, outcom
     if (critic && i === critic.transition_index && i !== t) marks.push(h("span", { class: "tag critic" }, "critic t'"));
     if (oracle !== null && i === oracle) marks.push(h("span", { class: "tag oracle" }, "oracle first error"));
     const classes = [i === shared ? "first-diff" : "", i === t ? "transition" : "", i === oracle ? "oracle" : "", t !== null && i > t ? "after-t" : ""].filter(Boolean).join(" ");
-    rows.push(h("tr", { class: classes, dataset: { step: String(i) } },
+    const pickable = i < bad.length;
+    rows.push(h("tr", { class: `${classes}${pickable && critic ? " pickable" : ""}`, dataset: { step: String(i) }, title: pickable && critic ? `click: pick t' = ${i}` : null },
       h("td", { class: "step" }, String(i), h("div", {}, marks)),
       stepCell(bad[i], { class: "bad" }),
       verdictCell(verdicts.get(i)),
       stepCell(good[i], { class: "good" })));
   }
   const sharedRows = bad.slice(0, shared).map((step, i) => h("tr", { dataset: { step: String(i) } }, h("td", { class: "step" }, String(i)), stepCell(step)));
+  const accepts = detail.accepts || [];
   const history = h("div", { id: "corrections-wrap" },
     h("h2", {}, `Corrections (${detail.corrections.length})`),
-    detail.corrections.length ? correctionsTable(detail.corrections) : h("p", { class: "muted" }, "None yet."));
+    detail.corrections.length ? correctionsTable(detail.corrections) : h("p", { class: "muted" }, "None yet."),
+    accepts.length ? [h("h2", {}, `Accepted (${accepts.length})`), acceptsList(accepts)] : null);
+  const form = critic ? correctionForm(detail, async (body, status) => {
+    const before = detail.sample_id ? (await get(`/v1/samples/${detail.sample_id}`)).sample : null;
+    const accepted = await post(`/v1/pairs/${pairId}/corrections`, body);
+    if (options.onReviewed) {
+      // the review queue moves on at once; the re-splice is followed in the background and announced
+      status.className = "ok";
+      status.textContent = `Correction sent (t'=${accepted.new_transition_index}); re-splicing.`;
+      options.onReviewed("corrected", accepted);
+      waitForCorrection(pairId, accepted.correction_id, status).then((done) => {
+        if (options.onCorrected) options.onCorrected(done);
+      }).catch((err) => announce(`Pair ${shortId(pairId)}: ${err.message}`));
+      return;
+    }
+    const done = await waitForCorrection(pairId, accepted.correction_id, status);
+    status.className = done.status === "respliced" ? "ok" : "error";
+    status.textContent = done.status === "respliced" ? `Re-spliced at t'=${done.new_transition_index}.` : `Rejected: ${done.reason}`;
+    announce(status.textContent);
+    if (done.status === "respliced") await render(main, [pairId], _query, options, { done, before });
+    if (options.onCorrected) options.onCorrected(done);
+  }, async (body, status) => {
+    const accepted = await post(`/v1/pairs/${pairId}/accept`, body);
+    status.className = "ok";
+    status.textContent = `Accepted t'=${accepted.transition_index}.`;
+    announce(`Pair ${shortId(pairId)}: accepted t'=${accepted.transition_index}.`);
+    if (options.onReviewed) options.onReviewed("accepted", accepted);
+    else await render(main, [pairId], _query, options, outcome);
+  }) : null;
+  const diff = h("table", { id: "pair-diff", class: "diff" },
+    h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "step"), h("th", { scope: "col" }, `bad path (reward ${fmt(detail.bad.reward)})`), h("th", { scope: "col" }, "critic verdict"), h("th", { scope: "col" }, `good path (reward ${fmt(detail.good.reward)})`))),
+    h("tbody", {}, rows));
+  if (form) {
+    diff.addEventListener("click", (event) => {
+      const row = event.target.closest("tr.pickable");
+      if (!row || !form.pick(Number(row.dataset.step))) return;
+      for (const r of diff.querySelectorAll("tr.picked")) r.classList.remove("picked");
+      row.classList.add("picked");
+      main.dataset.picked = row.dataset.step;
+    });
+  }
+  main.review = form ? { accept: () => form.querySelector("#accept-submit")?.click(), submit: () => form.requestSubmit() } : null;
 
   mount(main,
     h("h1", {}, "Pair ", h("code", {}, pairId), " ", h("span", { class: `status ${detail.status}` }, detail.status)),
@@ -169,19 +254,9 @@ export async function render(main, [pairId], _query = null, options = {}, outcom
     h("details", { id: "shared-prefix" }, h("summary", {}, `Shared prefix (${shared} step${shared === 1 ? "" : "s"})`),
       h("p", { class: "observation" }, detail.bad.task),
       h("table", {}, h("tbody", {}, sharedRows))),
-    h("table", { id: "pair-diff", class: "diff" },
-      h("thead", {}, h("tr", {}, h("th", {}, "step"), h("th", {}, `bad path (reward ${fmt(detail.bad.reward)})`), h("th", {}, "critic verdict"), h("th", {}, `good path (reward ${fmt(detail.good.reward)})`))),
-      h("tbody", {}, rows)),
+    diff,
     outcome ? correctionResult(outcome, after) : null,
-    critic ? correctionForm(detail, async (body, status) => {
-      const before = detail.sample_id ? (await get(`/v1/samples/${detail.sample_id}`)).sample : null;
-      const accepted = await post(`/v1/pairs/${pairId}/corrections`, body);
-      const done = await waitForCorrection(pairId, accepted.correction_id, status);
-      status.className = done.status === "respliced" ? "ok" : "error";
-      status.textContent = done.status === "respliced" ? `Re-spliced at t'=${done.new_transition_index}.` : `Rejected: ${done.reason}`;
-      if (done.status === "respliced") await render(main, [pairId], _query, options, { done, before });
-      if (options.onCorrected) options.onCorrected(done);
-    }) : null,
+    form,
     history,
   );
 }

@@ -1,12 +1,16 @@
 // Owns the Review page: the queue of pairs that need a human (GET /v1/review/queue: the critic's t'
 // differs from the oracle's first error, the critic fell back, a verdict was uncertain or scored
-// with a low margin), filtered by reason, run, iteration, task, source and reviewed or not; reviewed /
-// remaining counts; next / previous with the keyboard (j / k) or buttons; the current pair's diff and
-// correction form beside the queue (the pair page's own rendering), whose re-splice shows the sample
-// before and after and counts the pair as reviewed.
+// with a low margin), most urgent first (the API's priority: disagreement, verdict margin, distance
+// between strategies), sortable by any column, filtered by reason, run, iteration, task, source and
+// reviewed or not; reviewed / remaining counts; the queue stays live (polled: new pairs appear, counts
+// follow other reviewers). Next / previous with j / k or the buttons; the current pair's diff and
+// review form beside the queue (the pair page's own rendering): click a bad step to pick t' and
+// "Re-splice" (s), or "Accept t'" (a) when the critic was right; either moves on to the next pair
+// still to review, the re-splice followed in the background and announced.
 
 import { all, get } from "../api.js";
 import { fmt, h, mount, shortId } from "../dom.js";
+import { announce, every, POLL_MS } from "../live.js";
 import * as pair from "./pair.js";
 
 const REASONS = [
@@ -19,6 +23,17 @@ const REASONS = [
 const REASON_TEXT = { disagree: "critic ≠ oracle", fallback: "fallback", uncertain: "uncertain", low_margin: "low margin" };
 const MAX_ITEMS = 2000;
 const FILTERS = ["reason", "max_margin", "run_id", "iteration", "task_key", "source", "reviewed"];
+const COLUMNS = [
+  { key: "rank", label: "#", value: (item) => item.rank },
+  { key: "pair", label: "pair", value: (item) => item.pair_id },
+  { key: "run", label: "run", value: (item) => (item.run_id ? `${item.run_id}:${String(item.iteration).padStart(5, "0")}` : "") },
+  { key: "task", label: "task", value: (item) => item.task_key },
+  { key: "why", label: "why", value: (item) => item.reasons.join(" ") },
+  { key: "t", label: "t' critic / oracle", value: (item) => item.critic_index },
+  { key: "margin", label: "margin", value: (item) => item.margin },
+  { key: "priority", label: "priority", value: (item) => item.priority },
+  { key: "reviewed", label: "reviewed", value: (item) => (item.reviewed ? 1 : 0) },
+];
 
 function filtersOf(query) {
   const out = {};
@@ -26,11 +41,18 @@ function filtersOf(query) {
   return out;
 }
 
-function hashOf(filters, pairId) {
+function hashOf(filters, pairId, sort) {
   const params = new URLSearchParams(filters);
+  if (sort) params.set("sort", `${sort.descending ? "-" : ""}${sort.key}`);
   if (pairId) params.set("pair", pairId);
   const text = params.toString();
   return `#/review${text ? `?${text}` : ""}`;
+}
+
+function sortOf(query) {
+  const raw = query.get("sort") || "";
+  const key = raw.replace(/^-/, "");
+  return COLUMNS.some((c) => c.key === key) ? { key, descending: raw.startsWith("-") } : null;
 }
 
 async function loadQueue(filters) {
@@ -43,13 +65,24 @@ async function loadQueue(filters) {
     items.push(...page.items);
     cursor = page.next_cursor;
   } while (cursor && items.length < MAX_ITEMS);
+  items.forEach((item, i) => { item.rank = i + 1; });
   return { items, counts, truncated: Boolean(cursor) };
+}
+
+function compare(a, b) {
+  if (a === null || a === undefined) return b === null || b === undefined ? 0 : 1;
+  if (b === null || b === undefined) return -1;
+  if (typeof a === "number" && typeof b === "number") return a - b;
+  return String(a).localeCompare(String(b), undefined, { numeric: true });
 }
 
 export async function render(main, _params, query) {
   const filters = filtersOf(query);
-  const [{ items, counts, truncated }, runs] = await Promise.all([loadQueue(filters), all("/v1/runs", {}, 500)]);
-  let at = Math.max(0, items.findIndex((i) => i.pair_id === query.get("pair")));
+  const [loaded, runs] = await Promise.all([loadQueue(filters), all("/v1/runs", {}, 500)]);
+  let { items, counts, truncated } = loaded;
+  let sort = sortOf(query); // null: the API's priority order
+  let view = [];
+  let current = query.get("pair");
 
   // ---- filters
   const reason = h("select", { id: "review-reason", name: "reason" },
@@ -63,98 +96,186 @@ export async function render(main, _params, query) {
     [["", "runs and traces"], ["search", "run trees"], ["trace", "failed traces"]].map(([value, text]) => h("option", { value, selected: (filters.source || "") === value }, text)));
   const reviewed = h("select", { id: "review-reviewed", name: "reviewed" },
     [["", "reviewed or not"], ["false", "still to review"], ["true", "reviewed"]].map(([value, text]) => h("option", { value, selected: (filters.reviewed || "") === value }, text)));
-  const form = h("form", { id: "review-filters", class: "toolbar" },
-    h("label", {}, "why ", reason), h("label", {}, run), h("label", {}, "iteration ", iteration),
-    h("label", {}, "task ", task), h("label", {}, source), h("label", {}, reviewed),
+  const form = h("form", { id: "review-filters", class: "toolbar", "aria-label": "queue filters" },
+    h("label", {}, "why ", reason), h("label", {}, "run ", run), h("label", {}, "iteration ", iteration),
+    h("label", {}, "task ", task), h("label", {}, "source ", source), h("label", {}, "state ", reviewed),
     h("button", { type: "submit" }, "Filter"));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const next = {};
     for (const el of [reason, run, iteration, task, source, reviewed]) if (el.value.trim() && !(el === reason && el.value === "any")) next[el.name] = el.value.trim();
     if (filters.max_margin) next.max_margin = filters.max_margin;
-    window.location.hash = hashOf(next, null);
+    window.location.hash = hashOf(next, null, sort);
   });
 
   // ---- counts, queue, detail
-  const reviewedCount = h("strong", { id: "review-reviewed-count" }, String(counts.reviewed));
-  const remainingCount = h("strong", { id: "review-remaining-count" }, String(counts.remaining));
-  const countsLine = h("p", { id: "review-counts" }, "reviewed ", reviewedCount, " · remaining ", remainingCount, ` · ${counts.total} in the queue`,
-    truncated ? ` (the first ${items.length} listed)` : "");
+  const reviewedCount = h("strong", { id: "review-reviewed-count" });
+  const remainingCount = h("strong", { id: "review-remaining-count" });
+  const totalText = h("span", { id: "review-total" });
+  const countsLine = h("p", { id: "review-counts" }, "reviewed ", reviewedCount, " · remaining ", remainingCount, " · ", totalText);
   const position = h("span", { id: "review-position", class: "muted" });
   const prev = h("button", { type: "button", id: "review-prev", title: "previous pair (k)" }, "← previous (k)");
   const next = h("button", { type: "button", id: "review-next", title: "next pair (j)" }, "next (j) →");
   const detail = h("div", { id: "review-detail" });
-  const rows = items.map((item, i) => h("tr", { dataset: { pairId: item.pair_id, index: String(i), reviewed: item.reviewed ? "1" : "0" }, class: item.reviewed ? "reviewed" : null, onclick: () => go(i) },
-    h("td", {}, String(i + 1)),
+  const body = h("tbody", {});
+  const headers = COLUMNS.map((c) => {
+    const button = h("button", { type: "button", class: "sort", dataset: { key: c.key } }, c.label);
+    button.addEventListener("click", () => {
+      sort = sort && sort.key === c.key ? { key: c.key, descending: !sort.descending } : { key: c.key, descending: ["priority", "margin"].includes(c.key) ? c.key === "priority" : false };
+      history.replaceState(null, "", hashOf(filters, current, sort));
+      draw();
+    });
+    return h("th", { scope: "col", dataset: { key: c.key } }, button);
+  });
+  const queue = h("table", { id: "review-queue", class: "queue" },
+    h("caption", { class: "sr-only" }, "Pairs to review, most urgent first unless sorted by a column"),
+    h("thead", {}, h("tr", {}, headers)), body);
+  const empty = h("p", { id: "review-empty", class: "muted" }, "Nothing to review with these filters.");
+  const layout = h("div", { class: "review-layout" },
+    h("div", { class: "queue-wrap" }, queue),
+    h("div", { class: "review-main" }, h("div", { class: "toolbar" }, prev, next, position), detail));
+
+  function drawCounts() {
+    reviewedCount.textContent = String(counts.reviewed);
+    remainingCount.textContent = String(counts.remaining);
+    totalText.textContent = `${counts.total} in the queue${truncated ? ` (the first ${items.length} listed)` : ""}`;
+  }
+
+  function row(item, i) {
+    const tr = h("tr", {
+      tabindex: 0,
+      "aria-current": item.pair_id === current ? "true" : null,
+      "aria-label": `pair ${shortId(item.pair_id)}, task ${item.task_key}, ${item.reviewed ? "reviewed" : "to review"}`,
+      dataset: { pairId: item.pair_id, index: String(i), reviewed: item.reviewed ? "1" : "0", priority: String(item.priority) },
+      class: [item.reviewed ? "reviewed" : "", item.pair_id === current ? "current" : ""].filter(Boolean).join(" ") || null,
+      onclick: () => go(i),
+      onkeydown: (event) => { if (event.key === "Enter" || event.key === " ") { event.preventDefault(); go(i); } },
+    },
+    h("td", {}, String(item.rank)),
     h("td", {}, h("code", {}, shortId(item.pair_id))),
     h("td", {}, item.run_id ? `${shortId(item.run_id)} · it ${item.iteration}` : "trace"),
     h("td", { class: "task" }, item.task_key),
     h("td", { class: "reasons" }, item.reasons.map((r) => h("span", { class: `tag reason ${r}` }, REASON_TEXT[r] || r))),
     h("td", {}, `${item.critic_index} / ${fmt(item.oracle_index)}`),
     h("td", {}, fmt(item.margin, 2)),
-    h("td", { class: "mark" }, item.reviewed ? "✓" : "")));
-  const queue = h("table", { id: "review-queue", class: "queue" },
-    h("thead", {}, h("tr", {}, ["#", "pair", "run", "task", "why", "t' critic / oracle", "margin", "reviewed"].map((x) => h("th", {}, x)))),
-    h("tbody", {}, rows));
+    h("td", { class: "priority" }, fmt(item.priority, 2)),
+    h("td", { class: "mark" }, item.reviewed ? (item.accepts && !item.corrections ? "✓ accepted" : "✓") : ""));
+    return tr;
+  }
+
+  function draw() {
+    view = items.slice();
+    if (sort) {
+      const column = COLUMNS.find((c) => c.key === sort.key);
+      view.sort((a, b) => compare(column.value(a), column.value(b)) * (sort.descending ? -1 : 1) || compare(a.rank, b.rank));
+    }
+    for (const th of headers) {
+      th.setAttribute("aria-sort", sort && th.dataset.key === sort.key ? (sort.descending ? "descending" : "ascending") : (!sort && th.dataset.key === "rank" ? "ascending" : "none"));
+    }
+    mount(body, view.map(row));
+    drawCounts();
+    layout.hidden = !items.length;
+    empty.hidden = Boolean(items.length);
+    const at = view.findIndex((item) => item.pair_id === current);
+    position.textContent = at >= 0 ? `${at + 1} of ${view.length}` : "";
+    prev.disabled = at <= 0;
+    next.disabled = at < 0 || at === view.length - 1;
+  }
 
   let token = 0;
   async function go(index) {
-    if (!items.length) return;
-    at = Math.max(0, Math.min(items.length - 1, index));
-    for (const row of rows) row.classList.toggle("current", Number(row.dataset.index) === at);
-    rows[at].scrollIntoView({ block: "nearest" });
-    position.textContent = `${at + 1} of ${items.length}`;
-    prev.disabled = at === 0;
-    next.disabled = at === items.length - 1;
-    const item = items[at];
-    history.replaceState(null, "", hashOf(filters, item.pair_id));
+    if (!view.length) return;
+    const at = Math.max(0, Math.min(view.length - 1, index));
+    const item = view[at];
+    current = item.pair_id;
+    draw();
+    body.children[at].scrollIntoView({ block: "nearest" });
+    history.replaceState(null, "", hashOf(filters, item.pair_id, sort));
     detail.dataset.pairId = item.pair_id;
     const mine = ++token;
     mount(detail, h("p", { class: "muted" }, "Loading the pair…"));
     const target = h("div", {});
     try {
-      await pair.render(target, [item.pair_id], null, { onCorrected: (done) => corrected(item, done) });
+      await pair.render(target, [item.pair_id], null, {
+        onReviewed: (kind) => reviewedOne(item, kind),
+        onCorrected: (done) => announce(done.status === "respliced"
+          ? `Pair ${shortId(item.pair_id)} re-spliced at t'=${done.new_transition_index}.`
+          : `Pair ${shortId(item.pair_id)}: correction rejected: ${done.reason}`),
+      });
     } catch (err) {
       mount(target, h("p", { class: "error" }, String(err.message || err)));
     }
     if (mine === token) {
       mount(detail, target);
       detail.dataset.shown = item.pair_id;
+      detailEl = target;
     }
   }
-  function corrected(item, done) {
-    if (done.status !== "respliced" || item.reviewed) return;
-    item.reviewed = true;
-    counts.reviewed += 1;
-    counts.remaining -= 1;
-    reviewedCount.textContent = String(counts.reviewed);
-    remainingCount.textContent = String(counts.remaining);
-    const row = rows[items.indexOf(item)];
-    row.classList.add("reviewed");
-    row.dataset.reviewed = "1";
-    row.querySelector("td.mark").textContent = "✓";
+  let detailEl = null;
+
+  /** The current pair was accepted or corrected: count it, then move to the next pair still to review. */
+  function reviewedOne(item, kind) {
+    if (!item.reviewed) {
+      item.reviewed = true;
+      counts.reviewed += 1;
+      counts.remaining -= 1;
+    }
+    if (kind === "accepted") item.accepts = (item.accepts || 0) + 1;
+    else item.corrections = (item.corrections || 0) + 1;
+    const at = view.indexOf(item);
+    const following = view.slice(at + 1).concat(view.slice(0, at)).find((x) => !x.reviewed);
+    announce(`Pair ${shortId(item.pair_id)} ${kind}. ${counts.remaining} remaining.`);
+    if (following) go(view.indexOf(following));
+    else {
+      draw();
+      mount(detail, h("p", { id: "review-done", class: "ok" }, "Every pair in this queue is reviewed."));
+      detail.dataset.shown = "";
+    }
   }
-  prev.addEventListener("click", () => go(at - 1));
-  next.addEventListener("click", () => go(at + 1));
+
+  // ---- live: the queue and its counts follow the API
+  async function refresh() {
+    const fresh = await loadQueue(filters);
+    const known = new Map(items.map((item) => [item.pair_id, item]));
+    const added = fresh.items.filter((item) => !known.has(item.pair_id)).length;
+    items = fresh.items;
+    counts = fresh.counts;
+    truncated = fresh.truncated;
+    draw();
+    if (added) announce(`${added} new pair(s) in the review queue.`);
+    if (!detail.dataset.shown && current === null && items.length) go(0);
+  }
+  const stop = every(POLL_MS, refresh);
+
+  prev.addEventListener("click", () => go(view.findIndex((x) => x.pair_id === current) - 1));
+  next.addEventListener("click", () => go(view.findIndex((x) => x.pair_id === current) + 1));
   const onKey = (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     const tag = (event.target && event.target.tagName) || "";
     if (["INPUT", "TEXTAREA", "SELECT"].includes(tag) || (event.target && event.target.isContentEditable)) return;
+    const at = view.findIndex((x) => x.pair_id === current);
     if (event.key === "j") { event.preventDefault(); go(at + 1); }
     else if (event.key === "k") { event.preventDefault(); go(at - 1); }
+    else if (event.key === "a" && detailEl && detailEl.review) { event.preventDefault(); detailEl.review.accept(); }
+    else if (event.key === "s" && detailEl && detailEl.review) { event.preventDefault(); detailEl.review.submit(); }
   };
   document.addEventListener("keydown", onKey);
 
   mount(main,
     h("h1", {}, "Review queue"),
-    h("p", { class: "muted" }, "Pairs whose first error a human should check: the critic's t' differs from the environment oracle's first error, the critic fell back (nothing judged bad), a verdict was uncertain, or a verdict's two best labels scored close together. j / k: next / previous."),
+    h("p", { class: "muted" }, "Pairs whose first error a human should check, most urgent first: the critic's t' differs from the environment oracle's first error, the critic fell back (nothing judged bad), a verdict was uncertain, or a verdict's two best labels scored close together. Click a bad step to pick t', then Re-splice (s); or Accept t' (a) when the critic was right. j / k: next / previous."),
     form,
     countsLine,
-    items.length ? h("div", { class: "review-layout" },
-      h("div", { class: "queue-wrap" }, queue),
-      h("div", { class: "review-main" }, h("div", { class: "toolbar" }, prev, next, position), detail))
-      : h("p", { id: "review-empty", class: "muted" }, "Nothing to review with these filters."),
+    empty,
+    layout,
   );
-  if (items.length) go(at);
-  return () => document.removeEventListener("keydown", onKey);
+  draw();
+  if (items.length) {
+    const at = view.findIndex((x) => x.pair_id === current);
+    go(at >= 0 ? at : 0);
+  }
+  return () => {
+    stop();
+    document.removeEventListener("keydown", onKey);
+  };
 }

@@ -141,7 +141,7 @@ function plot(iterations) {
   const y = (v) => height - pad - v * (height - 2 * pad);
   const palette = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"];
   const markers = ["circle", "rect", "circle", "rect", "circle", "rect"];
-  const svg = s("svg", { id: "metrics-plot", viewBox: `0 0 ${width} ${height}`, width, height, role: "img" },
+  const svg = s("svg", { id: "metrics-plot", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": `metrics per iteration: ${names.join(", ")}` },
     s("line", { x1: pad, y1: y(0), x2: width - pad, y2: y(0), class: "axis" }),
     s("line", { x1: pad, y1: y(0), x2: pad, y2: y(1), class: "axis" }),
     [0, 0.5, 1].map((v) => s("text", { x: pad - 6, y: y(v) + 4, class: "tick", "text-anchor": "end" }, String(v))),
@@ -158,6 +158,50 @@ function plot(iterations) {
   });
   if (!names.length) svg.append(s("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "muted" }, "no evaluation metrics yet"));
   return svg;
+}
+
+const pct = (v) => (v === null || v === undefined ? "–" : `${(100 * v).toFixed(0)}%`);
+
+/** "Did training help?": the start model then each iteration's, per figure, with 95% Wilson intervals. */
+function progressSection(progress) {
+  const models = progress.models;
+  if (!models.length) {
+    return h("section", { id: "progress", "aria-labelledby": "progress-title" }, h("h2", { id: "progress-title" }, "Did training help?"),
+      h("p", { class: "muted", id: "progress-empty" }, "No evaluation yet: the start model and each iteration's model are compared once evaluated on the held-out tasks."));
+  }
+  const at = new Map(progress.points.map((p) => [`${p.metric}|${p.model}`, p]));
+  const rows = progress.metrics.map((m) => h("tr", { dataset: { metric: m.key } },
+    h("th", { scope: "row" }, m.label, h("span", { class: "muted" }, m.higher_is_better ? " (higher is better)" : " (lower is better)")),
+    models.map((model) => {
+      const p = at.get(`${m.key}|${model}`);
+      if (!p || p.rate === null) return h("td", { class: "muted", dataset: { model } }, "–");
+      return h("td", { dataset: { model, rate: String(p.rate), low: String(p.low), high: String(p.high), count: String(p.count), n: String(p.n) } },
+        h("strong", {}, pct(p.rate)), ` [${pct(p.low)}–${pct(p.high)}]`, h("div", { class: "muted" }, `${p.count}/${p.n}`));
+    })));
+  const width = 180, height = 120, pad = 24;
+  const panels = progress.metrics.map((m) => {
+    const points = models.map((model, i) => [i, at.get(`${m.key}|${model}`)]).filter(([, p]) => p && p.rate !== null);
+    const x = (i) => pad + ((i + 0.5) / models.length) * (width - 2 * pad);
+    const y = (v) => height - pad - v * (height - 2 * pad);
+    const described = points.map(([i, p]) => `${models[i]} ${pct(p.rate)} (${pct(p.low)} to ${pct(p.high)})`).join("; ");
+    return s("svg", { class: "progress-plot", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": `${m.label}: ${described || "no data"}`, dataset: { metric: m.key } },
+      s("text", { x: width / 2, y: 12, "text-anchor": "middle", class: "tick" }, m.label),
+      s("line", { x1: pad, y1: y(0), x2: width - pad, y2: y(0), class: "axis" }),
+      s("line", { x1: pad, y1: y(0), x2: pad, y2: y(1), class: "axis" }),
+      [0, 1].map((v) => s("text", { x: pad - 4, y: y(v) + 4, class: "tick", "text-anchor": "end" }, String(v))),
+      models.map((model, i) => s("text", { x: x(i), y: height - pad + 14, class: "tick", "text-anchor": "middle" }, model === "start" ? "start" : model.replace("iteration ", "it "))),
+      points.map(([i, p]) => [
+        p.low !== null ? s("line", { x1: x(i), x2: x(i), y1: y(p.low), y2: y(p.high), class: "interval" }) : null,
+        s("circle", { cx: x(i), cy: y(p.rate), r: 4, class: `point ${models[i] === "start" ? "start" : "trained"}`, dataset: { model: models[i] } }),
+      ]));
+  });
+  return h("section", { id: "progress", "aria-labelledby": "progress-title" },
+    h("h2", { id: "progress-title" }, "Did training help?"),
+    h("p", { class: "muted" }, "Held-out tasks: the model before training (start) and after each iteration. Brackets: 95% Wilson interval from the counts; recovery: the start model's failed episodes, cut at seeded steps, that a model completes."),
+    h("div", { class: "progress-plots" }, panels),
+    h("div", { class: "table-scroll" }, h("table", { id: "progress-table" },
+      h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "figure"), models.map((m) => h("th", { scope: "col" }, m)))),
+      h("tbody", {}, rows))));
 }
 
 const DETAILED = 100;
@@ -251,8 +295,9 @@ export async function detail(main, [runId]) {
   const chosen = { iteration: null }; // the dashboard's iteration, kept across live refreshes
   async function refresh() {
     const run = await get(`/v1/runs/${runId}`);
-    const [trees, pairs, samples] = await Promise.all([
+    const [trees, pairs, samples, progress] = await Promise.all([
       all(`/v1/runs/${runId}/trees`), all(`/v1/runs/${runId}/pairs`), all(`/v1/runs/${runId}/samples`, {}, 500),
+      run.config.data_only ? null : get(`/v1/runs/${runId}/progress`),
     ]);
     // critic vs oracle needs each judged pair's detail (at most DETAILED of them)
     const pairDetails = run.config.data_only
@@ -272,7 +317,7 @@ export async function detail(main, [runId]) {
         h("thead", {}, h("tr", {}, ["iter", "status", "trees", "pairs", "revisions", "goods", "revision length", "report metrics", "dataset"].map((x) => h("th", {}, x)))),
         h("tbody", {}, run.iterations.map((it) => iterationRow(run, it)))),
       run.config.data_only ? [h("h2", {}, "Data figures"), dataFigures(run, pairs, samples, pairDetails)]
-        : [h("h2", {}, "Metrics over iterations"), plot(run.iterations)],
+        : [progressSection(progress), h("h2", {}, "Metrics over iterations"), plot(run.iterations)],
       qualitySection(run, chosen),
       h("h2", {}, `Trees (${trees.length})`), treeTable.el,
       h("h2", {}, `Pairs (${pairs.length})`), pairTable.el,

@@ -5,10 +5,11 @@
 
 import { get, post } from "../api.js";
 import { fmt, h, link, shortId, mount } from "../dom.js";
+import { announce, every, POLL_MS } from "../live.js";
 import { dataTable, dateColumn } from "../table.js";
 import { correctionForm, correctionsTable, verdictCell, waitForCorrection } from "./pair.js";
 
-const STATUSES = ["", "waiting_for_outcome", "ingested", "critiqued", "no_error_found", "revised"];
+const STATUSES = ["", "waiting_for_outcome", "ingested", "critiqued", "no_error_found", "unpaired", "revised", "rejected"];
 const TRACE_COLUMNS = [
   { key: "trace", label: "trace", value: (t) => t.trace_id, cell: (t) => link(`#/traces/${t.trace_id}`, shortId(t.trace_id)) },
   { key: "task", label: "task key", value: (t) => t.task_key },
@@ -20,10 +21,10 @@ const TRACE_COLUMNS = [
 ];
 
 export async function list(main, _params, query) {
-  const taskKey = h("input", { id: "f-task", name: "task_key", value: query.get("task_key") || "", placeholder: "task key" });
-  const outcome = h("select", { id: "f-outcome", name: "outcome" }, ["", "success", "failure", "unknown"].map((v) =>
+  const taskKey = h("input", { id: "f-task", name: "task_key", "aria-label": "task key", value: query.get("task_key") || "", placeholder: "task key" });
+  const outcome = h("select", { id: "f-outcome", name: "outcome", "aria-label": "outcome" }, ["", "success", "failure", "unknown"].map((v) =>
     h("option", { value: v, selected: v === (query.get("outcome") || "") }, v || "any outcome")));
-  const status = h("select", { id: "f-status", name: "status" }, STATUSES.map((v) =>
+  const status = h("select", { id: "f-status", name: "status", "aria-label": "critic result" }, STATUSES.map((v) =>
     h("option", { value: v, selected: v === (query.get("status") || "") }, v || "any critic result")));
   const form = h("form", { id: "trace-filters", class: "toolbar" }, taskKey, outcome, status, h("button", { type: "submit" }, "Filter"));
   form.addEventListener("submit", (event) => {
@@ -34,9 +35,8 @@ export async function list(main, _params, query) {
     if (status.value) q.set("status", status.value);
     window.location.hash = `#/traces?${q}`;
   });
-  const page = await get("/v1/traces", {
-    task_key: query.get("task_key"), outcome: query.get("outcome"), status: query.get("status"), limit: 200,
-  });
+  const params = { task_key: query.get("task_key"), outcome: query.get("outcome"), status: query.get("status"), limit: 200 };
+  const page = await get("/v1/traces", params);
   const build = h("button", { type: "button", id: "dataset-from-traces", disabled: true }, "Build a dataset from the selected traces");
   const traceTable = dataTable(TRACE_COLUMNS, {
     id: "traces", rowKey: (t) => t.trace_id, status: (t) => t.status, select: true, empty: "No traces match.",
@@ -51,13 +51,24 @@ export async function list(main, _params, query) {
     window.location.hash = `#/datasets?sources=traces&trace_ids=${ids.map(encodeURIComponent).join(",")}`;
   });
   traceTable.update(page.items);
+  const more = h("p", { class: "muted", hidden: !page.next_cursor }, "Showing the newest 200.");
   mount(main,
     h("h1", {}, "Traces"),
     form,
     h("p", { class: "toolbar" }, build),
     traceTable.el,
-    page.next_cursor ? h("p", { class: "muted" }, "Showing the newest 200.") : null,
+    more,
   );
+  // live: new traces and status changes (critiqued, revised, ...) appear without a reload
+  let seen = new Set(page.items.map((t) => t.trace_id));
+  return every(POLL_MS, async () => {
+    const fresh = await get("/v1/traces", params);
+    traceTable.update(fresh.items);
+    more.hidden = !fresh.next_cursor;
+    const added = fresh.items.filter((t) => !seen.has(t.trace_id)).length;
+    seen = new Set(fresh.items.map((t) => t.trace_id));
+    if (added) announce(`${added} new trace(s).`);
+  });
 }
 
 /**
