@@ -462,6 +462,7 @@ async def chat_completions(
                 messages_from=placement.messages_from,
                 extends=placement.extends,
                 environment=environment,
+                fresh=placement.fresh,
             )
         )
         proxy.conversations.answered(placement, answer_message(stored.response))
