@@ -199,7 +199,20 @@ CHAT_BODY: dict[str, Any] = {
                 "required": ["messages"],
                 "properties": {
                     "model": {"type": "string"},
-                    "messages": {"type": "array", "items": {"type": "object", "additionalProperties": True}},
+                    "messages": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["role"],
+                            "properties": {
+                                "role": {
+                                    "type": "string",
+                                    "enum": ["system", "developer", "user", "assistant", "tool", "function"],
+                                }
+                            },
+                            "additionalProperties": True,
+                        },
+                    },
                     "stream": {"type": "boolean"},
                 },
                 "additionalProperties": True,
