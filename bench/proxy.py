@@ -226,8 +226,10 @@ def main() -> None:
                 f"{proxy_root}/healthz",
                 what="agentr proxy",
                 env=env,
+                log_path=home / "proxy.log",  # kept: a 502's detail is there
             )
         )
+        print(json.dumps({"note": f"logs in {home}"}), flush=True)
         proxied_url = f"{proxy_root}/v1/proxy/openai/v1"
         asyncio.run(_round(proxied_url, key, 1, 3, 999))  # warm both paths (connections, key cache)
         asyncio.run(_round(upstream, key, 1, 3, 998))

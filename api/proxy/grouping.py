@@ -32,6 +32,7 @@ class Placement:
     messages_from: int  # messages of the trace's conversation this call repeats
     extends: bool
     keys: tuple[str, ...]  # the call's prefix keys (last: all its messages)
+    fresh: bool = False  # a trace id minted here for this call: nothing can be stored under it yet
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Conversations:
             trace_id = derived_id("proxy-trace", project_id, header_id)
         else:
             trace_id = ""
+            minted = False
             for index in range(len(keys) - 1, -1, -1):
                 found = self._by_key.get(keys[index])
                 if found is not None:
@@ -59,10 +61,10 @@ class Conversations:
                     self._by_key.move_to_end(keys[index])
                     break
             if not trace_id:
-                trace_id = new_id()
+                trace_id, minted = new_id(), True
         latest = self._latest.get(trace_id)
         if latest is None:
-            return Placement(trace_id, header_id, 0, True, tuple(keys))
+            return Placement(trace_id, header_id, 0, True, tuple(keys), fresh=not header_id and minted)
         extends = len(keys) >= latest.length and (latest.length == 0 or keys[latest.length - 1] == latest.key)
         return Placement(trace_id, header_id, latest.length if extends else 0, extends, tuple(keys))
 

@@ -1,15 +1,17 @@
 """Owns the capture proxy's recording: calls handed over without waiting, stored later, never lost.
 
-``Recorder.submit(record)`` puts a ``CallRecord`` on a bounded in-memory queue and returns at once:
-the agent's request never waits on the store (nor on the critic, which runs from the log later). One
-drainer task stores the records in submission order through a ``Sink`` (``StoreSink``: the event
-store). When the sink fails (database down or slow past its timeout), the record and everything
-behind it go to the spool, a folder of one JSON file per record named by submission order, and the
-drainer retries the oldest spooled record with a growing pause (up to ``max_retry_s``) until the
-store takes it, then the rest in order. While anything is spooled, new records are spooled behind
-it, so a trace's calls are stored in the order they were made. A full queue spools the overflow
-record directly. On shutdown the queue is written to the spool; a process started on the same
-spool folder stores what an earlier one left. (A hard kill loses only records still in the
+``Recorder.submit(record)`` puts a ``CallRecord`` on a bounded in-memory queue and returns at once: the
+agent's request never waits on the store (nor on the critic, which runs from the log later). One drainer
+task stores the records in submission order through a ``Sink`` (``StoreSink``: the event store), all
+those queued at once (up to ``max_batch``) in one transaction when the sink can (``store_many``), one by
+one when that fails, so each record's own failure is judged alone. A trace id the proxy minted for a
+call is not read back from the store before its first write. When the sink fails (database down or slow
+past its timeout), the record and everything behind it go to the spool, a folder of one JSON file per
+record named by submission order, and the drainer retries the oldest spooled record with a growing pause
+(up to ``max_retry_s``) until the store takes it, then the rest in order. While anything is spooled, new
+records are spooled behind it, so a trace's calls are stored in the order they were made. A full queue
+spools the overflow record directly. On shutdown the queue is written to the spool; a process started on
+the same spool folder stores what an earlier one left. (A hard kill loses only records still in the
 in-memory queue, bounded by ``max_queue``.)
 
 ``StoreSink`` writes a call as events on the trace's stream: the trace's first call also writes
@@ -86,6 +88,7 @@ class CallRecord:
     extends: bool  # the call continues the trace's conversation (False: kept beside it)
     cleaned: list[str] = field(default_factory=list)  # where ``storable`` replaced what jsonb cannot hold
     environment: tuple[str, str] | None = None  # (local env URI, task id) the agent named, or None
+    fresh: bool = False  # its trace id was minted for this call: the store holds nothing under it yet
 
 
 class RecordRejected(Exception):
@@ -248,11 +251,15 @@ class StoreSink:
         self.events = store
         self.timeout_s = timeout_s
         self._traces: dict[str, _TraceState] = {}
+        self._reread: set[str] = set()  # traces a failed write may have touched: never assumed empty
 
     async def _state(self, record: CallRecord) -> _TraceState:
         known = self._traces.get(record.trace_id)
         if known is not None:
             return known
+        if record.fresh and record.trace_id not in self._reread:  # minted for this call: nothing to read
+            state = self._traces[record.trace_id] = _TraceState(version=-1, ingested=False, calls=0)
+            return state
         stored = await self.events.read_stream(trace_stream(record.trace_id))
         for item in stored:
             if item.metadata.project_id not in (None, record.project_id):
@@ -346,16 +353,51 @@ class StoreSink:
                     self.timeout_s,
                 )
             except ConcurrencyConflict:  # another proxy process wrote this trace: read it again
-                self._traces.pop(record.trace_id, None)
+                self._forget([record.trace_id])
                 continue
             except BaseException:
-                self._traces.pop(record.trace_id, None)  # unknown whether it committed: read it again
+                self._forget([record.trace_id])  # unknown whether it committed: read it again
                 raise
             state.version += len(stored)
             state.calls += 1
             state.ingested = state.ingested or any(isinstance(e.event, TraceIngested) for e in events)
             return
         raise ConcurrencyConflict(trace_stream(record.trace_id), -1, -1)
+
+    async def store_many(self, records: list[CallRecord]) -> None:
+        """Store ``records`` (in order) in one transaction: one lock, one version check and one insert
+        for all of them. Raises what building or appending raises, and then nothing of them is kept
+        (the recorder stores them one by one instead, where each record's own failure is judged)."""
+        states: dict[str, _TraceState] = {}
+        expected: dict[str, int] = {}
+        events: list[NewEvent] = []
+        try:
+            for record in records:
+                state = states.get(record.trace_id)
+                if state is None:
+                    known = await asyncio.wait_for(self._state(record), self.timeout_s)
+                    state = states[record.trace_id] = replace(known)
+                    expected[trace_stream(record.trace_id)] = state.version
+                built = self._events(record, state)
+                events.extend(built)
+                state.version += len(built)
+                state.calls += 1
+                state.ingested = state.ingested or any(isinstance(e.event, TraceIngested) for e in built)
+            stored = await asyncio.wait_for(
+                self.events.append(events, expected_versions=expected), self.timeout_s
+            )
+        except BaseException:
+            self._forget(list(states))
+            raise
+        if len(stored) == len(events):
+            self._traces.update(states)
+        else:  # some were stored by an earlier, ambiguous attempt: read those traces again
+            self._forget(list(states))
+
+    def _forget(self, trace_ids: list[str]) -> None:
+        for trace_id in trace_ids:
+            self._traces.pop(trace_id, None)
+            self._reread.add(trace_id)
 
 
 class Recorder:
@@ -370,6 +412,7 @@ class Recorder:
         retry_s: float = 0.2,
         max_retry_s: float = 5.0,
         max_strikes: int = 5,
+        max_batch: int = 64,
         metrics: RecorderMetrics | None = None,
     ) -> None:
         self.sink = sink
@@ -381,6 +424,7 @@ class Recorder:
         self.retry_s = retry_s
         self.max_retry_s = max_retry_s
         self.max_strikes = max_strikes
+        self.max_batch = max_batch
         self.metrics = metrics or RecorderMetrics(None)
         self._epoch = time.time_ns()
         self._seq = 0
@@ -484,24 +528,50 @@ class Recorder:
                     async with asyncio.timeout(1.0):
                         await self._wake.wait()
                 continue
-            seq, record = self.queue.get_nowait()
+            batch = [self.queue.get_nowait()]
+            store_many = getattr(self.sink, "store_many", None)
+            while store_many is not None and len(batch) < self.max_batch and not self.queue.empty():
+                batch.append(self.queue.get_nowait())
             try:
-                await self.sink.store(record)
-                self._stored_one()
-            except RecordRejected as exc:
-                self._write_spool(seq, record, self.rejected_dir)
-                self._aside(record.call_id, "another_project", f"{exc}", self.rejected_dir)
-            except Exception as exc:
-                reason = unstorable_reason(exc)
-                if reason is not None:  # the record, not the store: set it aside, go on with the rest
-                    self._write_spool(seq, record, self.unstorable_dir)
-                    self._aside(record.call_id, "unstorable", reason, self.unstorable_dir)
-                    continue
-                self.failures += 1  # the store is down or slow: keep it on disk and retry
-                log.warning(
-                    "proxy: store failed (%s: %s); spooling to %s", type(exc).__name__, exc, self.spool_dir
-                )
-                self._write_spool(seq, record)
+                if store_many is not None and len(batch) > 1:
+                    try:
+                        await store_many([record for _seq, record in batch])
+                    except Exception:  # one by one below: each record's own failure is judged there
+                        pass
+                    else:
+                        for _ in batch:
+                            self._stored_one()
+                        batch = []
+                while batch:
+                    await self._store_one(*batch[0])
+                    batch.pop(0)
+                    if self._spooled:  # the store is down: the rest of the batch waits behind it, in order
+                        for seq, record in batch:
+                            self._write_spool(seq, record)
+                        batch = []
+            except asyncio.CancelledError:  # close(): what was taken off the queue goes to the spool
+                for seq, record in batch:
+                    self._write_spool(seq, record)
+                raise
+
+    async def _store_one(self, seq: int, record: CallRecord) -> None:
+        try:
+            await self.sink.store(record)
+            self._stored_one()
+        except RecordRejected as exc:
+            self._write_spool(seq, record, self.rejected_dir)
+            self._aside(record.call_id, "another_project", f"{exc}", self.rejected_dir)
+        except Exception as exc:
+            reason = unstorable_reason(exc)
+            if reason is not None:  # the record, not the store: set it aside, go on with the rest
+                self._write_spool(seq, record, self.unstorable_dir)
+                self._aside(record.call_id, "unstorable", reason, self.unstorable_dir)
+                return
+            self.failures += 1  # the store is down or slow: keep it on disk and retry
+            log.warning(
+                "proxy: store failed (%s: %s); spooling to %s", type(exc).__name__, exc, self.spool_dir
+            )
+            self._write_spool(seq, record)
 
     async def _drain_spool(self) -> bool:
         for path in self._spool_files():

@@ -142,7 +142,10 @@ def start_proxy(settings: ProxySettings, svc: ApiServices, sink: Any | None = No
             base_url=settings.upstream_url.rstrip("/"),
             headers=headers,
             timeout=httpx.Timeout(settings.timeout_s, connect=10.0),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            # idle connections dropped after 2 s, before the upstream's own keep-alive timeout closes
+            # them (uvicorn's, so vLLM's: 5 s); at the same 5 s a reused connection could be closed
+            # under the request (a ReadError, so a 502: seen in bench/proxy.py between rounds)
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=2.0),
         )
     spool = settings.spool_dir or svc.settings.home / "proxy-spool"
     recorder = Recorder(
@@ -199,7 +202,20 @@ CHAT_BODY: dict[str, Any] = {
                 "required": ["messages"],
                 "properties": {
                     "model": {"type": "string"},
-                    "messages": {"type": "array", "items": {"type": "object", "additionalProperties": True}},
+                    "messages": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["role"],
+                            "properties": {
+                                "role": {
+                                    "type": "string",
+                                    "enum": ["system", "developer", "user", "assistant", "tool", "function"],
+                                }
+                            },
+                            "additionalProperties": True,
+                        },
+                    },
                     "stream": {"type": "boolean"},
                 },
                 "additionalProperties": True,
@@ -462,6 +478,7 @@ async def chat_completions(
                 messages_from=placement.messages_from,
                 extends=placement.extends,
                 environment=environment,
+                fresh=placement.fresh,
             )
         )
         proxy.conversations.answered(placement, answer_message(stored.response))

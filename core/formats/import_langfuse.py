@@ -9,8 +9,9 @@ generation's ``input`` is the chat it sent (OpenAI messages, or ``{"messages": [
 ``output`` the assistant message (an object with ``content`` / ``tool_calls``, or plain text). Like
 chat spans, every generation replays the history: the generations, ordered by ``startTime``, are
 de-duplicated into one conversation exactly as OpenTelemetry chat spans are
-(core.formats.import_otel). ``TOOL`` observations whose name matches a call answer it when no later
-generation replayed the result (``level`` ERROR marks it ``is_error``). The trace ``id`` is the
+(core.formats.import_otel). ``TOOL`` observations are matched to the calls of their name in order:
+one answers its call when no later generation replayed the result, and its ``level`` ERROR marks the
+result ``is_error`` either way (a replayed result keeps the replayed text). The trace ``id`` is the
 external id; ``metadata.task_key`` (else the ``sessionId``) the task key; the trace's ``metadata``,
 ``userId``, ``sessionId``, ``tags``, ``name``, ``release``, ``version`` and ``environment`` are kept as the
 trace's metadata. The body of ``GET /api/public/traces/{id}`` (the trace with its ``observations``
@@ -20,6 +21,7 @@ embedded) is read as well as ``{"trace", "observations"}``.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from core.formats import import_openai
@@ -85,7 +87,7 @@ def parse(item: dict[str, Any], path: str) -> Conversation:
         outputs = import_openai.parse({"messages": [output]}, f"{opath}.output").turns
         chat.append((obs, inputs, outputs))
     conversation = _pair_ids(_assemble(chat))
-    answered = {t.tool_call_id for t in conversation if t.role == "tool"}
+    joined: set[str] = set()  # calls a TOOL observation was matched to
     for _, _, obs, opath in sorted(tools):
         call = next(
             (
@@ -93,22 +95,32 @@ def parse(item: dict[str, Any], path: str) -> Conversation:
                 for i, t in enumerate(conversation)
                 if t.role == "assistant"
                 for c in t.tool_calls
-                if c.name == obs.get("name") and c.call_id not in answered
+                if c.name == obs.get("name") and c.call_id not in joined
             ),
             None,
         )
         if call is None:
             continue
         where, found = call
+        joined.add(found.call_id)
         result = obs.get("output")
         text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, sort_keys=True)
         failed = str(obs.get("level", "")).upper() == "ERROR"
         if failed and result is None:
             text = str(obs.get("statusMessage") or "tool error")
+        replayed = next(
+            (k for k, t in enumerate(conversation) if t.role == "tool" and t.tool_call_id == found.call_id),
+            None,
+        )
+        if replayed is not None:  # a later generation replayed the result: keep its text, add the error
+            turn = conversation[replayed]
+            conversation[replayed] = replace(
+                turn, is_error=turn.is_error or failed, text=turn.text if turn.text.strip() else text
+            )
+            continue
         conversation.insert(
             where + 1, Turn("tool", text, opath, tool_call_id=found.call_id, name=found.name, is_error=failed)
         )
-        answered.add(found.call_id)
     envelope: dict[str, Any] = {}
     if trace.get("id") is not None:
         envelope["id"] = str(trace["id"])

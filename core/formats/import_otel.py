@@ -24,8 +24,10 @@ replayed is taken from ``gen_ai.tool.call.result`` (or the error message).
 Envelope hints read from the spans (root span first, then the others, then resource attributes):
 ``agentr.outcome`` (success | failure | unknown, a reward number, true/false, or the JSON text of
 ``{"success", "reward"}``), ``agentr.reward``, ``agentr.task_key`` (else ``gen_ai.conversation.id``);
-with no outcome attribute the root span's status decides (ERROR -> failure, OK -> success, unset ->
-unknown).
+with no outcome attribute the statuses decide: the root span's, and the agent spans' (``invoke_agent``,
+OpenInference AGENT: under a web framework's server span, UNSET on any 200, the agent span speaks for
+the run): any ERROR -> failure, else OK -> success, else unknown. Tool definitions are read from the
+span attributes or the ``gen_ai.client.inference.operation.details`` event.
 """
 
 from __future__ import annotations
@@ -262,14 +264,34 @@ def _hints(spans: list[SpanRecord], trace_id: str) -> dict[str, Any]:
                 hints["default_task_key"] = attrs[CONVERSATION_KEY]  # an id: used as it is
                 break
     if "outcome" not in hints and "reward" not in hints and roots:
-        status = roots[0].status_code
-        hints["outcome"] = {"ERROR": "failure", "OK": "success"}.get(status, "unknown")
+        hints["outcome"] = _status_outcome(roots[0], spans)
     if trace_id:
         hints["id"] = trace_id
     metadata = _metadata(roots, spans)
     if metadata:
         hints["metadata"] = metadata
     return hints
+
+
+def _is_agent_span(span: SpanRecord) -> bool:
+    attrs = span.attributes
+    return (
+        attrs.get(OPERATION) in ("invoke_agent", "create_agent")
+        or str(attrs.get(openinference.SPAN_KIND, "")).upper() == "AGENT"
+    )
+
+
+def _status_outcome(root: SpanRecord, spans: list[SpanRecord]) -> str:
+    """The outcome the statuses tell: an agent span (``invoke_agent``, OpenInference AGENT) that ended
+    in ERROR, or an ERROR root, is a failure; else an OK root or outermost agent span is a success;
+    else unknown. A web framework's server span is often the root, UNSET on a 200 whatever the agent
+    inside did: the agent span's own status is the one that speaks for the run."""
+    agents = [s for s in spans if _is_agent_span(s)]
+    if root.status_code == "ERROR" or any(s.status_code == "ERROR" for s in agents):
+        return "failure"
+    if root.status_code == "OK" or (agents and agents[0].status_code == "OK"):
+        return "success"
+    return "unknown"
 
 
 _METADATA_PREFIXES = ("agentr.metadata.", "metadata.")
@@ -316,6 +338,9 @@ def check_span(span: SpanRecord) -> None:
     if not _is_tool_span(span):
         _span_turns(span)
         genai.tools(span.attributes, f"{span.path}.attributes")
+        genai.tools(
+            genai.details_attributes(span.events), f"{span.path}.events.{genai.DETAILS_EVENT}.attributes"
+        )
         openinference.tools(span.attributes, f"{span.path}.attributes")
 
 
@@ -336,6 +361,8 @@ def conversation_from_spans(spans: Sequence[SpanRecord], path: str, trace_id: st
             chat.append((span, *got))
         apath = f"{span.path}.attributes"
         found = genai.tools(span.attributes, apath) + openinference.tools(span.attributes, apath)
+        details = genai.details_attributes(span.events)  # the opt-in event may carry them instead
+        found += genai.tools(details, f"{span.path}.events.{genai.DETAILS_EVENT}.attributes")
         for tool in found + openllmetry.tools(span.attributes, apath):
             tools.setdefault(tool["function"]["name"], tool)
     if not chat:

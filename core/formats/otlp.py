@@ -13,13 +13,18 @@ decoded with the ``opentelemetry-proto`` package into the same records (``core.f
 the record itself, ``SpanRecord``, and its checks are ``core.formats.spans``'; all re-exported here).
 
 Loose span objects (the older ``{"spans": [...]}`` upload) use the same field names in camelCase or
-snake_case, with ``attributes`` either a ``KeyValue`` list or a plain object.
+snake_case, with ``attributes`` either a ``KeyValue`` list or a plain object. The OpenTelemetry SDK's
+own span JSON (Python ``ReadableSpan.to_json()``: ``context.trace_id`` / ``context.span_id`` as
+``0x``-prefixed hex, ``parent_id``, ISO 8601 ``start_time`` / ``end_time``, ``status.status_code``
+UNSET | OK | ERROR with ``description``, ``resource.attributes``) is read as the same span; a field
+of it that cannot be read is refused naming it.
 """
 
 from __future__ import annotations
 
 import base64
 import math
+from datetime import UTC, datetime
 from typing import Any
 
 from core.formats.errors import TraceFormatError, require, shown
@@ -169,9 +174,14 @@ def _status(raw: Any, path: str) -> tuple[StatusCode, str]:
 def span_from_json(
     span: Any, path: str, *, resource: dict[str, Any] | None = None, trace_id_default: str = ""
 ) -> SpanRecord:
-    """One OTLP/JSON span (camelCase) or loose span object (snake_case) -> SpanRecord."""
+    """One OTLP/JSON span (camelCase), loose span object (snake_case) or OTel SDK span JSON (a
+    ``context`` object) -> SpanRecord."""
     if not isinstance(span, dict):
         raise TraceFormatError(path, f"expected a span object, got {type(span).__name__}")
+    if "context" in span:
+        span = _from_sdk_json(span, path)
+        if resource is None:
+            resource = span.pop("resource_attributes")
     raw_trace = _pick(span, "traceId", "trace_id")
     trace_id = trace_id_default
     if raw_trace not in (None, ""):
@@ -216,6 +226,55 @@ def span_from_json(
         path=path,
         parent_is_remote=bool(parent) and _remote_parent(span.get("flags")),
     )
+
+
+def _sdk_time(raw: Any, path: str) -> int | None:
+    """An SDK span's ISO 8601 time (``2024-05-01T10:00:00.123456Z``) -> nanoseconds since the epoch."""
+    if raw in (None, ""):
+        return None
+    if not isinstance(raw, str):
+        raise TraceFormatError(path, f"expected an ISO 8601 time, got {shown(raw)}")
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise TraceFormatError(path, f"expected an ISO 8601 time, got {shown(raw)}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)  # the SDK writes UTC
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+
+
+def _from_sdk_json(span: dict[str, Any], path: str) -> dict[str, Any]:
+    """The OpenTelemetry SDK's span JSON (``ReadableSpan.to_json()``) as a loose span object."""
+    context = span["context"]
+    if not isinstance(context, dict):
+        raise TraceFormatError(f"{path}.context", "expected an object {trace_id, span_id}")
+    status = span.get("status") or {}
+    if not isinstance(status, dict):
+        raise TraceFormatError(f"{path}.status", "expected an object {status_code, description}")
+    code = status.get("status_code", "UNSET")
+    if not isinstance(code, str) or code.upper() not in ("UNSET", "OK", "ERROR"):
+        raise TraceFormatError(
+            f"{path}.status.status_code", f"expected UNSET, OK or ERROR, got {shown(code)}"
+        )
+    resource = span.get("resource") or {}
+    if not isinstance(resource, dict):
+        raise TraceFormatError(f"{path}.resource", "expected an object {attributes}")
+    events = span.get("events") or []
+    if not isinstance(events, list):
+        raise TraceFormatError(f"{path}.events", "expected a list")
+    return {
+        "trace_id": _hex_id(context.get("trace_id"), f"{path}.context.trace_id"),
+        "span_id": _hex_id(context.get("span_id"), f"{path}.context.span_id", optional=True),
+        "parent_span_id": _hex_id(span.get("parent_id"), f"{path}.parent_id", optional=True),
+        "name": span.get("name") or "",
+        "start_time_unix_nano": _sdk_time(span.get("start_time"), f"{path}.start_time"),
+        "end_time_unix_nano": _sdk_time(span.get("end_time"), f"{path}.end_time"),
+        "attributes": span.get("attributes") or {},
+        "status": {"code": code.upper(), "message": status.get("description") or ""},
+        "events": events,  # {name, timestamp, attributes}: the timestamp is not needed
+        "resource_attributes": key_values(resource.get("attributes") or {}, f"{path}.resource.attributes"),
+    }
 
 
 def spans_from_otlp_json(payload: Any, path: str = "body") -> list[SpanRecord]:

@@ -21,10 +21,11 @@ import pytest
 import uvicorn
 
 from api.app import create_app
+from api.proxy.recorder import CallRecord, Recorder, StoreSink
 from api.proxy.routes import ProxyRuntime, load_proxy_settings
 from core.domain.events import ModelCallRecorded
-from core.domain.ids import trace_stream
-from tests.api.conftest import ADMIN_KEY, make_settings
+from core.domain.ids import new_id, trace_stream
+from tests.api.conftest import ADMIN_KEY, make_settings, running
 from tests.api.proxy_upstream import Upstream, upstream
 from tests.support import free_port
 
@@ -89,7 +90,7 @@ async def _calls(app: Any, trace_id: str) -> list[ModelCallRecorded]:
 async def test_streams_the_client_closes_at_done_are_all_recorded(
     pg_url: str, tmp_path: Path, up: Upstream
 ) -> None:
-    up.linger_s = 1.5  # the upstream ends its response well after [DONE]: the agent leaves first
+    up.linger_s = 3.0  # the upstream ends its response well after [DONE]: the agent leaves first
     async with proxy_over_http(pg_url, tmp_path / "spool", up) as (base, key, app):
         agent = openai.AsyncOpenAI(base_url=f"{base}/v1/proxy/openai/v1", api_key=key, max_retries=0)
 
@@ -216,3 +217,74 @@ async def test_a_conversation_the_importer_cannot_arrange_is_stored_as_far_as_it
         patched = await client.patch(f"/v1/traces/{trace_id}", json={"outcome": "failure"})
         assert patched.status_code == 200, patched.text
         assert len(await _calls(app, trace_id)) == 1  # the call itself kept whole
+
+
+# ---------------------------------------------------------------------------- issue #50: recording cost
+
+
+def _call(project_id: str, content: str, trace_id: str | None = None, fresh: bool = True) -> CallRecord:
+    return CallRecord(
+        project_id=project_id,
+        trace_id=trace_id or new_id(),
+        call_id=new_id(),
+        external_id=None,
+        task_key=None,
+        body={"model": "m", "messages": [{"role": "user", "content": content}]},
+        response={"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]},
+        stream=False,
+        latency_ms=1.0,
+        messages_from=0,
+        extends=True,
+        fresh=fresh,
+    )
+
+
+async def test_queued_calls_are_stored_in_batches_and_a_bad_one_still_stands_alone(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running(make_settings(pg_url)) as api:
+        store = api.store
+        appends, reads = [], []
+        append, read_stream = store.append, store.read_stream
+
+        async def counted_append(events: Any, *args: Any, **kwargs: Any) -> Any:
+            appends.append(len(events))
+            return await append(events, *args, **kwargs)
+
+        async def counted_read(stream_id: str, *args: Any, **kwargs: Any) -> Any:
+            reads.append(stream_id)
+            return await read_stream(stream_id, *args, **kwargs)
+
+        monkeypatch.setattr(store, "append", counted_append)
+        monkeypatch.setattr(store, "read_stream", counted_read)
+        recorder = Recorder(StoreSink(store), tmp_path / "spool", max_batch=16)
+        good = [_call("project-a", f"task {i}") for i in range(40)]
+        poison = _call("p" * 40, "too long a project id for its column")  # SQLSTATE 22001
+        later = [_call("project-a", f"later {i}") for i in range(10)]
+        known = _call("project-a", "a trace id from a header", fresh=False)
+        for record in [*good, poison, *later, known]:
+            recorder.submit(record)
+        recorder.start()
+        try:
+            await recorder.flush(timeout_s=60)
+        finally:
+            await recorder.close()
+        read_back = list(reads)  # the recorder's own, not the checks' below
+        assert recorder.stored == 51 and recorder.set_aside == 1
+        for record in [*good, *later, known]:
+            (call,) = await _calls_in(store, record.trace_id)
+            assert call.request["messages"][0]["content"] == record.body["messages"][0]["content"]
+        # batches of 16: [16] [16] [8 + poison + 7: refused whole, then one by one] [3 + the known trace]
+        assert appends == [32, 32, 32, *[2] * 16, 8], appends
+        # only the trace whose id was not minted by the proxy (and the poison's, once it failed in
+        # its batch) is read back before writing
+        assert trace_stream(known.trace_id) in read_back and len(read_back) <= 2 + 16, read_back
+        assert not {trace_stream(r.trace_id) for r in good[:32]} & set(read_back)
+
+
+async def _calls_in(store: Any, trace_id: str) -> list[ModelCallRecorded]:
+    return [
+        r.event
+        for r in await store.read_stream(trace_stream(trace_id))
+        if isinstance(r.event, ModelCallRecorded)
+    ]
