@@ -5,11 +5,12 @@ or, with ``--warm-start-steps N``, warm-started the same way (at ``Plan.warm_sta
 
 A tool-calling environment (one with tool schemas, ``env.tools``: tau2's domains) differs in three
 ways, all derived from the environment's own text rather than TextCraft's fixed sizes: the tiny
-model's tokenizer also learns the environment's text (its instruction with the policy and tools,
-its tasks and gold turns: ``env_corpus``), the warm start covers the run's whole training split (its
-gold actions, ``env.gold_actions``), and the training context and generation budgets are raised to
-what its episodes take in the model's tokens (``fit_context``: a tau2 prompt is about 1-3k tokens, far
-over the TextCraft plans' 512-768).
+model's tokenizer learns the environment's text instead of TextCraft's (its instruction with the
+policy and tools, the warm-start tasks and their gold turns: ``env_corpus``; the warm start itself
+plays the run's training tasks' gold actions, ``env.gold_actions``), the tiny model's window holds
+the longest gold episode, and the training context and generation budgets are raised to what those
+episodes take in the model's tokens (``fit_context``: a tau2 mock sample is ~600 tokens, a retail one
+up to ~12k, over the TextCraft plans' 512-768).
 """
 
 from __future__ import annotations
@@ -138,13 +139,14 @@ def is_tool_env(env: Any) -> bool:
 
 
 def warm_start_task_ids(plan: Plan, env: Any, config: Any) -> list[str]:
-    """The warm start's tasks: the plan's, else the run's split cut to ``max_tasks`` (TextCraft's
-    searched goals), or the whole split for a tool environment (its own training tasks' gold actions:
-    a handful of searched tasks is too little text for the model to learn the tool-call form)."""
+    """The warm start's tasks: the plan's, else the run's own training tasks (its split cut to
+    ``max_tasks``: the tasks it searches), whose gold actions the expert plays. Measured on tau2 mock
+    (--quick, a loaded 2-core machine): warm-starting on all 9 training tasks instead of the 2 searched
+    made each step ~5x longer; the 900 s safety cap stopped it at 75 of 300 steps and that model wrote
+    no valid call at the search's temperature (docs/envs.md)."""
     if plan.warm_start_tasks:
         return list(plan.warm_start_tasks)
-    ids = env.task_ids(config.split)
-    return list(ids) if is_tool_env(env) else list(ids[: config.max_tasks])
+    return list(env.task_ids(config.split)[: config.max_tasks])
 
 
 _EXPERT: dict[tuple[str, tuple[str, ...]], list[Any]] = {}

@@ -1,7 +1,7 @@
 """`agentr run --env tau2:mock --quick --iterations 1` end to end: one real process (subprocess), a
 tmp AGENTR_HOME, the tiny model built on the environment's own text and warm-started on the gold
-actions of tau2 mock's training tasks (agentr.cli.warm_start), then MCTS over tool calls, the critic,
-the splicer and SFT on iteration 0's revision samples.
+actions of the run's tau2 mock training tasks (agentr.cli.warm_start), then MCTS over tool calls, the
+critic, the splicer and SFT on iteration 0's samples.
 
 What it pins: the tool-calling world runs on the embedded default (issue #49 item 1: the warm start
 used to stop at "all N samples lost their trained tokens to max_length=512"): the run exits 0, its

@@ -1,5 +1,5 @@
 """A tool environment's context in the model's tokens (agentr.cli.warm_start, issue #49 item 1): the
-tiny tokenizer learns tau2 mock's own text, the warm start covers its whole training split, and the
+tiny tokenizer learns tau2 mock's own text, the warm start plays the run's training tasks, and the
 run's training ``max_length`` and generation budgets are raised to what the gold episodes take, so no
 gold sample loses a trained token; a window too small for them is refused by name. Real tiny models
 built on the environment's text, real tau2 mock episodes."""
@@ -40,16 +40,13 @@ def _samples(trajectories: list) -> list:
     return [trajectory_to_sample(t, derived_id("expert", str(i))) for i, t in enumerate(trajectories)]
 
 
-def test_the_warm_start_covers_a_tool_envs_training_split_and_textcrafts_searched_goals() -> None:
-    tau2 = plan_run(RunOptions(env="tau2:mock", quick=True))
-    env = open_env("tau2:mock")
-    assert warm_start_task_ids(tau2, env, RunConfig.from_data(tau2.config)) == env.task_ids("train")
-    assert len(env.task_ids("train")) > RunConfig.from_data(tau2.config).max_tasks  # more than searched
-    quick = plan_run(RunOptions(quick=True))
-    cfg = RunConfig.from_data(quick.config)
-    textcraft = open_env(cfg.env)  # the searched goals only: the split cut to max_tasks
-    assert warm_start_task_ids(quick, textcraft, cfg) == textcraft.task_ids(cfg.split)[: cfg.max_tasks]
-    assert len(warm_start_task_ids(quick, textcraft, cfg)) == cfg.max_tasks == 2
+def test_the_warm_start_plays_the_runs_own_training_tasks() -> None:
+    for options in (RunOptions(env="tau2:mock", quick=True), RunOptions(quick=True)):
+        plan = plan_run(options)
+        cfg = RunConfig.from_data(plan.config)
+        env = open_env(cfg.env)  # the searched tasks: the split cut to max_tasks
+        assert warm_start_task_ids(plan, env, cfg) == env.task_ids(cfg.split)[: cfg.max_tasks]
+        assert len(warm_start_task_ids(plan, env, cfg)) == cfg.max_tasks == 2
 
 
 def test_the_envs_own_tokenizer_shortens_its_samples_and_the_fit_keeps_every_trained_token(
