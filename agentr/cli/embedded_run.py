@@ -17,7 +17,7 @@ from rich.console import Console
 
 from agentr.cli.demo import RunOptions, plan_run
 from agentr.cli.run_report import write_run_report
-from agentr.cli.warm_start import prepare_model
+from agentr.cli.warm_start import fit_context, prepare_model
 
 console = Console(stderr=True)
 
@@ -97,9 +97,13 @@ def run_command(opts: RunOptions) -> int:
     if not opts.resume:
         try:
             config["model"] = prepare_model(plan, home, opts.seed)
+            # a tool environment's prompts and turns in the model's tokens (agentr.cli.warm_start)
+            config, fitted = fit_context(config, plan)
         except Exception as exc:
             console.print(f"[red]cannot prepare the model:[/red] {exc}")
             return 2
+        for note in fitted:
+            console.print(f"[yellow]note:[/yellow] {note}")
         if plan.judge_general:  # the warm start's judge set as general data (train_service/judge_data.py)
             from train_service.judge_data import with_judge_general
 

@@ -13,6 +13,8 @@ fresh environment), ``ActionEvaluator`` and ``CommunicateEvaluator``. What is re
   its ``ALL`` branch does; a task whose basis needs ``NL_ASSERTION`` is refused.
 * the environment constructor handed to the evaluator builds the domain's environment from a deep
   copy of the database loaded once (tau2's registry loads the JSON file per call);
+* an environment assertion that raises on the agent's database (the object it checks is missing)
+  scores 0, as an unmet assertion does; tau2's ``EnvironmentEvaluator`` lets the error out;
 * the user simulator (tau2's is an LLM) is :class:`ScriptedUser`, offline: the first user turn is
   the task's user scenario (reason for the call, what the user knows and does not know), every
   later agent message gets :data:`USER_REPLY`; the conversation ends when the agent says
@@ -242,7 +244,14 @@ def evaluate(domain: _Domain, task: Any, messages: list[Any]) -> Any:
     breakdown: dict[Any, float] = {}
     parts = []
     if basis & {RewardType.DB, RewardType.ENV_ASSERTION}:
-        parts.append(EnvironmentEvaluator.calculate_reward(domain.environment, task, messages))
+        try:
+            parts.append(EnvironmentEvaluator.calculate_reward(domain.environment, task, messages))
+        except (ValueError, KeyError) as exc:
+            # an assertion function raises on the agent's database when what it checks is missing
+            # (mock's assert_task_status: "Task task_2 not found" when the agent never created it):
+            # the assertion does not hold, reward 0, as tau2 scores an unmet assertion
+            note = f"environment assertion failed on the agent's environment: {exc}"
+            parts.append(RewardInfo(reward=0.0, info={"note": note}))
     if RewardType.ACTION in basis:
         parts.append(ActionEvaluator.calculate_reward(task=task, full_trajectory=messages))
     if RewardType.COMMUNICATE in basis:

@@ -114,6 +114,12 @@ def _recipe_lines() -> Iterator[str]:
         yield f"Crafted {count} minecraft:{out_item.replace(' ', '_')}"
 
 
+def react_corpus() -> Iterator[str]:
+    """The ReAct format hint, the critic's question and verdicts, the reflection templates: the words
+    every environment's runs use (a tool environment's tokenizer learns them with its own text)."""
+    return _react_lines()
+
+
 def _react_lines() -> Iterator[str]:
     from core.domain.reflections import DEFAULT_TEMPLATES
     from core.llm.prompts import JUDGE_QUESTION, REACT_FORMAT_HINT

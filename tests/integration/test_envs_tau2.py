@@ -161,3 +161,16 @@ def test_an_assertion_without_gold_calls_is_refused_by_name(monkeypatch: pytest.
     monkeypatch.setattr(tau2, "ASSERTION_ACTIONS", {})
     with pytest.raises(EnvError, match="graded by the environment assertion assert_task_status"):
         Tau2Env("mock").gold_actions("update_task_with_history_and_env_assertions")
+
+
+def test_an_assertion_on_what_the_agent_never_made_scores_zero_instead_of_raising() -> None:
+    # create_task_1_with_env_assertions asserts task_2's status: an agent that stops at once never
+    # created task_2, and tau2's assert_task_status raises "Task task_2 not found" (it crashed the
+    # search of `agentr run --env tau2:mock`); every mock task's immediate stop scores 0 (one is
+    # graded by NL assertion only, which tau2 scores 1 offline: no criteria to fail)
+    env = Tau2Env("mock")
+    (result,) = _play(env, "create_task_1_with_env_assertions", [f"Done. {STOP}"])
+    assert result.done and result.reward == 0.0
+    stopped = {task_id: _play(env, task_id, [f"Done. {STOP}"])[-1] for task_id in env.task_ids("all")}
+    assert all(r.done for r in stopped.values())
+    assert {t for t, r in stopped.items() if r.reward != 0.0} == {"create_task_1_nl_eval"}
