@@ -39,8 +39,10 @@ COPY critic_service ./critic_service
 COPY train_service ./train_service
 COPY migrations ./migrations
 # The core install: FastAPI, SQLAlchemy/asyncpg, redis, Celery, pyarrow (Parquet downloads)... and
-# no torch.
-RUN pip install --no-compile . && agentr --help >/dev/null
+# no torch. Byte-compiled here (pip's default): with PYTHONDONTWRITEBYTECODE nothing is cached at
+# run time, and without .pyc files every `agentr` call (each healthcheck) compiles its imports
+# again: 18 s instead of 6 s for `agentr health` on 2 busy cores (compose check).
+RUN pip install . && agentr --help >/dev/null
 
 USER agentr
 VOLUME ["/data"]
@@ -70,7 +72,7 @@ RUN if [ "$TORCH_VARIANT" = "default" ]; then \
     else \
       pip install --index-url "${TORCH_INDEX_BASE}/${TORCH_VARIANT}" "torch==${TORCH_VERSION}"; \
     fi \
- && pip install --no-compile ".[ml]" \
+ && pip install ".[ml]" \
  && python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 ENV HF_HOME=/data/hf
 

@@ -532,8 +532,11 @@ class Deployment:
         if not out:
             return []
         if out.startswith("["):  # older Compose: one array
-            return list(json.loads(out))
-        return [json.loads(line) for line in out.splitlines() if line.strip()]
+            found = list(json.loads(out))
+        else:
+            found = [json.loads(line) for line in out.splitlines() if line.strip()]
+        # the services' own containers, not one-off `compose run` ones (the model is made in one)
+        return [c for c in found if "com.docker.compose.oneoff=True" not in c.get("Labels", "")]
 
     def container_ids(self, service: str) -> list[str]:
         return [c["ID"] for c in self.containers() if c["Service"] == service and c["State"] == "running"]
@@ -561,11 +564,29 @@ class Deployment:
         try:
             return wait_for("every service to be healthy", lambda: self.healthy(counts), timeout)
         except CheckFailed as exc:
+            containers = self.containers()
             states = ", ".join(
                 f"{c['Service']} {c['State']}{' ' + c['Health'] if c.get('Health') else ''}"
-                for c in self.containers()
+                for c in containers
             )
-            raise CheckFailed(f"{exc}: {states}") from None
+            why = [
+                f"{c['Service']} ({c['ID'][:12]}): {self.last_health_check(c['ID'])}"
+                for c in containers
+                if c.get("Health") not in (None, "", "healthy")
+            ]
+            raise CheckFailed(f"{exc}: {states}" + "".join(f"\n  {w}" for w in why)) from None
+
+    def last_health_check(self, container: str) -> str:
+        """The last healthcheck's exit code and output, as Docker recorded them."""
+        done = self.sh.run(
+            ["docker", "inspect", "--format", "{{json .State.Health.Log}}", container], check=False
+        )
+        try:
+            last = (json.loads(done.stdout) or [{}])[-1]
+        except ValueError:
+            return done.stderr.strip()[:200]
+        output = " ".join(str(last.get("Output", "")).split())[:300]
+        return f"exit {last.get('ExitCode')}: {output}"
 
     def logs(self, service: str, lines: int = 200) -> str:
         done = self.compose("logs", "--no-color", "--tail", str(lines), service, check=False)
@@ -895,13 +916,24 @@ def main(argv: list[str] | None = None) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTR_", "POSTGRES_", "COMPOSE_"))}
     ctx = Context(args, work, Shell(work / "commands.log", env), Steps())
     print(f"compose check: logs in {work} (commands.log: every command and its output)", flush=True)
+    # a CI timeout or ^C: the teardown (down -v, images, the engine this check started) still runs
+    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGHUP, _interrupted)
     try:
         run_steps(ctx)
     except Abort as exc:
         print(f"SKIP the remaining steps: they need `{exc}`, which failed", flush=True)
+    except KeyboardInterrupt as exc:
+        ctx.steps._line("FAIL", "interrupted", 0.0, str(exc) or "^C: tearing down")
     finally:
         teardown(ctx)
     return ctx.steps.summary()
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one teardown, not interrupted again
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}: tearing down")
 
 
 def run_steps(ctx: Context) -> None:
@@ -944,7 +976,7 @@ def run_steps(ctx: Context) -> None:
         t0 = time.monotonic()
         # the model is made in a one-off container while the services start (they need none of it)
         model = Background(lambda: prepare_model(dep, ctx.args.reuse))
-        summary = dep.wait_healthy({s: 1 for s in SERVICES}, 300)
+        summary = dep.wait_healthy({s: 1 for s in SERVICES}, 600)
         info["detail"] = f"{summary} healthy {time.monotonic() - t0:.0f} s after up; API on 127.0.0.1:{port}"
     dep = ctx.dep
     assert dep is not None or steps.aborted
@@ -1138,9 +1170,8 @@ def cancelled_run(ctx: Context) -> None:
         final = wait_for(f"training task {task_id} to stop", stopped, CANCEL_DEADLINE_S, 0.5)
         took = time.monotonic() - cancelled_at
         expect(final == "REVOKED", f"the cancelled run's training ended {final}, not REVOKED")
-        time.sleep(5)
-        run = api.run(run_id)
-        expect(run["status"] == "cancelled", f"the run is {run['status']}")
+        run = wait_for(f"run {run_id} to read cancelled", finished(api, run_id), 60, 1.0)
+        expect(run["status"] == "cancelled", f"the run is {run['status']}, not cancelled")
         events = event_counts(dep, run_id)
         expect(events["ModelTrained"] == 0, "the cancelled run recorded a trained model")
         info["detail"] = (
@@ -1174,6 +1205,9 @@ def teardown(ctx: Context) -> None:
             expect(not left and not running, f"left behind: volumes {left}, containers {running}")
             info["detail"] = f"service logs kept in {ctx.work / 'services.log'}"
     if not ctx.args.reuse:
+        # downloads live only as long as the run: the wheel index, apt lists, build contexts
+        for scratch in ("wheel-index", "apt", "standins", "bookworm-root"):
+            shutil.rmtree(ctx.work / scratch, ignore_errors=True)
         removed = remove_images(ctx.sh)
         print(f"removed images: {', '.join(removed) or 'none'}", flush=True)
         if ctx.daemon is not None:
