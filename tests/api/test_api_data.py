@@ -7,10 +7,12 @@ import io
 import json
 from pathlib import Path
 
+import asyncpg.cursor
 import pyarrow.parquet as pq
+import pytest
 from sqlalchemy import event, func, select
 
-from api.datasets import DEFAULT_PAGE_SIZE, iter_dataset, jsonl_bytes
+from api.datasets import DEFAULT_PAGE_SIZE, dataset_batches, jsonl_bytes
 from core.domain.events import event_class
 from core.formats.export import iter_parquet
 from core.store.tables import events, traces
@@ -121,39 +123,51 @@ async def test_dataset_export_streams_more_than_one_page_in_every_format(
     assert missing.status_code == 404
 
 
-async def test_dataset_rows_are_fetched_page_by_page_while_streaming(api: ApiHarness) -> None:
-    """The export never loads the dataset at once: one short query per page, interleaved with output."""
+async def test_dataset_rows_are_streamed_in_batches_from_one_cursor(
+    api: ApiHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The export never loads the dataset at once: one statement, whose rows come through a
+    server-side cursor a batch at a time, the first batch encoded before the last is fetched."""
     project, _key, run = await _project_with_run(api)
     seeded = await seed_search(api.store, project, run)
     await seed_revisions(api.store, project, run, seeded.pair_id, 250)
     queries: list[str] = []
+    fetches: list[int] = []  # rows per cursor fetch, as they complete
+    real_fetch = asyncpg.cursor.Cursor.fetch
+
+    async def fetch(self, n, **options):  # type: ignore[no-untyped-def]
+        rows = await real_fetch(self, n, **options)
+        fetches.append(len(rows))
+        return rows
 
     def count_sample_queries(_conn, _cursor, statement, *_args) -> None:  # type: ignore[no-untyped-def]
-        if statement.lstrip().upper().startswith("SELECT") and "FROM samples" in statement:
+        if "FROM samples" in statement:
             queries.append(statement)
 
+    monkeypatch.setattr(asyncpg.cursor.Cursor, "fetch", fetch)
     sync_engine = api.store.engine.sync_engine
     event.listen(sync_engine, "before_cursor_execute", count_sample_queries)
     try:
-        samples = iter_dataset(
-            api.store.engine, project_id=project, run_id=run, iteration=0, alpha=0.7, page_size=100
+        batches = dataset_batches(
+            api.store.engine, project_id=project, run_id=run, iteration=0, alpha=0.7, batch=100
         )
-        queries_at_sample: list[int] = []
+        fetched_at_batch: list[int] = []
         chunks = []
-        async for chunk in jsonl_bytes(_tap(samples, queries, queries_at_sample), "openai"):
+        async for chunk in jsonl_bytes(_tap(batches, fetches, fetched_at_batch), "openai"):
             chunks.append(chunk)
     finally:
         event.remove(sync_engine, "before_cursor_execute", count_sample_queries)
-    assert len(queries) == 3  # 252 rows in pages of 100
-    assert queries_at_sample[0] == 1 and queries_at_sample[-1] == 3
+    assert fetches == [100, 100, 52]  # 252 rows (250 revisions, 2 goods) in batches of 100
+    assert queries == []  # no query per page: the rows come from the one cursor
+    assert fetched_at_batch[0] <= 2  # batch 1 handed on with at most batch 2 read ahead
     assert sum(len(c.splitlines()) for c in b"".join(chunks).split(b"\n") if c) == 251
     assert len(chunks) >= 2  # sent in several pieces, not one buffer
 
 
-async def _tap(samples, queries, seen):  # type: ignore[no-untyped-def]
-    async for sample in samples:
-        seen.append(len(queries))
-        yield sample
+async def _tap(batches, fetches, seen):  # type: ignore[no-untyped-def]
+    async for batch in batches:
+        seen.append(len(fetches))
+        yield batch
 
 
 async def test_trace_batches_are_all_or_nothing_and_read_back_with_critique(api: ApiHarness) -> None:
