@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import asyncpg.cursor
@@ -16,7 +18,7 @@ from api.datasets import DEFAULT_PAGE_SIZE, dataset_batches, jsonl_bytes
 from core.domain.events import event_class
 from core.formats.export import iter_parquet
 from core.store.tables import events, traces
-from tests.api.conftest import ApiHarness
+from tests.api.conftest import ApiHarness, make_settings, running
 from tests.api.seed import critique_trace, mark_dataset_ready, seed_revisions, seed_search
 
 
@@ -267,3 +269,47 @@ async def test_events_stream_is_project_scoped_resumable_and_live(api: ApiHarnes
     assert cancel.status_code == 202
     streamed = _parse_sse((await asyncio.wait_for(live, 10)).text)
     assert [s["event"] for s in streamed] == ["RunCancelled"]
+
+
+async def test_embedded_sqlite_streams_the_same_downloads(sqlite_url: str, api: ApiHarness) -> None:
+    """SQLite (no server-side cursor: SQLAlchemy's streamed result) gives the bytes PostgreSQL gives,
+    for an iteration and for a named dataset read back from the event log."""
+    downloads: list[dict[str, bytes]] = []
+    for harness_of in (lambda: running(make_settings(sqlite_url)), None):
+        harness_cm = harness_of() if harness_of is not None else contextlib.nullcontext(api)
+        async with harness_cm as harness:
+            project = await harness.project()
+            key = harness.auth(await harness.key(project, "read", "run"))
+            run = (await harness.client.post("/v1/runs", json={"model": "m"}, headers=key)).json()["run_id"]
+            seeded = await seed_search(harness.store, project, run)
+            await seed_revisions(harness.store, project, run, seeded.pair_id, 30)
+            await mark_dataset_ready(harness.store, project, run, 0, revisions=30)
+            built = await harness.client.post(
+                "/v1/datasets", json={"name": "d", "query": {"run_ids": [run]}}, headers=key
+            )
+            assert built.status_code == 201, built.text
+            named = f"/v1/datasets/{built.json()['dataset_id']}/download"
+            got: dict[str, bytes] = {}
+            for fmt in ("openai", "sharegpt", "samples", "parquet"):
+                response = await harness.client.get(named, params={"format": fmt}, headers=key)
+                assert response.status_code == 200, response.text
+                got[f"named {fmt}"] = response.content
+            for fmt in ("openai", "parquet"):
+                url = f"/v1/runs/{run}/iterations/0/dataset"
+                response = await harness.client.get(url, params={"format": fmt}, headers=key)
+                assert response.status_code == 200, response.text
+                got[f"iteration {fmt}"] = response.content
+            downloads.append(got)
+    sqlite, postgres = downloads
+    assert len(sqlite["named openai"].splitlines()) == 32  # 30 revisions and 2 goods
+    assert len(sqlite["iteration openai"].splitlines()) == 31  # the 0.5-reward good is below alpha
+
+    def _ids_blanked(data: bytes) -> bytes:  # the two databases made different ids
+        return re.sub(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", b"ID", data)
+
+    for name in ("named openai", "named sharegpt", "named samples", "iteration openai"):
+        assert _ids_blanked(sqlite[name]) == _ids_blanked(postgres[name]), name
+    for name in ("named parquet", "iteration parquet"):
+        left = pq.read_table(io.BytesIO(sqlite[name])).to_pylist()
+        right = pq.read_table(io.BytesIO(postgres[name])).to_pylist()
+        assert [r["messages"] for r in left] == [r["messages"] for r in right], name
