@@ -8,11 +8,12 @@ import io
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import asyncpg.cursor
 import pyarrow.parquet as pq
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import event, func, select, text
 
 from api.datasets import DEFAULT_PAGE_SIZE, dataset_batches, jsonl_bytes
 from core.domain.events import event_class
@@ -313,3 +314,32 @@ async def test_embedded_sqlite_streams_the_same_downloads(sqlite_url: str, api: 
         left = pq.read_table(io.BytesIO(sqlite[name])).to_pylist()
         right = pq.read_table(io.BytesIO(postgres[name])).to_pylist()
         assert [r["messages"] for r in left] == [r["messages"] for r in right], name
+
+
+async def test_a_download_left_early_leaves_no_transaction_or_query_behind(api: ApiHarness) -> None:
+    """A client that goes away mid-download closes the cursor: its transaction ends, the fetch read
+    ahead is cancelled, and the pooled connection serves the next download."""
+    project, _key, run = await _project_with_run(api)
+    seeded = await seed_search(api.store, project, run)
+    await seed_revisions(api.store, project, run, seeded.pair_id, 250)
+
+    def batches() -> Any:
+        engine = api.store.engine
+        return dataset_batches(engine, project_id=project, run_id=run, iteration=0, alpha=0.7, batch=10)
+
+    left = batches()
+    assert len(await anext(left)) == 9  # the first 10 rows hold the good below alpha
+    async with api.store.engine.connect() as conn:
+        during = (await conn.execute(text(_OTHER_SESSIONS))).all()
+    # the cursor's transaction is open (idle in it, or fetching the batch read ahead)
+    assert [row.state for row in during if "FROM samples" in row.query and row.state != "idle"]
+    await left.aclose()
+    async with api.store.engine.connect() as conn:
+        after = (await conn.execute(text(_OTHER_SESSIONS))).all()
+    assert {row.state for row in after} <= {"idle"}, after
+    assert sum([len(batch) async for batch in batches()]) == 251
+
+
+_OTHER_SESSIONS = (
+    "SELECT state, query FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
