@@ -1,22 +1,23 @@
-"""Owns streaming an iteration's dataset out of the store: keyset pages in, export bytes out.
+"""Owns streaming an iteration's dataset out of the store: row batches in, export bytes out.
 
-The rows come from the ``samples`` read model in pages of ``page_size`` ordered by (event
-position, sample id), each page its own short query (a range scan of the samples (run_id,
-iteration, position, sample_id) index), so neither the database nor this process ever holds the
-whole dataset; the next page is fetched while this one is encoded (``prefetched``, also used by
-api.trace_datasets). The data is read as JSON text and parsed with orjson (core.formats.export
-``loads``). Rows become TrainingSamples (good trajectories become samples with every assistant
-turn trained on; only those with reward >= the iteration's alpha are part of the dataset, as in
-core.domain.datasets), except that a plain stored sample (core.formats.records ``is_plain``: text
-messages, no tool calls, no tools) is passed on as its dict when the caller asks (``plain``):
-``jsonl_bytes`` turns it into its record with the ``*_plain`` builders and ``parquet_bytes`` into
-its columns, the same bytes the TrainingSample would give, without building one. Lines are
-encoded with ``dumps_line`` (orjson, byte-identical to ``json.dumps``). Parquet uses
-core.formats.export's schema and columnar batch builder (``parquet_schema`` / ``parquet_batch``):
-one writer for the response, one row group per page, written into an in-memory sink that is
-drained after every group. The app's lifespan calls ``warm_up`` so that pyarrow's one-time start
-(on its first conversion it imports pandas, about half a second) happens at start-up, not inside
-the first Parquet download.
+The rows come from the ``samples`` read model through ONE server-side cursor, a batch of rows at
+a time in (event position, sample id) order (core.store.exports.iteration_sample_batches: the
+next batch is read while this one is encoded), so neither the database nor this process ever holds
+the whole dataset, and a file is one snapshot. Everything downstream works a batch at a time: the
+JSON text of a batch is parsed with orjson (core.formats.export ``loads_many``), its rows become
+items, the encoders turn a batch into bytes, and the route counts a batch at once. Rows become
+TrainingSamples (good trajectories become samples with every assistant turn trained on; only those
+with reward >= the iteration's alpha are part of the dataset, as in core.domain.datasets), except
+that a plain stored sample (core.formats.records ``is_plain``: text messages, no tool calls, no
+tools) is passed on as its dict when the caller asks (``plain``): ``jsonl_bytes`` turns it into
+its record with the ``*_plain`` builders and ``parquet_bytes`` into its columns, the same bytes the
+TrainingSample would give, without building one. Lines are encoded with ``dumps_line`` (orjson,
+byte-identical to ``json.dumps``). Parquet uses core.formats.export's schema and columnar batch
+builder (``parquet_schema`` / ``parquet_batch``): one writer for the response, one row group per
+``DEFAULT_PAGE_SIZE`` samples, written into an in-memory sink that is drained as groups are
+written. The app's lifespan calls ``warm_up`` so that pyarrow's one-time start (on its first
+conversion it imports pandas, about half a second) happens at start-up, not inside the first
+Parquet download.
 
 General chat data is not included: it is the user's own file, mixed in at training time (the
 iteration's manifest records which of its lines were used).
@@ -24,25 +25,23 @@ iteration's manifest records which of its lines were used).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from sqlalchemy import Text, cast, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.domain.good_samples import trajectory_to_sample
 from core.domain.serde import from_dict
 from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
-from core.formats.export import dumps_line, loads, parquet_batch, parquet_schema, record_fn
+from core.formats.export import dumps_line, loads_many, parquet_batch, parquet_schema, record_fn
 from core.formats.records import PLAIN_RECORD, is_plain
-from core.store.tables import samples
+from core.store import exports
 
-DEFAULT_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = 500  # samples per Parquet row group
 
 
 _SAMPLE_KEYS = frozenset(f.name for f in dataclasses.fields(TrainingSample))
@@ -122,93 +121,88 @@ def row_to_sample(row: Any) -> TrainingSample:
     return training_sample(row["data"])
 
 
-async def prefetched(
-    fetch: Callable[[Any], Awaitable[Sequence[Any]]], next_key: Callable[[Sequence[Any]], Any], page_size: int
-) -> AsyncGenerator[Sequence[Any], None]:
-    """Pages of rows, each asked for while the caller still encodes the one before it.
-
-    ``fetch(key)`` reads one page after ``key`` (``None``: the first); ``next_key(rows)`` is the
-    key after a full page. The database works on page n+1 while this process turns page n into
-    bytes, so a download pays the slower of the two, not their sum. A page shorter than
-    ``page_size`` is the last."""
-    pending: asyncio.Task[Sequence[Any]] | None = asyncio.ensure_future(fetch(None))
-    try:
-        while pending is not None:
-            rows = await pending
-            pending = None
-            if len(rows) >= page_size:
-                pending = asyncio.ensure_future(fetch(next_key(rows)))
-            yield rows
-    finally:
-        if pending is not None:  # the client went away: do not leave the query behind
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
+async def flatten(batches: AsyncGenerator[Sequence[Any], None]) -> AsyncIterator[Any]:
+    """The items of ``batches``, one at a time (for the callers that collect them anyway)."""
+    async with contextlib.aclosing(batches):
+        async for batch in batches:
+            for item in batch:
+                yield item
 
 
-async def iter_dataset(
+async def dataset_batches(
     engine: AsyncEngine,
     *,
     project_id: str,
     run_id: str,
     iteration: int,
     alpha: float,
-    page_size: int = DEFAULT_PAGE_SIZE,
+    batch: int = exports.DEFAULT_BATCH,
     plain: bool = False,
-) -> AsyncIterator[Any]:
-    """The iteration's agent samples in position order, fetched ``page_size`` rows at a time: each
-    page one short query (a range scan of the samples (run_id, iteration, position, sample_id)
-    index), the next read while this one is encoded (``prefetched``). The data comes as JSON text
-    and is parsed with orjson. With ``plain``, a plain stored sample (core.formats.records.is_plain)
-    is yielded as its dict, for the encoders of ``jsonl_bytes`` / ``parquet_bytes``; every other
-    row as a TrainingSample."""
-
-    async def fetch(last: tuple[int, str] | None) -> Sequence[Any]:
-        query = select(
-            samples.c.sample_id, samples.c.kind, samples.c.position, cast(samples.c.data, Text)
-        ).where(
-            samples.c.project_id == project_id,
-            samples.c.run_id == run_id,
-            samples.c.iteration == iteration,
-        )
-        if last is not None:
-            query = query.where(tuple_(samples.c.position, samples.c.sample_id) > tuple_(*last))
-        query = query.order_by(samples.c.position, samples.c.sample_id).limit(page_size)
-        async with engine.connect() as conn:
-            return (await conn.execute(query)).all()
-
-    # aclosing: a download the client leaves closes the page reader too (no query left running)
-    async with contextlib.aclosing(
-        prefetched(fetch, lambda rows: (rows[-1][2], rows[-1][0]), page_size)
-    ) as pages:
-        async for rows in pages:
-            for sample_id, kind, _position, text in rows:
-                data = loads(text)
+) -> AsyncGenerator[list[Any], None]:
+    """The iteration's agent samples in position order, a list per batch of ``batch`` rows read
+    through one server-side cursor (core.store.exports.iteration_sample_batches: the next batch is
+    read while this one is encoded). The data comes as JSON text, parsed with orjson a batch at a
+    time. With ``plain``, a plain stored sample (core.formats.records.is_plain) is an item as its
+    dict, for the encoders of ``jsonl_bytes`` / ``parquet_bytes``; every other row a TrainingSample.
+    Good samples below ``alpha`` are left out (core.domain.datasets)."""
+    rows_batches = exports.iteration_sample_batches(engine, project_id, run_id, iteration, batch)
+    async with contextlib.aclosing(rows_batches):  # a client that leaves closes the cursor too
+        async for rows in rows_batches:
+            out: list[Any] = []
+            for (sample_id, kind, _text), data in zip(rows, loads_many([r[2] for r in rows]), strict=True):
                 if plain and kind != "good" and is_plain(data):
                     if data["kind"] == "good" and (data.get("reward") is None or data["reward"] < alpha):
                         continue
-                    yield data
+                    out.append(data)
                     continue
                 sample = row_to_sample({"sample_id": sample_id, "kind": kind, "data": data})
                 if sample.kind == "good" and (sample.reward is None or sample.reward < alpha):
                     continue
-                yield sample
+                out.append(sample)
+            if out:
+                yield out
 
 
-async def jsonl_bytes(samples_iter: AsyncIterator[Any], fmt: str) -> AsyncIterator[bytes]:
-    """OpenAI, ShareGPT or samples JSONL (one ``dumps_line`` per sample), batched into chunks of
-    about 64 KiB. Each item is a TrainingSample or a plain stored sample dict (same record)."""
+def iter_dataset(
+    engine: AsyncEngine,
+    *,
+    project_id: str,
+    run_id: str,
+    iteration: int,
+    alpha: float,
+    batch: int = exports.DEFAULT_BATCH,
+    plain: bool = False,
+) -> AsyncIterator[Any]:
+    """``dataset_batches``, one sample at a time."""
+    return flatten(
+        dataset_batches(
+            engine,
+            project_id=project_id,
+            run_id=run_id,
+            iteration=iteration,
+            alpha=alpha,
+            batch=batch,
+            plain=plain,
+        )
+    )
+
+
+async def jsonl_bytes(batches: AsyncGenerator[Sequence[Any], None], fmt: str) -> AsyncIterator[bytes]:
+    """OpenAI, ShareGPT or samples JSONL (one ``dumps_line`` per sample), sent in chunks of at least
+    about 64 KiB (a batch at a time). Each item is a TrainingSample or a plain stored sample dict
+    (same record)."""
     record = record_fn(fmt)
     plain_record = PLAIN_RECORD[fmt]
     buffer: list[bytes] = []
     size = 0
-    async for sample in samples_iter:
-        line = dumps_line(plain_record(sample) if isinstance(sample, dict) else record(sample))
-        buffer.append(line)
-        size += len(line)
-        if size >= 65536:
-            yield b"".join(buffer)
-            buffer, size = [], 0
+    async with contextlib.aclosing(batches):
+        async for items in batches:
+            lines = [dumps_line(plain_record(item) if type(item) is dict else record(item)) for item in items]
+            buffer.extend(lines)
+            size += sum(map(len, lines))
+            if size >= 65536:
+                yield b"".join(buffer)
+                buffer, size = [], 0
     if buffer:
         yield b"".join(buffer)
 
@@ -268,20 +262,24 @@ def warm_up() -> None:
 
 
 async def parquet_bytes(
-    samples_iter: AsyncIterator[Any], row_group_size: int = DEFAULT_PAGE_SIZE
+    batches: AsyncGenerator[Sequence[Any], None], row_group_size: int = DEFAULT_PAGE_SIZE
 ) -> AsyncIterator[bytes]:
-    """A Parquet file, sent one row group at a time (then the footer). Each item is a
-    TrainingSample or a plain stored sample dict (``parquet_batch`` takes both)."""
+    """A Parquet file, sent one row group of ``row_group_size`` samples at a time (then the footer).
+    Each item is a TrainingSample or a plain stored sample dict (``parquet_batch`` takes both)."""
     schema = parquet_schema()
     sink = _DrainSink()
     writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema)
     chunk: list[Any] = []
     try:
-        async for sample in samples_iter:
-            chunk.append(sample)
-            if len(chunk) >= row_group_size:
-                writer.write_batch(parquet_batch(chunk, schema), row_group_size=row_group_size)
-                chunk = []
+        async with contextlib.aclosing(batches):
+            async for items in batches:
+                chunk.extend(items)
+                if len(chunk) < row_group_size:
+                    continue
+                for start in range(0, len(chunk) - row_group_size + 1, row_group_size):
+                    group = chunk[start : start + row_group_size]
+                    writer.write_batch(parquet_batch(group, schema), row_group_size=row_group_size)
+                chunk = chunk[len(chunk) - len(chunk) % row_group_size :]
                 yield sink.drain()
         if chunk:
             writer.write_batch(parquet_batch(chunk, schema), row_group_size=row_group_size)

@@ -29,14 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.errors import ApiError, field_error
 from api.model_refs import OUTSIDE_ROOTS, resolve_model_ref
 from core.domain.config import RunConfig, is_served_model
 from core.domain.trajectory import TrainingSample
-from core.store.tables import runs
+from core.store import exports
 from train_service.tokenized_export import (
     DEFAULT_MAX_LENGTH,
     load_tokenizer,
@@ -140,15 +139,7 @@ def choose_tokenizer(
 
 async def newest_run_model(engine: AsyncEngine, project_id: str) -> tuple[str, RunConfig] | None:
     """The project's default model (its newest run's) with that run's config, or None."""
-    async with engine.connect() as conn:
-        data = (
-            await conn.execute(
-                select(runs.c.config)
-                .where(runs.c.project_id == project_id)
-                .order_by(runs.c.created_at.desc(), runs.c.run_id)
-                .limit(1)
-            )
-        ).scalar()
+    data = await exports.newest_run_config(engine, project_id)
     if data is None:
         return None
     config = RunConfig.from_data(data)

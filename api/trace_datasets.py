@@ -1,14 +1,16 @@
 """Owns building and reading named trace datasets against the store (core.domain.trace_datasets).
 
 Build (``create_dataset``): read the log position first, then walk the project's ``samples`` rows
-at or below it (joined with their event's recording time) page by page in (position, sample id)
-order, turn each into ``SampleFacts`` and let the pure planner choose; the manifest is appended as
+at or below it (joined with their event's recording time) through one server-side cursor in
+(position, sample id) order (core.store.exports.fact_batches), turn each into ``SampleFacts``
+and let the pure planner choose; the manifest is appended as
 ``DatasetCreated`` on the dataset's own stream with expected version -1, so two concurrent builds
 of the same name and version cannot both succeed (409). The version is one more than the highest
 version of that name in the ``datasets`` read model.
 
-Read (``iter_dataset_samples``): the manifest's entries, ``page_size`` at a time, are fetched from
-the EVENT LOG by position (not from a read model) and decoded into TrainingSamples in manifest
+Read (``dataset_sample_batches``): the manifest's entries' events are read from the EVENT LOG by
+position (not from a read model), one statement through a server-side cursor, a batch at a time
+(core.store.exports.event_batches), and decoded into TrainingSamples in manifest
 order (with each assistant message's reasoning folded into its content when the stored query has
 ``include_reasoning``); events of the current version decode only their sample, plain samples
 pass on as their dicts (api.datasets), and the manifest's entries are decoded directly
@@ -21,15 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from datetime import UTC
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from sqlalchemy import Text, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.datasets import DEFAULT_PAGE_SIZE, prefetched, training_sample, trajectory
+from api.datasets import flatten, training_sample, trajectory
 from core.domain.events import (
     DatasetCreated,
     GoodTraceSampled,
@@ -53,9 +54,9 @@ from core.domain.trace_datasets import (
     rebuild_check,
 )
 from core.domain.trajectory import TrainingSample
-from core.formats.export import loads
+from core.formats.export import loads_many
 from core.formats.records import fold_reasoning, is_plain
-from core.store.tables import datasets, events, samples
+from core.store import exports
 
 
 class DatasetReadError(RuntimeError):
@@ -71,54 +72,25 @@ def code_version() -> str:
 
 
 async def log_position(engine: AsyncEngine) -> int:
-    async with engine.connect() as conn:
-        return int(await conn.scalar(select(func.coalesce(func.max(events.c.position), 0))) or 0)
+    return await exports.log_position(engine)
 
 
 async def iter_facts(
-    engine: AsyncEngine, project_id: str, up_to: int, page_size: int = DEFAULT_PAGE_SIZE
+    engine: AsyncEngine, project_id: str, up_to: int, batch: int = exports.DEFAULT_BATCH
 ) -> AsyncIterator[SampleFacts]:
     """Facts of the project's samples made by events at or below ``up_to``, in position order."""
-    last: tuple[int, str] | None = None
-    while True:
-        query = (
-            select(
-                samples.c.sample_id,
-                samples.c.kind,
-                samples.c.position,
-                samples.c.run_id,
-                samples.c.template_id,
-                samples.c.data,
-                events.c.recorded_at,
-            )
-            .join(events, events.c.position == samples.c.position)
-            .where(samples.c.project_id == project_id, samples.c.position <= up_to)
-        )
-        if last is not None:
-            query = query.where(
-                (samples.c.position > last[0])
-                | ((samples.c.position == last[0]) & (samples.c.sample_id > last[1]))
-            )
-        query = query.order_by(samples.c.position, samples.c.sample_id).limit(page_size)
-        async with engine.connect() as conn:
-            rows = (await conn.execute(query)).mappings().all()
-        for row in rows:
-            provenance = (row["data"] or {}).get("provenance") or {}
-            recorded_at = row["recorded_at"]
-            if recorded_at.tzinfo is None:  # SQLite returns naive UTC
-                recorded_at = recorded_at.replace(tzinfo=UTC)
-            yield facts_from_provenance(
-                row["sample_id"],
-                row["kind"],
-                row["position"],
-                recorded_at,
-                row["run_id"],
-                provenance,
-                row["template_id"],
-            )
-        if len(rows) < page_size:
-            return
-        last = (rows[-1]["position"], rows[-1]["sample_id"])
+    rows_batches = exports.fact_batches(engine, project_id, up_to, batch)
+    async with contextlib.aclosing(rows_batches):
+        async for rows in rows_batches:
+            for (sample_id, kind, position, run_id, template_id, _text, recorded_at), data in zip(
+                rows, loads_many([r[5] for r in rows]), strict=True
+            ):
+                provenance = (data or {}).get("provenance") or {}
+                if recorded_at.tzinfo is None:  # SQLite returns naive UTC
+                    recorded_at = recorded_at.replace(tzinfo=UTC)
+                yield facts_from_provenance(
+                    sample_id, kind, position, recorded_at, run_id, provenance, template_id
+                )
 
 
 async def _collect(it: AsyncIterator[SampleFacts]) -> list[SampleFacts]:
@@ -126,13 +98,7 @@ async def _collect(it: AsyncIterator[SampleFacts]) -> list[SampleFacts]:
 
 
 async def next_version(engine: AsyncEngine, project_id: str, name: str) -> int:
-    async with engine.connect() as conn:
-        highest = await conn.scalar(
-            select(func.max(datasets.c.version)).where(
-                datasets.c.project_id == project_id, datasets.c.name == name
-            )
-        )
-    return int(highest or 0) + 1
+    return await exports.next_dataset_version(engine, project_id, name)
 
 
 async def plan(
@@ -233,50 +199,50 @@ def _plain_stored(event_type: str, event_version: int, data: Any, fold: bool) ->
     return stored
 
 
-async def iter_dataset_samples(
-    engine: AsyncEngine, manifest: DatasetManifest, page_size: int = DEFAULT_PAGE_SIZE, plain: bool = False
-) -> AsyncIterator[Any]:
-    """The manifest's samples in order, read from the event log ``page_size`` events at a time
-    (the next page is read while this one is encoded: api.datasets.prefetched). With ``plain``, a
-    plain stored sample (core.formats.records.is_plain) of a revision event is yielded as its dict
-    (the encoders of api.datasets take both); every other sample as a TrainingSample."""
+async def dataset_sample_batches(
+    engine: AsyncEngine, manifest: DatasetManifest, batch: int = exports.DEFAULT_BATCH, plain: bool = False
+) -> AsyncGenerator[list[Any], None]:
+    """The manifest's samples in order, a list per batch of ``batch`` entries, read from the event
+    log through one server-side cursor over the entries' positions (core.store.exports.event_batches:
+    the next batch is read while this one is encoded). With ``plain``, a plain stored sample
+    (core.formats.records.is_plain) of a revision event is an item as its dict (the encoders of
+    api.datasets take both); every other sample a TrainingSample."""
     entries = manifest.entries
     fold = manifest.query.include_reasoning
+    done = 0
+    rows_batches = exports.event_batches(engine, [e.position for e in entries], batch)
+    async with contextlib.aclosing(rows_batches):
+        async for rows in rows_batches:
+            page = entries[done : done + len(rows)]
+            done += len(rows)
+            texts = [row[3] for row in rows]
+            decoded = loads_many([t for t in texts if t is not None])
+            out: list[Any] = []
+            at = 0
+            for entry, row in zip(page, rows, strict=True):
+                sample = None
+                if row[3] is not None:
+                    data = decoded[at]
+                    at += 1
+                    stored = _plain_stored(row[1], row[2], data, fold) if plain else None
+                    if stored is not None and stored["sample_id"] == entry.sample_id:
+                        out.append(stored)
+                        continue
+                    sample = stored_sample(row[1], row[2], data)
+                if sample is None or sample.sample_id != entry.sample_id:
+                    raise DatasetReadError(
+                        f"dataset {manifest.dataset_id}: event {entry.position} does not hold "
+                        f"sample {entry.sample_id}"
+                    )
+                out.append(fold_reasoning(sample) if fold else sample)
+            yield out
 
-    async def fetch(start: int | None) -> Sequence[Any]:
-        # one page of entries and its event rows (as one item: ``prefetched`` stops at an empty list)
-        first = start or 0
-        page = entries[first : first + page_size]
-        if not page:
-            return []
-        positions = sorted({e.position for e in page})
-        query = select(
-            events.c.position, events.c.event_type, events.c.event_version, cast(events.c.data, Text)
-        ).where(events.c.position.in_(positions))
-        async with engine.connect() as conn:
-            rows = (await conn.execute(query)).all()
-        return [(first, page, rows)]
 
-    async with contextlib.aclosing(prefetched(fetch, lambda pages: pages[0][0] + page_size, 1)) as reader:
-        async for pages in reader:
-            for _start, page, rows in pages:
-                by_position = {row[0]: row for row in rows}
-                for entry in page:
-                    row = by_position.get(entry.position)
-                    sample = None
-                    if row is not None:
-                        data = loads(row[3])
-                        stored = _plain_stored(row[1], row[2], data, fold) if plain else None
-                        if stored is not None and stored["sample_id"] == entry.sample_id:
-                            yield stored
-                            continue
-                        sample = stored_sample(row[1], row[2], data)
-                    if sample is None or sample.sample_id != entry.sample_id:
-                        raise DatasetReadError(
-                            f"dataset {manifest.dataset_id}: event {entry.position} does not hold "
-                            f"sample {entry.sample_id}"
-                        )
-                    yield fold_reasoning(sample) if fold else sample
+def iter_dataset_samples(
+    engine: AsyncEngine, manifest: DatasetManifest, batch: int = exports.DEFAULT_BATCH, plain: bool = False
+) -> AsyncIterator[Any]:
+    """``dataset_sample_batches``, one sample at a time."""
+    return flatten(dataset_sample_batches(engine, manifest, batch, plain))
 
 
 async def rebuild_problems(engine: AsyncEngine, project_id: str, manifest: DatasetManifest) -> Sequence[str]:

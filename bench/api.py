@@ -22,7 +22,10 @@ Prints one JSON line per format: {"metric", "ours", "baseline", "unit": "rows/s"
 ``--quick`` uses 3,000 rows (about a minute); the default is 100,000 (the most a named dataset
 holds); ``--rows N`` any count up to that. The rows are seeded through the store, projections
 included, which dominates a large run (about 10,000 rows in 6 minutes on the shared 2-core
-machine: the default run takes about an hour there).
+machine: the default run takes about an hour there). ``--store-rows N`` seeds N rows through the
+store and copies them in SQL up to ``--rows`` (each copy its own sample, event and samples row,
+as the projection writes it: 100,000 rows in minutes); ``--keep-db NAME`` keeps the seeded
+database for the next run (``--seed-only``: seed and stop).
 
 Rejected-auth cost (issue 18): the same server answers requests presenting a WRONG secret, on a
 known key prefix (ours: one scrypt against the stored hash) and on an unknown prefix (baseline:
@@ -144,6 +147,58 @@ async def _seed(url: str, rows: int) -> tuple[str, str]:
     finally:
         await store.close()
     return issued.key, run_id
+
+
+# copies of the store-seeded revision events, each with its own sample id, event id and place in
+# the pair's stream, and its samples row (what the projection writes for it): one statement
+_CLONE_SQL = """
+WITH src AS (
+    SELECT e.stream_id, e.event_type, e.event_version, e.data, e.metadata, s.project_id,
+           row_number() OVER (ORDER BY e.position) AS rn
+    FROM events e JOIN samples s ON s.position = e.position
+    WHERE e.event_type = 'RevisionMaterialized' AND s.run_id = $1
+), top AS (
+    SELECT stream_id, max(stream_version) AS version FROM events GROUP BY stream_id
+), gen AS (
+    SELECT g, src.*, gen_random_uuid()::text AS sample_id
+    FROM generate_series(1, $2::int) AS g JOIN src ON src.rn = (g - 1) % $3::int + 1
+), stored AS (
+    INSERT INTO events (event_id, stream_id, stream_version, event_type, event_version, data, metadata,
+                        recorded_at)
+    SELECT gen_random_uuid()::text, gen.stream_id, top.version + gen.g, gen.event_type, gen.event_version,
+           jsonb_set(jsonb_set(jsonb_set(gen.data, '{sample_id}', to_jsonb(gen.sample_id)),
+                               '{sample,sample_id}', to_jsonb(gen.sample_id)),
+                     '{sample,provenance}', jsonb_build_object('index', $3::int + gen.g - 1)),
+           gen.metadata, now()
+    FROM gen JOIN top ON top.stream_id = gen.stream_id
+    ORDER BY gen.g
+    RETURNING position, data
+), projected AS (
+    SELECT stored.position, stored.data, src.project_id
+    FROM stored JOIN src ON src.rn = 1
+)
+INSERT INTO samples (sample_id, run_id, project_id, iteration, kind, pair_id, tree_id, position, data,
+                     verified, template_id, revision_length)
+SELECT data->>'sample_id', data->>'run_id', project_id, (data->>'iteration')::int, 'revision',
+       data->>'pair_id', NULL, position, data->'sample', (data->>'verified')::bool, data->>'template_id',
+       (data->>'revision_length')::int
+FROM projected
+"""
+
+
+async def _clone(dsn: str, run_id: str, seeded: int, rows: int) -> None:
+    """Grow the ``seeded`` store-seeded revisions of ``run_id`` to ``rows`` by copying them in SQL
+    (``_CLONE_SQL``): the same event and samples rows the store would write, each copy its own
+    sample; the content cycles through the seeded ones."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction():
+            await conn.execute(_CLONE_SQL, run_id, rows - seeded, seeded)
+        await conn.execute("ANALYZE")
+    finally:
+        await conn.close()
 
 
 async def _raw_select(dsn: str, run_id: str) -> tuple[float, int]:
@@ -378,20 +433,72 @@ async def _compare(
         )
 
 
-async def main(quick: bool, limit_only: bool = False, rows: int | None = None) -> None:
+async def _kept_seed(dsn: str, rows: int) -> tuple[str, str] | None:
+    """The key and run of a database kept by ``--keep-db`` and seeded with ``rows`` rows, or None."""
+    import asyncpg
+
+    try:
+        conn = await asyncpg.connect(dsn)
+    except asyncpg.InvalidCatalogNameError:
+        return None
+    try:
+        row = (
+            await conn.fetchrow("SELECT key, run_id, rows FROM bench_seed")
+            if await conn.fetchval("SELECT to_regclass('bench_seed') IS NOT NULL")
+            else None
+        )
+    finally:
+        await conn.close()
+    return (row["key"], row["run_id"]) if row is not None and row["rows"] == rows else None
+
+
+async def _keep_seed(dsn: str, key: str, run_id: str, rows: int) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("CREATE TABLE bench_seed (key text, run_id text, rows int)")
+        await conn.execute("INSERT INTO bench_seed VALUES ($1, $2, $3)", key, run_id, rows)
+    finally:
+        await conn.close()
+
+
+async def main(
+    quick: bool,
+    limit_only: bool = False,
+    rows: int | None = None,
+    keep_db: str | None = None,
+    seed_only: bool = False,
+    store_rows: int | None = None,
+) -> None:
     import uvicorn
 
     from api.app import create_app
     from core.runtime.settings import Settings
 
     rows = rows or (3_000 if quick else 100_000)
-    name = "agentr_bench_" + uuid.uuid4().hex[:10]
-    await _admin(f'CREATE DATABASE "{name}"')
+    if limit_only:
+        rows = 10
+    name = keep_db or "agentr_bench_" + uuid.uuid4().hex[:10]
     base_dsn = ADMIN_DSN.rsplit("/", 1)[0]
     dsn = f"{base_dsn}/{name}"
     url = dsn.replace("postgresql://", "postgresql+asyncpg://")
+    seeded = await _kept_seed(dsn, rows) if keep_db else None
+    if seeded is None:
+        if keep_db:
+            await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # a half-seeded one
+        await _admin(f'CREATE DATABASE "{name}"')
     try:
-        key, run_id = await _seed(url, 10 if limit_only else rows)
+        if seeded is None:
+            through_store = min(rows, store_rows or rows)
+            seeded = await _seed(url, through_store)
+            if through_store < rows:
+                await _clone(dsn, seeded[1], through_store, rows)
+            if keep_db:
+                await _keep_seed(dsn, *seeded, rows)
+        key, run_id = seeded
+        if seed_only:
+            return
         await key_limit(url, key, quick)
         if limit_only:
             return
@@ -437,7 +544,8 @@ async def main(quick: bool, limit_only: bool = False, rows: int | None = None) -
             server.should_exit = True
             await serving
     finally:
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if not keep_db:
+            await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 if __name__ == "__main__":
@@ -449,7 +557,32 @@ if __name__ == "__main__":
     parser.add_argument(
         "--rows", type=int, default=None, help="Rows to seed and export (default 3,000 quick, else 100,000)."
     )
+    parser.add_argument(
+        "--keep-db",
+        metavar="NAME",
+        help="Seed into (and keep) database NAME, or reuse it when it already holds the same --rows: "
+        "seeding 100,000 rows takes about an hour on the shared machine, the comparison minutes.",
+    )
+    parser.add_argument("--seed-only", action="store_true", help="Seed (with --keep-db) and stop.")
+    parser.add_argument(
+        "--store-rows",
+        type=int,
+        default=None,
+        help="Seed only this many rows through the store (projections included) and copy them in SQL "
+        "up to --rows (each copy its own sample, event and samples row): 100,000 rows in minutes.",
+    )
     arguments = parser.parse_args()
+    if arguments.seed_only and not arguments.keep_db:
+        parser.error("--seed-only needs --keep-db NAME (else the seeded database is dropped)")
     if arguments.rows is not None and not 1 <= arguments.rows <= 100_000:
         parser.error("--rows must be between 1 and 100000 (the most a named dataset holds)")
-    asyncio.run(main(arguments.quick, arguments.limit_only, arguments.rows))
+    asyncio.run(
+        main(
+            arguments.quick,
+            arguments.limit_only,
+            arguments.rows,
+            arguments.keep_db,
+            arguments.seed_only,
+            arguments.store_rows,
+        )
+    )

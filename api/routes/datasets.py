@@ -14,13 +14,13 @@ files for a model (api.model_exports).
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import StreamingResponse
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api import model_exports, pair_exports
@@ -34,21 +34,20 @@ from api.dataset_schemas import (
     DatasetSummaryOut,
     RebuildOut,
 )
-from api.datasets import iter_dataset, jsonl_bytes, parquet_bytes
+from api.datasets import dataset_batches, iter_dataset, jsonl_bytes, parquet_bytes
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error, not_found
 from api.idempotency import Idempotency, idempotency
 from api.model_exports import MAX_LENGTH_HELP, MODEL_FORMATS, MODEL_HELP, NOT_A_URL, choose_tokenizer
 from api.model_refs import MODEL_REF_PATTERN
 from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
-from api.reads import owned_row
 from api.routes.runs import RunId, run_row
 from api.schemas import ERROR_RESPONSES, ID_PATTERN, ExportFormat
 from api.writes import append, new_event
 from core.domain.config import RunConfig
 from core.domain.trace_datasets import DatasetManifest, DatasetQueryError
 from core.formats.pair_records import PAIR_FORMATS
-from core.store.tables import datasets, iterations
+from core.store import exports
 
 router = APIRouter(prefix="/v1", tags=["datasets"], responses=ERROR_RESPONSES)
 
@@ -121,18 +120,7 @@ async def download_dataset(
 ) -> Any:
     project_id = principal.project()
     run = await run_row(svc, project_id, run_id)
-    async with svc.store.engine.connect() as conn:
-        it = (
-            (
-                await conn.execute(
-                    select(iterations).where(
-                        iterations.c.run_id == run_id, iterations.c.iteration == iteration
-                    )
-                )
-            )
-            .mappings()
-            .first()
-        )
+    it = await exports.iteration_row(svc.store.engine, run_id, iteration)
     if it is None:
         raise not_found("iteration", iteration)
     if it["dataset_id"] is None and not partial:
@@ -157,7 +145,7 @@ async def download_dataset(
         )
         body = await model_exports.model_export_body(format, _count(samples, svc, format), tokenizer)
     else:
-        samples = iter_dataset(
+        batches = dataset_batches(
             svc.store.engine,
             project_id=project_id,
             run_id=run_id,
@@ -165,7 +153,7 @@ async def download_dataset(
             alpha=it["alpha"],
             plain=True,  # plain stored samples go to the encoders as their dicts
         )
-        counted = _count(samples, svc, format)
+        counted = _count_batches(batches, svc, format)
         body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
     name = f"{run_id}-iteration{iteration}-{format}.{suffix}"
     headers = {"Content-Disposition": f'attachment; filename="{name}"'}
@@ -179,6 +167,15 @@ async def _count(samples: Any, svc: ApiServices, fmt: str) -> Any:
     async for sample in samples:
         counter.inc()
         yield sample
+
+
+async def _count_batches(batches: AsyncGenerator[list[Any], None], svc: ApiServices, fmt: str) -> Any:
+    """``batches`` passed on, each counted at once (the export_rows metric)."""
+    counter = svc.metrics.export_rows.labels(fmt)
+    async with contextlib.aclosing(batches):
+        async for batch in batches:
+            counter.inc(len(batch))
+            yield batch
 
 
 # ------------------------------------------------------------------------------------------------
@@ -195,6 +192,14 @@ def _query_error(exc: DatasetQueryError) -> ApiError:
             return field_error(f"body.{head}", rest)
         return field_error("body", text)
     return field_error(f"body.{where}", problem)
+
+
+async def _owned_dataset(conn: AsyncConnection, project_id: str, dataset_id: str) -> Any:
+    """The project's ``datasets`` row of ``dataset_id``; 404 otherwise."""
+    row = await exports.dataset_row(conn, project_id, dataset_id)
+    if row is None:
+        raise not_found("dataset", dataset_id)
+    return row
 
 
 def _summary(row: Any) -> DatasetSummaryOut:
@@ -224,7 +229,7 @@ async def create_dataset(
     event, stream = builds.created_event(project_id, manifest)
 
     async def answer(conn: AsyncConnection) -> tuple[int, Any]:
-        row = await owned_row(conn, datasets, "dataset_id", manifest.dataset_id, project_id, "dataset")
+        row = await _owned_dataset(conn, project_id, manifest.dataset_id)
         out = DatasetOut(
             **_summary(row).model_dump(), entries=_entries(manifest), warnings=list(manifest.warnings)
         )
@@ -256,18 +261,16 @@ async def list_datasets(
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    query = select(datasets).where(datasets.c.project_id == principal.project())
-    if name is not None:
-        query = query.where(datasets.c.name == name)
+    query, keys = exports.datasets_listing(principal.project(), name)
     page, next_cursor = await keyset_page(
-        svc.store.engine, query, [datasets.c.position], (int,), cursor, limit, descending=True
+        svc.store.engine, query, keys, (int,), cursor, limit, descending=True
     )
     return DatasetPage(items=[_summary(row) for row in page], next_cursor=next_cursor)
 
 
 async def _dataset(svc: ApiServices, project_id: str, dataset_id: str) -> tuple[Any, DatasetManifest]:
     async with svc.store.engine.connect() as conn:
-        row = await owned_row(conn, datasets, "dataset_id", dataset_id, project_id, "dataset")
+        row = await _owned_dataset(conn, project_id, dataset_id)
     return row, await builds.read_manifest(svc.store, dataset_id)
 
 
@@ -314,7 +317,8 @@ async def download_named_dataset(
         samples = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
         body = await model_exports.model_export_body(format, samples, tokenizer)
     else:
-        counted = _count(builds.iter_dataset_samples(svc.store.engine, manifest, plain=True), svc, format)
+        batches = builds.dataset_sample_batches(svc.store.engine, manifest, plain=True)
+        counted = _count_batches(batches, svc, format)
         body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
     media_type, suffix = _MEDIA[format]
     name = f"{row['name']}-v{row['version']}-{format}.{suffix}"

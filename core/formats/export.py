@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,6 +50,7 @@ __all__ = [
     "iter_lines",
     "iter_parquet",
     "loads",
+    "loads_many",
     "dumps_line",
     "record_fn",
     "openai_record",
@@ -67,6 +69,9 @@ ExportFormat = Literal["openai", "sharegpt", "samples"]
 FORMATS: tuple[str, ...] = ("openai", "sharegpt", "samples")
 
 
+# a negative exponent ending where a JSON number ends: a float orjson may write unlike json ("e-" in
+# a string, say inside an id like "...9e-4f1a...", is not one, and its line needs no second encoder)
+_EXPONENT = re.compile(rb"[0-9]e-[0-9]+[,}\]\n]")
 _DIGITS_ONLY = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))  # every digit "0", the rest blank
 _LONG_DIGITS = b"0" * 19  # after the translation: a run of 19 or more digits
 # dataclasses and datetimes are not JSON to ``json``: orjson must refuse them too, not encode them
@@ -86,14 +91,15 @@ def dumps_line(obj: Any) -> bytes:
     orjson writes the same bytes for strings, integers, booleans, null and most floats; it differs
     only on floats below 1e-4 (``0.00001`` / ``1e-7`` where ``json`` writes ``1e-05`` / ``1e-07``)
     and refuses what it cannot encode (integers beyond 64 bits, lone surrogates). A line with a
-    ``0.0000`` or ``e-`` anywhere (such a float, or a string that merely contains the text) and
-    any refused value are encoded by ``json`` instead, so the output never depends on the encoder.
+    ``0.0000`` anywhere or a number ending in a negative exponent (``_EXPONENT``: such a float, or
+    a string that merely looks like one) and any refused value are encoded by ``json`` instead,
+    so the output never depends on the encoder.
     """
     try:
         out = orjson.dumps(obj, option=_ORJSON_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError: a value json encodes (or refuses) its own way
         return _json_line(obj)
-    if b"e-" in out or b"0.0000" in out:
+    if b"0.0000" in out or (b"e-" in out and _EXPONENT.search(out)):
         return _json_line(obj)
     return out
 
@@ -114,6 +120,17 @@ def loads(text: str | bytes) -> Any:
         except orjson.JSONDecodeError:
             pass  # let json raise (or read) it with its own message
     return json.loads(text)
+
+
+def loads_many(texts: Sequence[str]) -> list[Any]:
+    """``loads`` of each of ``texts``, with the digit-run test made once for the whole batch (a
+    text holding a run of 19 or more digits sends the batch through ``loads`` one by one)."""
+    if _LONG_DIGITS not in "\n".join(texts).encode().translate(_DIGITS_ONLY):
+        try:
+            return [orjson.loads(text) for text in texts]
+        except orjson.JSONDecodeError:
+            pass  # let loads raise (or read) it with json's message
+    return [loads(text) for text in texts]
 
 
 _RECORD: dict[str, Callable[[TrainingSample], dict[str, Any]]] = {

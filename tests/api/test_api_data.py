@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
+import re
 from pathlib import Path
+from typing import Any
 
+import asyncpg.cursor
 import pyarrow.parquet as pq
-from sqlalchemy import event, func, select
+import pytest
+from sqlalchemy import event, func, select, text
 
-from api.datasets import DEFAULT_PAGE_SIZE, iter_dataset, jsonl_bytes
+from api.datasets import DEFAULT_PAGE_SIZE, dataset_batches, jsonl_bytes
 from core.domain.events import event_class
 from core.formats.export import iter_parquet
 from core.store.tables import events, traces
-from tests.api.conftest import ApiHarness
+from tests.api.conftest import ApiHarness, make_settings, running
 from tests.api.seed import critique_trace, mark_dataset_ready, seed_revisions, seed_search
 
 
@@ -121,39 +126,51 @@ async def test_dataset_export_streams_more_than_one_page_in_every_format(
     assert missing.status_code == 404
 
 
-async def test_dataset_rows_are_fetched_page_by_page_while_streaming(api: ApiHarness) -> None:
-    """The export never loads the dataset at once: one short query per page, interleaved with output."""
+async def test_dataset_rows_are_streamed_in_batches_from_one_cursor(
+    api: ApiHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The export never loads the dataset at once: one statement, whose rows come through a
+    server-side cursor a batch at a time, the first batch encoded before the last is fetched."""
     project, _key, run = await _project_with_run(api)
     seeded = await seed_search(api.store, project, run)
     await seed_revisions(api.store, project, run, seeded.pair_id, 250)
     queries: list[str] = []
+    fetches: list[int] = []  # rows per cursor fetch, as they complete
+    real_fetch = asyncpg.cursor.Cursor.fetch
+
+    async def fetch(self, n, **options):  # type: ignore[no-untyped-def]
+        rows = await real_fetch(self, n, **options)
+        fetches.append(len(rows))
+        return rows
 
     def count_sample_queries(_conn, _cursor, statement, *_args) -> None:  # type: ignore[no-untyped-def]
-        if statement.lstrip().upper().startswith("SELECT") and "FROM samples" in statement:
+        if "FROM samples" in statement:
             queries.append(statement)
 
+    monkeypatch.setattr(asyncpg.cursor.Cursor, "fetch", fetch)
     sync_engine = api.store.engine.sync_engine
     event.listen(sync_engine, "before_cursor_execute", count_sample_queries)
     try:
-        samples = iter_dataset(
-            api.store.engine, project_id=project, run_id=run, iteration=0, alpha=0.7, page_size=100
+        batches = dataset_batches(
+            api.store.engine, project_id=project, run_id=run, iteration=0, alpha=0.7, batch=100
         )
-        queries_at_sample: list[int] = []
+        fetched_at_batch: list[int] = []
         chunks = []
-        async for chunk in jsonl_bytes(_tap(samples, queries, queries_at_sample), "openai"):
+        async for chunk in jsonl_bytes(_tap(batches, fetches, fetched_at_batch), "openai"):
             chunks.append(chunk)
     finally:
         event.remove(sync_engine, "before_cursor_execute", count_sample_queries)
-    assert len(queries) == 3  # 252 rows in pages of 100
-    assert queries_at_sample[0] == 1 and queries_at_sample[-1] == 3
+    assert fetches == [100, 100, 52]  # 252 rows (250 revisions, 2 goods) in batches of 100
+    assert queries == []  # no query per page: the rows come from the one cursor
+    assert fetched_at_batch[0] <= 2  # batch 1 handed on with at most batch 2 read ahead
     assert sum(len(c.splitlines()) for c in b"".join(chunks).split(b"\n") if c) == 251
     assert len(chunks) >= 2  # sent in several pieces, not one buffer
 
 
-async def _tap(samples, queries, seen):  # type: ignore[no-untyped-def]
-    async for sample in samples:
-        seen.append(len(queries))
-        yield sample
+async def _tap(batches, fetches, seen):  # type: ignore[no-untyped-def]
+    async for batch in batches:
+        seen.append(len(fetches))
+        yield batch
 
 
 async def test_trace_batches_are_all_or_nothing_and_read_back_with_critique(api: ApiHarness) -> None:
@@ -253,3 +270,76 @@ async def test_events_stream_is_project_scoped_resumable_and_live(api: ApiHarnes
     assert cancel.status_code == 202
     streamed = _parse_sse((await asyncio.wait_for(live, 10)).text)
     assert [s["event"] for s in streamed] == ["RunCancelled"]
+
+
+async def test_embedded_sqlite_streams_the_same_downloads(sqlite_url: str, api: ApiHarness) -> None:
+    """SQLite (no server-side cursor: SQLAlchemy's streamed result) gives the bytes PostgreSQL gives,
+    for an iteration and for a named dataset read back from the event log."""
+    downloads: list[dict[str, bytes]] = []
+    for harness_of in (lambda: running(make_settings(sqlite_url)), None):
+        harness_cm = harness_of() if harness_of is not None else contextlib.nullcontext(api)
+        async with harness_cm as harness:
+            project = await harness.project()
+            key = harness.auth(await harness.key(project, "read", "run"))
+            run = (await harness.client.post("/v1/runs", json={"model": "m"}, headers=key)).json()["run_id"]
+            seeded = await seed_search(harness.store, project, run)
+            await seed_revisions(harness.store, project, run, seeded.pair_id, 30)
+            await mark_dataset_ready(harness.store, project, run, 0, revisions=30)
+            built = await harness.client.post(
+                "/v1/datasets", json={"name": "d", "query": {"run_ids": [run]}}, headers=key
+            )
+            assert built.status_code == 201, built.text
+            named = f"/v1/datasets/{built.json()['dataset_id']}/download"
+            got: dict[str, bytes] = {}
+            for fmt in ("openai", "sharegpt", "samples", "parquet"):
+                response = await harness.client.get(named, params={"format": fmt}, headers=key)
+                assert response.status_code == 200, response.text
+                got[f"named {fmt}"] = response.content
+            for fmt in ("openai", "parquet"):
+                url = f"/v1/runs/{run}/iterations/0/dataset"
+                response = await harness.client.get(url, params={"format": fmt}, headers=key)
+                assert response.status_code == 200, response.text
+                got[f"iteration {fmt}"] = response.content
+            downloads.append(got)
+    sqlite, postgres = downloads
+    assert len(sqlite["named openai"].splitlines()) == 32  # 30 revisions and 2 goods
+    assert len(sqlite["iteration openai"].splitlines()) == 31  # the 0.5-reward good is below alpha
+
+    def _ids_blanked(data: bytes) -> bytes:  # the two databases made different ids
+        return re.sub(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", b"ID", data)
+
+    for name in ("named openai", "named sharegpt", "named samples", "iteration openai"):
+        assert _ids_blanked(sqlite[name]) == _ids_blanked(postgres[name]), name
+    for name in ("named parquet", "iteration parquet"):
+        left = pq.read_table(io.BytesIO(sqlite[name])).to_pylist()
+        right = pq.read_table(io.BytesIO(postgres[name])).to_pylist()
+        assert [r["messages"] for r in left] == [r["messages"] for r in right], name
+
+
+async def test_a_download_left_early_leaves_no_transaction_or_query_behind(api: ApiHarness) -> None:
+    """A client that goes away mid-download closes the cursor: its transaction ends, the fetch read
+    ahead is cancelled, and the pooled connection serves the next download."""
+    project, _key, run = await _project_with_run(api)
+    seeded = await seed_search(api.store, project, run)
+    await seed_revisions(api.store, project, run, seeded.pair_id, 250)
+
+    def batches() -> Any:
+        engine = api.store.engine
+        return dataset_batches(engine, project_id=project, run_id=run, iteration=0, alpha=0.7, batch=10)
+
+    left = batches()
+    assert len(await anext(left)) == 9  # the first 10 rows hold the good below alpha
+    async with api.store.engine.connect() as conn:
+        during = (await conn.execute(text(_OTHER_SESSIONS))).all()
+    # the cursor's transaction is open (idle in it, or fetching the batch read ahead)
+    assert [row.state for row in during if "FROM samples" in row.query and row.state != "idle"]
+    await left.aclose()
+    async with api.store.engine.connect() as conn:
+        after = (await conn.execute(text(_OTHER_SESSIONS))).all()
+    assert {row.state for row in after} <= {"idle"}, after
+    assert sum([len(batch) async for batch in batches()]) == 251
+
+
+_OTHER_SESSIONS = (
+    "SELECT state, query FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)

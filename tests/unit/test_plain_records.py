@@ -100,6 +100,9 @@ def test_samples_with_tools_or_unknown_shapes_are_not_plain(data: Any) -> None:
         {"big": 2**70, "neg": -(2**63), "u64": 2**64 - 1},
         {"text": 'é😀\u2028\x00\x1f\x7f"\\/\t\n<>&', "mentions": "0.00001 and 1e-5 as text"},
         [True, False, None, 0.1, 1 / 3, 12345678901234567890.0],
+        {"ids": ["0b9e-41aa-9e-1", "9e-7"], "list": [1e-07, 3e-07], "last": 1e-07},
+        [2e-07],
+        3e-07,
     ],
 )
 def test_dumps_line_is_byte_identical_to_json_dumps(value: Any) -> None:
