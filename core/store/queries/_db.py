@@ -1,11 +1,12 @@
 """Owns how a query gets its connection: from a store or its engine (a fresh read connection)
 or from a caller's open transaction (an ``AsyncConnection``, e.g. the one ``EventStore.append``
 hands its ``before_commit`` hook), so the same query serves both; and the two project-scoped
-selections every topic shares (``owned``: one row by id; ``of_run``: a run's rows)."""
+selections every topic shares (``owned``: one row by id; ``of_run``: a run's rows; ``matching``:
+a filter's set fields)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -40,6 +41,16 @@ async def owned(db: Db, table: Table, key: str, value: Any, project_id: str) -> 
     query = select(table).where(table.c[key] == value, table.c.project_id == project_id)
     async with connection(db) as conn:
         return (await conn.execute(query)).mappings().first()
+
+
+def matching(query: Select[Any], table: Table, where: object, names: Sequence[str]) -> Select[Any]:
+    """``query`` narrowed to the rows whose column ``name`` equals the field ``name`` of ``where``
+    (a filter dataclass), for each of ``names`` that is set (not None)."""
+    for name in names:
+        value = getattr(where, name)
+        if value is not None:
+            query = query.where(table.c[name] == value)
+    return query
 
 
 def of_run(table: Table, project_id: str, run_id: str, iteration: int | None) -> Select[Any]:

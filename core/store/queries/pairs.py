@@ -8,7 +8,7 @@ from typing import TypedDict, cast
 
 from sqlalchemy import RowMapping, select
 
-from core.store.queries._db import Db, connection, of_run
+from core.store.queries._db import Db, connection, matching, of_run
 from core.store.queries.paging import Page, PageRequest, keyset
 from core.store.tables import pairs
 
@@ -57,15 +57,7 @@ def _pair(row: RowMapping) -> PairRow:
 async def project_pairs(db: Db, project_id: str, where: PairFilter, request: PageRequest) -> Page[PairRow]:
     """One page of the project's pairs (by pair id) that match ``where``."""
     query = select(pairs).where(pairs.c.project_id == project_id)
-    for column, value in (
-        (pairs.c.source, where.source),
-        (pairs.c.task_key, where.task_key),
-        (pairs.c.status, where.status),
-        (pairs.c.strategy, where.strategy),
-        (pairs.c.run_id, where.run_id),
-    ):
-        if value is not None:
-            query = query.where(column == value)
+    query = matching(query, pairs, where, ("source", "task_key", "status", "strategy", "run_id"))
     return await keyset(db, query, [pairs.c.pair_id], request, _pair)
 
 

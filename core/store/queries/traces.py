@@ -11,7 +11,7 @@ from typing import Any, TypedDict, cast
 
 from sqlalchemy import RowMapping, select
 
-from core.store.queries._db import Db, connection, owned
+from core.store.queries._db import Db, connection, matching, owned
 from core.store.queries.paging import Page, PageRequest, keyset
 from core.store.queries.samples import SampleRow, as_sample
 from core.store.tables import samples, traces
@@ -108,15 +108,7 @@ async def traces_page(db: Db, project_id: str, where: TraceFilter, request: Page
     query = select(traces).where(traces.c.project_id == project_id)
     for key, wanted in where.metadata.items():
         query = query.where(traces.c.metadata[key].as_string() == wanted)
-    for column, value in (
-        (traces.c.task_key, where.task_key),
-        (traces.c.outcome, where.outcome),
-        (traces.c.status, where.status),
-        (traces.c.source_format, where.source_format),
-        (traces.c.external_id, where.external_id),
-    ):
-        if value is not None:
-            query = query.where(column == value)
+    query = matching(query, traces, where, ("task_key", "outcome", "status", "source_format", "external_id"))
     if where.since is not None:
         query = query.where(traces.c.created_at >= where.since)
     if where.until is not None:
