@@ -19,15 +19,14 @@ from typing import Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import select
 
 from api.errors import ApiError
 from api.keys import KeyVerifier, is_admin_key, parse_key, reject_at_full_cost
 from api.middleware import ApiMetrics
 from api.ratelimit import RateLimits
 from core.runtime.settings import Settings
+from core.store.queries import projects as keys
 from core.store.sql import SqlEventStore
-from core.store.tables import api_keys
 
 bearer = HTTPBearer(auto_error=False, description="An agentr API key: `Authorization: Bearer agr_...`.")
 
@@ -103,10 +102,7 @@ async def authenticate(
         svc.limits.check_client(client)
         svc.limits.failed(client)
         raise _unauthorized("invalid API key")
-    async with svc.store.engine.connect() as conn:
-        rows = (
-            (await conn.execute(select(api_keys).where(api_keys.c.prefix == parsed.prefix))).mappings().all()
-        )
+    rows = await keys.keys_with_prefix(svc.store, parsed.prefix)
     live = [row for row in rows if not row["revoked"]]
     # Before any hashing (api/ratelimit.py): a live key's prefix has its own failure budget per
     # address, so others' wrong keys from the same address (a NAT) never lock it out; a key already

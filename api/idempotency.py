@@ -6,7 +6,7 @@ A client may send ``Idempotency-Key: <1-200 printable characters>`` with any POS
   project, key), so a retry appends events with the same ids and the event store skips them as
   duplicates: the effect happens once even when two retries race, or when the process died between
   appending and recording the response;
-* the first response is recorded in the ``idempotency_keys`` table IN THE SAME TRANSACTION as the
+* the first response is recorded (core.store.queries.idempotency) IN THE SAME TRANSACTION as the
   request's events (the key row is claimed with an insert-or-nothing, so of concurrent requests
   exactly one commits); a retry with the same method, path and body gets that response again (with
   ``Idempotent-Replayed: true``), and one with a different request gets 422 naming the header,
@@ -21,20 +21,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import RowMapping, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.deps import ApiServices, Principal, authenticate, services
 from api.errors import ApiError
 from core.domain.ids import derived_id, new_id
-from core.store.tables import idempotency_keys
+from core.store.queries import idempotency as records
 
 HEADER = "Idempotency-Key"
 REPLAY_HEADER = "Idempotent-Replayed"
@@ -90,44 +86,25 @@ class Idempotency:
             return new_id()
         return derived_id("idempotency", self.scope, self.key, self.method, self.path, *parts)
 
-    def _claim_statement(self, conn: AsyncConnection, status_code: int, body: Any) -> Any:
-        insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-        return (
-            insert(idempotency_keys)
-            .values(
-                scope=self.scope,
-                key=self.key,
-                method=self.method,
-                path=self.path,
-                request_hash=self.digest,
-                status_code=status_code,
-                response=body,
-                created_at=datetime.now(UTC),
-            )
-            .on_conflict_do_nothing()
+    async def _claim(self, conn: AsyncConnection, status_code: int, body: Any) -> None:
+        claimed = await records.claim(
+            conn, self.scope, self.key or "", self.method, self.path, self.digest, status_code, body
         )
+        if not claimed:
+            raise KeyTaken(self.key)
 
     async def claim_in(self, conn: AsyncConnection, answer: AnswerSource) -> None:
         """Claim the key inside ``conn``'s transaction with ``answer``; KeyTaken when it is taken."""
         if self.key is None:
             return
         if isinstance(answer, tuple):
-            status_code, body = answer
-            result = await conn.execute(self._claim_statement(conn, status_code, body))
-            if result.rowcount == 0:
-                raise KeyTaken(self.key)
+            await self._claim(conn, *answer)
             return
         # Claim first, then compute the answer (it may read rows only the winner's effect wrote)
         # and record it, all before the transaction commits.
-        result = await conn.execute(self._claim_statement(conn, 0, None))
-        if result.rowcount == 0:
-            raise KeyTaken(self.key)
+        await self._claim(conn, 0, None)
         status_code, body = await answer(conn)
-        await conn.execute(
-            update(idempotency_keys)
-            .where(idempotency_keys.c.scope == self.scope, idempotency_keys.c.key == self.key)
-            .values(status_code=status_code, response=body)
-        )
+        await records.record_answer(conn, self.scope, self.key, status_code, body)
 
     def claim_hook(
         self, answer: AnswerSource | None
@@ -154,27 +131,21 @@ class Idempotency:
 
     async def answer_taken(self) -> NoReturn:
         """Raise the answer for a key another request claimed: its response, or 422."""
-        async with self._svc.store.engine.connect() as conn:
-            row = await _stored(conn, self.scope, self.key or "")
+        row = await records.stored(self._svc.store, self.scope, self.key or "")
         if row is None:  # cannot happen: the claim that beat us committed before we saw it
             raise ApiError(409, f"header {HEADER}: this key is being used concurrently; retry")
         _answer_from(row, self.digest)
 
 
-async def _stored(conn: AsyncConnection, scope: str, key: str) -> RowMapping | None:
-    query = select(idempotency_keys).where(idempotency_keys.c.scope == scope, idempotency_keys.c.key == key)
-    return (await conn.execute(query)).mappings().first()
-
-
-def _answer_from(row: RowMapping, digest: str) -> NoReturn:
-    if row["request_hash"] != digest:
+def _answer_from(row: records.StoredAnswer, digest: str) -> NoReturn:
+    if row.request_hash != digest:
         raise ApiError(
             422,
             f"header {HEADER}: this key was already used for a different request "
-            f"({row['method']} {row['path']}); use a new key",
+            f"({row.method} {row.path}); use a new key",
             fields=[{"field": f"header.{HEADER}", "message": "already used for a different request"}],
         )
-    raise IdempotentReplay(row["status_code"], row["response"])
+    raise IdempotentReplay(row.status_code, row.response)
 
 
 def _check_key(raw: str) -> str:
@@ -202,8 +173,7 @@ async def idempotency(
     ctx = Idempotency(svc, principal, key, request.method, path, digest)
     if key is None:
         return ctx
-    async with svc.store.engine.connect() as conn:
-        row = await _stored(conn, ctx.scope, key)
+    row = await records.stored(svc.store, ctx.scope, key)
     if row is None:
         return ctx
     _answer_from(row, digest)

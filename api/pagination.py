@@ -5,10 +5,11 @@ the previous page. A cursor that does not decode to values the query can use (wr
 integer outside its column's range, text that is not valid Unicode, a timestamp outside what the
 database can hold) answers 422 naming ``cursor`` and never reaches the database. The next page is
 ``WHERE (k1, k2) > (v1, v2)`` (or ``<`` for descending lists), so pages stay consistent while rows
-are added and never cost an OFFSET scan. ``keyset_page`` runs one such page
-of any list route: cursor in, rows and the next cursor out. ``known_query_only`` (a dependency of
-list routes) answers 422 naming any query parameter the route does not define, instead of ignoring
-it and listing everything (``?external_id=`` on a route without that filter).
+are added and never cost an OFFSET scan (the SQL: ``core.store.queries.paging``). ``fetch_page``
+runs one page of a list route's read-model query: cursor in, items and the next cursor out.
+``known_query_only`` (a dependency of list routes) answers 422 naming any query parameter the route
+does not define, instead of ignoring it and listing everything (``?external_id=`` on a route
+without that filter).
 """
 
 from __future__ import annotations
@@ -17,17 +18,20 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Query, Request
 from fastapi.dependencies.models import Dependant
-from sqlalchemy import BigInteger, ColumnElement, Integer, RowMapping, Select, SmallInteger, and_, or_
+from sqlalchemy import RowMapping, Select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.errors import ApiError
 from api.sanitize import text_problem
+from core.store.queries.paging import Page, PageKeyError, PageRequest, keyset
+
+T = TypeVar("T")
 
 CURSOR_PATTERN = "^[A-Za-z0-9_-]{1,500}$"
 CURSOR_DESCRIPTION = (
@@ -92,29 +96,7 @@ def _valid(value: Any, kind: type) -> bool:
     return text_problem(value) is None if isinstance(value, str) else True
 
 
-def _int_range(column: Any) -> tuple[int, int]:
-    """The values an integer column holds (PostgreSQL integer is 32-bit, bigint 64-bit)."""
-    column_type = getattr(column, "type", None)
-    if isinstance(column_type, BigInteger):
-        return -(2**63), 2**63 - 1
-    if isinstance(column_type, SmallInteger):
-        return -(2**15), 2**15 - 1
-    if isinstance(column_type, Integer):
-        return -(2**31), 2**31 - 1
-    return -(2**63), 2**63 - 1
-
-
-def after(columns: Sequence[Any], values: Sequence[Any], descending: bool = False) -> ColumnElement[bool]:
-    """Row-value comparison ``columns > values`` (``<`` when descending), portable to SQLite."""
-    clauses = []
-    for i, column in enumerate(columns):
-        equal_prefix = [columns[j] == values[j] for j in range(i)]
-        step = column < values[i] if descending else column > values[i]
-        clauses.append(and_(*equal_prefix, step))
-    return or_(*clauses)
-
-
-def _from_wire(value: Any, kind: type, column: Any) -> Any:
+def _from_wire(value: Any, kind: type) -> Any:
     if kind is datetime:
         try:
             moment = datetime.fromisoformat(value)
@@ -122,15 +104,41 @@ def _from_wire(value: Any, kind: type, column: Any) -> Any:
             return moment.astimezone(UTC) if moment.tzinfo is not None else moment
         except (ValueError, OverflowError):
             raise _bad_cursor() from None
-    if kind is int:
-        low, high = _int_range(column)
-        if not low <= value <= high:
-            raise _bad_cursor()
     return value
 
 
 def _to_wire(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
+
+
+def page_request(cursor: str | None, types: Sequence[type], limit: int) -> PageRequest:
+    """The page ``cursor`` names, its values checked against the key's ``types`` (a datetime
+    travels in the cursor as ISO text); 422 naming ``cursor`` when malformed."""
+    position = decode_cursor(cursor, [str if kind is datetime else kind for kind in types])
+    if position is None:
+        return PageRequest(None, limit)
+    return PageRequest(tuple(_from_wire(v, kind) for v, kind in zip(position, types, strict=True)), limit)
+
+
+def next_cursor(page: Page[Any]) -> str | None:
+    """The cursor of the page after ``page`` (None on the last page)."""
+    return None if page.last_key is None else encode_cursor([_to_wire(v) for v in page.last_key])
+
+
+async def fetch_page(
+    types: Sequence[type],
+    cursor: str | None,
+    limit: int,
+    fetch: Callable[[PageRequest], Awaitable[Page[T]]],
+) -> tuple[list[T], str | None]:
+    """One page of a read-model query (``core.store.queries``) from ``cursor``: its items and the
+    next cursor; a position its key columns cannot hold is a 422 naming ``cursor`` as well."""
+    request = page_request(cursor, types, limit)
+    try:
+        page = await fetch(request)
+    except PageKeyError:
+        raise _bad_cursor() from None
+    return page.items, next_cursor(page)
 
 
 async def keyset_page(
@@ -143,22 +151,14 @@ async def keyset_page(
     *,
     descending: bool = False,
 ) -> tuple[Sequence[RowMapping], str | None]:
-    """One page of ``query`` ordered by the columns ``keys`` (value types ``types``; a datetime
-    travels in the cursor as ISO text), starting after ``cursor``: the rows and the next cursor
-    (None on the last page). One row past ``limit`` is fetched to know whether more follow."""
-    position = decode_cursor(cursor, [str if kind is datetime else kind for kind in types])
-    if position is not None:
-        values = [
-            _from_wire(value, kind, key) for value, kind, key in zip(position, types, keys, strict=True)
-        ]
-        query = query.where(after(keys, values, descending=descending))
-    order = [key.desc() for key in keys] if descending else list(keys)
-    query = query.order_by(*order).limit(limit + 1)
-    async with engine.connect() as conn:
-        rows = (await conn.execute(query)).mappings().all()
-    page = rows[:limit]
-    next_cursor = encode_cursor([_to_wire(page[-1][key.name]) for key in keys]) if len(rows) > limit else None
-    return page, next_cursor
+    """One page of ``query`` ordered by the columns ``keys`` (value types ``types``), starting
+    after ``cursor``: the rows and the next cursor (None on the last page). For routes that still
+    build their own SQL; the others page with ``fetch_page`` over a ``core.store.queries`` query."""
+
+    async def fetch(request: PageRequest) -> Page[RowMapping]:
+        return await keyset(engine, query, keys, request, lambda row: row, descending=descending)
+
+    return await fetch_page(types, cursor, limit, fetch)
 
 
 def _query_names(dependant: Dependant) -> set[str]:

@@ -11,13 +11,16 @@ import functools
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from agentr.cli.demo import RunOptions, plan_run
 from agentr.cli.run_report import write_run_report
 from agentr.cli.warm_start import fit_context, prepare_model
+
+if TYPE_CHECKING:
+    from core.store.sql import SqlEventStore
 
 console = Console(stderr=True)
 
@@ -239,9 +242,8 @@ def _resume_conditions(config: dict[str, Any]) -> None:
         )
 
 
-async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any]) -> str:
+async def _drive(store: SqlEventStore, settings: Any, run_id: str, config: dict[str, Any]) -> str:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from sqlalchemy import select
 
     from agentr.process import build_service
     from core.domain.config import RunConfig
@@ -250,7 +252,7 @@ async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any])
     from core.llm.policy_cache import PolicyCache
     from core.llm.registry import egress_checked as checked_policy_opener
     from core.runtime.embedded import run_embedded
-    from core.store.tables import iterations
+    from core.store.queries.runs import latest_iteration
     from search_service.service import open_search_policy
     from train_service.service import build_service as build_train
 
@@ -298,28 +300,22 @@ async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any])
     async def until() -> bool:
         history = await store.read_stream(run_stream(run_id))
         state = fold(run_id, [r.event for r in history])
-        async with store.engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(iterations)
-                    .where(iterations.c.run_id == run_id)
-                    .order_by(iterations.c.iteration.desc())
-                )
-            ).first()
+        row = await latest_iteration(store, run_id)
         if row is not None:
-            label = f"iteration {row.iteration + 1}/{cfg.iterations}"
+            label = f"iteration {row['iteration'] + 1}/{cfg.iterations}"
             bars.update(
                 ids["trees"],
-                total=row.trees_expected,
-                completed=row.trees_done + row.trees_failed,
+                total=row["trees_expected"],
+                completed=row["trees_done"] + row["trees_failed"],
                 info=label,
             )
-            bars.update(ids["pairs"], total=max(row.pairs, 1), completed=row.pairs, info=f"{row.pairs} pairs")
+            found = row["pairs"]
+            bars.update(ids["pairs"], total=max(found, 1), completed=found, info=f"{found} pairs")
             bars.update(
                 ids["samples"],
                 total=None,
-                completed=row.revisions + row.goods,
-                info=f"{row.revisions} revisions, {row.goods} good",
+                completed=row["revisions"] + row["goods"],
+                info=f"{row['revisions']} revisions, {row['goods']} good",
             )
         if train_state["max"]:
             loss = train_state["loss"]

@@ -7,10 +7,13 @@ quality (``train_service.critic_metrics``: exact match with the oracle, fallback
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.store.sql import SqlEventStore
 
 
-async def write_run_report(store: Any, home: Path, run_id: str) -> dict[str, str]:
+async def write_run_report(store: SqlEventStore, home: Path, run_id: str) -> dict[str, str]:
     from core.domain.ids import run_stream
     from train_service.evaluation import revision_lengths
     from train_service.report import collect_report, write_report
@@ -25,61 +28,27 @@ async def write_run_report(store: Any, home: Path, run_id: str) -> dict[str, str
     return write_report(report, home / "runs" / run_id)
 
 
-async def _dataset_counts(store: Any, run_id: str) -> dict[str, Any]:
+async def _dataset_counts(store: SqlEventStore, run_id: str) -> dict[str, Any]:
     """Per iteration: trees searched, pairs found, revision samples (their mean revision length, and
     ``verified_share``: verified revision samples / pairs), good trajectories and ``rejected``: the
     pairs that became no sample, counted by kind of reason (``core.domain.splice.rejection_kind``:
     a splice whose replay ended early or fell short of the good reward, a critic refusal, ...)."""
-    from sqlalchemy import Integer, func, select
-
     from core.domain.splice import rejection_kind
-    from core.store.tables import iterations, pairs, samples
+    from core.store.queries.runs import dataset_counts
 
-    async with store.engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                select(
-                    samples.c.iteration,
-                    samples.c.kind,
-                    func.count(),
-                    func.sum(func.coalesce(samples.c.verified, False).cast(Integer())),
-                    func.avg(samples.c.revision_length),
-                )
-                .where(samples.c.run_id == run_id)
-                .group_by(samples.c.iteration, samples.c.kind)
-            )
-        ).all()
-        pair_rows = (
-            await conn.execute(
-                select(pairs.c.iteration, func.count())
-                .where(pairs.c.run_id == run_id)
-                .group_by(pairs.c.iteration)
-            )
-        ).all()
-        rejected_rows = (
-            await conn.execute(
-                select(pairs.c.iteration, pairs.c.reason).where(
-                    pairs.c.run_id == run_id, pairs.c.status == "rejected"
-                )
-            )
-        ).all()
-        tree_rows = (
-            await conn.execute(
-                select(iterations.c.iteration, iterations.c.trees_done).where(iterations.c.run_id == run_id)
-            )
-        ).all()
+    counts = await dataset_counts(store, run_id)
     out: dict[str, Any] = {}
-    for iteration, trees in tree_rows:
-        out.setdefault(str(iteration), {})["trees"] = int(trees)
-    for iteration, count in pair_rows:
-        out.setdefault(str(iteration), {})["pairs"] = int(count)
-    for iteration, kind, count, verified, length in rows:
-        entry = out.setdefault(str(iteration), {})
-        entry[kind] = int(count)
-        if kind == "revision":
-            entry["verified"] = int(verified or 0)
-            entry["revision_length_mean"] = None if length is None else float(length)
-    for iteration, reason in rejected_rows:
+    for iteration, trees in counts.trees.items():
+        out.setdefault(str(iteration), {})["trees"] = trees
+    for iteration, found in counts.pairs.items():
+        out.setdefault(str(iteration), {})["pairs"] = found
+    for row in counts.samples:
+        entry = out.setdefault(str(row.iteration), {})
+        entry[row.kind] = row.count
+        if row.kind == "revision":
+            entry["verified"] = row.verified
+            entry["revision_length_mean"] = row.revision_length_mean
+    for iteration, reason in counts.rejected:
         kinds = out.setdefault(str(iteration), {}).setdefault("rejected", {})
         kind = rejection_kind(reason or "")
         kinds[kind] = kinds.get(kind, 0) + 1

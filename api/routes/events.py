@@ -7,9 +7,9 @@ caught up the stream waits for new commits (woken at once by appends in this pro
 polling every ``poll_interval``), sending a comment line as keep-alive. ``follow=false`` ends the
 stream once caught up; ``limit`` ends it after that many events.
 
-The page query filters on ``core.store.tables.EVENT_PROJECT``, the expression the
-``ix_events_project_position`` index holds, so a poll of a small project reads its own events only,
-however many other projects have. An open stream re-reads its key with every page (after the page,
+The page query (``core.store.queries.events``) is served by the ``ix_events_project_position``
+index, so a poll of a small project reads its own events only, however many other projects have.
+An open stream re-reads its key with every page (after the page,
 so no event committed after a revocation is sent) and ends, with a ``: key revoked`` comment, once
 the key is revoked or gone. A key holds at most ``AGENTR_MAX_FOLLOW_STREAMS_PER_KEY`` open
 ``follow=true`` streams in this API process (429 for the next; a slot is freed when its stream ends).
@@ -31,15 +31,13 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
-from sqlalchemy import String, bindparam, select
 from starlette.types import Receive, Scope, Send
 
 from api.deps import ApiServices, Principal, require, services
 from api.ratelimit import StreamSlot
 from api.schemas import ERROR_RESPONSES, ErrorBody
-from core.store.sql import row_to_event
-from core.store.tables import EVENT_PROJECT, api_keys
-from core.store.tables import events as events_table
+from core.domain.events import RecordedEvent
+from core.store.queries import events as project_events
 
 router = APIRouter(prefix="/v1", tags=["events"], responses=ERROR_RESPONSES)
 
@@ -67,31 +65,13 @@ def visible_data(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in hidden} if hidden else data
 
 
-def page_query(project_id: str, after: int, types: list[str] | None, admin: bool) -> Any:
-    """The next page of ``project_id``'s events after position ``after`` (served by the
-    ``ix_events_project_position`` index: it filters on ``EVENT_PROJECT``).
-
-    The project id is written into the SQL text (it is a UUID from the key's row), so each project has
-    its own prepared statement: a cached generic plan then still knows which project it reads, and a
-    small project's plan is never the walk of every later event that suits a project holding most."""
-    project = bindparam("project_id", project_id, type_=String, literal_execute=True)
-    query = select(events_table).where(project == EVENT_PROJECT, events_table.c.position > after)
-    if not admin:
-        query = query.where(events_table.c.event_type.not_in(sorted(ADMIN_ONLY)))
-    if types:
-        query = query.where(events_table.c.event_type.in_(types))
-    return query.order_by(events_table.c.position).limit(PAGE)
-
-
 async def _page(
     svc: ApiServices, project_id: str, after: int, types: list[str] | None, admin: bool, key_id: str | None
-) -> tuple[list[Any], bool]:
+) -> tuple[list[RecordedEvent], bool]:
     """The next page, and whether the key still holds (read after the page: an event committed
     after the key's revocation is never in a page that is sent)."""
-    async with svc.store.engine.connect() as conn:
-        rows = (await conn.execute(page_query(project_id, after, types, admin))).all()
-        revoked = await conn.scalar(select(api_keys.c.revoked).where(api_keys.c.key_id == key_id))
-    return [row_to_event(row) for row in rows], revoked is False
+    exclude = () if admin else ADMIN_ONLY
+    return await project_events.project_page(svc.store, project_id, after, types, exclude, PAGE, key_id)
 
 
 async def _stream(

@@ -10,17 +10,18 @@ read models, one keyset page per request. A query parameter neither route define
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query
-from sqlalchemy import select
 
 from api.dataset_schemas import TracePage, TraceSummaryOut
 from api.deps import ApiServices, Principal, require, services
-from api.pagination import cursor_param, keyset_page, known_query_only, limit_param, prefixed_query
+from api.pagination import cursor_param, fetch_page, known_query_only, limit_param, prefixed_query
 from api.schemas import ERROR_RESPONSES, ID_PATTERN, PairOut, PairPage, Timestamp
-from core.store.tables import pairs, traces
+from core.store.queries import pairs as pair_reads
+from core.store.queries import traces as trace_reads
+from core.store.queries.pairs import PairFilter
+from core.store.queries.traces import TraceFilter
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, dependencies=[Depends(known_query_only)])
 
@@ -56,38 +57,15 @@ async def list_traces(
 ) -> Any:
     """``?metadata.KEY=VALUE`` (up to 10, all must hold): only traces whose metadata has KEY with that
     value, compared as text (a number matches its decimal text, ``true``/``false`` a boolean)."""
-    query = select(traces).where(traces.c.project_id == principal.project())
-    for key, wanted in metadata.items():
-        query = query.where(traces.c.metadata[key].as_string() == wanted)
-    for column, value in (
-        (traces.c.task_key, task_key),
-        (traces.c.outcome, outcome),
-        (traces.c.status, status),
-        (traces.c.source_format, source_format),
-        (traces.c.external_id, external_id),
-    ):
-        if value is not None:
-            query = query.where(column == value)
-    if since is not None:
-        query = query.where(traces.c.created_at >= since)
-    if until is not None:
-        query = query.where(traces.c.created_at < until)
-    page, next_cursor = await keyset_page(
-        svc.store.engine,
-        query,
-        [traces.c.created_at, traces.c.trace_id],
-        (datetime, str),
+    project_id = principal.project()
+    where = TraceFilter(task_key, outcome, status, source_format, external_id, since, until, metadata)
+    page, next_cursor = await fetch_page(
+        trace_reads.PAGE_KEY,
         cursor,
         limit,
-        descending=True,
+        lambda request: trace_reads.traces_page(svc.store, project_id, where, request),
     )
-    items = [
-        TraceSummaryOut(
-            **{k: row[k] for k in TraceSummaryOut.model_fields if k != "metadata"},
-            metadata=row["metadata"] or {},
-        )
-        for row in page
-    ]
+    items = [TraceSummaryOut.model_validate({**row, "metadata": row["metadata"] or {}}) for row in page]
     return TracePage(items=items, next_cursor=next_cursor)
 
 
@@ -105,17 +83,12 @@ async def list_project_pairs(
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    query = select(pairs).where(pairs.c.project_id == principal.project())
-    for column, value in (
-        (pairs.c.source, source),
-        (pairs.c.task_key, task_key),
-        (pairs.c.status, status),
-        (pairs.c.strategy, strategy),
-        (pairs.c.run_id, run_id),
-    ):
-        if value is not None:
-            query = query.where(column == value)
-    page, next_cursor = await keyset_page(svc.store.engine, query, [pairs.c.pair_id], (str,), cursor, limit)
-    return PairPage(
-        items=[PairOut(**{k: row[k] for k in PairOut.model_fields}) for row in page], next_cursor=next_cursor
+    project_id = principal.project()
+    where = PairFilter(source, task_key, status, strategy, run_id)
+    page, next_cursor = await fetch_page(
+        pair_reads.PROJECT_PAGE_KEY,
+        cursor,
+        limit,
+        lambda request: pair_reads.project_pairs(svc.store, project_id, where, request),
     )
+    return PairPage(items=[PairOut.model_validate(row) for row in page], next_cursor=next_cursor)

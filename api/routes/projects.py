@@ -7,10 +7,10 @@ another project: asking for one answers 404.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Path
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.deps import ApiServices, Principal, require, services
@@ -22,11 +22,21 @@ from api.writes import append, new_event
 from core.domain.config import is_served_model
 from core.domain.events import ApiKeyIssued, ApiKeyRevoked, ProjectCreated
 from core.domain.ids import project_stream
-from core.store.tables import api_keys, projects
+from core.store.queries import projects as reads
+from core.store.queries.projects import KeyRow, ProjectRow
 
 router = APIRouter(prefix="/v1/projects", tags=["projects"], responses=ERROR_RESPONSES)
 
+T = TypeVar("T")
 ProjectId = Path(pattern=ID_PATTERN, description="The project id.")
+
+
+async def _written(read: Awaitable[T | None]) -> T:
+    """The row a write of this request just made (it exists: the projection is in its transaction)."""
+    row = await read
+    if row is None:
+        raise RuntimeError("the row this request wrote is missing from its read model")
+    return row
 
 
 def _visible(principal: Principal, project_id: str) -> None:
@@ -35,19 +45,14 @@ def _visible(principal: Principal, project_id: str) -> None:
         raise not_found("project", project_id)
 
 
-async def _project_row(svc: ApiServices, project_id: str) -> dict[str, Any]:
-    async with svc.store.engine.connect() as conn:
-        row = (
-            (await conn.execute(select(projects).where(projects.c.project_id == project_id)))
-            .mappings()
-            .first()
-        )
+async def _project_row(svc: ApiServices, project_id: str) -> ProjectRow:
+    row = await reads.project(svc.store, project_id)
     if row is None:
         raise not_found("project", project_id)
-    return dict(row)
+    return row
 
 
-def _key_out(row: Any) -> KeyOut:
+def _key_out(row: KeyRow) -> KeyOut:
     return KeyOut(
         key_id=row["key_id"],
         project_id=row["project_id"],
@@ -84,10 +89,7 @@ async def create_project(
     )
 
     async def answer(conn: AsyncConnection) -> tuple[int, Any]:
-        row = (
-            (await conn.execute(select(projects).where(projects.c.project_id == project_id))).mappings().one()
-        )
-        return 201, ProjectOut(**row).model_dump(mode="json")
+        return 201, ProjectOut(**await _written(reads.project(conn, project_id))).model_dump(mode="json")
 
     await append(
         svc,
@@ -102,12 +104,8 @@ async def create_project(
 async def list_projects(
     principal: Principal = Depends(require("read")), svc: ApiServices = Depends(services)
 ) -> Any:
-    query = select(projects).order_by(projects.c.created_at, projects.c.project_id)
-    if not principal.is_bootstrap_admin:
-        query = query.where(projects.c.project_id == principal.project_id)
-    async with svc.store.engine.connect() as conn:
-        rows = (await conn.execute(query)).mappings().all()
-    return [ProjectOut(**row) for row in rows]
+    only = None if principal.is_bootstrap_admin else principal.project_id
+    return [ProjectOut(**row) for row in await reads.list_projects(svc.store, only)]
 
 
 @router.get("/{project_id}", response_model=ProjectOut, summary="One project")
@@ -162,8 +160,7 @@ async def issue_key(
     )
     if not new:  # cannot happen with a key (the claim above answers); without one ids are fresh
         raise ApiError(409, f"key {key_id!r} was already issued; its secret is shown only once")
-    async with svc.store.engine.connect() as conn:
-        row = (await conn.execute(select(api_keys).where(api_keys.c.key_id == key_id))).mappings().one()
+    row = await _written(reads.key(svc.store, key_id))
     return KeyIssuedOut(**_key_out(row).model_dump(), key=issued.key)
 
 
@@ -175,19 +172,7 @@ async def list_keys(
 ) -> Any:
     _visible(principal, project_id)
     await _project_row(svc, project_id)
-    async with svc.store.engine.connect() as conn:
-        rows = (
-            (
-                await conn.execute(
-                    select(api_keys)
-                    .where(api_keys.c.project_id == project_id)
-                    .order_by(api_keys.c.created_at, api_keys.c.key_id)
-                )
-            )
-            .mappings()
-            .all()
-        )
-    return [_key_out(row) for row in rows]
+    return [_key_out(row) for row in await reads.project_keys(svc.store, project_id)]
 
 
 @router.post(
@@ -203,22 +188,12 @@ async def revoke_key(
     svc: ApiServices = Depends(services),
 ) -> Any:
     _visible(principal, project_id)
-    async with svc.store.engine.connect() as conn:
-        row = (
-            (
-                await conn.execute(
-                    select(api_keys).where(api_keys.c.key_id == key_id, api_keys.c.project_id == project_id)
-                )
-            )
-            .mappings()
-            .first()
-        )
+    row = await reads.key(svc.store, key_id, project_id)
     if row is None:
         raise not_found("key", key_id)
 
     async def answer(conn: AsyncConnection) -> tuple[int, Any]:
-        row = (await conn.execute(select(api_keys).where(api_keys.c.key_id == key_id))).mappings().one()
-        return 200, _key_out(row).model_dump(mode="json")
+        return 200, _key_out(await _written(reads.key(conn, key_id))).model_dump(mode="json")
 
     if not row["revoked"]:
         event = ApiKeyRevoked(project_id=project_id, key_id=key_id)
@@ -234,6 +209,4 @@ async def revoke_key(
         )
     else:
         await idem.save(200, _key_out(row).model_dump(mode="json"))
-    async with svc.store.engine.connect() as conn:
-        row = (await conn.execute(select(api_keys).where(api_keys.c.key_id == key_id))).mappings().one()
-    return _key_out(row).model_dump(mode="json")
+    return _key_out(await _written(reads.key(svc.store, key_id))).model_dump(mode="json")

@@ -24,14 +24,15 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Path
 from pydantic import BaseModel, Field
-from sqlalchemy import select
 
 from api.deps import ApiServices, Principal, require, services
 from api.errors import not_found
 from api.routes.runs import RunId, run_row
 from api.schemas import ERROR_RESPONSES
 from core.domain.review import DEFAULT_MAX_MARGIN, review_signals
-from core.store.tables import iterations, pairs, samples
+from core.store.queries import pairs as pair_reads
+from core.store.queries import runs as run_reads
+from core.store.queries import samples as sample_reads
 from train_service.critic_metrics import actions_after_divergence, critic_metrics, load_judged
 
 router = APIRouter(prefix="/v1", tags=["runs"], responses=ERROR_RESPONSES)
@@ -124,37 +125,10 @@ async def iteration_quality(
 ) -> Any:
     project_id = principal.project()
     await run_row(svc, project_id, run_id)
-    async with svc.store.engine.connect() as conn:
-        known = (
-            await conn.execute(
-                select(iterations.c.iteration).where(
-                    iterations.c.run_id == run_id, iterations.c.iteration == iteration
-                )
-            )
-        ).first()
-        if known is None:
-            raise not_found("iteration", iteration)
-        pair_count = len(
-            (
-                await conn.execute(
-                    select(pairs.c.pair_id).where(
-                        pairs.c.run_id == run_id,
-                        pairs.c.iteration == iteration,
-                        pairs.c.project_id == project_id,
-                    )
-                )
-            ).all()
-        )
-        revision_rows = (
-            await conn.execute(
-                select(samples.c.revision_length, samples.c.verified).where(
-                    samples.c.run_id == run_id,
-                    samples.c.iteration == iteration,
-                    samples.c.kind == "revision",
-                    samples.c.project_id == project_id,
-                )
-            )
-        ).all()
+    if await run_reads.iteration(svc.store, run_id, iteration) is None:
+        raise not_found("iteration", iteration)
+    pair_count = len(await pair_reads.iteration_pair_ids(svc.store, project_id, run_id, iteration))
+    revision_rows = await sample_reads.revision_facts(svc.store, project_id, run_id, iteration)
     judged = [(p, m) for p, m in await load_judged(svc.store, run_id) if p.iteration == iteration]
     report = critic_metrics(judged).get(iteration, {})
     signals = [(p, m, review_signals(m)) for p, m in judged]

@@ -8,18 +8,16 @@ by the caller's project.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query
-from sqlalchemy import select
 
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error
 from api.idempotency import Idempotency, idempotency
 from api.model_refs import rooted_run_config
-from api.pagination import cursor_param, keyset_page, known_query_only, limit_param
-from api.reads import owned_row
+from api.pagination import cursor_param, fetch_page, known_query_only, limit_param
+from api.reads import found
 from api.schemas import (
     ERROR_RESPONSES,
     ID_PATTERN,
@@ -36,7 +34,8 @@ from core.domain.config import TRAIN_MODEL_PATH, RunConfig
 from core.domain.events import DomainEvent, RunCancelled, RunRequested
 from core.domain.ids import run_stream
 from core.llm.chat_template import run_template_problem
-from core.store.tables import iterations, runs
+from core.store.queries import runs as run_reads
+from core.store.queries.runs import RunRow
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERROR_RESPONSES)
 
@@ -44,10 +43,9 @@ RunId = Path(pattern=ID_PATTERN, description="The run id.")
 TERMINAL = frozenset({"completed", "cancelled", "failed"})
 
 
-async def run_row(svc: ApiServices, project_id: str, run_id: str) -> dict[str, Any]:
+async def run_row(svc: ApiServices, project_id: str, run_id: str) -> RunRow:
     """The run's read-model row, 404 when missing or in another project."""
-    async with svc.store.engine.connect() as conn:
-        return dict(await owned_row(conn, runs, "run_id", run_id, project_id, "run"))
+    return found(await run_reads.run(svc.store, project_id, run_id), "run", run_id)
 
 
 async def _accept(
@@ -115,19 +113,13 @@ async def list_runs(
     svc: ApiServices = Depends(services),
 ) -> Any:
     project_id = principal.project()
-    query = select(runs).where(runs.c.project_id == project_id)
-    if status is not None:
-        query = query.where(runs.c.status == status)
-    page, next_cursor = await keyset_page(
-        svc.store.engine,
-        query,
-        [runs.c.created_at, runs.c.run_id],
-        (datetime, str),
+    page, next_cursor = await fetch_page(
+        run_reads.RUNS_PAGE_KEY,
         cursor,
         limit,
-        descending=True,
+        lambda request: run_reads.runs_page(svc.store, project_id, status, request),
     )
-    return RunPage(items=[RunSummaryOut(**row) for row in page], next_cursor=next_cursor)
+    return RunPage(items=[RunSummaryOut.model_validate(row) for row in page], next_cursor=next_cursor)
 
 
 @router.get("/{run_id}", response_model=RunOut, summary="A run with its per-iteration progress and metrics")
@@ -137,17 +129,10 @@ async def get_run(
     svc: ApiServices = Depends(services),
 ) -> Any:
     row = await run_row(svc, principal.project(), run_id)
-    async with svc.store.engine.connect() as conn:
-        its = (
-            (
-                await conn.execute(
-                    select(iterations).where(iterations.c.run_id == run_id).order_by(iterations.c.iteration)
-                )
-            )
-            .mappings()
-            .all()
-        )
-    return RunOut(**row, iterations=[IterationOut(**{**it, "metrics": it["metrics"] or {}}) for it in its])
+    its = await run_reads.run_iterations(svc.store, run_id)
+    return RunOut(
+        **row, iterations=[IterationOut.model_validate({**it, "metrics": it["metrics"] or {}}) for it in its]
+    )
 
 
 @router.post("/{run_id}/cancel", status_code=202, response_model=RunAccepted, summary="Cancel a run")

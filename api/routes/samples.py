@@ -28,20 +28,20 @@ from typing import Any, NamedTuple
 
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, Field
-from sqlalchemy import select
 
 from api.datasets import row_to_sample
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error
 from api.model_exports import model_problem, open_tokenizer
-from api.reads import owned_row
+from api.reads import found
 from api.routes.trees import sample_out
 from api.schemas import ERROR_RESPONSES, ID_PATTERN
 from api.schemas.trees import SampleDetailOut
 from core.domain.config import RunConfig
 from core.domain.trajectory import TrainingSample
 from core.domain.weight_reasons import REASONS, TRAINED
-from core.store.tables import iterations, runs, samples
+from core.store.queries import runs as run_reads
+from core.store.queries import samples as sample_reads
 
 router = APIRouter(prefix="/v1/samples", tags=["samples"], responses=ERROR_RESPONSES)
 
@@ -98,8 +98,7 @@ async def get_sample(
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    async with svc.store.engine.connect() as conn:
-        row = await owned_row(conn, samples, "sample_id", sample_id, principal.project(), "sample")
+    row = found(await sample_reads.sample(svc.store, principal.project(), sample_id), "sample", sample_id)
     return SampleDetailOut(
         **sample_out(row).model_dump(), weight_reasons=dict(REASONS), trained_reasons=list(TRAINED)
     )
@@ -123,31 +122,17 @@ def _tokenizer(folder: str) -> Any:
 async def _project_models(svc: ApiServices, project_id: str) -> dict[str, RunConfig]:
     """Every model the project's runs name (run model, iteration models, checkpoints) -> its run's config,
     the newest run's model first (the project's default model)."""
-    found: dict[str, RunConfig] = {}
-    async with svc.store.engine.connect() as conn:
-        run_rows = (
-            await conn.execute(
-                select(runs.c.run_id, runs.c.config)
-                .where(runs.c.project_id == project_id)
-                .order_by(runs.c.created_at.desc(), runs.c.run_id)
-            )
-        ).all()
-        configs = {run_id: RunConfig.from_data(config) for run_id, config in run_rows}
-        it_rows = (
-            await conn.execute(
-                select(iterations.c.run_id, iterations.c.model_ref, iterations.c.checkpoint).where(
-                    iterations.c.run_id.in_(sorted(configs))
-                )
-            )
-        ).all()
+    named = await run_reads.project_models(svc.store, project_id)
+    configs = {run_id: RunConfig.from_data(config) for run_id, config in named.configs}
+    models: dict[str, RunConfig] = {}
     for config in configs.values():
         if config.model:
-            found.setdefault(config.model, config)
-    for run_id, model_ref, checkpoint in it_rows:
+            models.setdefault(config.model, config)
+    for run_id, model_ref, checkpoint in named.iteration_models:
         for ref in (model_ref, checkpoint):
             if ref:
-                found.setdefault(ref, configs[run_id])
-    return found
+                models.setdefault(ref, configs[run_id])
+    return models
 
 
 class _Rendered(NamedTuple):
@@ -208,17 +193,11 @@ async def get_sample_tokens(
     svc: ApiServices = Depends(services),
 ) -> Any:
     project_id = principal.project()
-    async with svc.store.engine.connect() as conn:
-        row = await owned_row(conn, samples, "sample_id", sample_id, project_id, "sample")
-        iteration_model = None
-        if row["run_id"] is not None:
-            iteration_model = (
-                await conn.execute(
-                    select(iterations.c.model_ref).where(
-                        iterations.c.run_id == row["run_id"], iterations.c.iteration == row["iteration"]
-                    )
-                )
-            ).scalar()
+    row = found(await sample_reads.sample(svc.store, project_id, sample_id), "sample", sample_id)
+    iteration_model = None
+    if row["run_id"] is not None:
+        at = await run_reads.iteration(svc.store, row["run_id"], row["iteration"])
+        iteration_model = at["model_ref"] if at is not None else None
     known = await _project_models(svc, project_id)
     # a sample of no run (a trace's) defaults to the project's default model: its newest run's
     chosen = model or iteration_model or next(iter(known), None)

@@ -15,8 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Request
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from api.datasets import row_to_sample
@@ -25,7 +23,7 @@ from api.errors import ApiError, validation_fields
 from api.errors import field_error as make_field_error
 from api.idempotency import Idempotency, idempotency
 from api.model_refs import OUTSIDE_ROOTS, model_ref_problem
-from api.reads import external_trace, external_traces, owned_row
+from api.reads import found
 from api.routes.otlp import otlp_trace_id
 from api.sanitize import nul_note
 from api.schemas import (
@@ -48,7 +46,8 @@ from core.domain.events import ModelCallRecorded, NewEvent, TraceCritiqued, Trac
 from core.domain.ids import derived_id, trace_stream
 from core.domain.serde import to_dict
 from core.formats.importing import ImportedTrace, TraceFormatError, parse_outcome, parse_traces, with_note
-from core.store.tables import samples, traces
+from core.store.queries import traces as trace_reads
+from core.store.queries.traces import TraceRow
 
 
 class _AnyTextPath(PathConvertor):
@@ -122,51 +121,52 @@ async def ingest_traces(
     replayed: list[str] = []
     expected: dict[str, int] = {}
     first_seen: dict[str, int] = {}
-    async with svc.store.engine.connect() as conn:
-        known = await external_traces(conn, project_id, [i.external_id for i in imported if i.external_id])
-        for index, item in zip(origins, imported, strict=True):
-            if item.external_id is None:
-                trace_id = idem.new_id("trace", index)
-            else:
-                if item.external_id in first_seen:
-                    raise make_field_error(
-                        f"body.traces[{index}].id",
-                        f"external id {item.external_id!r} appears twice in the batch (first as trace "
-                        f"{first_seen[item.external_id]}); send each trace once",
-                    )
-                first_seen[item.external_id] = index
-                existing = known.get(item.external_id)
-                if existing is not None:  # a re-send: an idempotent replay, not a copy
-                    trace_ids.append(existing)
-                    replayed.append(existing)
-                    continue
-                trace_id = otlp_trace_id(project_id, item.external_id)  # the same id through both doors
-                expected[trace_stream(trace_id)] = -1  # a concurrent re-send conflicts instead of copying
-            trace_ids.append(trace_id)
-            event = TraceIngested(
-                trace_id=trace_id,
-                project_id=project_id,
-                task_key=item.task_key,
-                trajectory=item.trajectory,
-                outcome=item.outcome,
-                source_format=item.source_format,
-                external_id=item.external_id,
-                critic_strategy=body.critic.strategy if body.critic is not None else None,
-                critic_model=critic_model,
-                env_uri=item.environment[0] if item.environment else None,
-                env_task_id=item.environment[1] if item.environment else None,
-            )
-            new_events.append(
-                new_event(
-                    trace_stream(trace_id),
-                    event,
-                    project_id=project_id,
-                    event_id=idem.new_id("event", index)
-                    if item.external_id is None
-                    else derived_id("trace-ingested", trace_id),
-                    correlation_id=trace_id,
+    known = await trace_reads.external_traces(
+        svc.store, project_id, [i.external_id for i in imported if i.external_id]
+    )
+    for index, item in zip(origins, imported, strict=True):
+        if item.external_id is None:
+            trace_id = idem.new_id("trace", index)
+        else:
+            if item.external_id in first_seen:
+                raise make_field_error(
+                    f"body.traces[{index}].id",
+                    f"external id {item.external_id!r} appears twice in the batch (first as trace "
+                    f"{first_seen[item.external_id]}); send each trace once",
                 )
+            first_seen[item.external_id] = index
+            existing = known.get(item.external_id)
+            if existing is not None:  # a re-send: an idempotent replay, not a copy
+                trace_ids.append(existing)
+                replayed.append(existing)
+                continue
+            trace_id = otlp_trace_id(project_id, item.external_id)  # the same id through both doors
+            expected[trace_stream(trace_id)] = -1  # a concurrent re-send conflicts instead of copying
+        trace_ids.append(trace_id)
+        event = TraceIngested(
+            trace_id=trace_id,
+            project_id=project_id,
+            task_key=item.task_key,
+            trajectory=item.trajectory,
+            outcome=item.outcome,
+            source_format=item.source_format,
+            external_id=item.external_id,
+            critic_strategy=body.critic.strategy if body.critic is not None else None,
+            critic_model=critic_model,
+            env_uri=item.environment[0] if item.environment else None,
+            env_task_id=item.environment[1] if item.environment else None,
+        )
+        new_events.append(
+            new_event(
+                trace_stream(trace_id),
+                event,
+                project_id=project_id,
+                event_id=idem.new_id("event", index)
+                if item.external_id is None
+                else derived_id("trace-ingested", trace_id),
+                correlation_id=trace_id,
             )
+        )
     replayed_ids = set(replayed)
     stored = [t for t in trace_ids if t not in replayed_ids]
     waiting = [
@@ -243,15 +243,11 @@ def _with_nul_notes(
     return out
 
 
-async def _trace_row(conn: AsyncConnection, project_id: str, reference: str) -> Any:
+async def _trace_row(svc: ApiServices, project_id: str, reference: str) -> TraceRow:
     """The trace row for ``reference``: an agentr trace id, else the producer's id (external id; for
     OTLP traces the 32-hex trace id); 404 when neither names a trace of the project."""
-    query = select(traces).where(traces.c.project_id == project_id, traces.c.trace_id == reference)
-    row = (await conn.execute(query)).mappings().first()
+    row = await trace_reads.trace_by_reference(svc.store, project_id, reference)
     if row is None:
-        by_external = await external_trace(conn, project_id, reference)
-        if by_external is not None:
-            return await owned_row(conn, traces, "trace_id", by_external, project_id, "trace")
         raise ApiError(
             404, f"trace {reference} not found (neither a trace id nor an external id in this project)"
         )
@@ -259,9 +255,9 @@ async def _trace_row(conn: AsyncConnection, project_id: str, reference: str) -> 
 
 
 async def _outcome_event(
-    conn: AsyncConnection, project_id: str, reference: str, body: TraceOutcomeIn, path: str, svc: ApiServices
+    project_id: str, reference: str, body: TraceOutcomeIn, path: str, svc: ApiServices
 ) -> tuple[TraceOutcomeOut, NewEvent | None, int]:
-    row = await _trace_row(conn, project_id, reference)
+    row = await _trace_row(svc, project_id, reference)
     trace_id = row["trace_id"]
     value = body.outcome.model_dump() if isinstance(body.outcome, OutcomeIn) else body.outcome
     try:
@@ -320,8 +316,7 @@ async def set_trace_outcome(
     principal: Principal = Depends(require("ingest")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    async with svc.store.engine.connect() as conn:
-        out, event, version = await _outcome_event(conn, principal.project(), trace_id, body, "body", svc)
+    out, event, version = await _outcome_event(principal.project(), trace_id, body, "body", svc)
     if event is not None:
         await append(svc, [event], {event.stream_id: version})
     return out
@@ -346,15 +341,14 @@ async def set_trace_outcomes(
             )
         seen.add(item.reference)
     outs, new_events, expected = [], [], {}
-    async with svc.store.engine.connect() as conn:
-        for index, item in enumerate(body.outcomes):
-            out, event, version = await _outcome_event(
-                conn, principal.project(), item.reference, item, f"body.outcomes[{index}]", svc
-            )
-            outs.append(out)
-            if event is not None:
-                new_events.append(event)
-                expected[event.stream_id] = version
+    for index, item in enumerate(body.outcomes):
+        out, event, version = await _outcome_event(
+            principal.project(), item.reference, item, f"body.outcomes[{index}]", svc
+        )
+        outs.append(out)
+        if event is not None:
+            new_events.append(event)
+            expected[event.stream_id] = version
     if new_events:
         await append(svc, new_events, expected)
     return TraceOutcomesOut(items=outs)
@@ -366,15 +360,8 @@ async def get_trace(
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    async with svc.store.engine.connect() as conn:
-        row = await owned_row(conn, traces, "trace_id", trace_id, principal.project(), "trace")
-        sample_row = None
-        if row["sample_id"] is not None:
-            sample_row = (
-                (await conn.execute(select(samples).where(samples.c.sample_id == row["sample_id"])))
-                .mappings()
-                .first()
-            )
+    read = await trace_reads.trace_with_sample(svc.store, principal.project(), trace_id)
+    row, sample_row = found(read, "trace", trace_id)
     trajectory = None
     critique = None
     for recorded in await svc.store.read_stream(trace_stream(trace_id)):

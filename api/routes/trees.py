@@ -9,17 +9,16 @@ the event-log ``position`` its snapshot includes, so a page can follow the tree'
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query
-from sqlalchemy import RowMapping, Table, func, select
 
 from api.datasets import row_to_sample
 from api.deps import ApiServices, Principal, require, services
-from api.pagination import CURSOR_DESCRIPTION, CURSOR_PATTERN, keyset_page, known_query_only, limit_param
-from api.reads import owned_row
+from api.pagination import CURSOR_DESCRIPTION, CURSOR_PATTERN, fetch_page, known_query_only, limit_param
+from api.reads import found
 from api.routes.runs import RunId, run_row
 from api.schemas import (
     ERROR_RESPONSES,
@@ -33,12 +32,17 @@ from api.schemas import (
     TreePage,
     TreeSummaryOut,
 )
-from core.domain.ids import tree_stream
 from core.domain.serde import to_dict
-from core.store.tables import events, nodes, pairs, samples, trees
+from core.store.queries import pairs as pair_reads
+from core.store.queries import samples as sample_reads
+from core.store.queries import trees as tree_reads
+from core.store.queries.paging import Page, PageRequest
+from core.store.queries.samples import SampleRow
+from core.store.queries.trees import TreeRow
 
 router = APIRouter(prefix="/v1", tags=["trees"], responses=ERROR_RESPONSES)
 
+T = TypeVar("T")
 Cursor = Query(None, min_length=1, max_length=500, pattern=CURSOR_PATTERN, description=CURSOR_DESCRIPTION)
 Iteration = Query(None, ge=0, le=10_000, description="Only this iteration.")
 
@@ -55,17 +59,13 @@ class RunListing:
     svc: ApiServices
 
     async def page(
-        self, table: Table, keys: list[Any], *, kind: str | None = None
-    ) -> tuple[Sequence[RowMapping], str | None]:
-        """One keyset page of the run's rows in ``table`` (404 for a run outside the caller's project)."""
+        self, types: Sequence[type], fetch: Callable[[str, PageRequest], Awaitable[Page[T]]]
+    ) -> tuple[list[T], str | None]:
+        """One page of the run's rows that ``fetch(project_id, request)`` reads (404 for a run
+        outside the caller's project)."""
         project_id = self.principal.project()
         await run_row(self.svc, project_id, self.run_id)
-        query = select(table).where(table.c.run_id == self.run_id, table.c.project_id == project_id)
-        if self.iteration is not None:
-            query = query.where(table.c.iteration == self.iteration)
-        if kind is not None:
-            query = query.where(table.c.kind == kind)
-        return await keyset_page(self.svc.store.engine, query, keys, (int, str), self.cursor, self.limit)
+        return await fetch_page(types, self.cursor, self.limit, lambda request: fetch(project_id, request))
 
 
 async def run_listing(
@@ -79,7 +79,7 @@ async def run_listing(
     return RunListing(run_id, iteration, cursor, limit, principal, svc)
 
 
-def _tree_summary(row: Any) -> dict[str, Any]:
+def _tree_summary(row: TreeRow) -> dict[str, Any]:
     data = dict(row)
     data["node_count"] = data.pop("nodes")
     return data
@@ -91,38 +91,14 @@ async def get_tree(
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    # the tree stream's last position is read in the SAME statement as the nodes (one snapshot), so
-    # a client following /v1/events?after=position neither misses nor double-counts an event
-    position = (
-        select(func.coalesce(func.max(events.c.position), 0))
-        .where(events.c.stream_id == tree_stream(tree_id))
-        .scalar_subquery()
-    )
-    async with svc.store.engine.connect() as conn:
-        row = await owned_row(conn, trees, "tree_id", tree_id, principal.project(), "tree")
-        node_rows = (
-            (
-                await conn.execute(
-                    select(nodes, position.label("stream_position"))
-                    .where(nodes.c.tree_id == tree_id)
-                    .order_by(nodes.c.depth, nodes.c.node_id)
-                )
-            )
-            .mappings()
-            .all()
-        )
-        if node_rows:
-            last = node_rows[0]["stream_position"]
-        else:
-            last = (await conn.execute(select(position))).scalar()
+    # the tree stream's last position is read with the nodes (one snapshot), so a client following
+    # /v1/events?after=position neither misses nor double-counts an event
+    snapshot = found(await tree_reads.tree(svc.store, principal.project(), tree_id), "tree", tree_id)
     node_list = [
-        NodeOut(
-            **{k: v for k, v in n.items() if k not in ("tree_id", "stream_position")},
-            q=(n["value_sum"] / n["visits"]) if n["visits"] else None,
-        )
-        for n in node_rows
+        NodeOut.model_validate({**n, "q": (n["value_sum"] / n["visits"]) if n["visits"] else None})
+        for n in snapshot.nodes
     ]
-    return TreeOut(**_tree_summary(row), nodes=node_list, position=int(last or 0))
+    return TreeOut(**_tree_summary(snapshot.tree), nodes=node_list, position=snapshot.position)
 
 
 @router.get(
@@ -132,7 +108,12 @@ async def get_tree(
     summary="A run's trees",
 )
 async def list_trees(listing: RunListing = Depends(run_listing)) -> Any:
-    page, next_cursor = await listing.page(trees, [trees.c.iteration, trees.c.tree_id])
+    page, next_cursor = await listing.page(
+        tree_reads.RUN_PAGE_KEY,
+        lambda project_id, request: tree_reads.run_trees(
+            listing.svc.store, project_id, listing.run_id, listing.iteration, request
+        ),
+    )
     return TreePage(items=[TreeSummaryOut(**_tree_summary(r)) for r in page], next_cursor=next_cursor)
 
 
@@ -143,14 +124,19 @@ async def list_trees(listing: RunListing = Depends(run_listing)) -> Any:
     summary="A run's bad/good pairs",
 )
 async def list_pairs(listing: RunListing = Depends(run_listing)) -> Any:
-    page, next_cursor = await listing.page(pairs, [pairs.c.iteration, pairs.c.pair_id])
+    page, next_cursor = await listing.page(
+        pair_reads.RUN_PAGE_KEY,
+        lambda project_id, request: pair_reads.run_pairs(
+            listing.svc.store, project_id, listing.run_id, listing.iteration, request
+        ),
+    )
     return PairPage(
-        items=[PairOut(**{k: v for k, v in r.items() if k != "project_id"}) for r in page],
+        items=[PairOut.model_validate(r) for r in page],
         next_cursor=next_cursor,
     )
 
 
-def sample_out(row: Any) -> SampleOut:
+def sample_out(row: SampleRow) -> SampleOut:
     return SampleOut(
         sample_id=row["sample_id"],
         run_id=row["run_id"],
@@ -175,5 +161,10 @@ async def list_samples(
     listing: RunListing = Depends(run_listing),
     kind: str | None = Query(None, pattern="^(revision|good)$", description="revision or good."),
 ) -> Any:
-    page, next_cursor = await listing.page(samples, [samples.c.position, samples.c.sample_id], kind=kind)
+    page, next_cursor = await listing.page(
+        sample_reads.RUN_PAGE_KEY,
+        lambda project_id, request: sample_reads.run_samples(
+            listing.svc.store, project_id, listing.run_id, listing.iteration, kind, request
+        ),
+    )
     return SamplePage(items=[sample_out(r) for r in page], next_cursor=next_cursor)

@@ -37,7 +37,8 @@ from core.domain.mcts import SearchTree
 from core.domain.trace_datasets import DatasetManifest
 from core.domain.transitions import TreeSource
 from core.formats.pair_records import PairSource, dpo_records, prm_records, tree_value_records
-from core.store.tables import pairs, trees
+from core.store.queries.pairs import iteration_pair_ids
+from core.store.tables import trees
 
 
 async def pair_source(store: Any, pair_id: str, up_to: int | None = None) -> PairSource | None:
@@ -72,12 +73,7 @@ async def _sources(store: Any, pair_ids: Sequence[str], up_to: int | None = None
 async def iteration_pairs(
     store: Any, project_id: str | None, run_id: str, iteration: int
 ) -> list[PairSource]:
-    query = select(pairs.c.pair_id).where(pairs.c.run_id == run_id, pairs.c.iteration == iteration)
-    if project_id is not None:
-        query = query.where(pairs.c.project_id == project_id)
-    async with store.engine.connect() as conn:
-        ids = [row[0] for row in await conn.execute(query.order_by(pairs.c.pair_id))]
-    return await _sources(store, ids)
+    return await _sources(store, await iteration_pair_ids(store, project_id, run_id, iteration))
 
 
 async def dataset_pairs(store: Any, manifest: DatasetManifest) -> list[PairSource]:
