@@ -16,14 +16,16 @@ Loose span objects (the older ``{"spans": [...]}`` upload) use the same field na
 snake_case, with ``attributes`` either a ``KeyValue`` list or a plain object. The OpenTelemetry SDK's
 own span JSON (Python ``ReadableSpan.to_json()``: ``context.trace_id`` / ``context.span_id`` as
 ``0x``-prefixed hex, ``parent_id``, ISO 8601 ``start_time`` / ``end_time``, ``status.status_code``
-UNSET | OK | ERROR with ``description``, ``resource.attributes``) is read as the same span; a field
-of it that cannot be read is refused naming it.
+UNSET | OK | ERROR with ``description``, ``resource.attributes``; Phoenix's alike, with a UUID trace id
+and a flat ``status_code``) is read as the same span; a field of it that cannot be read is refused
+naming it.
 """
 
 from __future__ import annotations
 
 import base64
 import math
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -244,12 +246,26 @@ def _sdk_time(raw: Any, path: str) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
 
+def _uuid_hex(raw: Any) -> Any:
+    """A trace id written as a UUID (Phoenix's span JSON: ``409df945-e058-...``) as its 32 hex digits;
+    anything else as it is."""
+    if isinstance(raw, str) and len(raw) == 36 and raw.count("-") == 4:
+        try:
+            return uuid.UUID(raw).hex
+        except ValueError:
+            return raw
+    return raw
+
+
 def _from_sdk_json(span: dict[str, Any], path: str) -> dict[str, Any]:
-    """The OpenTelemetry SDK's span JSON (``ReadableSpan.to_json()``) as a loose span object."""
+    """The OpenTelemetry SDK's span JSON (``ReadableSpan.to_json()``; Phoenix's, with a UUID trace id and
+    a flat ``status_code``, alike) as a loose span object."""
     context = span["context"]
     if not isinstance(context, dict):
         raise TraceFormatError(f"{path}.context", "expected an object {trace_id, span_id}")
     status = span.get("status") or {}
+    if not status and isinstance(span.get("status_code"), str):  # Phoenix's span JSON: flat
+        status = {"status_code": span["status_code"], "description": span.get("status_message")}
     if not isinstance(status, dict):
         raise TraceFormatError(f"{path}.status", "expected an object {status_code, description}")
     code = status.get("status_code", "UNSET")
@@ -264,7 +280,7 @@ def _from_sdk_json(span: dict[str, Any], path: str) -> dict[str, Any]:
     if not isinstance(events, list):
         raise TraceFormatError(f"{path}.events", "expected a list")
     return {
-        "trace_id": _hex_id(context.get("trace_id"), f"{path}.context.trace_id"),
+        "trace_id": _hex_id(_uuid_hex(context.get("trace_id")), f"{path}.context.trace_id"),
         "span_id": _hex_id(context.get("span_id"), f"{path}.context.span_id", optional=True),
         "parent_span_id": _hex_id(span.get("parent_id"), f"{path}.parent_id", optional=True),
         "name": span.get("name") or "",

@@ -185,3 +185,14 @@ def test_a_langfuse_tool_error_is_kept_when_a_later_generation_replays_its_outpu
     item["observations"][1]["level"] = "DEFAULT"
     (got,) = parse_traces([item], "langfuse")
     assert got.trajectory.steps[0].tool_results[0].is_error is False
+
+
+def test_phoenix_span_json_with_a_uuid_trace_id_and_a_flat_status_reads_its_status() -> None:
+    sdk = _sdk_spans(agent_trace(root_status=0))
+    phoenix = [dict(s) for s in sdk]
+    for item in phoenix:
+        item["context"] = {**item["context"], "trace_id": "409df945-e058-4829-b240-cfbdd2ff4488"}
+        item.pop("status")
+    phoenix[-1]["status_code"] = "ERROR"  # the root (finished last)
+    (got,) = parse_traces([{"spans": phoenix}], "otel")
+    assert got.outcome == "failure" and len(got.trajectory.steps) == 3
