@@ -38,8 +38,6 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import select
-
 from core.domain.config import RunConfig
 from core.domain.critic import CriticInputError
 from core.domain.egress import Egress
@@ -71,7 +69,9 @@ from core.llm.ports import Policy, PolicyError
 from core.llm.registry import egress_checked as checked_policy_opener
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
+from core.store.pair_repository import PairRepository
 from core.store.ports import EventStore
+from core.store.queries.traces import task_trace_ids
 from critic_service.critic import (
     CriticConfig,
     CriticConfigError,
@@ -321,21 +321,10 @@ class CriticHandlers:
     async def _partners(self, trace: TraceIngested) -> list[TraceIngested]:
         """The other traces of ``trace``'s project and task key with the opposite outcome, found in
         the ``traces`` projection; only their own streams are read."""
-        from core.store.tables import traces
-
         wanted = "success" if trace.outcome == "failure" else "failure"
-        query = (
-            select(traces.c.trace_id)
-            .where(
-                traces.c.project_id == trace.project_id,
-                traces.c.task_key == trace.task_key,
-                traces.c.outcome == wanted,
-                traces.c.trace_id != trace.trace_id,
-            )
-            .order_by(traces.c.created_at, traces.c.trace_id)
+        trace_ids = await task_trace_ids(
+            self.store, trace.project_id, trace.task_key, wanted, exclude=trace.trace_id
         )
-        async with self.store.engine.connect() as conn:  # type: ignore[attr-defined]
-            trace_ids = (await conn.execute(query)).scalars().all()
         partners = []
         for trace_id in trace_ids:
             if wanted == "failure" and await self._paired(trace_id):
@@ -450,9 +439,7 @@ class CriticHandlers:
         return out
 
     async def _judged(self, pair_id: str) -> bool:
-        return any(
-            isinstance(r.event, FirstErrorMarked) for r in await self.store.read_stream(pair_stream(pair_id))
-        )
+        return (await PairRepository(self.store).load(pair_id)).marked is not None
 
     async def _replay_pair(self, failed: TraceIngested, meta: Metadata) -> tuple[list[NewEvent], str]:
         """A failed trace with no successful partner that names its environment becomes a pair by

@@ -18,6 +18,7 @@ from rich.console import Console
 from agentr.cli.demo import RunOptions, plan_run
 from agentr.cli.run_report import write_run_report
 from agentr.cli.warm_start import prepare_model
+from core.store.sql import SqlEventStore
 
 console = Console(stderr=True)
 
@@ -235,7 +236,7 @@ def _resume_conditions(config: dict[str, Any]) -> None:
         )
 
 
-async def _drive(store: Any, settings: Any, run_id: str, config: dict[str, Any]) -> str:
+async def _drive(store: SqlEventStore, settings: Any, run_id: str, config: dict[str, Any]) -> str:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from sqlalchemy import select
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.store.sql import SqlEventStore
 
-async def write_run_report(store: Any, home: Path, run_id: str) -> dict[str, str]:
+
+async def write_run_report(store: SqlEventStore, home: Path, run_id: str) -> dict[str, str]:
     from core.domain.ids import run_stream
     from train_service.evaluation import revision_lengths
     from train_service.report import collect_report, write_report
@@ -25,7 +27,7 @@ async def write_run_report(store: Any, home: Path, run_id: str) -> dict[str, str
     return write_report(report, home / "runs" / run_id)
 
 
-async def _dataset_counts(store: Any, run_id: str) -> dict[str, Any]:
+async def _dataset_counts(store: SqlEventStore, run_id: str) -> dict[str, Any]:
     """Per iteration: trees searched, pairs found, revision samples (their mean revision length, and
     ``verified_share``: verified revision samples / pairs), good trajectories and ``rejected``: the
     pairs that became no sample, counted by kind of reason (``core.domain.splice.rejection_kind``:

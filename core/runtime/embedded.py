@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from core.bus.inprocess import InProcessBus
 from core.runtime.relay import Relay, RelayStore
@@ -24,7 +25,7 @@ log = logging.getLogger("agentr.embedded")
 EMBEDDED_RELAY = "relay-embedded"
 
 
-class EmbeddedStore(RelayStore, WorkerStore):
+class EmbeddedStore(RelayStore, WorkerStore, Protocol):
     """The store as the embedded runner uses it: what the relay and the workers need."""
 
 
