@@ -82,6 +82,7 @@ from critic_service.critic import (
 )
 from critic_service.oracles import Oracles
 from critic_service.oracles import _open_env as open_oracle_env
+from critic_service.strategies import strategy_named
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "critic"
@@ -120,11 +121,7 @@ async def run_context(store: EventStore, run_id: str, iteration: int) -> tuple[R
 
 def strategy_needs_model(config: CriticConfig) -> bool:
     """Whether the configured strategy itself judges with the iteration's actor (not only its baselines)."""
-    if config.strategy == "value":
-        return config.value_model is None  # the actor's critic/
-    if config.strategy == "replay":
-        return config.replay_policy == "model"
-    return config.strategy in ("model", "reflect")
+    return strategy_named(config.strategy).actor_use(config) == "required"
 
 
 def _trace_pair_id(failed_trace_id: str) -> str:
@@ -370,15 +367,14 @@ class CriticHandlers:
         strategy = strategy or self.settings.critic_trace_strategy
         model_ref = model_ref or self.settings.critic_model
         config = CriticConfig.from_data({"strategy": strategy, "plan": self.settings.critic_trace_plan})
-        if config.strategy in ("model", "reflect"):
+        on_traces = strategy_named(config.strategy).on_traces
+        if on_traces == "model":
             if not model_ref:
                 log.warning("critic: trace %s: %s without a critic model: rules", trace.trace_id, strategy)
                 return CriticConfig(strategy="rules"), None
             return config, model_ref
-        if config.strategy == "value":  # needs an archer checkpoint (critic.value_model): runs only
-            log.warning(
-                "critic: trace %s: the value strategy is for runs (critic.value_model): rules", trace.trace_id
-            )
+        if on_traces == "runs-only":  # value: needs an archer checkpoint (critic.value_model)
+            log.warning("critic: trace %s: the %s strategy is for runs: rules", trace.trace_id, strategy)
             return CriticConfig(strategy="rules"), None
         return config, None
 
