@@ -17,6 +17,7 @@ from typing import Any
 
 from core.runtime.service import Service
 from core.runtime.settings import Settings
+from core.store.ports import EventStore
 
 log = logging.getLogger("agentr.process")
 
@@ -57,7 +58,7 @@ def load_service_factory(name: str) -> Callable[..., Any]:
     return factory  # type: ignore[no-any-return]
 
 
-async def build_service(name: str, settings: Settings, store: Any, **options: Any) -> Service:
+async def build_service(name: str, settings: Settings, store: EventStore, **options: Any) -> Service:
     """The service behind worker ``name``; ``options`` go to its factory (e.g. ``policies``, the
     model cache an embedded run shares between its search, critic and splice services)."""
     factory = load_service_factory(name)

@@ -57,6 +57,7 @@ from core.domain.trajectory import TrainingSample
 from core.formats.export import loads_many
 from core.formats.records import fold_reasoning, is_plain
 from core.store import exports
+from core.store.ports import EventStore
 
 
 class DatasetReadError(RuntimeError):
@@ -149,13 +150,13 @@ def created_event(project_id: str, manifest: DatasetManifest) -> tuple[DatasetCr
     return DatasetCreated(manifest.dataset_id, project_id, manifest), dataset_stream(manifest.dataset_id)
 
 
-async def read_manifest(store: Any, dataset_id: str) -> DatasetManifest:
+async def read_manifest(store: EventStore, dataset_id: str) -> DatasetManifest:
     for recorded in await store.read_stream(dataset_stream(dataset_id)):
         if recorded.event_type != DatasetCreated.__name__:
             continue
         if recorded.event_version == DatasetCreated.event_version:
             return manifest_from_data(recorded.data["manifest"])
-        manifest: DatasetManifest = recorded.event.manifest  # an older version: upcast
+        manifest: DatasetManifest = recorded.event.manifest  # type: ignore[attr-defined]  # an older version: upcast
         return manifest
     raise DatasetReadError(f"dataset {dataset_id}: no DatasetCreated event in {dataset_stream(dataset_id)}")
 

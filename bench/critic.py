@@ -67,6 +67,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from core.store.ports import EventStore
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -433,7 +435,7 @@ def multi_line(multi: dict[str, Any], metric: str = "first_error_match_multi") -
 
 
 async def judge_retention(
-    settings: Any, store: Any, run_id: str, model_ref: str, judged: list[Any], folder: Path
+    settings: Any, store: EventStore, run_id: str, model_ref: str, judged: list[Any], folder: Path
 ) -> None:
     """Does the critic survive iteration 0's SFT? The iteration-0 dataset as the run builds it (its
     general data: the warm start's judge set, ``train_service.judge_data.with_judge_general``)

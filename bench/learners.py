@@ -29,6 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from core.store.ports import EventStore
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -66,7 +68,7 @@ def value_variant(config: dict[str, Any], archer_checkpoint: str | Path) -> dict
 
 
 async def value_critic_match(
-    store: Any, run_id: str, model_ref: str, out_dir: Path, quick: bool
+    store: EventStore, run_id: str, model_ref: str, out_dir: Path, quick: bool
 ) -> dict[str, Any]:
     """The ``value`` critic's agreement with the TextCraft oracle on a run's iteration-0 pairs: an
     ArCHer critic is trained (critic updates only, offline) on the transitions of that iteration's

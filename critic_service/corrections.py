@@ -29,9 +29,10 @@ from core.domain.events import (
 )
 from core.domain.ids import derived_id, pair_stream
 from core.domain.reflections import Reflection, ReflectionError
-from core.domain.review import HUMAN_CORRECTED, fold_pair
+from core.domain.review import HUMAN_CORRECTED
 from core.domain.splice import SpliceError
 from core.runtime.service import HandlerResult
+from core.store.pair_repository import PairRepository
 from critic_service.service import run_context
 from critic_service.splicer import SERVICE_NAME, LossMasking, SpliceConfig, SpliceHandlers
 
@@ -50,7 +51,7 @@ class CorrectionHandlers:
         assert isinstance(correction, FirstErrorCorrected)
         meta = caused_by(recorded, SERVICE_NAME)
         stream = pair_stream(correction.pair_id)
-        review = fold_pair(r.event for r in await self.splice.store.read_stream(stream))
+        review = await PairRepository(self.splice.store).load(correction.pair_id)
         pair, marked = review.pair, review.marked
         if pair is None or marked is None:
             raise LookupError(f"corrections: no PairFound / FirstErrorMarked in stream {stream}")

@@ -175,15 +175,10 @@ class CriticConfig:
     def needs_actor(self) -> bool:
         """Whether the critic worker should lease the iteration's actor for a search pair: the
         strategy needs it, or, under the default ``first``, the model and reflect baselines
-        (``compare_model`` / ``compare_reflect``) are recorded beside it. ``rules`` and ``direct``
-        (the critic of a schedule no learner reads revisions from) spend no model pass."""
-        if self.strategy in ("model", "reflect") or (
-            self.strategy == "replay" and self.replay_policy == "model"
-        ):
-            return True
-        if self.strategy == "value" and self.value_model is None:
-            return True  # the actor's critic/
-        return self.strategy == "first" and (self.compare_model or self.compare_reflect)
+        (``compare_model`` / ``compare_reflect``) are recorded beside it (each strategy's
+        ``actor_use``). ``rules`` and ``direct`` (the critic of a schedule no learner reads
+        revisions from) spend no model pass."""
+        return strategy_named(self.strategy).actor_use(self) != "none"
 
 
 async def critique(

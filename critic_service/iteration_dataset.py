@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import func, select
-
 from core.domain.events import IterationDatasetEmpty, IterationDatasetReady, Metadata, NewEvent
 from core.domain.ids import derived_id, run_stream
 from core.store.ports import EventStore
+from core.store.queries.iterations import iteration_progress
 from critic_service.service import run_context
 
 log = logging.getLogger(__name__)
@@ -25,41 +24,19 @@ async def iteration_dataset_events(
 ) -> list[NewEvent]:
     """The iteration's dataset event when it is complete, from committed projections only (its id
     derived from ``service``, the splice worker's name, so every check appends the same one)."""
-    from core.store.tables import iterations, pairs, samples
-
-    engine = store.engine  # type: ignore[attr-defined]
-    async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(iterations).where(iterations.c.run_id == run_id, iterations.c.iteration == iteration)
-            )
-        ).first()
-        if row is None:
-            return []
-        rejected = (
-            await conn.execute(
-                select(func.count()).where(
-                    pairs.c.run_id == run_id, pairs.c.iteration == iteration, pairs.c.status == "rejected"
-                )
-            )
-        ).scalar_one()
-        sample_rows = (
-            await conn.execute(
-                select(samples.c.kind, samples.c.data, samples.c.position).where(
-                    samples.c.run_id == run_id, samples.c.iteration == iteration
-                )
-            )
-        ).all()
+    progress = await iteration_progress(store, run_id, iteration)
+    if progress is None:
+        return []
+    row, sample_rows = progress
+    rejected = row.rejected
     trees_finished = row.trees_done + row.trees_failed
     if trees_finished < row.trees_expected or row.revisions + rejected < row.pairs:
         return []
     revisions = row.revisions
     good_positions = [
-        position
-        for kind, data, position in sample_rows
-        if kind == "good" and (data.get("reward") or 0.0) >= row.alpha
+        s.position for s in sample_rows if s.kind == "good" and (s.data.get("reward") or 0.0) >= row.alpha
     ]
-    revision_positions = [position for kind, _, position in sample_rows if kind == "revision"]
+    revision_positions = [s.position for s in sample_rows if s.kind == "revision"]
     goods = len(good_positions)
     run_config, _ = await run_context(store, run_id, iteration)
     stream = run_stream(run_id)

@@ -38,8 +38,6 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import select
-
 from core.domain.config import RunConfig
 from core.domain.critic import CriticInputError
 from core.domain.egress import Egress
@@ -71,7 +69,9 @@ from core.llm.ports import Policy, PolicyError
 from core.llm.registry import egress_checked as checked_policy_opener
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
+from core.store.pair_repository import PairRepository
 from core.store.ports import EventStore
+from core.store.queries.traces import task_trace_ids
 from critic_service.critic import (
     CriticConfig,
     CriticConfigError,
@@ -82,6 +82,7 @@ from critic_service.critic import (
 )
 from critic_service.oracles import Oracles
 from critic_service.oracles import _open_env as open_oracle_env
+from critic_service.strategies import strategy_named
 from critic_service.strategies.replay import Continuation
 
 log = logging.getLogger(__name__)
@@ -121,11 +122,7 @@ async def run_context(store: EventStore, run_id: str, iteration: int) -> tuple[R
 
 def strategy_needs_model(config: CriticConfig) -> bool:
     """Whether the configured strategy itself judges with the iteration's actor (not only its baselines)."""
-    if config.strategy == "value":
-        return config.value_model is None  # the actor's critic/
-    if config.strategy == "replay":
-        return config.replay_policy == "model"
-    return config.strategy in ("model", "reflect")
+    return strategy_named(config.strategy).actor_use(config) == "required"
 
 
 def _trace_pair_id(failed_trace_id: str) -> str:
@@ -322,21 +319,10 @@ class CriticHandlers:
     async def _partners(self, trace: TraceIngested) -> list[TraceIngested]:
         """The other traces of ``trace``'s project and task key with the opposite outcome, found in
         the ``traces`` projection; only their own streams are read."""
-        from core.store.tables import traces
-
         wanted = "success" if trace.outcome == "failure" else "failure"
-        query = (
-            select(traces.c.trace_id)
-            .where(
-                traces.c.project_id == trace.project_id,
-                traces.c.task_key == trace.task_key,
-                traces.c.outcome == wanted,
-                traces.c.trace_id != trace.trace_id,
-            )
-            .order_by(traces.c.created_at, traces.c.trace_id)
+        trace_ids = await task_trace_ids(
+            self.store, trace.project_id, trace.task_key, wanted, exclude=trace.trace_id
         )
-        async with self.store.engine.connect() as conn:  # type: ignore[attr-defined]
-            trace_ids = (await conn.execute(query)).scalars().all()
         partners = []
         for trace_id in trace_ids:
             if wanted == "failure" and await self._paired(trace_id):
@@ -382,15 +368,14 @@ class CriticHandlers:
         strategy = strategy or self.settings.critic_trace_strategy
         model_ref = model_ref or self.settings.critic_model
         config = CriticConfig.from_data({"strategy": strategy, "plan": self.settings.critic_trace_plan})
-        if config.strategy in ("model", "reflect"):
+        on_traces = strategy_named(config.strategy).on_traces
+        if on_traces == "model":
             if not model_ref:
                 log.warning("critic: trace %s: %s without a critic model: rules", trace.trace_id, strategy)
                 return CriticConfig(strategy="rules"), None
             return config, model_ref
-        if config.strategy == "value":  # needs an archer checkpoint (critic.value_model): runs only
-            log.warning(
-                "critic: trace %s: the value strategy is for runs (critic.value_model): rules", trace.trace_id
-            )
+        if on_traces == "runs-only":  # value: needs an archer checkpoint (critic.value_model)
+            log.warning("critic: trace %s: the %s strategy is for runs: rules", trace.trace_id, strategy)
             return CriticConfig(strategy="rules"), None
         return config, None
 
@@ -451,9 +436,7 @@ class CriticHandlers:
         return out
 
     async def _judged(self, pair_id: str) -> bool:
-        return any(
-            isinstance(r.event, FirstErrorMarked) for r in await self.store.read_stream(pair_stream(pair_id))
-        )
+        return (await PairRepository(self.store).load(pair_id)).marked is not None
 
     async def _replay_pair(self, failed: TraceIngested, meta: Metadata) -> tuple[list[NewEvent], str]:
         """A failed trace with no successful partner that names its environment becomes a pair by

@@ -70,6 +70,7 @@ from core.llm.policy_cache import PolicyCache
 from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult
 from core.runtime.settings import Settings
+from core.store.pair_repository import PairRepository
 from core.store.ports import EventStore
 from critic_service.iteration_dataset import iteration_dataset_events
 from critic_service.reflector import ReflectionRequest, model_reflections
@@ -181,10 +182,7 @@ class SpliceHandlers:
         self._goods: dict[str, list[tuple[str, Trajectory]]] = {}  # tree id -> its good leaves
 
     async def _pair(self, pair_id: str) -> PairFound | None:
-        for recorded in await self.store.read_stream(pair_stream(pair_id)):
-            if isinstance(recorded.event, PairFound):
-                return recorded.event
-        return None
+        return (await PairRepository(self.store).load(pair_id)).pair
 
     async def on_first_error(self, recorded: RecordedEvent) -> HandlerResult:
         marked = recorded.event

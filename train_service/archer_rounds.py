@@ -16,6 +16,7 @@ import torch
 
 from core.domain.events import EpisodePlayed, Metadata, NewEvent
 from core.domain.ids import episodes_stream
+from core.store.ports import EventStore
 from train_service.archer_updates import ArcherLearner
 
 ROUNDS_DIR = "rounds"
@@ -38,7 +39,7 @@ class EpisodeLog(Protocol):
 class StoreEpisodeLog:
     """``EpisodeLog`` over the event store (``core.store``): one stream per buffer."""
 
-    def __init__(self, store: Any, project_id: str | None = None) -> None:
+    def __init__(self, store: EventStore, project_id: str | None = None) -> None:
         self.store = store
         self.project_id = project_id
 

@@ -41,6 +41,8 @@ from typing import Any
 from core.domain.critic import rule_verdicts, transition_index
 from core.domain.events import FirstErrorMarked, PairFound
 from core.domain.stats import mcnemar_exact
+from core.store.pair_repository import PairRepository
+from core.store.ports import EventStore
 
 BASELINE_CRITICS = ("model", "reflect", "rules", "direct", "first")
 GROUPS = ("1", "2+", "all")
@@ -142,42 +144,15 @@ def _histogram(values: Iterable[int]) -> dict[str, int]:
     return {str(k): counts[k] for k in sorted(counts)}
 
 
-async def load_critic_metrics(store: Any, run_id: str) -> dict[int, dict[str, Any]]:
+async def load_critic_metrics(store: EventStore, run_id: str) -> dict[int, dict[str, Any]]:
     """``critic_metrics`` of a run's pairs, read from the store (``load_judged``)."""
     return critic_metrics(await load_judged(store, run_id))
 
 
-async def load_judged(store: Any, run_id: str) -> list[tuple[PairFound, FirstErrorMarked]]:
-    """A run's critiqued pairs: the ``pairs`` read model lists the run's pair ids; each pair stream
-    holds its PairFound and FirstErrorMarked (pairs not critiqued yet are left out)."""
-    from sqlalchemy import select
-
-    from core.domain.ids import pair_stream
-    from core.store.tables import pairs
-
-    async with store.engine.connect() as conn:
-        pair_ids = (
-            (
-                await conn.execute(
-                    select(pairs.c.pair_id).where(pairs.c.run_id == run_id).order_by(pairs.c.pair_id)
-                )
-            )
-            .scalars()
-            .all()
-        )
-    judged: list[tuple[PairFound, FirstErrorMarked]] = []
-    for pair_id in pair_ids:
-        found: PairFound | None = None
-        marked: FirstErrorMarked | None = None
-        for recorded in await store.read_stream(pair_stream(pair_id)):
-            event = recorded.event
-            if isinstance(event, PairFound):
-                found = event
-            elif isinstance(event, FirstErrorMarked):
-                marked = event
-        if found is not None and marked is not None:
-            judged.append((found, marked))
-    return judged
+async def load_judged(store: EventStore, run_id: str) -> list[tuple[PairFound, FirstErrorMarked]]:
+    """A run's critiqued pairs, each PairFound with the critic's own FirstErrorMarked (pairs not
+    critiqued yet are left out): ``PairRepository.judged``."""
+    return await PairRepository(store).judged(run_id)
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

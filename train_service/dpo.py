@@ -1,4 +1,5 @@
-"""Owns DPO at the divergence node: the config, the loss, the Trainer run, and ``train_dpo``.
+"""Owns DPO at the divergence node: the loss, the Trainer run, and ``train_dpo`` (its config,
+``DPOConfig``, is declared in ``core.domain.trainer_config`` and re-exported).
 
 Data: ``core.domain.preferences.PreferencePair`` (prompt = the shared history at the divergence
 node, chosen = the good continuation, rejected = the bad one). Each side is tokenised as prompt +
@@ -23,26 +24,24 @@ and the same Trainer machinery (accelerate / torchrun, time budget, cancel, chec
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from core.domain.datasets import EmptyDatasetError
 from core.domain.preferences import PreferencePair
+from core.domain.trainer_config import DPOConfig
 from train_service.checkpoint import CheckpointMeta, existing_checkpoint
 from train_service.hf_trainer import (
     ListDataset,
     StepReport,
     TrainReport,
-    check_fields,
     control_callbacks,
     fit,
-    knob_problems,
     load_tokenizer,
     run_metrics,
     save_on_rank_zero,
@@ -52,61 +51,6 @@ from train_service.precision import load_for_training
 from train_service.tokenize import IGNORE_INDEX, TokenizedSample, collate, tokenize_sample
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DPOConfig:
-    """Every knob of one DPO run (defaults after the DPO paper where it states them).
-
-    beta: the KL strength of the implicit reward (0.1 in the DPO paper).
-    reference: "frozen" (the starting model, frozen; log-probs precomputed) or "none" (reference-free).
-    epochs / max_steps: passes over the pairs, or optimizer steps when > 0.
-    learning_rate: peak learning rate (AdamW; 1e-6 in the DPO paper, raise it for tiny models).
-    lr_scheduler / warmup: a transformers scheduler name and its warmup (steps, or a fraction < 1).
-    batch_size: preference pairs per forward pass (2 * batch_size sequences).
-    grad_accumulation: forward passes per optimizer step.
-    max_length: tokens per side (cut from the right; a pair left with no trained token is dropped).
-    seed: data order and dropout.
-    bf16: bfloat16 (None = when CUDA supports it). max_grad_norm: gradient clipping.
-    mixed_bf16: fp32 weights, forward and backward under bfloat16 autocast (not with ``bf16``;
-        ``train_service.precision``: attention and LM head stay fp32): faster on a CPU with native bfloat16.
-    time_budget_s: stop after this many seconds (None = no limit). logging_steps: log interval.
-    """
-
-    beta: float = 0.1
-    reference: Literal["frozen", "none"] = "frozen"
-    epochs: float = 1.0
-    max_steps: int = -1
-    learning_rate: float = 1e-6
-    lr_scheduler: str = "linear"
-    warmup: float = 0.1
-    batch_size: int = 4
-    grad_accumulation: int = 1
-    max_length: int = 1024
-    seed: int = 0
-    bf16: bool | None = None
-    mixed_bf16: bool = False
-    max_grad_norm: float = 1.0
-    time_budget_s: float | None = None
-    logging_steps: int = 10
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not (isinstance(self.beta, int | float) and math.isfinite(self.beta) and self.beta > 0):
-            problems.append(f"beta must be > 0, got {self.beta!r}")
-        if self.reference not in ("frozen", "none"):
-            problems.append(f"reference must be 'frozen' or 'none', got {self.reference!r}")
-        problems += knob_problems(self)
-        if problems:
-            raise ValueError("invalid DPOConfig: " + "; ".join(problems))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DPOConfig:
-        check_fields(cls, data)
-        return cls(**data)
 
 
 def token_logps(logits: Any, labels: Any) -> Any:

@@ -56,6 +56,8 @@ from core.domain.eval_protocol import (
 from core.domain.metrics import EpisodeResult, summarize
 from core.envs.base import Env
 from core.llm.ports import Policy
+from core.store.ports import EventStore
+from core.store.queries import samples as samples_queries
 from train_service.episodes import (
     INVALID_ANSWER as INVALID_ANSWER,
 )
@@ -284,18 +286,6 @@ def recorded_recovery_set(metrics: dict[str, Any] | None) -> list[RecoveryPrefix
 # --------------------------------------------------------------------------------------------
 
 
-async def revision_lengths(store: Any, run_id: str) -> dict[int, float]:
+async def revision_lengths(store: EventStore, run_id: str) -> dict[int, float]:
     """Mean ``RevisionMaterialized.revision_length`` per iteration of the run (from the samples model)."""
-    from sqlalchemy import func, select
-
-    from core.store.tables import samples
-
-    async with store.engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                select(samples.c.iteration, func.avg(samples.c.revision_length))
-                .where(samples.c.run_id == run_id, samples.c.kind == "revision")
-                .group_by(samples.c.iteration)
-            )
-        ).all()
-    return {int(it): float(avg) for it, avg in rows if avg is not None}
+    return await samples_queries.revision_lengths(store, run_id)

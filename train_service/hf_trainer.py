@@ -2,7 +2,6 @@
 
 * ``TrainReport`` / ``TrainingCancelled``: what a training call returns, and what it raises when a
   cancel request stopped it (no checkpoint written). ArCHer's own loop returns and raises the same.
-* ``knob_problems`` / ``check_fields``: the validation the learners' configs share.
 * ``load_tokenizer`` (pad token, prefix-stable chat template checked) and ``load_causal_lm`` (fp32
   or bf16, KV cache off for training); ``use_bf16`` decides bf16 when the config leaves it open;
   ``train_service.precision`` turns a config's ``bf16`` / ``mixed_bf16`` into what to load and run.
@@ -72,35 +71,6 @@ class TrainerKnobs(Protocol):
     def time_budget_s(self) -> float | None: ...
     @property
     def logging_steps(self) -> int: ...
-
-
-def knob_problems(cfg: Any) -> list[str]:
-    """What is wrong with the knobs SFTConfig and DPOConfig share (epochs / max_steps, learning
-    rate, batch and accumulation, max_length, time budget); each config adds its own checks."""
-    problems = []
-    if cfg.epochs <= 0 and cfg.max_steps <= 0:
-        problems.append("epochs must be > 0 (or max_steps > 0)")
-    if cfg.learning_rate <= 0:
-        problems.append("learning_rate must be > 0")
-    if cfg.batch_size < 1 or cfg.grad_accumulation < 1:
-        problems.append("batch_size and grad_accumulation must be >= 1")
-    if cfg.max_length < 8:
-        problems.append("max_length must be >= 8")
-    if cfg.time_budget_s is not None and cfg.time_budget_s <= 0:
-        problems.append("time_budget_s must be > 0")
-    if cfg.mixed_bf16 and cfg.bf16:
-        problems.append(
-            "bf16 (bfloat16 weights) and mixed_bf16 (fp32 weights, bfloat16 autocast) exclude each "
-            "other: set one"
-        )
-    return problems
-
-
-def check_fields(cls: type, data: dict[str, Any]) -> None:
-    """ValueError naming the keys of ``data`` that are not fields of the dataclass ``cls``."""
-    unknown = set(data) - set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
-    if unknown:
-        raise ValueError(f"{cls.__name__}: unknown field(s) {sorted(unknown)}")
 
 
 class ListDataset:

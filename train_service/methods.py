@@ -22,80 +22,43 @@ from pathlib import Path
 from typing import Any
 
 from core.domain.datasets import DatasetError
-from core.domain.events import PairFound, TreeStarted
-from core.domain.ids import pair_stream, tree_stream
-from core.domain.mcts import SearchTree
 from core.domain.preferences import PreferenceError, PreferencePair, preference_manifest, preference_pair
 from core.domain.transitions import TransitionConfig, TreeSource, build_transitions
+from core.store.pair_reads import iteration_trees
+from core.store.pair_repository import PairRepository
+from core.store.ports import EventStore
+from core.store.queries.pairs import pair_ids
 from train_service.rl_data import read_preference_pairs, read_transitions, write_records
 
 log = logging.getLogger(__name__)
 
 
-async def _pair_ids(store: Any, run_id: str, iteration: int) -> list[str]:
-    from sqlalchemy import select
-
-    from core.store.tables import pairs
-
-    async with store.engine.connect() as conn:
-        rows = await conn.execute(
-            select(pairs.c.pair_id)
-            .where(pairs.c.run_id == run_id, pairs.c.iteration == iteration)
-            .order_by(pairs.c.pair_id)
-        )
-        return [r[0] for r in rows]
-
-
-async def _tree_ids(store: Any, run_id: str, iteration: int) -> list[str]:
-    from sqlalchemy import select
-
-    from core.store.tables import trees
-
-    async with store.engine.connect() as conn:
-        rows = await conn.execute(
-            select(trees.c.tree_id)
-            .where(trees.c.run_id == run_id, trees.c.iteration == iteration, trees.c.status == "completed")
-            .order_by(trees.c.tree_id)
-        )
-        return [r[0] for r in rows]
-
-
 async def preference_pairs(
-    store: Any, run_id: str, iteration: int
+    store: EventStore, run_id: str, iteration: int
 ) -> tuple[list[PreferencePair], dict[str, str]]:
     """The iteration's preference pairs and the pairs refused (id -> why)."""
     found: list[PreferencePair] = []
     refused: dict[str, str] = {}
-    for pair_id in await _pair_ids(store, run_id, iteration):
-        for recorded in await store.read_stream(pair_stream(pair_id)):
-            event = recorded.event
-            if isinstance(event, PairFound):
-                try:
-                    found.append(
-                        preference_pair(pair_id, event.bad, event.good, event.shared_steps, recorded.position)
-                    )
-                except PreferenceError as exc:
-                    refused[pair_id] = str(exc)
-                break
+    repository = PairRepository(store)
+    for pair_id in await pair_ids(store, run_id, iteration):
+        source = await repository.source(pair_id)
+        if source is None:
+            continue
+        pair = source.pair
+        try:
+            found.append(preference_pair(pair_id, pair.bad, pair.good, pair.shared_steps, source.position))
+        except PreferenceError as exc:
+            refused[pair_id] = str(exc)
     return found, refused
 
 
-async def tree_sources(store: Any, run_id: str, iteration: int) -> list[TreeSource]:
+async def tree_sources(store: EventStore, run_id: str, iteration: int) -> list[TreeSource]:
     """The iteration's completed trees, rebuilt from their streams."""
-    out: list[TreeSource] = []
-    for tree_id in await _tree_ids(store, run_id, iteration):
-        recorded = await store.read_stream(tree_stream(tree_id))
-        events = [r.event for r in recorded]
-        started = next((e for e in events if isinstance(e, TreeStarted)), None)
-        if started is None:
-            continue
-        tree = SearchTree.from_events(events)
-        out.append(TreeSource(tree, started.task, started.instruction, recorded[-1].position))
-    return out
+    return await iteration_trees(store, None, run_id, iteration)
 
 
 async def write_method_dataset(
-    store: Any, folder: Path, run_id: str, iteration: int, method: str, transitions: dict[str, Any]
+    store: EventStore, folder: Path, run_id: str, iteration: int, method: str, transitions: dict[str, Any]
 ) -> tuple[Path, dict[str, Any]]:
     """The iteration's file for ``method`` and a summary of its manifest (``DatasetError`` when the
     iteration has nothing for it: the run then records ``TrainingFailed`` with the message)."""

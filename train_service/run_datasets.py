@@ -18,6 +18,8 @@ from core.domain.runs import RunState
 from core.domain.serde import from_dict
 from core.domain.trajectory import TrainingSample, Trajectory
 from core.runtime.settings import Settings
+from core.store.ports import EventStore
+from core.store.queries.samples import iteration_samples
 
 log = logging.getLogger("train_service.runs")  # the run effects' one logger name, as before the split
 
@@ -30,7 +32,7 @@ class RunDatasets:
     """``RunEffects``' dataset side; ``RunEffects.__init__`` sets the attributes below."""
 
     settings: Settings
-    store: Any
+    store: EventStore
 
     def run_dir(self, run_id: str) -> Path:
         return Path(self.settings.home).resolve() / "runs" / run_id
@@ -44,32 +46,16 @@ class RunDatasets:
             "mask_invalid_steps": config.mask_invalid_steps if config else True,
             "mask_loop_steps": config.mask_loop_steps if config else True,
         }
-        from sqlalchemy import select
-
-        from core.store.tables import samples
-
-        async with self.store.engine.connect() as conn:
-            rows = (
-                (
-                    await conn.execute(
-                        select(samples)
-                        .where(samples.c.run_id == run_id, samples.c.iteration == iteration)
-                        .order_by(samples.c.position, samples.c.sample_id)
-                    )
-                )
-                .mappings()
-                .all()
-            )
+        rows = await iteration_samples(self.store, run_id, iteration)
         revisions: list[Candidate] = []
         good: list[Candidate] = []
         for row in rows:
-            if row["kind"] == "good":
-                sample = trajectory_to_sample(from_dict(Trajectory, row["data"]), row["sample_id"], **mask)
-                good.append(Candidate(sample, row["position"], row["template_id"]))
-            elif row["kind"] == "revision":
-                revisions.append(
-                    Candidate(from_dict(TrainingSample, row["data"]), row["position"], row["template_id"])
-                )
+            if row.kind == "good":
+                sample = trajectory_to_sample(from_dict(Trajectory, row.data), row.sample_id, **mask)
+                good.append(Candidate(sample, row.position, row.template_id))
+            elif row.kind == "revision":
+                sample = from_dict(TrainingSample, row.data)
+                revisions.append(Candidate(sample, row.position, row.template_id))
         return revisions, good
 
     async def write_dataset(

@@ -49,6 +49,7 @@ from core.envs.registry import egress_checked as checked_env_opener
 from core.llm.ports import Policy, PolicyError
 from core.llm.registry import egress_checked as checked_policy_opener
 from core.runtime.settings import Settings
+from core.store.ports import EventStore
 from train_service.episode_processes import EpisodeWorkers, resolve_workers
 from train_service.evaluation import (
     EvalConfig,
@@ -95,7 +96,7 @@ class RunEffects(RunDatasets):
     def __init__(
         self,
         settings: Settings,
-        store: Any,
+        store: EventStore,
         *,
         env_opener: Callable[[str], Env] = _open_env,
         policy_opener: Callable[[str], Policy] = _open_policy,

@@ -67,6 +67,7 @@ from core.envs.base import EnvError
 from core.llm.ports import PolicyError
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
+from core.store.ports import EventStore
 from train_service.runs import RunEffects
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ class CancelHandler:
 class DeadLetterHandler:
     """Fails the run whose step was dead-lettered (module docstring)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: EventStore) -> None:
         self.store = store
 
     async def __call__(self, recorded: RecordedEvent) -> HandlerResult:
@@ -261,7 +262,7 @@ def _describe(p: PlannedEvent) -> str:
     )
 
 
-def build_service(settings: Settings, store: Any, **effects_options: Any) -> Service:
+def build_service(settings: Settings, store: EventStore, **effects_options: Any) -> Service:
     """The train worker's composition root (``effects_options`` go to ``RunEffects``: env / policy
     openers, inline training, progress callbacks)."""
     effects = RunEffects(settings, store, **effects_options)

@@ -1,4 +1,5 @@
-"""Owns supervised fine-tuning: the config, the transformers Trainer run, and ``train_sft``.
+"""Owns supervised fine-tuning: the transformers Trainer run and ``train_sft`` (its config,
+``SFTConfig`` with ``LoraSettings``, is declared in ``core.domain.trainer_config`` and re-exported).
 
 ``train_sft(model_path, samples, out_dir, cfg)`` tokenises samples with the model's chat template
 (labels only on weight-1 assistant turns, see ``train_service.tokenize``), optionally packs them,
@@ -26,11 +27,12 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from core.domain.datasets import EmptyDatasetError
+from core.domain.trainer_config import LoraSettings, SFTConfig
 from core.domain.trajectory import TrainingSample
 from train_service.checkpoint import CheckpointMeta, existing_checkpoint
 from train_service.hf_trainer import (
@@ -38,10 +40,8 @@ from train_service.hf_trainer import (
     StepReport,
     TrainingCancelled,
     TrainReport,
-    check_fields,
     control_callbacks,
     fit,
-    knob_problems,
     load_tokenizer,
     max_over_ranks,
     run_metrics,
@@ -55,91 +55,6 @@ from train_service.tokenize import DataCollator, TokenizedSample, pack, tokenize
 log = logging.getLogger(__name__)
 
 __all__ = ["LoraSettings", "SFTConfig", "TrainReport", "TrainingCancelled", "prepare_examples", "train_sft"]
-
-
-@dataclass(frozen=True)
-class LoraSettings:
-    """Low-rank adapters through peft.
-
-    r: adapter rank. alpha: scaling numerator (scale = alpha / r). dropout: adapter dropout.
-    target_modules: module names to adapt (None = peft's default for the architecture).
-    """
-
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.05
-    target_modules: tuple[str, ...] | None = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-
-@dataclass(frozen=True)
-class SFTConfig:
-    """Every knob of one SFT run.
-
-    epochs: passes over the dataset (fractions allowed); ignored when ``max_steps`` > 0.
-    max_steps: optimizer steps to run; > 0 overrides ``epochs``.
-    learning_rate: peak learning rate (AdamW).
-    lr_scheduler: a transformers scheduler name ("cosine", "linear", "constant", ...) or
-        "time_cosine" (cosine decay over ``time_budget_s`` of wall-clock time; needs the budget).
-    warmup: warmup steps; a float in [0, 1) is a fraction of the total steps.
-    weight_decay: AdamW weight decay.
-    batch_size: samples (or packed blocks) per device per forward pass.
-    grad_accumulation: forward passes per optimizer step (effective batch = batch * accumulation).
-    max_length: tokens per sample (longer samples are cut from the right) and the packing block size.
-    packing: concatenate samples into blocks with per-sample attention (little padding).
-    pack_length: packing block size in tokens (None = ``max_length``). Attention costs grow with
-        the square of the block, so on small models a block of two or three typical samples is
-        faster than one long block.
-    seed: seeds model init of new heads, data order and dropout.
-    bf16: train in bfloat16; None = automatically when a CUDA device with bf16 support is present.
-    mixed_bf16: fp32 weights, forward and backward under bfloat16 autocast (not with ``bf16``;
-        ``train_service.precision``: attention and LM head stay fp32): faster on a CPU with native bfloat16.
-    max_grad_norm: gradient clipping.
-    time_budget_s: stop after this many seconds of training (None = no limit).
-    logging_steps: log loss every this many optimizer steps.
-    lora: LoRA settings, or None for full fine-tuning.
-    """
-
-    epochs: float = 1.0
-    max_steps: int = -1
-    learning_rate: float = 5e-4
-    lr_scheduler: str = "cosine"
-    warmup: float = 0.0
-    weight_decay: float = 0.0
-    batch_size: int = 8
-    grad_accumulation: int = 1
-    max_length: int = 1024
-    packing: bool = False
-    pack_length: int | None = None
-    seed: int = 0
-    bf16: bool | None = None
-    mixed_bf16: bool = False
-    max_grad_norm: float = 1.0
-    time_budget_s: float | None = None
-    logging_steps: int = 10
-    lora: LoraSettings | None = None
-
-    def __post_init__(self) -> None:
-        problems = knob_problems(self)
-        if self.pack_length is not None and self.pack_length < 8:
-            problems.append("pack_length must be >= 8")
-        if self.lr_scheduler == "time_cosine" and not self.time_budget_s:
-            problems.append("lr_scheduler 'time_cosine' needs time_budget_s")
-        if problems:
-            raise ValueError("invalid SFTConfig: " + "; ".join(problems))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SFTConfig:
-        check_fields(cls, data)
-        values = dict(data)
-        if isinstance(values.get("lora"), dict):
-            lora = dict(values["lora"])
-            if lora.get("target_modules") is not None:
-                lora["target_modules"] = tuple(lora["target_modules"])
-            values["lora"] = LoraSettings(**lora)
-        return cls(**values)
 
 
 def prepare_examples(

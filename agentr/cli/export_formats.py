@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from core.domain.trajectory import TrainingSample
 from core.formats.pair_records import PAIR_FORMATS
+from core.store.ports import EventStore
 
 LOCAL_FORMATS = ("tokenized", "hf")
 __all__ = ["FORMAT_HELP", "LOCAL_FORMATS", "PAIR_FORMATS", "convert_download", "write_local"]
@@ -50,7 +50,7 @@ def write_records_jsonl(out: Path, lines: Iterable[str]) -> int:
     return write_lines(out, lines)
 
 
-async def pair_lines_from_store(store: Any, run_id: str, iteration: int, fmt: str) -> list[str]:
+async def pair_lines_from_store(store: EventStore, run_id: str, iteration: int, fmt: str) -> list[str]:
     from core.formats.pair_records import pair_lines
     from core.store.pair_reads import iteration_records
 

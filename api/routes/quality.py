@@ -127,7 +127,7 @@ async def iteration_quality(
     await run_row(svc, project_id, run_id)
     if await run_reads.iteration(svc.store, run_id, iteration) is None:
         raise not_found("iteration", iteration)
-    pair_count = len(await pair_reads.iteration_pair_ids(svc.store, project_id, run_id, iteration))
+    pair_count = len(await pair_reads.pair_ids(svc.store, run_id, iteration, project_id))
     revision_rows = await sample_reads.revision_facts(svc.store, project_id, run_id, iteration)
     judged = [(p, m) for p, m in await load_judged(svc.store, run_id) if p.iteration == iteration]
     report = critic_metrics(judged).get(iteration, {})

@@ -2,6 +2,11 @@
 the launch settings) and its parts (``LoraIn``, ``TransitionSettings``), and the JSON Schema
 statement of which trainer fields each ``train.method`` takes.
 
+The trainer knobs are not written here: they are derived from the trainers' config dataclasses
+(``core.domain.trainer_config``: each field's type, its ``Knob`` for the bounds and the sentence
+the OpenAPI document shows, and its default per method), so a field added to a trainer is an API
+field at once. ``LoraIn`` is derived from ``LoraSettings`` the same way.
+
 ``TRAINER_FIELDS_RULE`` is built from the constants ``core.domain.config.method_problem`` reads
 (``TRAINER_FIELDS``, ``TRAIN_METHODS``, ``TRANSITIONS_KEY``): a field (even as null) only with a
 scheduled method whose trainer takes it. It is written as one ``anyOf`` over the sets of methods a
@@ -18,13 +23,18 @@ null): ``to_domain`` drops them, as the domain reads an absent key as the defaul
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 from itertools import combinations
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from api.schemas.common import ModelRef, _Strict
 from core.domain.config import LAUNCH_KEYS, TRAIN_METHODS, TRAINER_FIELDS, TRANSITIONS_KEY, launch_problem
+from core.domain.trainer_config import TRAINER_CONFIGS, Knob, LoraSettings, knob_of, trainer_fields
 
 NULL_IS_DEFAULT = ("launcher", "nproc_per_node", "method")
 """``train`` keys whose explicit null means unset."""
@@ -70,15 +80,63 @@ def trainer_fields_rule() -> dict[str, Any]:
     return {"anyOf": branches}
 
 
-class LoraIn(_Strict):
-    """LoRA adapter settings (train_service.sft.LoraSettings)."""
+def _json(value: Any) -> str:
+    return json.dumps(list(value) if isinstance(value, tuple) else value)
 
-    r: int | None = Field(None, strict=True, ge=1, le=1024)
-    alpha: int | None = Field(None, strict=True, ge=1, le=100_000)
-    dropout: float | None = Field(None, strict=True, ge=0, lt=1)
-    target_modules: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
-        None, max_length=100
-    )
+
+def _api_type(hint: Any, knob: Knob) -> Any:
+    """The API type of a trainer field of type ``hint``: without None (every knob is optional),
+    a nested settings dataclass as its derived model, a tuple as a list (its items' bounds from
+    ``knob.bounds["items"]``)."""
+    if get_origin(hint) in (Union, UnionType):
+        (hint,) = [arg for arg in get_args(hint) if arg is not type(None)]
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return knob_model(hint, f"{hint.__name__.removesuffix('Settings')}In")
+    if get_origin(hint) is tuple:
+        item = get_args(hint)[0]
+        return list[Annotated[item, Field(**knob.bounds.get("items", {}))]]  # type: ignore[valid-type]
+    return hint
+
+
+def _knob_field(hint: Any, knob: Knob, defaults: dict[str, Any]) -> tuple[Any, Any]:
+    """``(type, FieldInfo)`` of one knob: optional (None keeps the trainer's default), strict for
+    numbers, the knob's bounds, its sentence and the default of each method that takes it."""
+    api_type = _api_type(hint, knob)
+    bounds = {k: v for k, v in knob.bounds.items() if k != "items"}
+    strict = True if api_type in (int, float) else None
+    said = "; ".join(f"{owner}: {_json(value)}" for owner, value in defaults.items())
+    return api_type | None, Field(None, strict=strict, description=f"{knob.doc} ({said})", **bounds)
+
+
+@functools.cache
+def knob_model(cls: type, name: str) -> type[BaseModel]:
+    """A nested settings dataclass (``LoraSettings``) as a strict model of optional knobs (one
+    model per dataclass: the OpenAPI document names it once)."""
+    hints = get_type_hints(cls)
+    fields: dict[str, Any] = {
+        f.name: _knob_field(hints[f.name], knob_of(f), {"default": f.default})
+        for f in dataclasses.fields(cls)
+    }
+    return create_model(name, __base__=_Strict, __doc__=f"{cls.__doc__}", **fields)
+
+
+def trainer_knob_fields() -> dict[str, tuple[Any, Any]]:
+    """Every field of every method's trainer config as an API field (``_knob_field``), in the
+    order the methods and their fields are declared; a field several trainers take has ONE knob
+    (``TypeError`` naming it otherwise)."""
+    seen: dict[str, tuple[Any, Knob, dict[str, Any]]] = {}
+    for method in TRAIN_METHODS:
+        hints = get_type_hints(TRAINER_CONFIGS[method])
+        for f in trainer_fields(method):
+            knob = knob_of(f)
+            hint, first_knob, defaults = seen.setdefault(f.name, (hints[f.name], knob, {}))
+            if first_knob != knob or hint != hints[f.name]:
+                raise TypeError(f"trainer field {f.name!r}: {method}'s type or knob differs from another's")
+            defaults[method] = f.default
+    return {name: _knob_field(hint, knob, defaults) for name, (hint, knob, defaults) in seen.items()}
+
+
+LoraIn = knob_model(LoraSettings, "LoraIn")
 
 
 class TransitionSettings(_Strict):
@@ -96,9 +154,9 @@ class TransitionSettings(_Strict):
     )
 
 
-class TrainSettings(_Strict):
-    """Overrides of the SFT configuration (train_service.sft.SFTConfig); unset fields keep its
-    defaults. To add a knob: add it here AND where the trainer reads it."""
+class _TrainSettingsBase(_Strict):
+    """What ``train`` holds besides the trainer knobs: ``model_path``, the launch settings,
+    ``method`` and archer's ``transitions``."""
 
     model_config = ConfigDict(json_schema_extra=trainer_fields_rule())
 
@@ -107,42 +165,6 @@ class TrainSettings(_Strict):
         description="When `model` is a served URL: the local folder with the weights that server serves "
         "(required unless `data_only`); not allowed with a local `model` folder.",
     )
-    epochs: float | None = Field(
-        None, strict=True, gt=0, le=1000, description="Passes over the dataset (1.0)."
-    )
-    max_steps: int | None = Field(
-        None, strict=True, ge=-1, le=10_000_000, description="Optimizer steps; > 0 overrides epochs."
-    )
-    learning_rate: float | None = Field(
-        None, strict=True, gt=0, le=1, description="Peak AdamW learning rate (5e-4)."
-    )
-    lr_scheduler: str | None = Field(
-        None, pattern="^[a-z_]{1,40}$", description="A transformers scheduler name, or time_cosine."
-    )
-    warmup: float | None = Field(
-        None, strict=True, ge=0, le=1_000_000, description="Warmup steps; in [0, 1) a fraction."
-    )
-    weight_decay: float | None = Field(None, strict=True, ge=0, le=10)
-    batch_size: int | None = Field(None, strict=True, ge=1, le=4096)
-    grad_accumulation: int | None = Field(None, strict=True, ge=1, le=4096)
-    max_length: int | None = Field(
-        None, strict=True, ge=8, le=1_048_576, description="Tokens per sample (1024)."
-    )
-    packing: bool | None = None
-    pack_length: int | None = Field(None, strict=True, ge=8, le=1_048_576)
-    seed: int | None = Field(None, strict=True, ge=0, le=2**31 - 1)
-    bf16: bool | None = Field(None, description="bfloat16 weights (null: when CUDA supports it).")
-    mixed_bf16: bool | None = Field(
-        None,
-        description="fp32 weights, forward/backward under bfloat16 autocast (fast on a CPU with "
-        "AVX512-BF16 / AMX); not with bf16.",
-    )
-    max_grad_norm: float | None = Field(None, strict=True, gt=0, le=1e6)
-    time_budget_s: float | None = Field(
-        None, strict=True, gt=0, le=30 * 24 * 3600, description="Stop training after this."
-    )
-    logging_steps: int | None = Field(None, strict=True, ge=1, le=1_000_000)
-    lora: LoraIn | None = None
     launcher: Literal["inline", "torchrun"] | None = Field(
         None, description="How training starts: inline (in the worker) or torchrun (a process group)."
     )
@@ -155,8 +177,7 @@ class TrainSettings(_Strict):
     master_port: int | None = Field(
         None, strict=True, ge=1, le=65535, description="torchrun rendezvous port."
     )
-    # train.method and the DPO / ArCHer trainer fields (train_service/dpo.py, train_service/archer.py);
-    # a field of another method's trainer is refused (core.domain.config.method_problem)
+    # a field of another method's trainer than train.method's is refused (core.domain.config.method_problem)
     method: (
         Literal["sft", "dpo", "archer"]
         | Annotated[list[Literal["sft", "dpo", "archer"]], Field(min_length=1, max_length=100)]
@@ -166,102 +187,10 @@ class TrainSettings(_Strict):
         description="The learner: sft (Agent-R SFT, default), dpo (at the divergence node), archer; "
         "or a list, one per iteration, the last repeating (e.g. [sft, archer]).",
     )
-    beta: float | None = Field(
-        None, strict=True, gt=0, le=100, description="dpo: KL strength of the implicit reward (0.1)."
-    )
-    reference: Literal["frozen", "none"] | None = Field(
-        None, description="dpo: frozen starting model as reference (default) or none (reference-free)."
-    )
-    mode: Literal["offline", "online"] | None = Field(
-        None,
-        description="archer: offline (ours: expectile V, AWR actor on the logged trees; default) or "
-        "online (the paper's: each round plays episodes in the run's environment into a replay buffer).",
-    )
-    iterations: int | None = Field(
-        None, strict=True, ge=1, le=1_000_000, description="archer: rounds (2000)."
-    )
-    warmup_iters: int | None = Field(
-        None, strict=True, ge=0, le=1_000_000, description="archer: critic-only rounds (20)."
-    )
-    critic_epochs: int | None = Field(
-        None, strict=True, ge=0, le=10_000, description="archer: critic steps per round (5)."
-    )
-    actor_epochs: int | None = Field(
-        None, strict=True, ge=0, le=10_000, description="archer: actor steps per round (3)."
-    )
-    gamma: float | None = Field(
-        None, strict=True, ge=0, le=1, description="archer: discount per turn (0.95)."
-    )
-    tau: float | None = Field(
-        None, strict=True, gt=0, le=1, description="archer: Polyak rate of the target critic (0.1)."
-    )
-    critic_lr: float | None = Field(
-        None, strict=True, gt=0, le=1, description="archer: critic learning rate (1e-5)."
-    )
-    actor_lr: float | None = Field(
-        None, strict=True, gt=0, le=1, description="archer: actor learning rate (1e-6)."
-    )
-    expectile: float | None = Field(
-        None, strict=True, gt=0, lt=1, description="archer offline: V expectile (0.7)."
-    )
-    actor_loss: Literal["auto", "awr", "pg"] | None = Field(
-        None, description="archer: auto (awr offline, pg online), awr or pg."
-    )
-    awr_beta: float | None = Field(
-        None, strict=True, gt=0, le=100, description="archer: AWR inverse temperature (3)."
-    )
-    awr_max_weight: float | None = Field(
-        None, strict=True, gt=0, le=1e6, description="archer: AWR weight cap (100)."
-    )
-    kl_coef: float | None = Field(
-        None, strict=True, ge=0, le=100, description="archer: KL penalty to the start (0.05)."
-    )
-    temperature: float | None = Field(
-        None, strict=True, gt=0, le=5, description="archer online: sampling temperature (1)."
-    )
-    max_new_tokens: int | None = Field(
-        None, strict=True, ge=1, le=8192, description="archer online: tokens per action (32)."
-    )
-    head_hidden: int | None = Field(
-        None, strict=True, ge=1, le=65_536, description="archer: critic head width (1024)."
-    )
-    max_state_tokens: int | None = Field(
-        None, strict=True, ge=8, le=1_048_576, description="archer: critic state tokens (512)."
-    )
-    max_action_tokens: int | None = Field(
-        None, strict=True, ge=4, le=65_536, description="archer: critic action tokens (64)."
-    )
-    rollout_episodes: int | None = Field(
-        None, strict=True, ge=1, le=100_000, description="archer online: episodes played per round (32)."
-    )
-    buffer_capacity: int | None = Field(
-        None,
-        strict=True,
-        ge=1,
-        le=10_000_000,
-        description="archer online: replay buffer size in transitions (10000).",
-    )
-    episode_max_steps: int | None = Field(
-        None, strict=True, ge=1, le=10_000, description="archer online: actions per rollout episode (20)."
-    )
-    env_steps_budget: int | None = Field(
-        None,
-        strict=True,
-        ge=1,
-        le=1_000_000_000,
-        description="archer online: stop after this many environment actions.",
-    )
-    optimizer_steps_budget: int | None = Field(
-        None,
-        strict=True,
-        ge=1,
-        le=1_000_000_000,
-        description="archer online: stop after this many optimizer steps.",
-    )
     transitions: TransitionSettings | None = Field(None, description="archer: how transitions are read.")
 
     @model_validator(mode="after")
-    def _launch_settings(self) -> TrainSettings:
+    def _launch_settings(self) -> _TrainSettingsBase:
         problem = launch_problem(self.model_dump(exclude_none=True, include=set(LAUNCH_KEYS)))
         if problem is not None:
             raise ValueError(problem)
@@ -272,3 +201,9 @@ class TrainSettings(_Strict):
         without the ``NULL_IS_DEFAULT`` keys sent as null."""
         data = self.model_dump(exclude_unset=True)
         return {k: v for k, v in data.items() if not (k in NULL_IS_DEFAULT and v is None)}
+
+
+class TrainSettings(create_model("_TrainerKnobs", __base__=_TrainSettingsBase, **trainer_knob_fields())):  # type: ignore[misc]
+    """Overrides of the trainer configuration of each ``train.method`` (train_service.sft.SFTConfig,
+    train_service.dpo.DPOConfig, train_service.archer.ArcherConfig); unset fields keep its defaults.
+    Its knobs come from those dataclasses (core.domain.trainer_config)."""

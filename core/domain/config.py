@@ -19,34 +19,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.domain.serde import from_dict, to_dict
+from core.domain.trainer_config import trainer_fields
 
 TRAIN_MODEL_PATH = "model_path"  # the key of RunConfig.train naming the local weights of a served model
 LAUNCH_KEYS = ("launcher", "nproc_per_node", "accelerate_config", "master_port")  # train.* launch settings
 LAUNCHERS = ("inline", "torchrun")
 TRAIN_METHODS = ("sft", "dpo", "archer")  # train.method: the learner (a list: one per iteration)
 TRANSITIONS_KEY = "transitions"  # train.transitions: core.domain.transitions.TransitionConfig (archer)
-# the trainer fields of each method (its config dataclass: train_service.sft.SFTConfig,
-# train_service.dpo.DPOConfig, train_service.archer.ArcherConfig; a unit test keeps them in step)
 TRAINER_FIELDS: dict[str, tuple[str, ...]] = {
-    "sft": (
-        "epochs", "max_steps", "learning_rate", "lr_scheduler", "warmup", "weight_decay", "batch_size",
-        "grad_accumulation", "max_length", "packing", "pack_length", "seed", "bf16", "mixed_bf16",
-        "max_grad_norm", "time_budget_s", "logging_steps", "lora",
-    ),
-    "dpo": (
-        "beta", "reference", "epochs", "max_steps", "learning_rate", "lr_scheduler", "warmup", "batch_size",
-        "grad_accumulation", "max_length", "seed", "bf16", "mixed_bf16", "max_grad_norm", "time_budget_s",
-        "logging_steps",
-    ),
-    "archer": (
-        "mode", "iterations", "warmup_iters", "critic_epochs", "actor_epochs", "batch_size",
-        "grad_accumulation", "gamma", "tau", "critic_lr", "actor_lr", "max_grad_norm", "expectile",
-        "actor_loss", "awr_beta", "awr_max_weight", "kl_coef", "temperature", "max_new_tokens",
-        "head_hidden", "max_state_tokens", "max_action_tokens", "max_length", "seed", "time_budget_s",
-        "rollout_episodes", "buffer_capacity", "episode_max_steps", "env_steps_budget",
-        "optimizer_steps_budget",
-    ),
-}  # fmt: skip
+    method: tuple(f.name for f in trainer_fields(method)) for method in TRAIN_METHODS
+}
+"""The trainer fields of each method: its config dataclass's (core.domain.trainer_config)."""
 
 
 def method_schedule(train: dict[str, Any]) -> tuple[Any, ...]:

@@ -5,14 +5,17 @@ the splicer's ``RevisionMaterialized`` and, after human review, ``FirstErrorAcce
 confirms the current t') or ``FirstErrorCorrected`` followed by ``SampleRespliced`` or
 ``CorrectionRejected``. ``fold_pair`` reads those events in stream order
 and answers what the UI and the correction route need: the pair, the critic's verdicts, the t' and
-reflection the current sample was spliced with, every correction with its outcome. ``check_correction``
-says whether a reviewer's correction can be applied, before anything is written (``check_accept``:
-an acceptance). ``review_signals`` says from the critic's verdict why a pair may need a human (the
-review queue's filters) and ``review_priority`` how urgently (the queue's order).
+reflection the current sample was spliced with, every correction with its outcome, and the first
+error the exports label (the critic's, moved to the latest correction's step, no longer a
+fallback). ``check_correction`` says whether a reviewer's correction can be applied, before
+anything is written (``check_accept``: an acceptance). ``review_signals`` says from the critic's
+verdict why a pair may need a human (the review queue's filters) and ``review_priority`` how
+urgently (the queue's order).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -58,6 +61,7 @@ class CorrectionRecord:
 class PairReview:
     pair: PairFound | None = None
     marked: FirstErrorMarked | None = None
+    first_error: FirstErrorMarked | None = None  # ``marked`` moved by the latest correction
     sample: TrainingSample | None = None
     sample_origin: str = ""  # "splice" or HUMAN_CORRECTED
     transition_index: int | None = None  # the t' of the current sample (else the critic's)
@@ -84,7 +88,7 @@ def fold_pair(events: Iterable[DomainEvent]) -> PairReview:
         if isinstance(event, PairFound):
             review.pair = event
         elif isinstance(event, FirstErrorMarked):
-            review.marked = event
+            review.marked = review.first_error = event
             if review.sample is None:
                 review.transition_index = event.transition_index
         elif isinstance(event, RevisionMaterialized):
@@ -99,6 +103,10 @@ def fold_pair(events: Iterable[DomainEvent]) -> PairReview:
         elif isinstance(event, FirstErrorCorrected):
             record = CorrectionRecord(event)
             review.corrections.append(record)
+            if review.first_error is not None:
+                review.first_error = dataclasses.replace(
+                    review.first_error, transition_index=event.new_transition_index, fallback=False
+                )
             by_id[event.correction_id] = record
         elif isinstance(event, SampleRespliced):
             review.sample = event.sample

@@ -32,6 +32,9 @@ Forms (options are URL query parameters):
 - ``NAME?key=value`` where NAME is registered in the ``agentr.envs`` entry-point group by an
   installed package — opened like the python: form.
 
+``SCHEMES`` (URI scheme -> opener) and ``BUILTINS`` (built-in name -> opener) are the registry
+``open_env`` dispatches through; an entry-point name is looked up last.
+
 A malformed URI, an unknown environment or an unknown / badly typed option raises EnvError naming it.
 With ``egress`` (a worker's: ``Settings.egress``, core/domain/egress.py) a remote environment outside
 the operator's ``AGENTR_ALLOWED_ENV_URLS`` raises EnvError before anything connects; without it (the
@@ -42,7 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from core.domain.egress import Egress
 from core.envs.base import Env, EnvError
@@ -51,7 +54,86 @@ from core.envs.uri_options import UriOptions as _Options
 if TYPE_CHECKING:
     from core.envs.textcraft.recipes import RecipeBook
 
-BUILTIN = ("textcraft", "sciworld")
+
+def _open_openenv(uri: str, parts: SplitResult) -> Env:
+    from core.envs.openenv import open_openenv
+
+    return open_openenv(uri)
+
+
+def _open_tau2(uri: str, parts: SplitResult) -> Env:
+    from core.envs.tau2 import Tau2Env
+
+    options = _Options(uri, parts.query)
+    max_steps = int(options.take_number("max_steps", 30))
+    options.finish(uri, "max_steps")
+    return Tau2Env(parts.path, max_steps=max_steps)
+
+
+def _open_gym(uri: str, parts: SplitResult) -> Env:
+    from core.envs.gymnasium_bridge import open_gym
+
+    return open_gym(uri)
+
+
+def _open_python(uri: str, parts: SplitResult) -> Env:
+    from core.envs.plugin import open_python
+
+    return open_python(uri, parts.path, _Options(uri, parts.query).values)
+
+
+def _open_textcraft(uri: str, options: _Options) -> Env:
+    from core.envs.textcraft import TextCraftEnv
+
+    distractors = int(options.take_number("distractors", 10))
+    split = options.take("split", "") or None
+    goals = tuple(g.strip() for g in options.take("goal", "").split(",") if g.strip())
+    max_steps = int(options.take_number("max_steps", 50))
+    rules = options.take("rules", "agentr")
+    listing = options.take("listing", "")
+    options.finish("textcraft", "distractors, split, goal, max_steps, rules, listing")
+    if goals and split:
+        raise EnvError(f"environment URI {uri!r}: give either split or goal, not both")
+    book = None
+    if listing:
+        book = _listing_book(uri, listing, rules)
+    return TextCraftEnv(
+        distractors=distractors, max_steps=max_steps, split=split, goals=goals, rules=rules, book=book
+    )
+
+
+def _open_sciworld(uri: str, options: _Options) -> Env:
+    from core.envs.sciworld import SciWorldEnv
+
+    max_steps = int(options.take_number("max_steps", 100))
+    simplifications = options.take("simplifications", "")
+    options.finish("sciworld", "max_steps, simplifications")
+    return SciWorldEnv(max_steps=max_steps, simplifications=simplifications)
+
+
+SCHEMES: dict[str, Callable[[str, SplitResult], Env]] = {
+    "agentgym+": lambda uri, _parts: _open_agentgym(uri),
+    "openenv+": _open_openenv,
+    "tau2": _open_tau2,
+    "gym": _open_gym,
+    "python": _open_python,
+}
+"""URI scheme -> opener: a key ending in ``+`` is a scheme prefix (``agentgym+https``, with a
+server), any other an opaque scheme (``tau2:retail``: no ``//host``)."""
+
+BUILTINS: dict[str, Callable[[str, _Options], Env]] = {
+    "textcraft": _open_textcraft,
+    "sciworld": _open_sciworld,
+}
+"""Built-in environment name -> opener (with the URI's options)."""
+BUILTIN = tuple(BUILTINS)
+
+
+def _scheme_opener(parts: SplitResult) -> Callable[[str, SplitResult], Env] | None:
+    for key, opener in SCHEMES.items():
+        if parts.scheme.startswith(key) if key.endswith("+") else parts.scheme == key and not parts.netloc:
+            return opener
+    return None
 
 
 def open_env(uri: str, *, egress: Egress | None = None) -> Env:
@@ -63,27 +145,9 @@ def open_env(uri: str, *, egress: Egress | None = None) -> Env:
     if refused is not None:
         raise EnvError(refused)
     parts = urlsplit(uri)
-    if parts.scheme.startswith("agentgym+"):
-        return _open_agentgym(uri)
-    if parts.scheme.startswith("openenv+"):
-        from core.envs.openenv import open_openenv
-
-        return open_openenv(uri)
-    if parts.scheme == "tau2" and not parts.netloc:
-        from core.envs.tau2 import Tau2Env
-
-        options = _Options(uri, parts.query)
-        max_steps = int(options.take_number("max_steps", 30))
-        options.finish(uri, "max_steps")
-        return Tau2Env(parts.path, max_steps=max_steps)
-    if parts.scheme == "gym" and not parts.netloc:
-        from core.envs.gymnasium_bridge import open_gym
-
-        return open_gym(uri)
-    if parts.scheme == "python" and not parts.netloc:
-        from core.envs.plugin import open_python
-
-        return open_python(uri, parts.path, _Options(uri, parts.query).values)
+    scheme_opener = _scheme_opener(parts)
+    if scheme_opener is not None:
+        return scheme_opener(uri, parts)
     if parts.scheme or parts.netloc or parts.fragment:
         raise EnvError(
             f"malformed environment URI {uri!r}: expected textcraft, sciworld, tau2:DOMAIN, "
@@ -92,31 +156,9 @@ def open_env(uri: str, *, egress: Egress | None = None) -> Env:
         )
     name = parts.path
     options = _Options(uri, parts.query)
-    if name == "textcraft":
-        from core.envs.textcraft import TextCraftEnv
-
-        distractors = int(options.take_number("distractors", 10))
-        split = options.take("split", "") or None
-        goals = tuple(g.strip() for g in options.take("goal", "").split(",") if g.strip())
-        max_steps = int(options.take_number("max_steps", 50))
-        rules = options.take("rules", "agentr")
-        listing = options.take("listing", "")
-        options.finish(name, "distractors, split, goal, max_steps, rules, listing")
-        if goals and split:
-            raise EnvError(f"environment URI {uri!r}: give either split or goal, not both")
-        book = None
-        if listing:
-            book = _listing_book(uri, listing, rules)
-        return TextCraftEnv(
-            distractors=distractors, max_steps=max_steps, split=split, goals=goals, rules=rules, book=book
-        )
-    if name == "sciworld":
-        from core.envs.sciworld import SciWorldEnv
-
-        max_steps = int(options.take_number("max_steps", 100))
-        simplifications = options.take("simplifications", "")
-        options.finish(name, "max_steps, simplifications")
-        return SciWorldEnv(max_steps=max_steps, simplifications=simplifications)
+    builtin = BUILTINS.get(name)
+    if builtin is not None:
+        return builtin(uri, options)
     from core.envs.plugin import entry_point_names, open_entry_point
 
     plugged = open_entry_point(name, options.values)

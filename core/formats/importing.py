@@ -6,7 +6,8 @@ Formats (DESIGN §6, docs/traces.md): ``openai`` (chat messages with ``tool_call
 OpenInference attributes), ``otlp`` (OTLP/JSON export requests, split into traces by trace id),
 ``sharegpt`` (ShareGPT / AgentGym ``conversations``; LLaMA-Factory ``function_call`` / ``observation``),
 ``openai-responses`` (Responses API items) and ``langfuse`` (``{trace, observations}``).
-Each parser turns a trace into neutral ``Turn`` objects; ``turns_to_trajectory`` turns those into one
+``REGISTRY`` maps each format name to its parser (``FORMATS`` are its keys). Each parser turns a
+trace into neutral ``Turn`` objects; ``turns_to_trajectory`` turns those into one
 ``Trajectory`` the same way for every format, so one conversation gives the same trajectory whatever
 format it arrived in.
 
@@ -26,9 +27,10 @@ kept: ``provenance["metadata"]``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +44,7 @@ from core.formats.turns import Conversation, Turn, check_tools
 __all__ = [
     "FORMATS",
     "OUTCOME_HINT",
+    "REGISTRY",
     "Conversation",
     "ImportedTrace",
     "Outcome",
@@ -56,7 +59,31 @@ __all__ = [
     "turns_to_trajectory",
     "with_note",
 ]
-FORMATS = ("openai", "openai-legacy", "openai-responses", "otel", "otlp", "sharegpt", "langfuse")
+ItemParser = Callable[[dict[str, Any], str], Conversation]
+"""One trace object and its path in the batch (``traces[3]``) -> its conversation."""
+BatchParser = Callable[[list[Any]], list[tuple[dict[str, Any], Conversation]]]
+"""The whole batch -> (envelope, conversation) per trace (a format whose traces span items)."""
+
+
+@dataclass(frozen=True)
+class FormatParser:
+    """How a format's batch is parsed: item by item (``item``) or as a whole (``batch``)."""
+
+    item: ItemParser | None = None
+    batch: BatchParser | None = None
+
+
+REGISTRY: dict[str, FormatParser] = {
+    "openai": FormatParser(item=import_openai.parse),
+    "openai-legacy": FormatParser(item=functools.partial(import_openai.parse, legacy=True)),
+    "openai-responses": FormatParser(item=import_responses.parse),
+    "otel": FormatParser(item=import_otel.parse_item),
+    "otlp": FormatParser(batch=import_otel.parse_otlp_exports),
+    "sharegpt": FormatParser(item=import_sharegpt.parse),
+    "langfuse": FormatParser(item=import_langfuse.parse),
+}
+"""``format`` name -> its parser: adding a format is a parser module and a line here."""
+FORMATS = tuple(REGISTRY)
 
 
 @dataclass(frozen=True)
@@ -261,26 +288,16 @@ def _envelope(
 
 
 def _conversations(items: list[Any], fmt: str) -> list[tuple[dict[str, Any], Conversation]]:
+    parser = REGISTRY[fmt]
+    if parser.batch is not None:
+        return parser.batch(items)
+    assert parser.item is not None  # a FormatParser names one of the two
     out: list[tuple[dict[str, Any], Conversation]] = []
-    if fmt == "otlp":
-        for envelope, conversation in import_otel.parse_otlp_exports(items):
-            out.append((envelope, conversation))
-        return out
     for index, item in enumerate(items):
         path = f"traces[{index}]"
         if not isinstance(item, dict):
             raise TraceFormatError(path, f"expected an object, got {type(item).__name__}")
-        if fmt in ("openai", "openai-legacy"):
-            conversation = import_openai.parse(item, path, legacy=fmt == "openai-legacy")
-        elif fmt == "openai-responses":
-            conversation = import_responses.parse(item, path)
-        elif fmt == "langfuse":
-            conversation = import_langfuse.parse(item, path)
-        elif fmt == "otel":
-            conversation = import_otel.parse_item(item, path)
-        else:
-            conversation = import_sharegpt.parse(item, path)
-        out.append((item, conversation))
+        out.append((item, parser.item(item, path)))
     return out
 
 

@@ -3,7 +3,8 @@
 Each strategy is one module of this package behind the ``CriticStrategy`` protocol
 (``critic_service.strategies.base``); the pure verdict rules they use are ``core.domain.critic``'s.
 Adding a strategy: write ``critic_service/strategies/<name>.py`` with a ``STRATEGY`` object (a
-``name``, ``needs_policy`` and ``async judge(options, path, shared_steps, policy) -> Critique``; the
+``name``, ``needs_policy``, ``on_traces``, ``actor_use(options)`` and
+``async judge(options, path, shared_steps, policy) -> Critique``; the
 ``direct`` module is the smallest example), add it to the tuple below and its name to
 ``core.domain.events.CriticStrategyName`` (the names events and the API accept; mypy and
 tests/unit/test_critic_strategies.py check the two agree). ``CriticConfig`` then accepts it and the

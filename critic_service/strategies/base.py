@@ -3,19 +3,29 @@ the ``CriticOptions`` it may read (the run's ``critic`` settings, ``critic_servi
 and ``CriticConfigError``.
 
 A strategy is one small module of this package with one object that has a ``name``, says whether
-it ``needs_policy`` (the iteration's model), and ``judge``s the bad path's steps from the divergence
-on; the verdict rules themselves are pure and live in ``core.domain.critic``. The registry
-(``critic_service.strategies``) maps names to strategies; the service chooses by name.
+it ``needs_policy`` (the iteration's model), how it uses the actor under given options
+(``actor_use``: the critic worker leases the model by it) and how it takes an uploaded trace
+(``on_traces``), and ``judge``s the bad path's steps from the divergence on; the verdict rules
+themselves are pure and live in ``core.domain.critic``. The registry (``critic_service.strategies``)
+maps names to strategies; the service and ``CriticConfig`` ask the chosen one, never its name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from core.domain.events import CriticStrategyName, StepVerdict
 from core.domain.trajectory import Trajectory
 from core.llm.ports import Policy
+
+ActorUse = Literal["required", "optional", "none"]
+"""How judging uses the iteration's actor: it cannot judge without it, it records extra (baseline)
+verdicts with it when it can be opened, or it never asks for it."""
+
+TraceUse = Literal["model", "runs-only", "as-set"]
+"""How a strategy takes an uploaded trace: with the trace's critic model (rules judge when none is
+set), not at all (it needs a run's artefacts: rules judge instead), or as set, with no model."""
 
 
 class CriticConfigError(ValueError):
@@ -57,6 +67,15 @@ class CriticOptions(Protocol):
     @property
     def value_model(self) -> str | None: ...
 
+    @property
+    def replay_policy(self) -> str: ...
+
+    @property
+    def compare_model(self) -> bool: ...
+
+    @property
+    def compare_reflect(self) -> bool: ...
+
 
 class CriticStrategy(Protocol):
     """One way of finding the first error t' on a bad path."""
@@ -71,8 +90,26 @@ class CriticStrategy(Protocol):
         """True when it cannot judge without the iteration's model (the service passes ``policy``)."""
         ...
 
+    @property
+    def on_traces(self) -> TraceUse:
+        """How it takes an uploaded trace (``TraceUse``)."""
+        ...
+
+    def actor_use(self, options: CriticOptions) -> ActorUse:
+        """How judging with ``options`` uses the iteration's actor (``ActorUse``)."""
+        ...
+
     async def judge(
         self, options: CriticOptions, path: Trajectory, shared_steps: int, policy: Policy | None
     ) -> Critique:
         """Judge ``path.steps[shared_steps:]`` and name t' (``Critique.transition_index``)."""
         ...
+
+
+class NoActor:
+    """The defaults of a strategy that never asks for the actor and takes a trace as set."""
+
+    on_traces: TraceUse = "as-set"
+
+    def actor_use(self, options: CriticOptions) -> ActorUse:
+        return "none"

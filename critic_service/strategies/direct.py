@@ -9,11 +9,11 @@ from core.domain.critic import direct_verdicts, transition_index
 from core.domain.events import CriticStrategyName
 from core.domain.trajectory import Trajectory
 from core.llm.ports import Policy
-from critic_service.strategies.base import CriticOptions, Critique
+from critic_service.strategies.base import CriticOptions, Critique, NoActor
 
 
 @dataclass(frozen=True)
-class DirectStrategy:
+class DirectStrategy(NoActor):
     name: CriticStrategyName = "direct"
     needs_policy: bool = False
 

@@ -11,13 +11,18 @@ from core.domain.critic import first_step_verdicts, transition_index
 from core.domain.events import CriticStrategyName
 from core.domain.trajectory import Trajectory
 from core.llm.ports import Policy
-from critic_service.strategies.base import CriticOptions, Critique
+from critic_service.strategies.base import ActorUse, CriticOptions, Critique, TraceUse
 
 
 @dataclass(frozen=True)
 class FirstStrategy:
     name: CriticStrategyName = "first"
     needs_policy: bool = False
+    on_traces: TraceUse = "as-set"
+
+    def actor_use(self, options: CriticOptions) -> ActorUse:
+        """The model and reflect baselines recorded beside it, when asked for."""
+        return "optional" if options.compare_model or options.compare_reflect else "none"
 
     async def judge(
         self, options: CriticOptions, path: Trajectory, shared_steps: int, policy: Policy | None

@@ -53,7 +53,7 @@ from core.domain.events import CriticStrategyName, StepVerdict
 from core.domain.trajectory import Trajectory
 from core.llm.judge_prompt import LABEL_TEXTS, judge_conversation, whole_judge_conversation
 from core.llm.ports import Policy
-from critic_service.strategies.base import CriticConfigError, CriticOptions, Critique
+from critic_service.strategies.base import ActorUse, CriticConfigError, CriticOptions, Critique, TraceUse
 from critic_service.strategies.scoring import label_token_counts, normalised_verdict, supports_prefix_reuse
 
 
@@ -149,6 +149,10 @@ async def judge_whole(policy: Policy, path: Trajectory, start: int) -> tuple[lis
 class ModelStrategy:
     name: CriticStrategyName = "model"
     needs_policy: bool = True
+    on_traces: TraceUse = "model"
+
+    def actor_use(self, options: CriticOptions) -> ActorUse:
+        return "required"
 
     async def judge(
         self, options: CriticOptions, path: Trajectory, shared_steps: int, policy: Policy | None

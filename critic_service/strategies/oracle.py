@@ -24,11 +24,11 @@ from core.domain.trajectory import Trajectory
 from core.envs.textcraft.oracle import OracleError, oracle_strategy_problem
 from core.llm.ports import Policy
 from critic_service.oracles import NoOracle, Oracles
-from critic_service.strategies.base import CriticConfigError, CriticOptions, Critique
+from critic_service.strategies.base import CriticConfigError, CriticOptions, Critique, NoActor
 
 
 @dataclass(frozen=True)
-class OracleStrategy:
+class OracleStrategy(NoActor):
     name: CriticStrategyName = "oracle"
     needs_policy: bool = False
     oracles: Oracles = field(default_factory=Oracles, compare=False, repr=False)

@@ -23,7 +23,7 @@ from core.domain.trajectory import Message, Trajectory
 from core.llm.context import context_limit, fit_prompt
 from core.llm.ports import ContextWindow, Policy
 from core.llm.prompts import build_messages
-from critic_service.strategies.base import CriticOptions, Critique
+from critic_service.strategies.base import ActorUse, CriticOptions, Critique, TraceUse
 from critic_service.strategies.scoring import label_token_counts, supports_prefix_reuse
 
 
@@ -79,6 +79,10 @@ async def judge_reflect(
 class ReflectStrategy:
     name: CriticStrategyName = "reflect"
     needs_policy: bool = True
+    on_traces: TraceUse = "model"
+
+    def actor_use(self, options: CriticOptions) -> ActorUse:
+        return "required"
 
     async def judge(
         self, options: CriticOptions, path: Trajectory, shared_steps: int, policy: Policy | None

@@ -37,7 +37,7 @@ from core.domain.trajectory import Step, Trajectory
 from core.envs.base import Env, EnvError
 from core.envs.tau2 import tool_step
 from core.llm.ports import Policy
-from critic_service.strategies.base import CriticConfigError, CriticOptions, Critique
+from critic_service.strategies.base import ActorUse, CriticConfigError, CriticOptions, Critique, TraceUse
 
 SUCCESS = 1.0  # a continuation succeeds when its final reward reaches this
 
@@ -243,6 +243,11 @@ def replay_critique(verdict: ReplayVerdict, n_steps: int, shared_steps: int) -> 
 class ReplayStrategy:
     name: CriticStrategyName = "replay"
     needs_policy: bool = False  # the expert continues without a model; replay_policy model asks for one
+    on_traces: TraceUse = "as-set"
+
+    def actor_use(self, options: CriticOptions) -> ActorUse:
+        return "required" if options.replay_policy == "model" else "none"
+
     needs_environment: bool = True
 
     async def judge(

@@ -10,11 +10,11 @@ from core.domain.critic import fell_back, rule_verdicts, transition_index
 from core.domain.events import CriticStrategyName
 from core.domain.trajectory import Trajectory
 from core.llm.ports import Policy
-from critic_service.strategies.base import CriticOptions, Critique
+from critic_service.strategies.base import CriticOptions, Critique, NoActor
 
 
 @dataclass(frozen=True)
-class RulesStrategy:
+class RulesStrategy(NoActor):
     name: CriticStrategyName = "rules"
     needs_policy: bool = False
 

@@ -29,7 +29,7 @@ from core.domain.events import CriticStrategyName, StepVerdict
 from core.domain.trajectory import Trajectory
 from core.domain.transitions import action_text, history_messages
 from core.llm.ports import Policy
-from critic_service.strategies.base import CriticConfigError, CriticOptions, Critique
+from critic_service.strategies.base import ActorUse, CriticConfigError, CriticOptions, Critique, TraceUse
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,10 @@ async def judge_value(
 class ValueStrategy:
     name: CriticStrategyName = "value"
     needs_policy: bool = False  # the critic comes from critic.value_model, else the actor's folder
+    on_traces: TraceUse = "runs-only"  # needs an archer checkpoint (critic.value_model)
+
+    def actor_use(self, options: CriticOptions) -> ActorUse:
+        return "required" if options.value_model is None else "none"  # else: the actor's critic/
 
     async def judge(
         self, options: CriticOptions, path: Trajectory, shared_steps: int, policy: Policy | None

@@ -25,6 +25,7 @@ from api.proxy.recorder import CallRecord, Recorder, StoreSink
 from api.proxy.routes import ProxyRuntime, load_proxy_settings
 from core.domain.events import ModelCallRecorded
 from core.domain.ids import new_id, trace_stream
+from core.store.ports import EventStore
 from tests.api.conftest import ADMIN_KEY, make_settings, running
 from tests.api.proxy_upstream import Upstream, upstream
 from tests.support import free_port
@@ -282,7 +283,7 @@ async def test_queued_calls_are_stored_in_batches_and_a_bad_one_still_stands_alo
         assert not {trace_stream(r.trace_id) for r in good[:32]} & set(read_back)
 
 
-async def _calls_in(store: Any, trace_id: str) -> list[ModelCallRecorded]:
+async def _calls_in(store: EventStore, trace_id: str) -> list[ModelCallRecorded]:
     return [
         r.event
         for r in await store.read_stream(trace_stream(trace_id))

@@ -33,6 +33,7 @@ from core.domain import events as ev
 from core.domain.events import Metadata, NewEvent
 from core.domain.ids import new_id, pair_stream, project_stream, run_stream, tree_stream
 from core.domain.trajectory import Step, Trajectory
+from core.store.ports import EventStore
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -114,7 +115,9 @@ def project_events(
     return SeededProject(project_id, issued.key, run_id), events
 
 
-async def seed_project(store: Any, name: str, scopes: tuple[str, ...] = ("read", "review")) -> SeededProject:
+async def seed_project(
+    store: EventStore, name: str, scopes: tuple[str, ...] = ("read", "review")
+) -> SeededProject:
     project, events = project_events(name, scopes)
     await store.append(events)
     return project

@@ -38,6 +38,7 @@ from core.runtime.relay import Relay
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store
+from core.store.ports import EventStore
 from critic_service.reflector import ReflectionRequest, model_reflections
 from critic_service.service import build_service as build_critic
 from critic_service.splice_service import build_service as build_splice
@@ -116,7 +117,7 @@ def _events(recorded: list[Any], cls: type) -> list[Any]:
 
 
 async def _search_run(
-    store: Any,
+    store: EventStore,
     splice: dict[str, Any],
     model_ref: str = "tiny",
     good_steps_cut: int = 0,

@@ -11,8 +11,6 @@ same contents whichever post-commit check emits it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from core.bus.redis_streams import RedisStreamsBus
 from core.domain.config import RunConfig
 from core.domain.events import (
@@ -34,6 +32,7 @@ from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store
+from core.store.ports import EventStore
 from critic_service.splice_service import build_service as build_splice
 from tests.integration.textcraft_pairs import ENV_URI, INVALID_CRAFT, textcraft_pair
 
@@ -56,7 +55,9 @@ async def _handle(service: Service, recorded: RecordedEvent) -> HandlerResult:
     return await handler(recorded) if handler is not None else HandlerResult()
 
 
-async def _commit(store: Any, service: Service, recorded: RecordedEvent, result: HandlerResult) -> None:
+async def _commit(
+    store: EventStore, service: Service, recorded: RecordedEvent, result: HandlerResult
+) -> None:
     """The runtime's commit of a handler result: its events with the tracking row, in one transaction."""
     await store.append(list(result.events), tracking=(service.name, recorded.position))
 

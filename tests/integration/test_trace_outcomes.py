@@ -29,6 +29,8 @@ from core.runtime.relay import Relay
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store
+from core.store.ports import EventStore
+from core.store.sql import SqlEventStore
 from core.store.tables import traces
 from critic_service.service import build_service as build_critic
 from critic_service.splice_service import build_service as build_splice
@@ -104,7 +106,7 @@ async def stack(pg_url: str, redis_url: str, redis_prefix: str) -> AsyncIterator
         await store.close()
 
 
-async def _ingest(store: Any, project: str, item: dict[str, Any], outcome: str, **critic: str) -> str:
+async def _ingest(store: EventStore, project: str, item: dict[str, Any], outcome: str, **critic: str) -> str:
     (parsed,) = parse_traces([item], "openai")
     trace_id = new_id()
     event = TraceIngested(trace_id, project, "balance-7", parsed.trajectory, outcome, "openai", **critic)  # type: ignore[arg-type]
@@ -112,7 +114,7 @@ async def _ingest(store: Any, project: str, item: dict[str, Any], outcome: str, 
     return trace_id
 
 
-async def _row(store: Any, trace_id: str) -> Any:
+async def _row(store: SqlEventStore, trace_id: str) -> Any:
     async with store.engine.connect() as conn:
         return (await conn.execute(select(traces).where(traces.c.trace_id == trace_id))).one()
 

@@ -57,3 +57,32 @@ async def test_policy_free_strategies_run_by_name() -> None:
         assert REGISTRY[needs_model].needs_policy
         with pytest.raises(CriticConfigError, match=f"the {needs_model} strategy needs a policy"):
             await critique(CriticConfig(strategy=needs_model), path, 0)
+
+
+@pytest.mark.parametrize(
+    ("data", "needs_actor", "judges_with_actor", "on_traces"),
+    [
+        ({"strategy": "model"}, True, True, "model"),
+        ({"strategy": "reflect"}, True, True, "model"),
+        ({"strategy": "value"}, True, True, "runs-only"),
+        ({"strategy": "value", "value_model": "/ckpt/critic"}, False, False, "runs-only"),
+        ({"strategy": "replay"}, False, False, "as-set"),
+        ({"strategy": "replay", "replay_policy": "model"}, True, True, "as-set"),
+        ({"strategy": "first"}, True, False, "as-set"),  # the model / reflect baselines only
+        ({"strategy": "first", "compare_model": False, "compare_reflect": False}, False, False, "as-set"),
+        ({"strategy": "rules"}, False, False, "as-set"),
+        ({"strategy": "direct"}, False, False, "as-set"),
+        ({"strategy": "oracle"}, False, False, "as-set"),
+    ],
+)
+def test_each_strategy_says_what_it_needs(
+    data: dict[str, object], needs_actor: bool, judges_with_actor: bool, on_traces: str
+) -> None:
+    """The critic worker leases the actor and picks a trace's critic by what the strategy declares
+    (``actor_use``, ``on_traces``), not by its name."""
+    from critic_service.service import strategy_needs_model
+
+    config = CriticConfig.from_data(data)
+    assert config.needs_actor is needs_actor
+    assert strategy_needs_model(config) is judges_with_actor
+    assert strategy_named(config.strategy).on_traces == on_traces

@@ -54,6 +54,17 @@ def test_fold_follows_splice_then_corrections() -> None:
     assert review.pending is None
 
 
+def test_first_error_follows_the_latest_correction_whatever_its_outcome() -> None:
+    assert fold_pair([PAIR]).first_error is None
+    assert fold_pair([PAIR, MARKED]).first_error == MARKED
+    materialized = ev.RevisionMaterialized("s", "p", None, 0, sample(3, "oops"), "r01", 3)
+    rejected = ev.CorrectionRejected("p", "c2", "unverified")
+    review = fold_pair([PAIR, MARKED, materialized, correction("c1", 1), correction("c2", 2), rejected])
+    assert review.first_error is not None
+    assert (review.first_error.transition_index, review.first_error.fallback) == (2, False)
+    assert review.marked == MARKED  # the critic's own verdict stays as it was
+
+
 def test_check_correction_bounds_and_changes() -> None:
     materialized = ev.RevisionMaterialized("s", "p", None, 0, sample(3, "oops"), "r01", 3)
     review = fold_pair([PAIR, MARKED, materialized])

@@ -67,3 +67,40 @@ def test_bad_schedules_name_the_field(train: dict[str, object], needle: str) -> 
     assert needle in (method_problem(train) or ""), method_problem(train)
     assert needle in (RunConfig(model="/m", train=train).training_problem() or "")
     assert method_problem({"method": ["sft", "sft"], "launcher": "torchrun", "nproc_per_node": 2}) is None
+
+
+def test_api_train_settings_are_derived_from_the_trainer_configs() -> None:
+    """Every trainer field is an optional API field with its knob's bounds and sentence and each
+    taking method's default; a field two trainers declare with different knobs is refused."""
+    import dataclasses
+
+    from api.schemas.train_settings import TrainSettings, trainer_knob_fields
+    from core.domain.trainer_config import TRAINER_CONFIGS, DPOConfig, knob, knob_of
+
+    schema = TrainSettings.model_json_schema()
+    for method, cls in TRAINER_CONFIGS.items():
+        for f in dataclasses.fields(cls):
+            prop = schema["properties"][f.name]
+            assert knob_of(f).doc in prop["description"] and f"{method}: " in prop["description"], f.name
+    beta = schema["properties"]["beta"]
+    assert beta["anyOf"][0] == {"type": "number", "exclusiveMinimum": 0, "maximum": 100}
+    assert "(dpo: 0.1)" in beta["description"]
+    assert "(sft: 0.0005; dpo: 1e-06)" in schema["properties"]["learning_rate"]["description"]
+    assert "(archer: 2000)" in schema["properties"]["iterations"]["description"]
+    with pytest.raises(ValueError, match="gamma"):
+        TrainSettings.model_validate({"method": "archer", "gamma": 2})
+    with pytest.raises(ValueError, match="declares no knob"):
+        knob_of(dataclasses.field(default=1))  # type: ignore[arg-type]
+
+    @dataclasses.dataclass(frozen=True)
+    class Clashing(DPOConfig):
+        seed: int = dataclasses.field(default=0, metadata=knob("Another seed.", ge=0))
+
+    saved = dict(TRAINER_CONFIGS)
+    TRAINER_CONFIGS["dpo"] = Clashing
+    try:
+        with pytest.raises(TypeError, match="'seed'"):
+            trainer_knob_fields()
+    finally:
+        TRAINER_CONFIGS.clear()
+        TRAINER_CONFIGS.update(saved)

@@ -1,14 +1,20 @@
 """Owns the reads of the ``pairs`` read model: the project's pairs page by page (filtered), a
-run's pairs page by page, and which pairs a run's iteration found."""
+run's pairs page by page, and which pairs a run's iteration found.
+
+For the workers: which pair ids a run (or one of its iterations)
+found, and how many of an iteration's the splicer rejected."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TypedDict, cast
 
-from sqlalchemy import RowMapping, select
+from sqlalchemy import RowMapping, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from core.store.queries._db import Db, connection, matching, of_run
+from core.store.ports import EventStore
+from core.store.queries import engine_of
+from core.store.queries._db import Db, matching, of_run
 from core.store.queries.paging import Page, PageRequest, keyset
 from core.store.tables import pairs
 
@@ -69,10 +75,24 @@ async def run_pairs(
     return await keyset(db, query, [pairs.c.iteration, pairs.c.pair_id], request, _pair)
 
 
-async def iteration_pair_ids(db: Db, project_id: str | None, run_id: str, iteration: int) -> list[str]:
-    """The ids of the pairs the run's iteration found, in id order (any project's when None)."""
-    query = select(pairs.c.pair_id).where(pairs.c.run_id == run_id, pairs.c.iteration == iteration)
+async def pair_ids(
+    store: EventStore, run_id: str, iteration: int | None = None, project_id: str | None = None
+) -> list[str]:
+    """The run's pair ids (of ``iteration`` only, when given; of ``project_id``'s run, when given),
+    sorted."""
+    query = select(pairs.c.pair_id).where(pairs.c.run_id == run_id)
+    if iteration is not None:
+        query = query.where(pairs.c.iteration == iteration)
     if project_id is not None:
         query = query.where(pairs.c.project_id == project_id)
-    async with connection(db) as conn:
-        return [row[0] for row in await conn.execute(query.order_by(pairs.c.pair_id))]
+    async with engine_of(store).connect() as conn:
+        return list((await conn.execute(query.order_by(pairs.c.pair_id))).scalars().all())
+
+
+async def read_rejected_count(conn: AsyncConnection, run_id: str, iteration: int) -> int:
+    """How many of the iteration's pairs the splicer rejected (``status == "rejected"``), on an open
+    connection."""
+    query = select(func.count()).where(
+        pairs.c.run_id == run_id, pairs.c.iteration == iteration, pairs.c.status == "rejected"
+    )
+    return int((await conn.execute(query)).scalar_one())

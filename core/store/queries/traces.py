@@ -1,6 +1,9 @@
 """Owns the reads of the ``traces`` read model: a project's trace (by its id, or by the producer's
 id: its external id), which external ids are already stored, a trace with its revision sample, and
-the project's traces page by page (filtered, newest first)."""
+the project's traces page by page (filtered, newest first).
+
+For the workers: a trace's partners (same
+project and task key, the other outcome), oldest first."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from typing import Any, TypedDict, cast
 
 from sqlalchemy import RowMapping, select
 
+from core.store.ports import EventStore
+from core.store.queries import engine_of
 from core.store.queries._db import Db, connection, matching, owned
 from core.store.queries.paging import Page, PageRequest, keyset
 from core.store.queries.samples import SampleRow, as_sample
@@ -114,3 +119,18 @@ async def traces_page(db: Db, project_id: str, where: TraceFilter, request: Page
     if where.until is not None:
         query = query.where(traces.c.created_at < where.until)
     return await keyset(db, query, [traces.c.created_at, traces.c.trace_id], request, _trace, descending=True)
+
+
+async def task_trace_ids(
+    store: EventStore, project_id: str, task_key: str, outcome: str, *, exclude: str | None = None
+) -> list[str]:
+    """The ids of the project's traces of ``task_key`` with ``outcome`` (but ``exclude``), in the
+    order they were ingested."""
+    query = select(traces.c.trace_id).where(
+        traces.c.project_id == project_id, traces.c.task_key == task_key, traces.c.outcome == outcome
+    )
+    if exclude is not None:
+        query = query.where(traces.c.trace_id != exclude)
+    async with engine_of(store).connect() as conn:
+        rows = await conn.execute(query.order_by(traces.c.created_at, traces.c.trace_id))
+        return list(rows.scalars().all())

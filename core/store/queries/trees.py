@@ -1,5 +1,7 @@
 """Owns the reads of the ``trees`` and ``nodes`` read models: one search tree with its nodes and
-the event-log position its snapshot includes, and a run's trees page by page."""
+the event-log position its snapshot includes, and a run's trees page by page.
+
+For the workers: which search trees of a run's iteration completed."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from typing import TypedDict, cast
 from sqlalchemy import RowMapping, func, select
 
 from core.domain.ids import tree_stream
+from core.store.ports import EventStore
+from core.store.queries import engine_of
 from core.store.queries._db import Db, connection, of_run, owned
 from core.store.queries.paging import Page, PageRequest, keyset
 from core.store.tables import events, nodes, trees
@@ -104,3 +108,16 @@ async def run_trees(
     """One page of a run's trees (one iteration's when given), by iteration and tree id."""
     query = of_run(trees, project_id, run_id, iteration)
     return await keyset(db, query, [trees.c.iteration, trees.c.tree_id], request, _tree)
+
+
+async def completed_tree_ids(
+    store: EventStore, run_id: str, iteration: int, project_id: str | None = None
+) -> list[str]:
+    """The ids of the iteration's completed trees (of ``project_id``'s run, when given), sorted."""
+    query = select(trees.c.tree_id).where(
+        trees.c.run_id == run_id, trees.c.iteration == iteration, trees.c.status == "completed"
+    )
+    if project_id is not None:
+        query = query.where(trees.c.project_id == project_id)
+    async with engine_of(store).connect() as conn:
+        return list((await conn.execute(query.order_by(trees.c.tree_id))).scalars().all())
