@@ -1,10 +1,11 @@
-"""The replay critic with a real tiny transformers model as the continuation policy (issue #47): the
-failed trace is replayed in TextCraft, the model's sampled continuations from each probed prefix
-are played by the batched episode loop, and since this model solves the task from the start in none
-of them, the verdict says so by name and names no step - never a guess - and the critic worker
-makes no pair of the trace (its ``TraceUnpaired`` carries the reason). Where a sampled policy's
-continuation after the decisive step does succeed, the pair becomes a revision sample
-(tests/integration/test_replay_recovery.py, with the noisy expert as the sampled policy)."""
+"""The replay critic with a real tiny transformers model as the continuation policy (issue #47),
+locally and served by `agentr model serve`: the failed trace is replayed in TextCraft, the model's
+sampled continuations from each probed prefix are played by the batched episode loop, and since
+this model solves the task from the start in none of them, the verdict says so by name and names no
+step - never a guess - and the critic worker makes no pair of the trace (its ``TraceUnpaired``
+carries the reason). Where a sampled policy's continuation after the decisive step does succeed,
+the pair becomes a revision sample (tests/integration/test_replay_recovery.py, with the noisy
+expert as the sampled policy)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,25 @@ async def test_the_critic_worker_names_why_a_tiny_policy_made_no_pair(
         assert await store.stream_version(pair_stream(derived_id("trace-pair", trace_id))) < 0
     finally:
         await store.close()
+
+
+async def test_a_served_models_continuations_go_through_its_chat_endpoint(server: str) -> None:
+    """The same replay with the model SERVED (`agentr model serve`, OpenAI-compatible): the
+    continuations are sampled over HTTP, and the verdict is the same named refusal."""
+    from core.llm.registry import open_policy
+
+    policy = open_policy(f"{server}#{NAME}")
+    task, gold = _textcraft_task()
+    uri = f"textcraft?max_steps={len(gold) + 1}"
+    bad = await _play(uri, task, [gold[0], "inventory", "inventory", *gold[1:]])
+    config = CriticConfig.from_data(
+        {"strategy": "replay", "replay_policy": "model", "replay_m": 2, "replay_budget": 8}
+    )
+    try:
+        result = await critique(config, bad, 0, policy, env_uri=uri, task_id=task)
+    finally:
+        await policy.close()
+    assert result.unverified is not None and "in 0 of 2" in result.unverified
+    (start,) = [p for p in result.probes if p.prefix == 0]
+    assert start.detail.policy == policy.model_version and len(start.detail.continuations) == 2
+    assert all(c.actions for c in start.detail.continuations)
