@@ -98,9 +98,19 @@ def run_command(opts: RunOptions) -> int:
             f"inference; CPU: {config['runtime']['cpu']['model']} ({config['runtime']['cpu']['capability']})"
         )
     if not opts.resume:
+        from core.llm.chat_template import run_template_problem
+
         try:
             config["model"] = prepare_model(plan, home, opts.seed)
-            # a tool environment's prompts and turns in the model's tokens (agentr.cli.warm_start)
+        except Exception as exc:
+            console.print(f"[red]cannot prepare the model:[/red] {exc}")
+            return 2
+        # first what the model cannot do at all (no template / not prefix-stable / drops tool calls)
+        template = run_template_problem(RunConfig.from_data(config))
+        if template is not None:
+            console.print(f"[red]cannot start the run:[/red] {template[0]}: {template[1]}")
+            return 2
+        try:  # a tool environment's prompts and turns in the model's tokens (agentr.cli.warm_start)
             config, fitted = fit_context(config, plan)
         except Exception as exc:
             console.print(f"[red]cannot prepare the model:[/red] {exc}")
@@ -113,13 +123,6 @@ def run_command(opts: RunOptions) -> int:
             config, judge_note = with_judge_general(config, config["model"])
             if judge_note:
                 console.print(judge_note)
-        from core.domain.config import RunConfig
-        from core.llm.chat_template import run_template_problem
-
-        template = run_template_problem(RunConfig.from_data(config))  # no template / not prefix-stable
-        if template is not None:
-            console.print(f"[red]cannot start the run:[/red] {template[0]}: {template[1]}")
-            return 2
     code, _run_id = asyncio.run(_run_async(settings, home, config, opts.resume, started))
     return code
 

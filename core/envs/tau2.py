@@ -303,12 +303,17 @@ class Tau2Env:
         self._ids = itertools.count(1)
 
     def task_ids(self, split: str = "test") -> list[str]:
-        """tau2's split (``train`` / ``test`` / ``base``), or ``all``; a domain without a train/test
-        split file (mock) answers every task for ``train``, ``test`` and ``all``."""
+        """tau2's split (``train`` / ``test`` / ``base``), or ``all``. A domain without a train/test
+        split file (mock) is split here, in tau2's task order: every third task (the 3rd, 6th, ...)
+        is ``test``, the others ``train``, so a run never evaluates on the tasks it trained on."""
         if split in self.domain.splits:
             return [i for i in self.domain.splits[split] if i in self.domain.tasks]
-        if split in ("all", "train", "test"):
-            return list(self.domain.tasks)
+        everything = list(self.domain.tasks)
+        if split == "all":
+            return everything
+        if split in ("train", "test"):
+            held_out = set(everything[2::3])
+            return [i for i in everything if (i in held_out) == (split == "test")]
         known = ", ".join(sorted({"all", "train", "test", *self.domain.splits}))
         raise EnvError(f"{self.name}: unknown split {split!r} (known: {known})")
 

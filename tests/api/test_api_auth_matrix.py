@@ -97,12 +97,15 @@ ROUTES = (
     Route("POST", "/v1/datasets/{dataset}/rebuild", "read", "404"),
     Route("GET", "/v1/events", "read", "list", params={"follow": "false"}),
     Route("GET", "/v1/pairs/{pair}", "read", "404"),
+    Route("POST", "/v1/pairs/{pair}/accept", "review", "404", {"note": "the critic was right"}),
+    Route("POST", "/v1/traces/{trace}/accept", "review", "404", {}),
     Route(
         "POST", "/v1/pairs/{pair}/corrections", "review", "404", {"reflection": "I should get logs first."}
     ),
     Route(
         "POST", "/v1/traces/{trace}/corrections", "review", "404", {"reflection": "Check the order first."}
     ),
+    Route("GET", "/v1/runs/{run}/progress", "read", "404"),
     Route("GET", "/v1/samples/{sample}", "read", "404"),
     Route("GET", "/v1/samples/{sample}/tokens", "read", "404", owner_also=(422,)),
 )

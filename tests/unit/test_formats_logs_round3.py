@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -28,7 +29,7 @@ def _sdk_spans(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     the same names, attributes, statuses and start times; their ``to_json()`` as sent by an exporter
     that writes the SDK's own JSON."""
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
+    provider = TracerProvider(resource=Resource.create({"service.name": "billing-agent"}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("agent")
 
@@ -74,7 +75,7 @@ def test_the_sdk_span_json_reads_as_the_same_spans_in_otlp(root_status: int) -> 
     assert len(got.trajectory.steps) == 3  # no step invented
     assert got.outcome == expected.outcome == {2: "failure", 1: "success", 0: "unknown"}[root_status]
     assert got.trajectory.tools == expected.trajectory.tools and got.trajectory.instruction
-    assert got.metadata.get("service.name") == "unknown_service:python"  # the SDK's resource, kept
+    assert got.metadata.get("service.name") == "billing-agent"  # the SDK's resource, kept
 
 
 def test_sdk_span_json_it_cannot_read_is_refused_naming_the_field() -> None:
