@@ -288,15 +288,17 @@ async def _outcome_event(
 
 
 @router.patch("/{trace_id}/corrections", include_in_schema=False)
-async def patch_corrections_not_allowed(trace_id: str) -> Any:
-    """``PATCH /v1/traces/{id}/corrections`` is not an operation (corrections are POSTed): 405, not
-    the outcome route below, whose ``{trace_id:anytext}`` would otherwise read ``ID/corrections`` as an
-    external id. A trace whose external id ends in ``/corrections`` takes its outcome through
-    ``PATCH /v1/traces`` (``outcomes[]``)."""
+@router.patch("/{trace_id}/accept", include_in_schema=False)
+async def patch_trace_action_not_allowed(trace_id: str, request: Request) -> Any:
+    """``PATCH /v1/traces/{id}/corrections`` and ``.../accept`` are not operations (both are POSTed):
+    405, not the outcome route below, whose ``{trace_id:anytext}`` would otherwise read
+    ``ID/corrections`` as an external id. A trace whose external id ends in ``/corrections`` or
+    ``/accept`` takes its outcome through ``PATCH /v1/traces`` (``outcomes[]``)."""
+    action = request.url.path.rsplit("/", 1)[-1]
     raise ApiError(
         405,
-        "PATCH is not allowed on /v1/traces/{trace_id}/corrections: POST a correction there; to set "
-        "the outcome of a trace whose external id ends in /corrections, use PATCH /v1/traces",
+        f"PATCH is not allowed on /v1/traces/{{trace_id}}/{action}: POST there; to set the outcome "
+        f"of a trace whose external id ends in /{action}, use PATCH /v1/traces",
         headers={"Allow": "POST"},
     )
 

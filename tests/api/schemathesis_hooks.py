@@ -65,10 +65,11 @@ UNSTATED: tuple[tuple[str, str, str, str], ...] = (
         r"body\.(model|env|train\.model_path|critic\.value_model|critic\.model)",
         r"AGENTR_ALLOWED_(MODEL|ENV)_URLS",
     ),
-    # state, not shape: a dataset query that matches no sample (allow_empty false), a correction of
-    # a trace without a pair, a sample's tokens with no model of the project's runs to render with
+    # state, not shape: a dataset query that matches no sample (allow_empty false), a correction or
+    # an acceptance of a trace without a pair, a sample's tokens with no model of the project's runs
+    # to render with
     ("POST", r"/v1/datasets", r"body\.query", r"matches no sample|no sample"),
-    ("POST", r"/v1/traces/\{trace_id\}/corrections", r"trace_id", r".*"),
+    ("POST", r"/v1/traces/\{trace_id\}/(corrections|accept)", r"trace_id", r".*"),
     ("GET", r"/v1/samples/\{sample_id\}/tokens", r"query\.model", r"name a model|is not a model of"),
     # the importers' per-format rules (core.formats: the order of system / user / assistant / tool
     # turns, tool-call ids, ReAct action lines, Langfuse GENERATION observations, OTLP span ids and

@@ -328,6 +328,11 @@ async def test_contradictions_and_ids(api: ApiHarness) -> None:
     broken = await api.client.patch("/v1/traces/ab%0Acd", json={"outcome": "success"}, headers=key)
     assert broken.status_code == 404, broken.text
     assert "ab\ncd" in broken.json()["detail"]
+    # PATCH on a trace's POST-only sub-routes is a 405 naming them, not an outcome for "ID/accept"
+    for action in ("accept", "corrections"):
+        wrong = await api.client.patch(f"/v1/traces/x/{action}", json={"note": ""}, headers=key)
+        assert wrong.status_code == 405 and wrong.headers["allow"] == "POST", wrong.text
+        assert f"/{{trace_id}}/{action}: POST there" in wrong.json()["detail"]
     # tool arguments "" are kept verbatim
     answer = await post(_balance("B?", "", "3", "3."))
     view = (await api.client.get(f"/v1/traces/{answer.json()['trace_ids'][0]}", headers=key)).json()
