@@ -91,6 +91,7 @@ from core.domain.stats import (  # noqa: E402
     holm_adjust,
     minimal_detectable_effect,
     seed_test,
+    sign_flip_interval,
     wilson_interval,
 )
 
@@ -225,6 +226,11 @@ def _pooled_sd(sds: Sequence[float | None]) -> float | None:
     return math.sqrt(sum(s * s for s in present) / len(present)) if present else None
 
 
+def _interval(differences: Sequence[float]) -> list[float | None]:
+    interval = sign_flip_interval(differences)
+    return [_r(interval.low), _r(interval.high)]
+
+
 def summarize(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The ``ceiling_primary`` line of the results ``lines`` (see the module docstring): the family's
     seed-level tests with Holm-adjusted p, the MDE, and per arm the mean over seeds and the pooled
@@ -298,6 +304,8 @@ def summarize(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "mde_alpha": ALPHA,
         "difference": {name: _r(t.mean) for name, t in tests.items()},
         "seed_differences": {name: [_r(d) for d in t.differences] for name, t in tests.items()},
+        # the 95% interval of each mean difference that inverts the same exact sign-flip test
+        "ci95": {name: _interval(t.differences) for name, t in tests.items()},
         "p": {name: _r(t.p_value) for name, t in tests.items()},
         "p_holm": {name: _r(adjusted[name]) for name in tests},
         "significant_holm": [name for name in tests if (adjusted[name] or 1.0) <= ALPHA],
@@ -334,14 +342,16 @@ def table(summary: dict[str, Any]) -> str:
         f"over all 2^n sign assignments, Holm-adjusted over these {len(FAMILY)} tests (claimed only "
         "where p (Holm) <= 0.05):",
         "",
-        "| test | seeds | difference | per-seed differences | p | p (Holm) |",
-        "|---|---:|---:|---|---:|---:|",
+        "| test | seeds | difference | 95% interval (inverted test) | per-seed differences | p | p (Holm) |",
+        "|---|---:|---:|---|---|---:|---:|",
     ]
     for name, p in summary["p"].items():
         diffs = summary["seed_differences"][name]
         diff = summary["difference"][name]
+        low, high = summary["ci95"][name]
+        interval = "unbounded (too few seeds)" if low is None else f"[{low:+.3f}, {high:+.3f}]"
         out.append(
-            f"| {name} | {len(diffs)} | {'-' if diff is None else f'{diff:+.3f}'} | "
+            f"| {name} | {len(diffs)} | {'-' if diff is None else f'{diff:+.3f}'} | {interval} | "
             f"{' '.join(f'{d:+.3f}' for d in diffs)} | {p} | {summary['p_holm'][name]} |"
         )
     mde = summary["mde"]

@@ -20,6 +20,12 @@ and its p-value is the EXACT two-sided sign-flip p over all 2^n sign assignments
 mean differences (``exact_sign_flip_p_value``: the distribution of the signed sums is counted, not
 sampled). With n seeds the smallest attainable p is 2 / 2^n (0.25 with 3 seeds, 0.002 with 10).
 
+**Seed-level intervals** (``sign_flip_interval``): the 95% interval of a mean per-seed difference
+that agrees with the seed-level test: the shifts d for which the exact sign-flip test of the
+differences minus d does NOT reject at 1 - level (the test inverted), found by bisection on each
+side of the mean. It is unbounded (None) when the test cannot reject at all (2 / 2^n > 1 - level:
+fewer than 6 seeds at 95%), and it excludes 0 exactly when the test's p <= 1 - level.
+
 **Wilson intervals** (``wilson_interval``): the score interval of a binomial proportion k / n,
 (p + z^2/2n +- z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n) with z the normal quantile of the level;
 unlike the bootstrap it is not degenerate at 0 or n successes (0/10 gives [0, 0.278]).
@@ -232,6 +238,38 @@ def exact_sign_flip_p_value(differences: Sequence[float]) -> float | None:
     observed = abs(sum(diffs)) - 1e-7  # tolerance: a pattern as extreme as the data counts
     extreme = sum(count for total, count in sums.items() if abs(total) >= observed)
     return min(1.0, extreme / 2**n)
+
+
+def sign_flip_interval(differences: Sequence[float], *, level: float = 0.95) -> Interval:
+    """The mean of ``differences`` and the interval of shifts the exact sign-flip test does not
+    reject at ``1 - level`` (see the module docstring); bounds None when the test cannot reject."""
+    _check(level, 1)
+    diffs = [float(d) for d in differences]
+    n = len(diffs)
+    if n == 0:
+        return Interval(None, None, None, 0, level)
+    mean = sum(diffs) / n
+    alpha = 1.0 - level
+
+    def rejected(shift: float) -> bool:
+        p = exact_sign_flip_p_value([d - shift for d in diffs])
+        return p is not None and p <= alpha + 1e-12
+
+    outside_low, outside_high = min(diffs) - 1.0, max(diffs) + 1.0  # every shifted difference one sign
+    if not rejected(outside_low):  # 2 / 2^n > alpha: no shift is ever rejected
+        return Interval(mean, None, None, n, level)
+
+    def edge(out: float) -> float:
+        inside = mean  # the shifted differences sum to 0 there: p = 1
+        for _ in range(48):
+            middle = (out + inside) / 2.0
+            if rejected(middle):
+                out = middle
+            else:
+                inside = middle
+        return inside
+
+    return Interval(mean, edge(outside_low), edge(outside_high), n, level)
 
 
 def seed_test(a: Mapping[_Seed, float], b: Mapping[_Seed, float]) -> SeedTest:

@@ -123,6 +123,10 @@ def test_from_recomputes_the_seed_level_table_from_the_raw_lines(
     assert line["p"]["agent_r_first_vs_good_only:heldout_success"] == 1.0
     assert line["p"]["direct_vs_good_only:heldout_success"] == 1.0  # five +0.05, five -0.05
     assert line["significant_holm"] == [oracle]
+    # the 95% interval inverts the same test: every seed +0.1 admits only 0.1; +-0.05 admits 0
+    assert line["ci95"][oracle] == [0.1, 0.1]
+    low, high = line["ci95"]["direct_vs_good_only:heldout_success"]
+    assert -0.05 <= low < 0 < high <= 0.05
     assert (
         set(line["p_holm"]) == {f"{a}_vs_good_only:{o}" for a, o in ceiling.FAMILY}
         and len(ceiling.FAMILY) == 6

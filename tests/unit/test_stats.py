@@ -192,3 +192,31 @@ def test_wilson_interval_stays_inside_zero_and_one() -> None:
     assert wilson_interval(0, 0).mean is None
     with pytest.raises(ValueError, match="successes <= n"):
         wilson_interval(3, 2)
+
+
+def test_sign_flip_interval_inverts_the_exact_seed_test() -> None:
+    from core.domain.stats import exact_sign_flip_p_value, sign_flip_interval
+
+    mixed = [0.05, -0.02, 0.03, 0.01, -0.04, 0.06, 0.02, -0.01, 0.04, 0.00]
+    interval = sign_flip_interval(mixed)
+    assert interval.n == 10 and interval.mean == pytest.approx(0.014)
+    assert interval.low is not None and interval.high is not None
+    assert interval.low < interval.mean < interval.high
+    # the bounds are where the test turns: not rejected just inside, rejected just outside
+    for bound, outward in ((interval.low, -1e-6), (interval.high, 1e-6)):
+        inside = exact_sign_flip_p_value([d - bound for d in mixed])
+        outside = exact_sign_flip_p_value([d - (bound + outward) for d in mixed])
+        assert inside is not None and outside is not None and inside > 0.05 >= outside
+    # 0 inside exactly when the test does not reject 0
+    assert (interval.low < 0 < interval.high) == ((exact_sign_flip_p_value(mixed) or 1.0) > 0.05)
+    one_sided = [0.02, 0.05, 0.01, 0.03, 0.04, 0.02, 0.06, 0.01, 0.03, 0.02]
+    strict = sign_flip_interval(one_sided)
+    assert strict.low is not None and strict.low > 0  # p = 2/1024: 0 is rejected
+    # shifting every difference shifts the interval
+    moved = sign_flip_interval([d + 0.5 for d in mixed])
+    assert moved.low == pytest.approx(interval.low + 0.5, abs=1e-9)
+    assert moved.high == pytest.approx(interval.high + 0.5, abs=1e-9)
+    # with 5 seeds the exact test cannot reach 0.05 (2/32): the interval is unbounded, not invented
+    few = sign_flip_interval(one_sided[:5])
+    assert few.mean is not None and few.low is None and few.high is None
+    assert sign_flip_interval([]).mean is None
