@@ -14,6 +14,7 @@ from core.llm.hf import HFPolicy
 from core.llm.prompts import build_messages, format_assistant, parse_action
 from core.llm.tiny import build_tiny_model
 from tests.support import TinySpec
+from train_service.hf_trainer import TrainJob
 from train_service.sft import SFTConfig, train_sft
 
 GOALS = ("goal:oak_planks", "goal:birch_button", "goal:stick", "goal:spruce_slab")
@@ -92,7 +93,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> HFPolicy:
         answer = format_assistant(f"I need {plan[done].split(' using ')[0]}.", plan[done])
         samples.append(TrainingSample(f"s{index}", "good", (*conversation, Message("assistant", answer, 1))))
     cfg = SFTConfig(epochs=40, batch_size=8, learning_rate=1e-2, max_length=512, logging_steps=50)
-    report = train_sft(base, samples, tmp_path_factory.mktemp("trie-sft") / "ckpt", cfg)
+    report = train_sft(TrainJob(base, tmp_path_factory.mktemp("trie-sft") / "ckpt"), samples, cfg)
     return HFPolicy.from_folder(report.checkpoint, device="cpu")
 
 
