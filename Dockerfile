@@ -36,6 +36,7 @@ COPY core ./core
 COPY api ./api
 COPY search_service ./search_service
 COPY critic_service ./critic_service
+COPY splice_service ./splice_service
 COPY train_service ./train_service
 COPY migrations ./migrations
 # The core install: FastAPI, SQLAlchemy/asyncpg, redis, Celery, pyarrow (Parquet downloads)... and

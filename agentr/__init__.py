@@ -2,6 +2,6 @@
 process that wires settings, store, bus and a service together (``agentr.process``).
 
 It sits above every other package: it may import ``api``, ``search_service``, ``critic_service``,
-``train_service`` and ``core``; none of them may import it (checked by import-linter, see
-``[tool.importlinter]`` in pyproject.toml and ARCHITECTURE.md).
+``splice_service``, ``train_service`` and ``core``; none of them may import it (checked by
+import-linter, see ``[tool.importlinter]`` in pyproject.toml and ARCHITECTURE.md).
 """

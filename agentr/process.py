@@ -24,7 +24,7 @@ log = logging.getLogger("agentr.process")
 SERVICE_MODULES: dict[str, str] = {
     "search": "search_service.service",
     "critic": "critic_service.service",
-    "splice": "critic_service.splice_service",
+    "splice": "splice_service.service",
     "train": "train_service.service",
 }
 WORKER_NAMES = (*SERVICE_MODULES, "relay")

@@ -16,7 +16,7 @@ Per seed, the starting model searches the default run's 24 goals ONCE (its searc
 0.5, beta 0.2, tree seeds ``core.domain.runs.search_seed(seed, 0, i)``; cached under ``--home``);
 the arms of that seed share those trees, good trajectories and pairs and differ only in the
 critic's t' and so in the spliced revision samples (the splice worker's own code,
-``critic_service.splicer.SpliceHandlers.splice``: template reflections, replay-verified, unverified
+``splice_service.splicer.SpliceHandlers.splice``: template reflections, replay-verified, unverified
 ones dropped). Common random numbers: the same search, the same SFT seed, the same evaluation
 episode seeds and recovery continuation seeds for every arm of a seed.
 
@@ -664,7 +664,7 @@ async def arm_samples(setup: Setup, data: dict[str, Any], arm: str, seed: int) -
     from core.envs.registry import open_env
     from core.runtime.settings import Settings
     from critic_service.critic import CriticConfig, CriticConfigError, critique
-    from critic_service.splicer import SpliceConfig, SpliceHandlers
+    from splice_service.splicer import SpliceConfig, SpliceHandlers
 
     rc = setup.run_config
     mask = {"mask_invalid_steps": rc.mask_invalid_steps, "mask_loop_steps": rc.mask_loop_steps}

@@ -80,6 +80,7 @@ async def value_critic_match(
     from critic_service.critic import CriticConfig, critique
     from train_service.archer import ArcherConfig, train_archer
     from train_service.critic_metrics import critic_metrics, load_judged
+    from train_service.hf_trainer import TrainJob
     from train_service.methods import tree_sources
 
     trees = await tree_sources(store, run_id, 0)
@@ -94,7 +95,7 @@ async def value_critic_match(
         kl_coef=0.0,
         max_state_tokens=384,
     )
-    checkpoint = train_archer(model_ref, transitions, out_dir, cfg).checkpoint
+    checkpoint = train_archer(TrainJob(model_ref, out_dir), transitions, cfg).checkpoint
     judged = []
     for pair, marked in await load_judged(store, run_id):
         if pair.iteration != 0:
@@ -334,6 +335,7 @@ def online_comparison(
     from core.store.factory import open_store
     from train_service.archer_online import OnlineSetup, StoreEpisodeLog, train_archer_online_async
     from train_service.checkpoint import read_meta
+    from train_service.hf_trainer import TrainJob
     from train_service.runs import select_tasks
 
     settings, home = embedded_settings(home)
@@ -363,7 +365,7 @@ def online_comparison(
             run_id = f"bench-online-{algorithm}-{seed}-{tag}"
             out = home / "online" / run_id
             report = await train_archer_online_async(
-                model, out, cfg, setup, run_id=run_id, dataset_id=run_id, algorithm=algorithm
+                TrainJob(model, out, run_id=run_id, dataset_id=run_id), cfg, setup, algorithm=algorithm
             )
             # a rerun of the same configuration reuses the finished experiment (its meta.json)
             metrics = read_meta(report.checkpoint).metrics if report.reused else report.metrics

@@ -54,6 +54,7 @@ from core.domain.events import NewEvent  # noqa: E402
 from core.domain.mcts import SearchConfig  # noqa: E402
 from core.domain.pairs import good_leaves  # noqa: E402
 from core.envs.textcraft import TextCraftEnv  # noqa: E402
+from core.llm.ports import SamplingParams  # noqa: E402
 from search_service.batching import BatchingPolicy  # noqa: E402
 from search_service.engine import TreeRequest, TreeSearch  # noqa: E402
 from search_service.noisy_expert import NoisyExpertPolicy  # noqa: E402
@@ -222,9 +223,12 @@ class _Interleaved:
         await self._replay(conversations, None, n, options, out)
         return out
 
-    async def sample_actions(self, conversations: Any, actions: Any, n: int = 1, **options: Any) -> Any:
-        out = await self.inner.sample_actions(conversations, actions, n, **options)
-        await self._replay(conversations, actions, n, options, out)
+    async def sample_actions(
+        self, conversations: Any, actions: Any, params: SamplingParams = SamplingParams()
+    ) -> Any:
+        out = await self.inner.sample_actions(conversations, actions, params)
+        options = {"temperature": params.temperature, "max_tokens": params.max_tokens, "seed": params.seed}
+        await self._replay(conversations, actions, params.n, options, out)
         return out
 
     async def _replay(

@@ -26,13 +26,14 @@ def _child(model: str, dataset: str, micro: int, mixed: bool, out: str) -> None:
     import torch
 
     from core.formats.export import read_samples_jsonl
+    from train_service.hf_trainer import TrainJob
     from train_service.sft import SFTConfig, train_sft
 
     torch.set_num_threads(2)
     cfg = SFTConfig(epochs=2.0, learning_rate=5e-5, batch_size=micro, grad_accumulation=8 // micro,
                     max_length=768, packing=True, mixed_bf16=mixed, logging_steps=1)  # fmt: skip
     start = time.monotonic()
-    train_sft(model, list(read_samples_jsonl(dataset)), out, cfg)
+    train_sft(TrainJob(model, out), list(read_samples_jsonl(dataset)), cfg)
     seconds = time.monotonic() - start
     hwm = next(
         line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM")

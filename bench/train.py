@@ -138,6 +138,7 @@ def precision_lines(
 
     from core.runtime.cpu_features import native_bf16
     from train_service.checkpoint import load_checkpoint
+    from train_service.hf_trainer import TrainJob
     from train_service.sft import SFTConfig, train_sft
     from train_service.tokenize import collate, tokenize_sample
 
@@ -147,7 +148,7 @@ def precision_lines(
             max_steps=steps, batch_size=batch, max_length=max_length, packing=True, learning_rate=3e-3,
             lr_scheduler="cosine", warmup=0.05, logging_steps=1000, mixed_bf16=mixed,
         )  # fmt: skip
-        report = train_sft(model, samples, root / f"ckpt-mixed-{mixed}", cfg)
+        report = train_sft(TrainJob(model, root / f"ckpt-mixed-{mixed}"), samples, cfg)
         speed[mixed] = report.metrics["steps"] / report.metrics["seconds"]
         trained, tokenizer, _ = load_checkpoint(report.checkpoint)
         with torch.inference_mode():
@@ -167,6 +168,7 @@ def packing_comparison(
     root: Path, model: Path, samples: list[Any], batch: int, max_length: int, pack_length: int
 ) -> dict[str, Any]:
     """SFT tokens/s with packing (ours) vs padded batches (baseline), same data and epochs."""
+    from train_service.hf_trainer import TrainJob
     from train_service.sft import SFTConfig, train_sft
 
     speeds = {}
@@ -179,7 +181,9 @@ def packing_comparison(
             pack_length=pack_length,
             logging_steps=1000,
         )
-        speeds[packing] = train_sft(model, samples, root / f"ckpt-{packing}", cfg).metrics["tokens_per_s"]
+        speeds[packing] = train_sft(TrainJob(model, root / f"ckpt-{packing}"), samples, cfg).metrics[
+            "tokens_per_s"
+        ]
     return _line("sft_training_tokens_per_s_packing_vs_padding", speeds[True], speeds[False], "tokens/s")
 
 
@@ -229,6 +233,7 @@ def learner_lines(
     from core.domain.transitions import TrajectorySource, build_transitions
     from train_service.archer import ArcherConfig, train_archer
     from train_service.dpo import DPOConfig, train_dpo
+    from train_service.hf_trainer import TrainJob
     from train_service.sft import SFTConfig, train_sft
 
     samples = [trajectory_to_sample(t, f"s{i}") for i, t in enumerate(trajectories)]
@@ -246,25 +251,22 @@ def learner_lines(
     ).transitions
 
     sft = train_sft(
-        model,
+        TrainJob(model, root / "learner-sft"),
         samples,
-        root / "learner-sft",
         SFTConfig(
             epochs=2, batch_size=batch, max_length=max_length, logging_steps=1000, lr_scheduler="constant"
         ),
     ).metrics
     dpo = train_dpo(
-        model,
+        TrainJob(model, root / "learner-dpo"),
         pairs,
-        root / "learner-dpo",
         DPOConfig(
             epochs=2, batch_size=max(1, batch // 2), max_length=max_length, logging_steps=1000, warmup=0
         ),
     ).metrics
     archer = train_archer(
-        model,
+        TrainJob(model, root / "learner-archer"),
         transitions,
-        root / "learner-archer",
         ArcherConfig(
             iterations=4,
             warmup_iters=2,

@@ -38,12 +38,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
 
-from core.domain.config import RunConfig
 from core.domain.critic import CriticInputError
-from core.domain.egress import Egress
 from core.domain.events import (
     FirstErrorMarked,
-    IterationStarted,
     Metadata,
     NewEvent,
     PairFound,
@@ -51,7 +48,6 @@ from core.domain.events import (
     RecordedEvent,
     ReplayProbed,
     RevisionRejected,
-    RunRequested,
     TraceCritiqued,
     TraceIngested,
     TraceOutcomeSet,
@@ -59,19 +55,20 @@ from core.domain.events import (
     caused_by,
     current_trace,
 )
-from core.domain.ids import derived_id, pair_stream, project_stream, run_stream, trace_stream
+from core.domain.ids import derived_id, pair_stream, project_stream, trace_stream
 from core.domain.splice import SpliceError, check_pair, longest_common_prefix
 from core.domain.trajectory import Trajectory
 from core.envs.base import Env
 from core.envs.registry import egress_checked as checked_env_opener
+from core.llm.model_opener import egress_policy_opener, open_model
 from core.llm.policy_cache import PolicyCache, service_cache
 from core.llm.ports import Policy, PolicyError
-from core.llm.registry import egress_checked as checked_policy_opener
 from core.runtime.service import HandlerResult, Service
 from core.runtime.settings import Settings
 from core.store.pair_repository import PairRepository
 from core.store.ports import EventStore
 from core.store.queries.traces import task_trace_ids
+from core.store.run_reads import run_context
 from critic_service.critic import (
     CriticConfig,
     CriticConfigError,
@@ -87,37 +84,6 @@ from critic_service.strategies.replay import Continuation
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "critic"
-
-
-def open_model(ref: str, egress: Egress | None = None) -> Policy:
-    """A model reference -> Policy (core.llm.registry), for the critic and the splicer; ``egress``:
-    the served models this worker may call and where its key goes (core/domain/egress.py)."""
-    from core.llm.registry import open_policy
-
-    return open_policy(ref, egress=egress)
-
-
-def egress_policy_opener(opener: Callable[[str], Policy], settings: Settings) -> Callable[[str], Policy]:
-    """A worker's model opener behind ``settings.egress``: ``open_model`` bound to it (so the key goes
-    only where it is paired), any other opener checked before it runs."""
-    egress = settings.egress
-    if opener is open_model:
-        opener = functools.partial(open_model, egress=egress)
-    return checked_policy_opener(opener, egress)
-
-
-async def run_context(store: EventStore, run_id: str, iteration: int) -> tuple[RunConfig, str | None]:
-    """The run's config and the model_ref of the iteration's IterationStarted (None when missing)."""
-    config = RunConfig()
-    model_ref = None
-    for recorded in await store.read_stream(run_stream(run_id)):
-        event = recorded.event
-        if isinstance(event, RunRequested):
-            config = RunConfig.from_data(event.config)
-            model_ref = model_ref or config.model or None
-        elif isinstance(event, IterationStarted) and event.iteration == iteration:
-            model_ref = event.model_ref
-    return config, model_ref
 
 
 def strategy_needs_model(config: CriticConfig) -> bool:

@@ -28,6 +28,7 @@ from core.llm.ports import (
     ContextWindow,
     Conversation,
     Policy,
+    SamplingParams,
     Seeds,
     conversation_seeds,
     sample_turns,
@@ -120,16 +121,19 @@ class BatchingPolicy:
         self,
         conversations: Sequence[Conversation],
         actions: Sequence[Sequence[str] | None],
-        n: int = 1,
-        temperature: float = 1.0,
-        max_tokens: int = 64,
-        seed: Seeds = None,
-        logprobs: bool = False,
+        params: SamplingParams = SamplingParams(),
     ) -> list[list[Completion]]:
         if len(actions) != len(conversations):
             raise ValueError(f"{len(actions)} action lists for {len(conversations)} conversations")
         return await self._enqueue(
-            conversations, n, temperature, max_tokens, seed, None, logprobs, list(actions)
+            conversations,
+            params.n,
+            params.temperature,
+            params.max_tokens,
+            params.seed,
+            None,
+            params.logprobs,
+            list(actions),
         )
 
     async def _enqueue(
@@ -194,11 +198,7 @@ class BatchingPolicy:
                     self.inner,
                     conversations,
                     actions,
-                    n=n,
-                    temperature=temperature,
-                    max_tokens=max_tokens,
-                    seed=batch_seeds(calls),
-                    logprobs=logprobs,
+                    SamplingParams(n, temperature, max_tokens, batch_seeds(calls), logprobs),
                 )
             else:
                 results = await self.inner.sample(

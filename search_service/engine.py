@@ -59,7 +59,7 @@ from core.domain.mcts import (
 from core.domain.trajectory import Step
 from core.envs.base import Env
 from core.llm.context import fit_prompt
-from core.llm.ports import Policy, sample_turns
+from core.llm.ports import Policy, SamplingParams, sample_turns
 from core.llm.prompts import ParsedAction, build_messages, parse_action
 from search_service.env_states import Candidate, EnvStates
 from search_service.tree_request import (
@@ -259,10 +259,12 @@ class TreeSearch:
             self.policy,
             [prompt],
             [actions] if actions else None,
-            n=self.config.n_candidates,
-            temperature=self.config.temperature,
-            max_tokens=self.config.max_tokens,
-            seed=expansion_seed(self.config.seed, [n.action for n in path[1:]]),
+            SamplingParams(
+                n=self.config.n_candidates,
+                temperature=self.config.temperature,
+                max_tokens=self.config.max_tokens,
+                seed=expansion_seed(self.config.seed, [n.action for n in path[1:]]),
+            ),
         )
         self.stats.policy_seconds += time.perf_counter() - policy_started
         self.stats.policy_calls += 1

@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ from core.domain.transitions import Transition
 from train_service.archer_config import ArcherConfig
 from train_service.archer_updates import ArcherLearner
 from train_service.checkpoint import CheckpointMeta, existing_checkpoint, write_checkpoint
-from train_service.hf_trainer import StepReport, TrainingCancelled, TrainReport
+from train_service.hf_trainer import TrainingCancelled, TrainJob, TrainReport
 from train_service.value_model import UtteranceCritic, save_critic
 
 __all__ = ["ArcherConfig", "train_archer"]
@@ -72,26 +72,17 @@ class ActorWithCritic:
 
 
 def train_archer(
-    model_path: str | Path,
-    transitions: Sequence[Transition],
-    out_dir: str | Path,
-    cfg: ArcherConfig | None = None,
-    *,
-    iteration: int = 0,
-    dataset_id: str = "",
-    run_id: str | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    on_step: StepReport | None = None,
+    job: TrainJob, transitions: Sequence[Transition], cfg: ArcherConfig | None = None
 ) -> TrainReport:
     """Train actor and critic on ``transitions``; the checkpoint (actor + ``critic/``) goes to
-    ``out_dir``. Same contract as ``train_service.sft.train_sft`` (cancel, progress, retry reuse)."""
+    ``job.out_dir``. Same contract as ``train_service.sft.train_sft`` (cancel, progress, retry reuse)."""
     cfg = cfg or ArcherConfig()
-    out = Path(out_dir)
-    if dataset_id and (found := existing_checkpoint(out, dataset_id)) is not None:
+    out = Path(job.out_dir)
+    if job.dataset_id and (found := existing_checkpoint(out, job.dataset_id)) is not None:
         return TrainReport(found, {}, reused=True)
     if not transitions:
         raise EmptyDatasetError("nothing to train ArCHer on: no transitions")
-    learner = ArcherLearner(model_path, cfg)
+    learner = ArcherLearner(job.model_path, cfg)
     per_round = cfg.critic_epochs + cfg.actor_epochs
     total_steps = (
         cfg.iterations * cfg.critic_epochs + max(0, cfg.iterations - cfg.warmup_iters) * cfg.actor_epochs
@@ -104,11 +95,11 @@ def train_archer(
 
     def after_update() -> bool:
         """Progress, then cancel (raises) and the time budget (True = stop), after every update."""
-        if on_step:
-            on_step(step, total_steps, critic_losses[-1] if critic_losses else None)
-        if should_stop is not None and should_stop():
+        if job.on_step:
+            job.on_step(step, total_steps, critic_losses[-1] if critic_losses else None)
+        if job.should_stop is not None and job.should_stop():
             raise TrainingCancelled(
-                f"ArCHer training of dataset {dataset_id or '?'} was cancelled at step {step}"
+                f"ArCHer training of dataset {job.dataset_id or '?'} was cancelled at step {step}"
             )
         return cfg.time_budget_s is not None and time.monotonic() - started >= cfg.time_budget_s
 
@@ -152,11 +143,11 @@ def train_archer(
     }
     learner.actor.config.use_cache = True
     meta = CheckpointMeta(
-        iteration=iteration,
-        dataset_id=dataset_id,
-        base_model=str(model_path),
+        iteration=job.iteration,
+        dataset_id=job.dataset_id,
+        base_model=str(job.model_path),
         config={"method": "archer", **cfg.to_dict()},
-        run_id=run_id,
+        run_id=job.run_id,
         metrics=metrics,
     )
     path = write_checkpoint(ActorWithCritic(learner.actor, learner.critic), learner.tokenizer, out, meta)

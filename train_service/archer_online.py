@@ -38,7 +38,7 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ from train_service.archer_config import ArcherConfig
 from train_service.archer_rounds import LATEST, StoreEpisodeLog, load_round, rounds_dir, save_round
 from train_service.archer_updates import ArcherLearner
 from train_service.checkpoint import CheckpointMeta, existing_checkpoint, write_checkpoint
-from train_service.hf_trainer import StepReport, TrainingCancelled, TrainReport
+from train_service.hf_trainer import TrainingCancelled, TrainJob, TrainReport
 
 __all__ = ["ALGORITHMS", "OnlineSetup", "StoreEpisodeLog", "train_archer_online", "train_archer_online_async"]
 
@@ -84,20 +84,14 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 async def train_archer_online_async(
-    model_path: str | Path,
-    out_dir: str | Path,
+    job: TrainJob,
     cfg: ArcherConfig,
     setup: OnlineSetup,
     *,
-    iteration: int = 0,
-    dataset_id: str = "",
-    run_id: str | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    on_step: StepReport | None = None,
     transition_config: TransitionConfig | None = None,
     algorithm: str = "archer",
 ) -> TrainReport:
-    """Online ArCHer (module docstring); the final actor + ``critic/`` go to ``out_dir``.
+    """Online ArCHer (module docstring); the final actor + ``critic/`` go to ``job.out_dir``.
 
     ``algorithm`` swaps the updates for the paper's comparison (the collection, log, budgets and
     checkpoints stay the same; no critic is trained): ``reinforce`` (on-policy, trajectory-level
@@ -109,24 +103,24 @@ async def train_archer_online_async(
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if cfg.mode != "online":
         raise ValueError(f"train_archer_online needs mode 'online', got {cfg.mode!r}")
-    out = Path(out_dir)
-    if dataset_id and (found := existing_checkpoint(out, dataset_id)) is not None:
+    out = Path(job.out_dir)
+    if job.dataset_id and (found := existing_checkpoint(out, job.dataset_id)) is not None:
         return TrainReport(found, {}, reused=True)
     if not setup.task_ids:
         raise ValueError("online ArCHer needs at least one training task to play")
-    learner = ArcherLearner(model_path, cfg)
+    learner = ArcherLearner(job.model_path, cfg)
     latest = rounds_dir(out) / LATEST
-    buf = buffer_id(run_id, iteration)
+    buf = buffer_id(job.run_id, job.iteration)
     logged = await setup.episode_log.read(buf)
     saved = load_round(learner, latest)
-    if saved is not None and saved.get("dataset_id") != dataset_id:
+    if saved is not None and saved.get("dataset_id") != job.dataset_id:
         log.warning(
             "ignoring saved ArCHer round in %s: it belongs to dataset %s", latest, saved.get("dataset_id")
         )
         saved = None
-        learner = ArcherLearner(model_path, cfg)
+        learner = ArcherLearner(job.model_path, cfg)
     state: dict[str, Any] = saved or {
-        "dataset_id": dataset_id,
+        "dataset_id": job.dataset_id,
         "next_round": 0,
         "env_steps": 0,
         "episodes": 0,
@@ -159,9 +153,10 @@ async def train_archer_online_async(
     stop_reason = "rounds"
 
     def check() -> None:
-        if should_stop is not None and should_stop():
+        if job.should_stop is not None and job.should_stop():
             raise TrainingCancelled(
-                f"online ArCHer of dataset {dataset_id or '?'} was cancelled in round {state['next_round']}"
+                f"online ArCHer of dataset {job.dataset_id or '?'} was cancelled in round "
+                f"{state['next_round']}"
             )
 
     def steps_done() -> int:
@@ -182,7 +177,7 @@ async def train_archer_online_async(
             records = sorted(already, key=lambda r: r.index)
         else:
             records = await collect_round(
-                learner, cfg, setup, round_index, run_id=run_id, iteration=iteration
+                learner, cfg, setup, round_index, run_id=job.run_id, iteration=job.iteration
             )
             await setup.episode_log.append_round(
                 buf, records, expected=sum(1 for r in logged if r.round < round_index)
@@ -209,8 +204,8 @@ async def train_archer_online_async(
                     learner.weighted_update([learner.draw(data) for _ in range(cfg.grad_accumulation)])
                 )
                 state["actor_updates"] += 1
-                if on_step:
-                    on_step(steps_done(), total_steps, None)
+                if job.on_step:
+                    job.on_step(steps_done(), total_steps, None)
                 check()
         items = buffer.items() if algorithm == "archer" else ()
         for _ in range(cfg.critic_epochs if algorithm == "archer" else 0):
@@ -219,8 +214,8 @@ async def train_archer_online_async(
             batches = [learner.draw(items) for _ in range(cfg.grad_accumulation)]
             critic_losses.append(learner.critic_update(batches))
             state["critic_updates"] += 1
-            if on_step:
-                on_step(steps_done(), total_steps, critic_losses[-1])
+            if job.on_step:
+                job.on_step(steps_done(), total_steps, critic_losses[-1])
             check()
         if algorithm == "archer" and round_index >= cfg.warmup_iters:
             for _ in range(cfg.actor_epochs):
@@ -229,8 +224,8 @@ async def train_archer_online_async(
                 batches = [learner.draw(items) for _ in range(cfg.grad_accumulation)]
                 actor_info.append(learner.actor_update(batches))
                 state["actor_updates"] += 1
-                if on_step:
-                    on_step(steps_done(), total_steps, critic_losses[-1] if critic_losses else None)
+                if job.on_step:
+                    job.on_step(steps_done(), total_steps, critic_losses[-1] if critic_losses else None)
                 check()
         summary = {
             "round": round_index,
@@ -286,11 +281,11 @@ async def train_archer_online_async(
     }
     learner.actor.config.use_cache = True
     meta = CheckpointMeta(
-        iteration=iteration,
-        dataset_id=dataset_id,
-        base_model=str(model_path),
+        iteration=job.iteration,
+        dataset_id=job.dataset_id,
+        base_model=str(job.model_path),
         config={"method": "archer", **cfg.to_dict()},
-        run_id=run_id,
+        run_id=job.run_id,
         metrics=metrics,
     )
     path = write_checkpoint(ActorWithCritic(learner.actor, learner.critic), learner.tokenizer, out, meta)
@@ -308,8 +303,7 @@ async def train_archer_online_async(
 
 
 def train_archer_online(
-    model_path: str | Path,
-    out_dir: str | Path,
+    job: TrainJob,
     cfg: ArcherConfig,
     *,
     env_uri: str,
@@ -329,7 +323,7 @@ def train_archer_online(
             setup = OnlineSetup(
                 lambda: open_env(env_uri), tuple(task_ids), StoreEpisodeLog(store, project_id)
             )
-            return await train_archer_online_async(model_path, out_dir, cfg, setup, **kwargs)
+            return await train_archer_online_async(job, cfg, setup, **kwargs)
         finally:
             await store.engine.dispose()
 

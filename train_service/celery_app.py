@@ -89,7 +89,7 @@ def run_train_iteration(
     ``project_id``; online ArCHer).
     """
     from train_service.launcher import LaunchSettings, launch_torchrun
-    from train_service.sft import SFTConfig, train_sft
+    from train_service.sft import SFTConfig, TrainJob, train_sft
 
     settings = LaunchSettings.from_data(launch)
     job: dict[str, Any] = {  # what every learner's call (and each torchrun rank) gets
@@ -120,17 +120,8 @@ def run_train_iteration(
             raise FileNotFoundError(f"dataset file not found: {dataset_path}")
         return launch_torchrun(job, settings, should_stop=should_stop, on_step=on_step)
     samples = _load_samples(Path(dataset_path))
-    report = train_sft(
-        model_path,
-        samples,
-        out_dir,
-        cfg,
-        iteration=iteration,
-        dataset_id=dataset_id,
-        run_id=run_id,
-        should_stop=should_stop,
-        on_step=on_step,
-    )
+    train_job = TrainJob(model_path, out_dir, iteration, dataset_id, run_id, should_stop, on_step)
+    report = train_sft(train_job, samples, cfg)
     return {"checkpoint": str(report.checkpoint), "metrics": report.metrics, "reused": report.reused}
 
 

@@ -27,7 +27,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from core.domain.trainer_config import DPOConfig
 from train_service.checkpoint import CheckpointMeta, existing_checkpoint
 from train_service.hf_trainer import (
     ListDataset,
-    StepReport,
+    TrainJob,
     TrainReport,
     control_callbacks,
     fit,
@@ -189,31 +189,20 @@ def _dpo_trainer_class(beta: float, stats: dict[str, list[float]]) -> Any:
     return DPOLossTrainer
 
 
-def train_dpo(
-    model_path: str | Path,
-    pairs: Sequence[PreferencePair],
-    out_dir: str | Path,
-    cfg: DPOConfig | None = None,
-    *,
-    iteration: int = 0,
-    dataset_id: str = "",
-    run_id: str | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    on_step: StepReport | None = None,
-) -> TrainReport:
-    """DPO-train the model at ``model_path`` on ``pairs``; the checkpoint goes to ``out_dir``.
+def train_dpo(job: TrainJob, pairs: Sequence[PreferencePair], cfg: DPOConfig | None = None) -> TrainReport:
+    """DPO-train the model at ``job.model_path`` on ``pairs``; the checkpoint goes to ``job.out_dir``.
 
     Same contract as ``train_service.sft.train_sft`` (cancel, progress, retry reuse, empty data).
     """
     cfg = cfg or DPOConfig()
-    out = Path(out_dir)
-    if dataset_id and (found := existing_checkpoint(out, dataset_id)) is not None:
+    out = Path(job.out_dir)
+    if job.dataset_id and (found := existing_checkpoint(out, job.dataset_id)) is not None:
         return TrainReport(found, {}, reused=True)
     if not pairs:
         raise EmptyDatasetError("nothing to train DPO on: no preference pairs")
-    tokenizer = load_tokenizer(model_path)
+    tokenizer = load_tokenizer(job.model_path)
     examples, stats = tokenize_pairs(tokenizer, pairs, cfg.max_length)
-    model, prec = load_for_training(model_path, cfg)
+    model, prec = load_for_training(job.model_path, cfg)
     reference_started = time.monotonic()
     if cfg.reference == "frozen":
         examples = reference_logps(model, examples, tokenizer.pad_token_id, cfg.batch_size)
@@ -230,7 +219,7 @@ def train_dpo(
             lr_scheduler=cfg.lr_scheduler,
             warmup=cfg.warmup,
         )
-        callbacks = control_callbacks(cfg.time_budget_s, should_stop, on_step)  # time budget + cancel
+        callbacks = control_callbacks(cfg.time_budget_s, job.should_stop, job.on_step)  # time budget + cancel
         trainer = _dpo_trainer_class(cfg.beta, history)(
             model=model,
             args=args,
@@ -238,7 +227,7 @@ def train_dpo(
             data_collator=PreferenceCollator(tokenizer.pad_token_id),
             callbacks=callbacks,
         )
-        result, seconds = fit(trainer, callbacks[0], f"DPO training of dataset {dataset_id or '?'}")
+        result, seconds = fit(trainer, callbacks[0], f"DPO training of dataset {job.dataset_id or '?'}")
         model.config.use_cache = True
         metrics: dict[str, Any] = {
             **stats,
@@ -253,11 +242,11 @@ def train_dpo(
             "reference_seconds": round(reference_seconds, 3),  # the frozen reference's one pass
         }
         meta = CheckpointMeta(
-            iteration=iteration,
-            dataset_id=dataset_id,
-            base_model=str(model_path),
+            iteration=job.iteration,
+            dataset_id=job.dataset_id,
+            base_model=str(job.model_path),
             config={"method": "dpo", **cfg.to_dict()},
-            run_id=run_id,
+            run_id=job.run_id,
             metrics=metrics,
         )
         path = save_on_rank_zero(trainer, model, tokenizer, out, meta)

@@ -15,7 +15,7 @@ from typing import Any
 from core.domain.metrics import EpisodeResult
 from core.domain.trajectory import Step, Trajectory
 from core.envs.base import Env, valid_actions_of
-from core.llm.ports import Policy, sample_turns
+from core.llm.ports import Policy, SamplingParams, sample_turns
 from core.llm.prompts import build_prompt, parse_action
 
 INVALID_ANSWER = "Invalid answer: reply with 'Thought: ...' and 'Action: <one command>'."
@@ -212,10 +212,12 @@ async def play_episodes(
                 policy,
                 prompts,
                 actions,
-                n=1,
-                temperature=cfg.temperature,
-                max_tokens=cfg.max_tokens,
-                seed=[(e.seed + len(e.steps)) & 0x7FFFFFFF for e in live],
+                SamplingParams(
+                    n=1,
+                    temperature=cfg.temperature,
+                    max_tokens=cfg.max_tokens,
+                    seed=[(e.seed + len(e.steps)) & 0x7FFFFFFF for e in live],
+                ),
             )
             for episode, (completion, *_rest) in zip(live, completions, strict=True):
                 parsed = parse_action(completion.text)

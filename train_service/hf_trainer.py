@@ -1,7 +1,9 @@
 """Owns the transformers ``Trainer`` plumbing every learner built on it shares (SFT and DPO).
 
-* ``TrainReport`` / ``TrainingCancelled``: what a training call returns, and what it raises when a
-  cancel request stopped it (no checkpoint written). ArCHer's own loop returns and raises the same.
+* ``TrainJob`` / ``TrainReport`` / ``TrainingCancelled``: what every training call takes beside its
+  data and config (model, checkpoint folder, iteration / dataset / run, cancel and progress), what
+  it returns, and what it raises when a cancel request stopped it (no checkpoint written). ArCHer's
+  own loop takes, returns and raises the same.
 * ``load_tokenizer`` (pad token, prefix-stable chat template checked) and ``load_causal_lm`` (fp32
   or bf16, KV cache off for training); ``use_bf16`` decides bf16 when the config leaves it open;
   ``train_service.precision`` turns a config's ``bf16`` / ``mixed_bf16`` into what to load and run.
@@ -39,6 +41,25 @@ StepReport = Callable[[int, int, float | None], None]  # (step, max_steps, last 
 
 class TrainingCancelled(Exception):
     """Training was stopped on request before it finished; no checkpoint was written."""
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """What every learner's training call shares (``train_sft``, ``train_dpo``, ``train_archer``,
+    online ArCHer), beside its data and its config: the model it starts from (``model_path``), the
+    folder its checkpoint goes to (``out_dir``), what the checkpoint's meta records it was trained
+    for (``iteration``, ``dataset_id``, ``run_id``; a non-empty ``dataset_id`` also lets a retry
+    reuse a complete checkpoint of that dataset in ``out_dir``), and the controls polled while it
+    trains: ``should_stop`` after every update (True: ``TrainingCancelled``, nothing written) and
+    ``on_step(step, max_steps, last_loss)`` for progress."""
+
+    model_path: str | Path
+    out_dir: str | Path
+    iteration: int = 0
+    dataset_id: str = ""
+    run_id: str | None = None
+    should_stop: Callable[[], bool] | None = None
+    on_step: StepReport | None = None
 
 
 @dataclass

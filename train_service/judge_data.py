@@ -190,7 +190,7 @@ def judge_phase(
     demo's warm start, judge accuracy on judge examples of tasks it never saw went from 0.50 (every
     answer Bad) to 0.62 (docs/critic.md).
     """
-    from train_service.sft import SFTConfig, train_sft
+    from train_service.sft import SFTConfig, TrainJob, train_sft
 
     cfg = SFTConfig(
         max_steps=JUDGE_PHASE_STEPS if steps is None else steps,
@@ -207,9 +207,8 @@ def judge_phase(
         mixed_bf16=mixed_bf16,
     )
     samples = judge_phase_samples(judge, expert)
-    return train_sft(
-        model_dir, samples, out, cfg, iteration=-1, dataset_id=f"judge-phase:{JUDGE_DATA_VERSION}"
-    )
+    job = TrainJob(model_dir, out, iteration=-1, dataset_id=f"judge-phase:{JUDGE_DATA_VERSION}")
+    return train_sft(job, samples, cfg)
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from core.store.pair_reads import iteration_trees
 from core.store.pair_repository import PairRepository
 from core.store.ports import EventStore
 from core.store.queries.pairs import pair_ids
+from train_service.hf_trainer import TrainJob
 from train_service.rl_data import read_preference_pairs, read_transitions, write_records
 
 log = logging.getLogger(__name__)
@@ -103,18 +104,12 @@ def run_method(
     """Train one iteration with ``method`` (dpo | archer) from its dataset file; online ArCHer
     (``mode: online``) plays in the environment ``online`` names instead (``env_uri``, ``task_ids``,
     ``store_url``, ``project_id``: ``train_service.archer_online``)."""
-    common: dict[str, Any] = {
-        "iteration": iteration,
-        "dataset_id": dataset_id,
-        "run_id": run_id,
-        "should_stop": should_stop,
-        "on_step": on_step,
-    }
+    job = TrainJob(model_path, out_dir, iteration, dataset_id, run_id, should_stop, on_step)
     if method == "dpo":
         from train_service.dpo import DPOConfig, train_dpo
 
         dpo_cfg = DPOConfig.from_dict(config)  # bad fields fail before any model loads
-        report = train_dpo(model_path, read_preference_pairs(dataset_path), out_dir, dpo_cfg, **common)
+        report = train_dpo(job, read_preference_pairs(dataset_path), dpo_cfg)
     elif method == "archer":
         from train_service.archer import ArcherConfig, train_archer
 
@@ -127,9 +122,9 @@ def run_method(
                     "online ArCHer plays in the run's environment: the training job names none "
                     "(use mode 'offline' to train on the logged trees alone)"
                 )
-            report = train_archer_online(model_path, out_dir, archer_cfg, **online, **common)
+            report = train_archer_online(job, archer_cfg, **online)
         else:
-            report = train_archer(model_path, read_transitions(dataset_path), out_dir, archer_cfg, **common)
+            report = train_archer(job, read_transitions(dataset_path), archer_cfg)
     else:
         raise ValueError(f"train.method must be one of sft, dpo, archer, got {method!r}")
     return {"checkpoint": str(report.checkpoint), "metrics": report.metrics, "reused": report.reused}

@@ -1,12 +1,13 @@
 """Owns supervised fine-tuning: the transformers Trainer run and ``train_sft`` (its config,
 ``SFTConfig`` with ``LoraSettings``, is declared in ``core.domain.trainer_config`` and re-exported).
 
-``train_sft(model_path, samples, out_dir, cfg)`` tokenises samples with the model's chat template
-(labels only on weight-1 assistant turns, see ``train_service.tokenize``), optionally packs them,
-trains with the stock ``transformers.Trainer`` and our data collator (so accelerate / torchrun
-DDP, FSDP and DeepSpeed work unchanged for multi-GPU users), and writes a checkpoint (weights +
-tokenizer + meta.json, see ``train_service.checkpoint``). LoRA adapters (peft) are merged into the
-saved weights, so every checkpoint loads with plain ``from_pretrained``.
+``train_sft(job, samples, cfg)`` (``job``: a ``TrainJob``, the model and checkpoint folder)
+tokenises samples with the model's chat template (labels only on weight-1 assistant turns, see
+``train_service.tokenize``), optionally packs them, trains with the stock ``transformers.Trainer``
+and our data collator (so accelerate / torchrun DDP, FSDP and DeepSpeed work unchanged for multi-GPU
+users), and writes a checkpoint (weights + tokenizer + meta.json, see ``train_service.checkpoint``).
+LoRA adapters (peft) are merged into the saved weights, so every checkpoint loads with plain
+``from_pretrained``.
 
 A time budget (``SFTConfig.time_budget_s``) stops training when the time is up and, with
 ``lr_scheduler="time_cosine"``, decays the learning rate on WALL-CLOCK progress through that budget
@@ -26,7 +27,7 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,8 @@ from core.domain.trajectory import TrainingSample
 from train_service.checkpoint import CheckpointMeta, existing_checkpoint
 from train_service.hf_trainer import (
     ListDataset,
-    StepReport,
     TrainingCancelled,
+    TrainJob,
     TrainReport,
     control_callbacks,
     fit,
@@ -54,7 +55,15 @@ from train_service.tokenize import DataCollator, TokenizedSample, pack, tokenize
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LoraSettings", "SFTConfig", "TrainReport", "TrainingCancelled", "prepare_examples", "train_sft"]
+__all__ = [
+    "LoraSettings",
+    "SFTConfig",
+    "TrainJob",
+    "TrainReport",
+    "TrainingCancelled",
+    "prepare_examples",
+    "train_sft",
+]
 
 
 def prepare_examples(
@@ -113,36 +122,26 @@ def _time_cosine(optimizer: Any, budget_s: float, warmup_s: float) -> Any:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def train_sft(
-    model_path: str | Path,
-    samples: Iterable[TrainingSample],
-    out_dir: str | Path,
-    cfg: SFTConfig | None = None,
-    *,
-    iteration: int = 0,
-    dataset_id: str = "",
-    run_id: str | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    on_step: StepReport | None = None,
-) -> TrainReport:
-    """Fine-tune the model at ``model_path`` on ``samples``; the checkpoint goes to ``out_dir``.
+def train_sft(job: TrainJob, samples: Iterable[TrainingSample], cfg: SFTConfig | None = None) -> TrainReport:
+    """Fine-tune the model at ``job.model_path`` on ``samples``; the checkpoint goes to ``job.out_dir``.
 
-    ``should_stop`` is polled after every optimizer step (cancellation: raises ``TrainingCancelled``
-    and writes nothing); ``on_step(step, max_steps, last_loss)`` reports progress. A retry that finds
-    a complete checkpoint of the same ``dataset_id`` in ``out_dir`` returns it without training.
+    ``job.should_stop`` is polled after every optimizer step (cancellation: raises ``TrainingCancelled``
+    and writes nothing); ``job.on_step(step, max_steps, last_loss)`` reports progress. A retry that
+    finds a complete checkpoint of the same ``job.dataset_id`` in ``job.out_dir`` returns it without
+    training.
     Raises ``EmptyDatasetError`` for an empty dataset (before any model is loaded).
     """
     from transformers import Trainer
 
     cfg = cfg or SFTConfig()
-    out = Path(out_dir)
-    if dataset_id and (found := existing_checkpoint(out, dataset_id)) is not None:
-        log.info("checkpoint of dataset %s already at %s: reusing it", dataset_id, found)
+    out = Path(job.out_dir)
+    if job.dataset_id and (found := existing_checkpoint(out, job.dataset_id)) is not None:
+        log.info("checkpoint of dataset %s already at %s: reusing it", job.dataset_id, found)
         return TrainReport(found, {}, reused=True)
-    tokenizer = load_tokenizer(model_path)
+    tokenizer = load_tokenizer(job.model_path)
     examples, stats = prepare_examples(tokenizer, samples, cfg)
 
-    model, prec = load_for_training(model_path, cfg)  # no KV cache: packed blocks rely on it (tokenize)
+    model, prec = load_for_training(job.model_path, cfg)  # no KV cache: packed blocks rely on it (tokenize)
     if cfg.packing:
         check_packing(model, tokenizer.pad_token_id)  # refuses models whose packed logits differ
     if cfg.lora is not None:
@@ -169,7 +168,7 @@ def train_sft(
             warmup=0 if time_cosine else cfg.warmup,
             weight_decay=cfg.weight_decay,
         )
-        callbacks = control_callbacks(cfg.time_budget_s, should_stop, on_step)
+        callbacks = control_callbacks(cfg.time_budget_s, job.should_stop, job.on_step)
         trainer = Trainer(
             model=model,
             args=args,
@@ -183,7 +182,7 @@ def train_sft(
             trainer.lr_scheduler = _time_cosine(
                 trainer.optimizer, cfg.time_budget_s, cfg.warmup * cfg.time_budget_s
             )
-        result, seconds = fit(trainer, callbacks[0], f"training of dataset {dataset_id or '?'}")
+        result, seconds = fit(trainer, callbacks[0], f"training of dataset {job.dataset_id or '?'}")
         trained_model = model.merge_and_unload() if cfg.lora is not None else model  # type: ignore[operator]
         trained_model.config.use_cache = True
         metrics = {
@@ -192,11 +191,11 @@ def train_sft(
             **prec.metrics(),
         }
         meta = CheckpointMeta(
-            iteration=iteration,
-            dataset_id=dataset_id,
-            base_model=str(model_path),
+            iteration=job.iteration,
+            dataset_id=job.dataset_id,
+            base_model=str(job.model_path),
             config=cfg.to_dict(),
-            run_id=run_id,
+            run_id=job.run_id,
             metrics=metrics,
             lora=asdict(cfg.lora) if cfg.lora is not None else None,
         )

@@ -25,7 +25,7 @@ from typing import Any
 from core.domain.good_samples import trajectory_to_sample
 from core.domain.ids import derived_id
 from core.domain.trajectory import Step, TrainingSample, Trajectory
-from train_service.sft import SFTConfig, TrainReport, train_sft
+from train_service.sft import SFTConfig, TrainJob, TrainReport, train_sft
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +162,5 @@ def warm_start(
         logging_steps=20,
     )
     log.info("warm start: %d expert episodes, %.0fs budget", len(samples), time_budget_s)
-    return train_sft(
-        model_path, samples, out_dir, cfg, iteration=-1, dataset_id=f"warm-start:{split}:{n_episodes}"
-    )
+    job = TrainJob(model_path, out_dir, iteration=-1, dataset_id=f"warm-start:{split}:{n_episodes}")
+    return train_sft(job, samples, cfg)

@@ -315,7 +315,7 @@ def _warm_start(
 
     from core.domain.good_samples import trajectory_to_sample
     from core.domain.ids import derived_id
-    from train_service.sft import SFTConfig, train_sft
+    from train_service.sft import SFTConfig, TrainJob, train_sft
 
     if trajectories is None:
         trajectories = _expert(env, tasks)
@@ -362,15 +362,8 @@ def _warm_start(
             info = f"step {step}" + (f", loss {loss:.3f}" if loss is not None else "")
             bars.update(bar, completed=step, info=info)
 
-        report = train_sft(
-            base,
-            samples,
-            first_out,
-            cfg,
-            iteration=-1,
-            dataset_id=f"warm-start:{_key(tasks)}",
-            on_step=on_step,
-        )
+        job = TrainJob(base, first_out, iteration=-1, dataset_id=f"warm-start:{_key(tasks)}", on_step=on_step)
+        report = train_sft(job, samples, cfg)
         bars.update(bar, completed=steps)
     if judge:  # the judge question alone, on top (train_service/judge_data.py: judge_phase)
         from train_service.judge_data import JUDGE_PHASE_LR, JUDGE_PHASE_STEPS, judge_phase

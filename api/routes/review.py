@@ -21,7 +21,7 @@ scope): a reviewer moves t' and/or rewrites the reflection. The correction is ch
 first (a t' outside the bad path after the divergence, an empty reflection or a correction that changes
 nothing is a 422 and writes nothing), then ``FirstErrorCorrected`` (who, when, old and new values) is
 appended to the pair's stream at the version that was read (a concurrent correction gets 409). The
-splice worker re-splices the sample from it (``critic_service.corrections``).
+splice worker re-splices the sample from it (``splice_service.corrections``).
 
 ``POST /v1/pairs/{pair_id}/accept`` and ``POST /v1/traces/{trace_id}/accept`` (``review``): a reviewer
 says the critic was right: ``FirstErrorAccepted`` (who, when, the t' confirmed, a note) is appended the

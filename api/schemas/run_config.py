@@ -144,7 +144,7 @@ class CriticSettings(_Strict):
 
 
 class SpliceSettings(_Strict):
-    """Splicer settings (critic_service.splice_service.SpliceConfig)."""
+    """Splicer settings (splice_service.service.SpliceConfig)."""
 
     verify: bool = Field(True, description="Replay each revision in the environment when possible.")
     keep_unverified: bool = Field(False, description="Keep revisions whose replay missed the good reward.")

@@ -39,7 +39,15 @@ from core.envs.base import Env, EnvError, StepResult, UnknownTask
 from core.envs.offload import call_env, step_timeout
 
 GROUP = "agentr.envs"
-AGENTR_PACKAGES = ("agentr", "core", "api", "search_service", "critic_service", "train_service")
+AGENTR_PACKAGES = (
+    "agentr",
+    "core",
+    "api",
+    "search_service",
+    "critic_service",
+    "splice_service",
+    "train_service",
+)
 DEFAULT_INSTRUCTION = "You are an agent in a text environment. Reply with one action per turn."
 
 

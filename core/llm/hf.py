@@ -81,7 +81,7 @@ from core.llm.hf_decoding import Sample
 from core.llm.hf_folder import check_folder, load_pretrained, resolve_dtype, weights_fingerprint
 from core.llm.hf_scoring import HFScoring, PromptLogprobs
 from core.llm.kv_prefix import PrefixCache
-from core.llm.ports import Completion, Conversation, PolicyError, Seeds, conversation_seeds
+from core.llm.ports import Completion, Conversation, PolicyError, SamplingParams, Seeds, conversation_seeds
 
 __all__ = ["HFPolicy", "PromptLogprobs", "Sample"]
 log = logging.getLogger(__name__)
@@ -261,11 +261,7 @@ class HFPolicy(HFScoring):
         self,
         conversations: Sequence[Conversation],
         actions: Sequence[Sequence[str] | None],
-        n: int = 1,
-        temperature: float = 1.0,
-        max_tokens: int = 64,
-        seed: Seeds = None,
-        logprobs: bool = False,
+        params: SamplingParams = SamplingParams(),
     ) -> list[list[Completion]]:
         """``sample`` with each conversation's Action line constrained to ``actions[i]`` (None or
         empty: free) by a token prefix-trie (core/llm/hf_decoding.py's docstring; the
@@ -274,7 +270,14 @@ class HFPolicy(HFScoring):
             raise ValueError(f"{len(actions)} action lists for {len(conversations)} conversations")
         prompts = [self.render(c) for c in conversations]
         samples = await self.generate(
-            prompts, n, temperature, max_tokens, seed, None, logprobs, actions=actions
+            prompts,
+            params.n,
+            params.temperature,
+            params.max_tokens,
+            params.seed,
+            None,
+            params.logprobs,
+            actions=actions,
         )
         return [[s.completion for s in row] for row in samples]
 

@@ -43,6 +43,7 @@ from core.llm.ports import (
     Completion,
     Conversation,
     PolicyError,
+    SamplingParams,
     Seeds,
     conversation_seeds,
 )
@@ -142,17 +143,22 @@ class OpenAIPolicy(OpenAILabelScoring):
         self,
         conversations: Sequence[Conversation],
         actions: Sequence[Sequence[str] | None],
-        n: int = 1,
-        temperature: float = 1.0,
-        max_tokens: int = 64,
-        seed: Seeds = None,
-        logprobs: bool = False,
+        params: SamplingParams = SamplingParams(),
     ) -> list[list[Completion]]:
         """``sample`` with each conversation's Action line one of ``actions[i]`` (None or empty:
         free): vLLM's structured outputs, a regex over the whole answer (module docstring)."""
         if len(actions) != len(conversations):
             raise ValueError(f"{len(actions)} action lists for {len(conversations)} conversations")
-        return await self._chat(conversations, actions, n, temperature, max_tokens, seed, None, logprobs)
+        return await self._chat(
+            conversations,
+            actions,
+            params.n,
+            params.temperature,
+            params.max_tokens,
+            params.seed,
+            None,
+            params.logprobs,
+        )
 
     async def _chat(
         self,

@@ -70,6 +70,20 @@ class Completion:
     prompt_tokens: int = 0  # the prompt's tokens as the server counted them (usage), 0 when unknown
 
 
+@dataclass(frozen=True)
+class SamplingParams:
+    """How a constrained turn is sampled (``ActionConstrained.sample_actions``, ``sample_turns``):
+    ``n`` completions per conversation at ``temperature``, at most ``max_tokens`` new tokens each,
+    ``seed`` (an int for the call or one per conversation, module docstring; None = fresh) and
+    whether each completion carries its tokens' ``logprobs``. The defaults are ``Policy.sample``'s."""
+
+    n: int = 1
+    temperature: float = 1.0
+    max_tokens: int = 64
+    seed: Seeds = None
+    logprobs: bool = False
+
+
 @runtime_checkable
 class Policy(Protocol):
     @property
@@ -126,14 +140,10 @@ class ActionConstrained(Protocol):
         self,
         conversations: Sequence[Conversation],
         actions: Sequence[Sequence[str] | None],
-        n: int = 1,
-        temperature: float = 1.0,
-        max_tokens: int = 64,
-        seed: Seeds = None,
-        logprobs: bool = False,
+        params: SamplingParams = SamplingParams(),
     ) -> list[list[Completion]]:
-        """Like ``Policy.sample``; conversation ``i``'s Action line is one of ``actions[i]`` (None or
-        empty: free for that conversation)."""
+        """Like ``Policy.sample`` with ``params``; conversation ``i``'s Action line is one of
+        ``actions[i]`` (None or empty: free for that conversation)."""
         ...
 
 
@@ -141,19 +151,19 @@ async def sample_turns(
     policy: Policy,
     conversations: Sequence[Conversation],
     actions: Sequence[Sequence[str] | None] | None,
-    *,
-    n: int = 1,
-    temperature: float = 1.0,
-    max_tokens: int = 64,
-    seed: Seeds = None,
-    logprobs: bool = False,
+    params: SamplingParams = SamplingParams(),
 ) -> list[list[Completion]]:
     """ReAct turns from ``policy``: free when ``actions`` is None or lists nothing for any
     conversation, else constrained (``ActionConstrained``); CannotConstrain when the policy has no
     ``sample_actions``."""
     if actions is None or not any(actions):
         return await policy.sample(
-            conversations, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed, logprobs=logprobs
+            conversations,
+            n=params.n,
+            temperature=params.temperature,
+            max_tokens=params.max_tokens,
+            seed=params.seed,
+            logprobs=params.logprobs,
         )
     method = getattr(policy, "sample_actions", None)
     if not callable(method):
@@ -161,13 +171,5 @@ async def sample_turns(
             f"policy {policy.model_version} cannot constrain its actions (it has no sample_actions): "
             "use the hf backend or a vLLM server, or set constrain_actions to false"
         )
-    result: list[list[Completion]] = await method(
-        conversations,
-        actions,
-        n=n,
-        temperature=temperature,
-        max_tokens=max_tokens,
-        seed=seed,
-        logprobs=logprobs,
-    )
+    result: list[list[Completion]] = await method(conversations, actions, params)
     return result

@@ -13,7 +13,7 @@ from core.runtime.relay import Relay
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from critic_service.service import build_service as build_critic
-from critic_service.splice_service import build_service as build_splice
+from splice_service.service import build_service as build_splice
 from tests.api.conftest import ApiHarness, make_settings, running
 
 

@@ -317,7 +317,7 @@ def test_api_settings_models_cover_every_worker_knob() -> None:
     from api import schemas
     from core.domain.mcts import SearchConfig
     from critic_service.critic import CriticConfig
-    from critic_service.splice_service import SpliceConfig
+    from splice_service.service import SpliceConfig
     from train_service.evaluation import EvalConfig
     from train_service.sft import LoraSettings, SFTConfig
 

@@ -33,7 +33,7 @@ from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.pair_reads import pair_source
 from critic_service.service import build_service as build_critic
-from critic_service.splice_service import build_service as build_splice
+from splice_service.service import build_service as build_splice
 from tests.api.conftest import ApiHarness
 
 pytest.importorskip("tau2")

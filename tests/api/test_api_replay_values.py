@@ -27,8 +27,8 @@ from core.runtime.relay import Relay
 from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from critic_service.service import build_service as build_critic
-from critic_service.splice_service import build_service as build_splice
 from search_service.noisy_expert import NoisyExpertPolicy
+from splice_service.service import build_service as build_splice
 from tests.api.conftest import ApiHarness
 from tests.integration.test_replay_critic import _play, _textcraft_task
 

@@ -1,5 +1,5 @@
 """Human review over the API on the real PostgreSQL store: a pair's detail, corrections checked before
-anything is written, and the splice worker's re-splice (critic_service.corrections) from them.
+anything is written, and the splice worker's re-splice (splice_service.corrections) from them.
 
 The pair is spliced first by the real splicer (``SpliceHandlers.on_first_error``); a reviewer's
 correction is appended through ``POST /v1/pairs/{id}/corrections`` and handed to the real correction
@@ -15,8 +15,8 @@ from core.domain import events as ev
 from core.domain.events import NewEvent
 from core.domain.ids import new_id, pair_stream
 from core.domain.trajectory import Step, Trajectory
-from critic_service.corrections import CorrectionHandlers
-from critic_service.splice_service import SpliceHandlers
+from splice_service.corrections import CorrectionHandlers
+from splice_service.service import SpliceHandlers
 from tests.api.conftest import ApiHarness, make_settings
 from tests.api.seed import meta
 

@@ -28,7 +28,7 @@ from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.projections import rebuild
 from critic_service.service import build_service as build_critic
-from critic_service.splice_service import build_service as build_splice
+from splice_service.service import build_service as build_splice
 from tests.api.conftest import ApiHarness
 from tests.tool_traces import SYSTEM, TASK, TASK_KEY, TOOLS, failed_trace, successful_trace
 

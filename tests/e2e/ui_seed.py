@@ -394,8 +394,8 @@ def splice_as_worker(database_url: str, pair_id: str) -> list[Any]:
     ``env_uri``): nothing here opens one. Returns the appended events."""
     from core.runtime.settings import Settings
     from core.store.factory import open_store
-    from critic_service.corrections import CorrectionHandlers
-    from critic_service.splicer import SpliceHandlers
+    from splice_service.corrections import CorrectionHandlers
+    from splice_service.splicer import SpliceHandlers
 
     def no_env(uri: str) -> Any:
         raise AssertionError(f"the UI tests replay in no environment (asked for {uri})")

@@ -120,7 +120,7 @@ async def test_long_paths_are_judged_within_the_models_context(short_policy) -> 
 async def test_model_reflections_from_the_tiny_model_fall_back_to_templates(policy) -> None:  # type: ignore[no-untyped-def]
     from core.domain.reflections import check_model_reflection, choose_reflection
     from core.llm.prompts import parse_action
-    from critic_service.reflector import ReflectionRequest, model_reflections
+    from splice_service.reflector import ReflectionRequest, model_reflections
 
     requests = [
         ReflectionRequest(f"pair-{i}", "Goal: craft stick.", f"get {i + 1} oak logs", "Could not execute")

@@ -39,10 +39,10 @@ from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store
 from core.store.ports import EventStore
-from critic_service.reflector import ReflectionRequest, model_reflections
 from critic_service.service import build_service as build_critic
-from critic_service.splice_service import build_service as build_splice
-from critic_service.splice_service import replay
+from splice_service.reflector import ReflectionRequest, model_reflections
+from splice_service.service import build_service as build_splice
+from splice_service.service import replay
 from tests.integration.textcraft_pairs import ENV_URI, INVALID_CRAFT, play, textcraft_pair
 
 
@@ -403,7 +403,7 @@ async def test_model_reflections_batch_and_fall_back_per_answer() -> None:
 
 async def test_unknown_reflection_source_rejects_the_revision(stack, caplog) -> None:  # type: ignore[no-untyped-def]
     store, settle = stack
-    with caplog.at_level(logging.INFO, logger="critic_service.splicer"):
+    with caplog.at_level(logging.INFO, logger="splice_service.splicer"):
         _, pair_id, *_ = await _search_run(store, {"reflection": "oracle"})
         await settle()
     (rejected,) = _events(await store.read_stream(pair_stream(pair_id)), RevisionRejected)
@@ -415,7 +415,7 @@ async def test_unknown_reflection_source_rejects_the_revision(stack, caplog) -> 
 
 async def test_an_unverified_replay_is_an_expected_rejection_logged_at_info(stack, caplog) -> None:  # type: ignore[no-untyped-def]
     store, settle = stack
-    with caplog.at_level(logging.INFO, logger="critic_service.splicer"):
+    with caplog.at_level(logging.INFO, logger="splice_service.splicer"):
         splice = {"verify": True, "keep_unverified": False}
         _, pair_id, *_ = await _search_run(store, splice, good_steps_cut=1)
         await settle()

@@ -16,7 +16,7 @@ import pytest
 
 from core.domain.trajectory import Message
 from core.llm.openai_compat import OpenAIPolicy, action_regex
-from core.llm.ports import CannotConstrain, sample_turns
+from core.llm.ports import CannotConstrain, SamplingParams, sample_turns
 from core.llm.registry import open_policy
 
 VALID = ["get 1 oak logs", "craft 4 oak planks using 1 oak logs", "click[Buy Now]", "inventory"]
@@ -97,7 +97,9 @@ async def test_sends_the_actions_as_structured_outputs_regex(upstream: FakeVLLM)
     policy = OpenAIPolicy(upstream.base, "m")
     try:
         rows = await policy.sample_actions(
-            [CONVERSATION, CONVERSATION], [VALID, None], n=2, temperature=1.0, max_tokens=40, seed=3
+            [CONVERSATION, CONVERSATION],
+            [VALID, None],
+            SamplingParams(n=2, temperature=1.0, max_tokens=40, seed=3),
         )
     finally:
         await policy.close()
@@ -113,7 +115,9 @@ async def test_sends_the_actions_as_structured_outputs_regex(upstream: FakeVLLM)
 async def test_older_vllm_gets_guided_regex(upstream: FakeVLLM) -> None:
     policy = open_policy(f"{upstream.base}?structured=guided#m")
     try:
-        rows = await sample_turns(policy, [CONVERSATION], [VALID], n=1, temperature=0.0, max_tokens=40)
+        rows = await sample_turns(
+            policy, [CONVERSATION], [VALID], SamplingParams(n=1, temperature=0.0, max_tokens=40)
+        )
     finally:
         await policy.close()
     assert rows[0][0].text == GOOD
@@ -126,7 +130,7 @@ async def test_a_server_that_ignores_the_field_is_named(upstream: FakeVLLM) -> N
     policy = OpenAIPolicy(upstream.base, "m")
     try:
         with pytest.raises(CannotConstrain, match=r"did not constrain .* ignores structured_outputs\.regex"):
-            await policy.sample_actions([CONVERSATION], [VALID], max_tokens=40)
+            await policy.sample_actions([CONVERSATION], [VALID], SamplingParams(max_tokens=40))
     finally:
         await policy.close()
 
@@ -136,7 +140,7 @@ async def test_a_server_that_refuses_the_field_is_named(upstream: FakeVLLM) -> N
     policy = OpenAIPolicy(upstream.base, "m")
     try:
         with pytest.raises(CannotConstrain, match=r"cannot constrain actions: it refused structured_outputs"):
-            await policy.sample_actions([CONVERSATION], [VALID], max_tokens=40)
+            await policy.sample_actions([CONVERSATION], [VALID], SamplingParams(max_tokens=40))
     finally:
         await policy.close()
 

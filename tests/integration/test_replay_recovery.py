@@ -38,8 +38,8 @@ from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store
 from critic_service.service import build_service as build_critic
-from critic_service.splice_service import build_service as build_splice
 from search_service.noisy_expert import NoisyExpertPolicy
+from splice_service.service import build_service as build_splice
 from tests.integration.test_replay_critic import _play, _textcraft_task
 
 SLACK = 2  # steps beyond the expert plan's length the task allows

@@ -33,7 +33,7 @@ from core.runtime.settings import Settings
 from core.runtime.worker import Worker
 from core.store.factory import open_store
 from core.store.ports import EventStore
-from critic_service.splice_service import build_service as build_splice
+from splice_service.service import build_service as build_splice
 from tests.integration.textcraft_pairs import ENV_URI, INVALID_CRAFT, textcraft_pair
 
 

@@ -33,7 +33,7 @@ from core.store.ports import EventStore
 from core.store.sql import SqlEventStore
 from core.store.tables import traces
 from critic_service.service import build_service as build_critic
-from critic_service.splice_service import build_service as build_splice
+from splice_service.service import build_service as build_splice
 
 TASK = "What is the balance of account 7?"
 

@@ -14,6 +14,7 @@ from tests.ml.learner_data import hand_transitions, tiny_learner_model
 from train_service.archer import ArcherConfig, train_archer
 from train_service.archer_updates import ArcherLearner, awr_weights, expectile_loss
 from train_service.checkpoint import read_meta
+from train_service.hf_trainer import TrainJob
 from train_service.value_model import has_critic, load_critic
 
 
@@ -123,7 +124,9 @@ def test_online_mode_samples_actions_from_the_actor(base_model: Path) -> None:
 
 def test_train_archer_writes_actor_and_critic(base_model: Path, tmp_path: Path) -> None:
     cfg = small(iterations=3, warmup_iters=1, critic_epochs=2, actor_epochs=1, kl_coef=0.1)
-    report = train_archer(base_model, transitions(), tmp_path / "ckpt", cfg, iteration=0, dataset_id="tr-1")
+    report = train_archer(
+        TrainJob(base_model, tmp_path / "ckpt", iteration=0, dataset_id="tr-1"), transitions(), cfg
+    )
     m = report.metrics
     assert m["critic_updates"] == 6 and m["actor_updates"] == 2 and m["actor_objective"] == "awr"
     assert m["critic_updates_per_s"] > 0 and m["actor_tokens_per_s"] > 0 and m["kl_last"] >= 0
@@ -137,7 +140,7 @@ def test_train_archer_writes_actor_and_critic(base_model: Path, tmp_path: Path) 
         assert torch.isfinite(critic(s, a)[0]).all()
     with pytest.raises(ValueError, match="train.method 'archer'"):
         load_critic(base_model)
-    assert train_archer(base_model, transitions(), tmp_path / "ckpt", cfg, dataset_id="tr-1").reused
+    assert train_archer(TrainJob(base_model, tmp_path / "ckpt", dataset_id="tr-1"), transitions(), cfg).reused
 
 
 def test_config_is_checked() -> None:
@@ -153,8 +156,10 @@ def test_cancel_and_time_budget_are_checked_after_every_update(base_model: Path,
 
     cfg = small(iterations=5, warmup_iters=0, critic_epochs=3, actor_epochs=2)
     with pytest.raises(TrainingCancelled, match="step 1"):
-        train_archer(base_model, transitions(), tmp_path / "cancelled", cfg, should_stop=lambda: True)
+        train_archer(
+            TrainJob(base_model, tmp_path / "cancelled", should_stop=lambda: True), transitions(), cfg
+        )
     assert not (tmp_path / "cancelled").exists()  # nothing written
     budget = small(iterations=5, warmup_iters=0, critic_epochs=3, actor_epochs=2, time_budget_s=1e-9)
-    report = train_archer(base_model, transitions(), tmp_path / "budget", budget)
+    report = train_archer(TrainJob(base_model, tmp_path / "budget"), transitions(), budget)
     assert report.metrics["stopped_by_time_budget"] and report.metrics["critic_updates"] == 1

@@ -22,7 +22,7 @@ from train_service.archer import ArcherConfig
 from train_service.archer_online import OnlineSetup, StoreEpisodeLog, train_archer_online_async
 from train_service.archer_updates import ArcherLearner
 from train_service.checkpoint import read_meta
-from train_service.hf_trainer import TrainingCancelled
+from train_service.hf_trainer import TrainingCancelled, TrainJob
 from train_service.value_model import has_critic
 
 ENV = "textcraft?distractors=2"
@@ -87,7 +87,9 @@ async def test_online_rounds_log_their_episodes_and_move_the_actor(
 ) -> None:
     cfg = online()
     report = await train_archer_online_async(
-        base_model, tmp_path / "out", cfg, setup(store), run_id="run-1", iteration=0, dataset_id="d1"
+        TrainJob(base_model, tmp_path / "out", run_id="run-1", iteration=0, dataset_id="d1"),
+        cfg,
+        setup(store),
     )
     m = report.metrics
     assert m["mode"] == "online" and m["rounds"] == 2 and m["episodes"] == 4
@@ -121,7 +123,7 @@ async def test_critic_loss_falls_on_a_fixed_buffer(
 ) -> None:
     cfg = online(iterations=1, critic_epochs=1, actor_epochs=0, rollout_episodes=3)
     await train_archer_online_async(
-        base_model, tmp_path / "o", cfg, setup(store), run_id="run-2", dataset_id="d"
+        TrainJob(base_model, tmp_path / "o", run_id="run-2", dataset_id="d"), cfg, setup(store)
     )
     recorded = await StoreEpisodeLog(store).read(buffer_id("run-2", 0))
     buffer = rebuild_buffer(recorded, 100).items()
@@ -159,18 +161,14 @@ async def test_a_stopped_job_resumes_from_its_last_round(
     with pytest.raises(TrainingCancelled):
         # cancelled right after round 1's episodes are logged, before its updates and checkpoint
         await train_archer_online_async(
-            base_model,
-            out,
+            TrainJob(base_model, out, run_id="run-3", dataset_id="d3", should_stop=lambda: log.appended >= 2),
             cfg,
             setup(store, log),
-            run_id="run-3",
-            dataset_id="d3",
-            should_stop=lambda: log.appended >= 2,
         )
     assert not out.exists()
     again = _StopAfterRounds(store, rounds=99)
     report = await train_archer_online_async(
-        base_model, out, cfg, setup(store, again), run_id="run-3", dataset_id="d3"
+        TrainJob(base_model, out, run_id="run-3", dataset_id="d3"), cfg, setup(store, again)
     )
     m = report.metrics
     assert m["resumed_at_round"] == 1  # round 0 was checkpointed; round 1 starts again
@@ -186,14 +184,22 @@ async def test_the_online_baselines_share_the_loop_but_not_the_critic(
 ) -> None:
     cfg = online(iterations=1, kl_coef=0.0)
     reinforce = await train_archer_online_async(
-        base_model, tmp_path / "r", cfg, setup(store), run_id="run-4", dataset_id="r", algorithm="reinforce"
+        TrainJob(base_model, tmp_path / "r", run_id="run-4", dataset_id="r"),
+        cfg,
+        setup(store),
+        algorithm="reinforce",
     )
     assert reinforce.metrics["algorithm"] == "reinforce"
     assert reinforce.metrics["critic_updates"] == 0 and reinforce.metrics["actor_updates"] == 1
     # filtered BC learns only from successes: the untrained tiny model has none, so nothing moves
     bc = await train_archer_online_async(
-        base_model, tmp_path / "b", cfg, setup(store), run_id="run-5", dataset_id="b", algorithm="filtered_bc"
+        TrainJob(base_model, tmp_path / "b", run_id="run-5", dataset_id="b"),
+        cfg,
+        setup(store),
+        algorithm="filtered_bc",
     )
     assert bc.metrics["episodes"] == 2 and bc.metrics["actor_updates"] == 0
     with pytest.raises(ValueError, match="algorithm must be one of"):
-        await train_archer_online_async(base_model, tmp_path / "x", cfg, setup(store), algorithm="ppo")
+        await train_archer_online_async(
+            TrainJob(base_model, tmp_path / "x"), cfg, setup(store), algorithm="ppo"
+        )

@@ -11,9 +11,11 @@ import torch
 from core.domain.trajectory import Message, Step, TrainingSample
 from core.envs.textcraft import TextCraftEnv, solve
 from core.llm.hf import HFPolicy
+from core.llm.ports import SamplingParams
 from core.llm.prompts import build_messages, format_assistant, parse_action
 from core.llm.tiny import build_tiny_model
 from tests.support import TinySpec
+from train_service.hf_trainer import TrainJob
 from train_service.sft import SFTConfig, train_sft
 
 GOALS = ("goal:oak_planks", "goal:birch_button", "goal:stick", "goal:spruce_slab")
@@ -47,7 +49,7 @@ async def test_constrained_samples_are_always_valid_actions(
     actions = [a for _, a in cases]
     free = await local.sample(conversations, n=4, temperature=temperature, max_tokens=max_tokens, seed=5)
     constrained = await local.sample_actions(
-        conversations, actions, n=4, temperature=temperature, max_tokens=max_tokens, seed=5
+        conversations, actions, SamplingParams(n=4, temperature=temperature, max_tokens=max_tokens, seed=5)
     )
     free_valid = 0
     for listed, free_row, row in zip(actions, free, constrained, strict=True):
@@ -66,7 +68,7 @@ async def test_rows_without_actions_decode_exactly_as_free(local: HFPolicy) -> N
     conversations = [c for c, _ in cases]
     free = await local.sample(conversations, n=2, temperature=1.0, max_tokens=20, seed=9)
     mixed = await local.sample_actions(
-        conversations, [None, cases[1][1], []], n=2, temperature=1.0, max_tokens=20, seed=9
+        conversations, [None, cases[1][1], []], SamplingParams(n=2, temperature=1.0, max_tokens=20, seed=9)
     )
     assert [c.text for c in mixed[0]] == [c.text for c in free[0]]
     assert [c.text for c in mixed[2]] == [c.text for c in free[2]]
@@ -92,7 +94,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> HFPolicy:
         answer = format_assistant(f"I need {plan[done].split(' using ')[0]}.", plan[done])
         samples.append(TrainingSample(f"s{index}", "good", (*conversation, Message("assistant", answer, 1))))
     cfg = SFTConfig(epochs=40, batch_size=8, learning_rate=1e-2, max_length=512, logging_steps=50)
-    report = train_sft(base, samples, tmp_path_factory.mktemp("trie-sft") / "ckpt", cfg)
+    report = train_sft(TrainJob(base, tmp_path_factory.mktemp("trie-sft") / "ckpt"), samples, cfg)
     return HFPolicy.from_folder(report.checkpoint, device="cpu")
 
 
@@ -110,7 +112,9 @@ async def test_greedy_constrained_equals_free_whenever_free_is_valid(trained: HF
         ]
         for (_, listed), parsed in zip(cases, free_actions, strict=True)
     ]
-    constrained = await trained.sample_actions(conversations, actions, n=1, temperature=0.0, max_tokens=48)
+    constrained = await trained.sample_actions(
+        conversations, actions, SamplingParams(n=1, temperature=0.0, max_tokens=48)
+    )
     compared = 0
     for listed, (f,), (c,), parsed_free in zip(actions, free, constrained, free_actions, strict=True):
         parsed = parse_action(c.text)
@@ -125,7 +129,7 @@ async def test_greedy_constrained_equals_free_whenever_free_is_valid(trained: HF
     assert chosen is not None
     others = [a for a in actions[index] if a.lower() != chosen.normalized]
     (row,) = await trained.sample_actions(
-        [conversations[index]], [others], n=1, temperature=0.0, max_tokens=48
+        [conversations[index]], [others], SamplingParams(n=1, temperature=0.0, max_tokens=48)
     )
     moved = parse_action(row[0].text)
     assert moved is not None and moved.normalized in {a.lower() for a in others}

@@ -25,6 +25,7 @@ from train_service.dpo import (
     tokenize_pairs,
     train_dpo,
 )
+from train_service.hf_trainer import TrainJob
 from train_service.tokenize import IGNORE_INDEX
 
 
@@ -122,7 +123,9 @@ def test_dpo_step_raises_the_margin_and_writes_a_checkpoint(base_model: Path, tm
 
     cfg = DPOConfig(max_steps=3, batch_size=2, learning_rate=5e-3, warmup=0, logging_steps=1, beta=0.5)
     pairs = [pair(0), pair(1)]
-    report = train_dpo(base_model, pairs, tmp_path / "ckpt", cfg, iteration=1, dataset_id="ds", run_id="r")
+    report = train_dpo(
+        TrainJob(base_model, tmp_path / "ckpt", iteration=1, dataset_id="ds", run_id="r"), pairs, cfg
+    )
     meta = read_meta(report.checkpoint)
     assert meta.config["method"] == "dpo" and meta.dataset_id == "ds" and meta.metrics["pairs"] == 2
     assert json.loads((report.checkpoint / "meta.json").read_text())["metrics"]["reference"] == "frozen"
@@ -139,15 +142,15 @@ def test_dpo_step_raises_the_margin_and_writes_a_checkpoint(base_model: Path, tm
     assert margin_after > margin_before
     assert meta.metrics["last_loss"] < meta.metrics["first_loss"]
     # a retry with the same dataset reuses the checkpoint
-    assert train_dpo(base_model, pairs, tmp_path / "ckpt", cfg, dataset_id="ds").reused
+    assert train_dpo(TrainJob(base_model, tmp_path / "ckpt", dataset_id="ds"), pairs, cfg).reused
 
 
 def test_reference_free_and_bad_input(base_model: Path, tmp_path: Path) -> None:
     cfg = DPOConfig(max_steps=1, batch_size=1, reference="none", learning_rate=1e-3, warmup=0)
-    report = train_dpo(base_model, [pair(0)], tmp_path / "free", cfg)
+    report = train_dpo(TrainJob(base_model, tmp_path / "free"), [pair(0)], cfg)
     assert read_meta(report.checkpoint).metrics["reference"] == "none"
     with pytest.raises(EmptyDatasetError):
-        train_dpo(base_model, [], tmp_path / "empty", cfg)
+        train_dpo(TrainJob(base_model, tmp_path / "empty"), [], cfg)
     with pytest.raises(ValueError, match="reference"):
         DPOConfig(reference="policy")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown field"):

@@ -11,6 +11,7 @@ import pytest
 
 from core.domain.trajectory import Message, TrainingSample
 from core.llm.tiny import build_tiny_model
+from train_service.hf_trainer import TrainJob
 from train_service.packing_check import PackingUnsafe, check_packing, packed_difference
 from train_service.sft import SFTConfig, train_sft
 
@@ -59,5 +60,5 @@ def test_a_model_that_leaks_across_packed_samples_is_refused(tiny: Path, tmp_pat
     )
     cfg = SFTConfig(max_steps=1, packing=True, max_length=64, batch_size=1)
     with pytest.raises(PackingUnsafe, match="set train.packing false"):
-        train_sft(folder, [sample], tmp_path / "ckpt", cfg)
+        train_sft(TrainJob(folder, tmp_path / "ckpt"), [sample], cfg)
     assert not (tmp_path / "ckpt").exists()

@@ -159,6 +159,7 @@ def test_fine_tuning_steps_change_the_parameters_and_save_a_folder_that_reloads(
     tiny_folder: Path, tmp_path: Path, lora: bool
 ) -> None:
     from train_service.checkpoint import read_meta
+    from train_service.hf_trainer import TrainJob
     from train_service.sft import LoraSettings, SFTConfig, train_sft
 
     cfg = SFTConfig(
@@ -170,7 +171,7 @@ def test_fine_tuning_steps_change_the_parameters_and_save_a_folder_that_reloads(
         lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None,
     )
     out = tmp_path / "ckpt"
-    report = train_sft(tiny_folder, [revision(), revision()], out, cfg, dataset_id="real")
+    report = train_sft(TrainJob(tiny_folder, out, dataset_id="real"), [revision(), revision()], cfg)
     assert report.metrics["steps"] == 2 and math.isfinite(report.metrics["train_loss"])
     before, after = _params(tiny_folder), _params(out)
     changed = [k for k in before if not torch.equal(before[k], after[k])]

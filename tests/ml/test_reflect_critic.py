@@ -93,6 +93,7 @@ def _revision(path: Trajectory, at: int, template_id: str) -> TrainingSample:
 
 
 async def test_reflect_sharpens_where_revision_training_put_reflections(folder: Path, tmp_path: Path) -> None:
+    from train_service.hf_trainer import TrainJob
     from train_service.sft import SFTConfig, train_sft
 
     samples = [
@@ -101,7 +102,7 @@ async def test_reflect_sharpens_where_revision_training_put_reflections(folder: 
         for template_id in sorted(DEFAULT_TEMPLATES)
     ]
     cfg = SFTConfig(max_steps=60, learning_rate=3e-3, batch_size=8, max_length=256, logging_steps=100)
-    report = train_sft(folder, samples, tmp_path / "trained", cfg)
+    report = train_sft(TrainJob(folder, tmp_path / "trained"), samples, cfg)
     trained = HFPolicy.from_folder(report.checkpoint, device="cpu")
     hits = 0
     for at in range(1, 5):

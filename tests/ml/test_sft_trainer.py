@@ -13,6 +13,7 @@ from core.domain.datasets import EmptyDatasetError
 from core.domain.trajectory import Message, TrainingSample
 from core.llm.tiny import build_tiny_model
 from train_service.checkpoint import META_FILE, CheckpointError, load_checkpoint, read_meta
+from train_service.hf_trainer import TrainJob
 from train_service.sft import LoraSettings, SFTConfig, TrainingCancelled, TrainReport, train_sft
 
 TEXTS = [
@@ -56,7 +57,9 @@ def params(path: Path) -> dict[str, torch.Tensor]:
 def test_one_step_changes_parameters_and_checkpoint_round_trips(base_model: Path, tmp_path: Path) -> None:
     cfg = SFTConfig(max_steps=1, batch_size=4, learning_rate=1e-2, logging_steps=1)
     report = train_sft(
-        base_model, samples(4), tmp_path / "ckpt", cfg, iteration=3, dataset_id="ds-1", run_id="run-9"
+        TrainJob(base_model, tmp_path / "ckpt", iteration=3, dataset_id="ds-1", run_id="run-9"),
+        samples(4),
+        cfg,
     )
     before, after = params(base_model), params(report.checkpoint)
     changed = [k for k in before if not torch.equal(before[k], after[k])]
@@ -75,13 +78,15 @@ def test_one_step_changes_parameters_and_checkpoint_round_trips(base_model: Path
     for k, v in model.state_dict().items():
         assert torch.equal(v, after[k])
     # the saved checkpoint is an ordinary model folder: it trains again
-    again = train_sft(report.checkpoint, samples(2), tmp_path / "ckpt2", SFTConfig(max_steps=1, batch_size=2))
+    again = train_sft(
+        TrainJob(report.checkpoint, tmp_path / "ckpt2"), samples(2), SFTConfig(max_steps=1, batch_size=2)
+    )
     assert read_meta(again.checkpoint).base_model == str(report.checkpoint)
 
 
 def test_training_lowers_the_loss_with_packing(base_model: Path, tmp_path: Path) -> None:
     cfg = SFTConfig(epochs=8, batch_size=2, learning_rate=1e-2, packing=True, max_length=256, logging_steps=1)
-    report = train_sft(base_model, samples(8), tmp_path / "packed", cfg)
+    report = train_sft(TrainJob(base_model, tmp_path / "packed"), samples(8), cfg)
     assert report.metrics["blocks"] < report.metrics["samples"]
     from train_service.tokenize import collate, tokenize_sample
 
@@ -130,7 +135,9 @@ def test_mixed_bf16_runs_the_mlps_in_bf16_keeps_fp32_weights(base_model: Path, t
         epochs=8, batch_size=2, learning_rate=1e-2, packing=True, max_length=256, logging_steps=1,
         mixed_bf16=True,
     )  # fmt: skip
-    report, seen = _training_dtypes(lambda: train_sft(base_model, samples(8), tmp_path / "mixed", cfg))
+    report, seen = _training_dtypes(
+        lambda: train_sft(TrainJob(base_model, tmp_path / "mixed"), samples(8), cfg)
+    )
     assert seen == {"mlp": {torch.bfloat16}, "attention": {torch.float32}, "head": {torch.float32}}
     assert report.metrics["mixed_bf16"] is True and report.metrics["bf16"] is False
     assert {t.dtype for t in params(report.checkpoint).values()} == {torch.float32}
@@ -148,7 +155,9 @@ def test_mixed_bf16_runs_the_mlps_in_bf16_keeps_fp32_weights(base_model: Path, t
 def test_fp32_training_computes_in_fp32(base_model: Path, tmp_path: Path) -> None:
     """The default: no autocast anywhere."""
     cfg = SFTConfig(max_steps=1, batch_size=4)
-    report, seen = _training_dtypes(lambda: train_sft(base_model, samples(4), tmp_path / "fp32", cfg))
+    report, seen = _training_dtypes(
+        lambda: train_sft(TrainJob(base_model, tmp_path / "fp32"), samples(4), cfg)
+    )
     assert seen == {"mlp": {torch.float32}, "attention": {torch.float32}, "head": {torch.float32}}
     assert report.metrics["mixed_bf16"] is False
 
@@ -157,18 +166,18 @@ def test_retry_reuses_a_complete_checkpoint_and_refuses_another_dataset(
     base_model: Path, tmp_path: Path
 ) -> None:
     cfg = SFTConfig(max_steps=1, batch_size=2)
-    first = train_sft(base_model, samples(2), tmp_path / "c", cfg, dataset_id="A")
-    again = train_sft(base_model, samples(2), tmp_path / "c", cfg, dataset_id="A")
+    first = train_sft(TrainJob(base_model, tmp_path / "c", dataset_id="A"), samples(2), cfg)
+    again = train_sft(TrainJob(base_model, tmp_path / "c", dataset_id="A"), samples(2), cfg)
     assert again.reused and again.checkpoint == first.checkpoint
     with pytest.raises(CheckpointError, match="already holds a checkpoint of dataset A"):
-        train_sft(base_model, samples(2), tmp_path / "c", cfg, dataset_id="B")
+        train_sft(TrainJob(base_model, tmp_path / "c", dataset_id="B"), samples(2), cfg)
 
 
 def test_lora_merges_into_plain_weights(base_model: Path, tmp_path: Path) -> None:
     cfg = SFTConfig(
         max_steps=2, batch_size=2, learning_rate=1e-2, lora=LoraSettings(r=4, alpha=8, dropout=0.0)
     )
-    report = train_sft(base_model, samples(4), tmp_path / "lora", cfg)
+    report = train_sft(TrainJob(base_model, tmp_path / "lora"), samples(4), cfg)
     after = params(report.checkpoint)
     before = params(base_model)
     assert set(after) == set(before)  # no adapter keys: merged
@@ -188,27 +197,25 @@ def test_lora_merges_into_plain_weights(base_model: Path, tmp_path: Path) -> Non
 
 def test_empty_dataset_is_a_clear_error(base_model: Path, tmp_path: Path) -> None:
     with pytest.raises(EmptyDatasetError, match="the dataset is empty"):
-        train_sft(base_model, [], tmp_path / "x", SFTConfig(max_steps=1))
+        train_sft(TrainJob(base_model, tmp_path / "x"), [], SFTConfig(max_steps=1))
     with pytest.raises(EmptyDatasetError, match="lost their trained tokens to max_length=8"):
-        train_sft(base_model, samples(2), tmp_path / "x", SFTConfig(max_steps=1, max_length=8))
+        train_sft(TrainJob(base_model, tmp_path / "x"), samples(2), SFTConfig(max_steps=1, max_length=8))
     assert not (tmp_path / "x").exists()
 
 
 def test_cancel_writes_nothing(base_model: Path, tmp_path: Path) -> None:
     with pytest.raises(TrainingCancelled, match="cancelled at step 1"):
         train_sft(
-            base_model,
+            TrainJob(base_model, tmp_path / "c", should_stop=lambda: True),
             samples(4),
-            tmp_path / "c",
             SFTConfig(max_steps=50, batch_size=2),
-            should_stop=lambda: True,
         )
     assert not (tmp_path / "c").exists()
 
 
 def test_time_budget_stops_training(base_model: Path, tmp_path: Path) -> None:
     cfg = SFTConfig(epochs=10_000, batch_size=2, lr_scheduler="time_cosine", time_budget_s=1.0)
-    report = train_sft(base_model, samples(4), tmp_path / "t", cfg)
+    report = train_sft(TrainJob(base_model, tmp_path / "t"), samples(4), cfg)
     assert report.metrics["stopped_by_time_budget"] is True
     assert report.metrics["steps"] < 10_000 * 2
     assert (report.checkpoint / META_FILE).is_file()

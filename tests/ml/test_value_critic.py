@@ -13,6 +13,7 @@ from critic_service.critic import CriticConfig, CriticConfigError, critique
 from critic_service.strategies.value import StepValue, ValueScorer, value_verdicts
 from tests.ml.learner_data import hand_transitions, tiny_learner_model
 from train_service.archer import ArcherConfig, train_archer
+from train_service.hf_trainer import TrainJob
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         iterations=2, warmup_iters=2, critic_epochs=3, batch_size=3, grad_accumulation=1, head_hidden=16,
         max_state_tokens=96, max_action_tokens=24, max_length=160, critic_lr=1e-3, kl_coef=0.0,
     )  # fmt: skip
-    ckpt = train_archer(base, transitions, tmp_path_factory.mktemp("ckpt") / "archer", cfg).checkpoint
+    ckpt = train_archer(
+        TrainJob(base, tmp_path_factory.mktemp("ckpt") / "archer"), transitions, cfg
+    ).checkpoint
     return base, ckpt
 
 

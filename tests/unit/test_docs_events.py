@@ -58,18 +58,12 @@ PRODUCER_SOURCES: dict[str, tuple[str, ...]] = {
     "api": ("api/",),
     "cli": ("agentr/cli/",),
     "search": ("search_service/",),
-    "critic": ("critic_service/service.py", "critic_service/critic.py", "critic_service/reflector.py"),
-    "splice": (
-        "critic_service/splice_service.py",
-        "critic_service/splicer.py",
-        "critic_service/iteration_dataset.py",
-        "critic_service/good_traces.py",
-        "critic_service/corrections.py",
-    ),
+    "critic": ("critic_service/service.py", "critic_service/critic.py"),
+    "splice": ("splice_service/",),
     "train": ("train_service/", "core/domain/runs.py"),
     "worker runtime": ("core/runtime/", "core/bus/"),
 }
-SCANNED = ("agentr", "api", "core", "search_service", "critic_service", "train_service")
+SCANNED = ("agentr", "api", "core", "search_service", "critic_service", "splice_service", "train_service")
 
 STREAM_FUNCTIONS: tuple[Callable[[str], str], ...] = (
     ids.run_stream,

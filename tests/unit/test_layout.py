@@ -1,8 +1,9 @@
 """The layout of the code (ARCHITECTURE.md): who may import whom, and no import circles.
 
 - The import contracts of ``[tool.importlinter]`` in pyproject.toml hold (the same check CI's lint step
-  runs with ``lint-imports``): agentr > api | search_service | critic_service > train_service > core,
-  ``core`` imports nothing outside itself, and no package's modules import each other in a circle.
+  runs with ``lint-imports``): agentr > api | search_service | critic_service | splice_service >
+  train_service > core, ``core`` imports nothing outside itself, the critic and splice workers do not
+  import each other, and no package's modules import each other in a circle.
 - No circle between single modules of a package (grimp's import graph, lazy imports inside functions
   included), reported module by module so a failure says which files to untangle.
 - Every ``core`` module imports with the packages above it made unimportable, which also catches an
@@ -18,7 +19,7 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("agentr", "api", "search_service", "critic_service", "train_service", "core")
+PACKAGES = ("agentr", "api", "search_service", "critic_service", "splice_service", "train_service", "core")
 ABOVE_CORE = tuple(p for p in PACKAGES if p != "core")
 
 

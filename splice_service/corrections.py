@@ -33,8 +33,8 @@ from core.domain.review import HUMAN_CORRECTED
 from core.domain.splice import SpliceError
 from core.runtime.service import HandlerResult
 from core.store.pair_repository import PairRepository
-from critic_service.service import run_context
-from critic_service.splicer import SERVICE_NAME, LossMasking, SpliceConfig, SpliceHandlers
+from core.store.run_reads import run_context
+from splice_service.splicer import SERVICE_NAME, LossMasking, SpliceConfig, SpliceHandlers
 
 log = logging.getLogger(__name__)
 HUMAN_TEMPLATE_ID = "human"

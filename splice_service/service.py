@@ -2,12 +2,12 @@
 
 - ``FirstErrorMarked`` -> ``RevisionMaterialized`` / ``RevisionRejected``, and the iteration's
   ``IterationDatasetReady`` / ``IterationDatasetEmpty`` after each ``TreeCompleted``, ``SearchFailed``,
-  ``RevisionMaterialized``, ``RevisionRejected``: ``critic_service.splicer``.
+  ``RevisionMaterialized``, ``RevisionRejected``: ``splice_service.splicer``.
 - ``FirstErrorCorrected`` (a reviewer's correction) -> ``SampleRespliced`` or ``CorrectionRejected``:
   the pair re-spliced at the reviewer's t' / with the reviewer's reflection
-  (``critic_service.corrections``).
+  (``splice_service.corrections``).
 - ``TraceIngested`` with outcome ``success``, or ``TraceOutcomeSet`` to ``success`` later ->
-  ``GoodTraceSampled``: the successful trace as a good sample (``critic_service.good_traces``).
+  ``GoodTraceSampled``: the successful trace as a good sample (``splice_service.good_traces``).
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from core.domain.events import (
 )
 from core.envs.base import Env
 from core.envs.registry import egress_checked as checked_env_opener
+from core.llm.model_opener import egress_policy_opener, open_model
 from core.llm.policy_cache import PolicyCache, service_cache
 from core.llm.ports import Policy
 from core.runtime.service import Service
 from core.runtime.settings import Settings
 from core.store.ports import EventStore
-from critic_service.corrections import CorrectionHandlers
-from critic_service.good_traces import GoodTraceHandlers
-from critic_service.service import egress_policy_opener, open_model
-from critic_service.splicer import (
+from splice_service.corrections import CorrectionHandlers
+from splice_service.good_traces import GoodTraceHandlers
+from splice_service.splicer import (
     REWARD_TOLERANCE,
     SERVICE_NAME,
     Replay,

@@ -3,7 +3,7 @@ or failed and every pair is revised or rejected, ``IterationDatasetReady`` (dete
 id) or ``IterationDatasetEmpty`` for the run's stream, built from committed projections only
 (``built_from.last_position`` is the highest store position among the dataset's samples), so
 concurrent checks build identical contents under one derived event id. The splice worker runs it
-after each relevant event has been committed (``critic_service.splicer``'s docstring says why).
+after each relevant event has been committed (``splice_service.splicer``'s docstring says why).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from core.domain.events import IterationDatasetEmpty, IterationDatasetReady, Met
 from core.domain.ids import derived_id, run_stream
 from core.store.ports import EventStore
 from core.store.queries.iterations import iteration_progress
-from critic_service.service import run_context
+from core.store.run_reads import run_context
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """Owns splicing a pair into a revision sample and the iteration's dataset signal (the handlers of
-the splice worker; ``critic_service.splice_service`` wires them into the worker).
+the splice worker; ``splice_service.service`` wires them into the worker).
 
 - ``FirstErrorMarked`` -> ``RevisionMaterialized`` (or ``RevisionRejected`` with the reason): the
   pair is spliced (core.domain.splice) with a reflection chosen from the pair id (``reflection:
   template``, the default) or written by the iteration's model (``reflection: model``, see
-  ``critic_service.reflector``; template fallback recorded as ``model|fallback:<id>``); where the pair names
+  ``splice_service.reflector``; template fallback recorded as ``model|fallback:<id>``); where the pair names
   an environment and task, the spliced action sequence is replayed there: ``verified`` says whether it
   still reaches the good path's reward, and the sample keeps the observations the environment really
   returned. Unverified samples are kept or dropped by ``RunConfig.splice["keep_unverified"]``.
@@ -13,7 +13,7 @@ the splice worker; ``critic_service.splice_service`` wires them into the worker)
   committed: when every tree of ``IterationStarted.tree_ids`` is completed or failed and every pair
   is revised or rejected, ``IterationDatasetReady`` (deterministic dataset id) or
   ``IterationDatasetEmpty`` is appended to the run's stream, once (derived event id; the store skips
-  an id it already holds; the check and the event are ``critic_service.iteration_dataset``'s). The
+  an id it already holds; the check and the event are ``splice_service.iteration_dataset``'s). The
   check never runs inside the handler that produces an outcome: that handler's events are not
   committed yet, so with two replicas (or concurrency > 1) both handlers of the last two events
   could see "not ready" and the wakeup would be lost. Checking after each commit means whichever
@@ -66,15 +66,16 @@ from core.domain.splice import (
 )
 from core.domain.trajectory import Step, Trajectory
 from core.envs.base import Env, EnvError
+from core.llm.model_opener import egress_policy_opener, open_model
 from core.llm.policy_cache import PolicyCache
 from core.llm.ports import Policy, PolicyError
 from core.runtime.service import HandlerResult
 from core.runtime.settings import Settings
 from core.store.pair_repository import PairRepository
 from core.store.ports import EventStore
-from critic_service.iteration_dataset import iteration_dataset_events
-from critic_service.reflector import ReflectionRequest, model_reflections
-from critic_service.service import egress_policy_opener, open_model, run_context
+from core.store.run_reads import run_context
+from splice_service.iteration_dataset import iteration_dataset_events
+from splice_service.reflector import ReflectionRequest, model_reflections
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "splice"
