@@ -9,12 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.bus.redis_streams import RedisStreamsBus
-from core.runtime.relay import Relay
 from core.runtime.settings import Settings
-from core.runtime.worker import Worker
-from critic_service.service import build_service as build_critic
-from splice_service.service import build_service as build_splice
 from tests.api.conftest import ApiHarness, make_settings, running
+from tests.trace_pipeline import settle_workers
 
 
 @dataclass
@@ -43,16 +40,7 @@ async def logs_stack(pg_url: str, redis_url: str, redis_prefix: str) -> AsyncIte
         store = api.store
         bus = RedisStreamsBus(redis_url, redis_prefix)
         settings = Settings(block_ms=50, critic_trace_strategy="rules")
-        critic = Worker(build_critic(settings, store), store, bus, settings)
-        splice = Worker(build_splice(settings, store), store, bus, settings)
-        relay = Relay(store, bus)
-
-        async def settle() -> None:
-            for _ in range(4):
-                await relay.drain()
-                await critic.run(burst=True)
-                await relay.drain()
-                await splice.run(burst=True)
+        settle = settle_workers(store, bus, settings)
 
         project = await api.project("logs")
         key = api.auth(await api.key(project, "ingest", "read", "run"))

@@ -28,13 +28,10 @@ from core.domain.ids import derived_id, pair_stream, trace_stream
 from core.domain.trajectory import Step, Trajectory
 from core.formats.pair_records import dpo_records, prm_records
 from core.formats.records import openai_record
-from core.runtime.relay import Relay
 from core.runtime.settings import Settings
-from core.runtime.worker import Worker
 from core.store.pair_reads import pair_source
-from critic_service.service import build_service as build_critic
-from splice_service.service import build_service as build_splice
 from tests.api.conftest import ApiHarness
+from tests.trace_pipeline import settle_workers
 
 pytest.importorskip("tau2")
 
@@ -43,16 +40,7 @@ pytest.importorskip("tau2")
 async def settle(api: ApiHarness, redis_url: str, redis_prefix: str) -> AsyncIterator[Any]:
     bus = RedisStreamsBus(redis_url, redis_prefix)
     settings = Settings(block_ms=50, critic_trace_strategy="rules")  # type: ignore[call-arg]
-    critic = Worker(build_critic(settings, api.store), api.store, bus, settings)
-    splice = Worker(build_splice(settings, api.store), api.store, bus, settings)
-    relay = Relay(api.store, bus)
-
-    async def go() -> None:
-        for _ in range(4):
-            await relay.drain()
-            await critic.run(burst=True)
-            await relay.drain()
-            await splice.run(burst=True)
+    go = settle_workers(api.store, bus, settings)
 
     try:
         yield go

@@ -23,14 +23,11 @@ from core.domain.good_samples import trajectory_to_sample
 from core.domain.ids import derived_id, pair_stream
 from core.formats.records import openai_record
 from core.llm.ports import Policy
-from core.runtime.relay import Relay
 from core.runtime.settings import Settings
-from core.runtime.worker import Worker
-from critic_service.service import build_service as build_critic
 from search_service.noisy_expert import NoisyExpertPolicy
-from splice_service.service import build_service as build_splice
 from tests.api.conftest import ApiHarness
 from tests.integration.test_replay_critic import _play, _textcraft_task
+from tests.trace_pipeline import settle_workers
 
 SLACK = 2
 
@@ -51,16 +48,7 @@ async def settle(api: ApiHarness, redis_url: str, redis_prefix: str) -> AsyncIte
         critic_trace_replay_m=8,
         critic_trace_replay_budget=128,
     )
-    critic = Worker(build_critic(settings, api.store, policy_opener=opener), api.store, bus, settings)
-    splice = Worker(build_splice(settings, api.store), api.store, bus, settings)
-    relay = Relay(api.store, bus)
-
-    async def go() -> None:
-        for _ in range(4):
-            await relay.drain()
-            await critic.run(burst=True)
-            await relay.drain()
-            await splice.run(burst=True)
+    go = settle_workers(api.store, bus, settings, critic_opener=opener)
 
     try:
         yield go

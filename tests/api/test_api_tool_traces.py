@@ -23,14 +23,11 @@ import pytest
 from core.bus.redis_streams import RedisStreamsBus
 from core.domain.serde import from_dict
 from core.domain.trajectory import TrainingSample
-from core.runtime.relay import Relay
 from core.runtime.settings import Settings
-from core.runtime.worker import Worker
 from core.store.projections import rebuild
-from critic_service.service import build_service as build_critic
-from splice_service.service import build_service as build_splice
 from tests.api.conftest import ApiHarness
 from tests.tool_traces import SYSTEM, TASK, TASK_KEY, TOOLS, failed_trace, successful_trace
+from tests.trace_pipeline import settle_workers
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "ml" / "templates"
 
@@ -40,16 +37,7 @@ async def settle(api: ApiHarness, redis_url: str, redis_prefix: str) -> AsyncIte
     """Run the relay, critic and splice workers until the log is quiet (burst mode)."""
     bus = RedisStreamsBus(redis_url, redis_prefix)
     settings = Settings(block_ms=50, critic_trace_strategy="rules")
-    critic = Worker(build_critic(settings, api.store), api.store, bus, settings)
-    splice = Worker(build_splice(settings, api.store), api.store, bus, settings)
-    relay = Relay(api.store, bus)
-
-    async def go() -> None:
-        for _ in range(4):
-            await relay.drain()
-            await critic.run(burst=True)
-            await relay.drain()
-            await splice.run(burst=True)
+    go = settle_workers(api.store, bus, settings)
 
     try:
         yield go

@@ -34,16 +34,13 @@ from core.domain.reflections import Reflection, choose_reflection
 from core.domain.trajectory import Trajectory
 from core.envs.textcraft import TextCraftEnv
 from core.llm.ports import Completion, PolicyError
-from core.runtime.relay import Relay
 from core.runtime.settings import Settings
-from core.runtime.worker import Worker
 from core.store.factory import open_store
 from core.store.ports import EventStore
-from critic_service.service import build_service as build_critic
 from splice_service.reflector import ReflectionRequest, model_reflections
-from splice_service.service import build_service as build_splice
 from splice_service.service import replay
 from tests.integration.textcraft_pairs import ENV_URI, INVALID_CRAFT, play, textcraft_pair
+from tests.trace_pipeline import settle_workers
 
 
 async def _textcraft_pair() -> tuple[str, Trajectory, Trajectory, int]:
@@ -88,16 +85,7 @@ async def _workers(pg_url: str, redis_url: str, redis_prefix: str, **splice_opti
     store = await open_store(pg_url, create_tables=True)
     bus = RedisStreamsBus(redis_url, redis_prefix)
     settings = Settings(block_ms=50, critic_trace_strategy="rules")
-    critic = Worker(build_critic(settings, store), store, bus, settings)
-    splice = Worker(build_splice(settings, store, **splice_options), store, bus, settings)
-    relay = Relay(store, bus)
-
-    async def settle() -> None:
-        for _ in range(6):
-            await relay.drain()
-            await critic.run(burst=True)
-            await relay.drain()
-            await splice.run(burst=True)
+    settle = settle_workers(store, bus, settings, rounds=6, **splice_options)
 
     try:
         yield store, settle

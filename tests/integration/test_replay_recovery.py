@@ -33,14 +33,11 @@ from core.domain.splice import SpliceError, splice_path
 from core.domain.trajectory import Trajectory
 from core.formats.pair_records import PairSource, dpo_records, prm_records
 from core.llm.ports import Policy
-from core.runtime.relay import Relay
 from core.runtime.settings import Settings
-from core.runtime.worker import Worker
 from core.store.factory import open_store
-from critic_service.service import build_service as build_critic
 from search_service.noisy_expert import NoisyExpertPolicy
-from splice_service.service import build_service as build_splice
 from tests.integration.test_replay_critic import _play, _textcraft_task
+from tests.trace_pipeline import settle_workers
 
 SLACK = 2  # steps beyond the expert plan's length the task allows
 
@@ -65,16 +62,7 @@ async def workers(pg_url: str, redis_url: str, redis_prefix: str) -> AsyncIterat
         critic_trace_replay_m=8,
         critic_trace_replay_budget=128,
     )
-    critic = Worker(build_critic(settings, store, policy_opener=opener), store, bus, settings)
-    splice = Worker(build_splice(settings, store), store, bus, settings)
-    relay = Relay(store, bus)
-
-    async def settle() -> None:
-        for _ in range(4):
-            await relay.drain()
-            await critic.run(burst=True)
-            await relay.drain()
-            await splice.run(burst=True)
+    settle = settle_workers(store, bus, settings, critic_opener=opener)
 
     try:
         yield store, settle, opened

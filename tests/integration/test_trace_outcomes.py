@@ -25,15 +25,12 @@ from core.domain.events import (
 from core.domain.ids import derived_id, new_id, pair_stream, project_stream, trace_stream
 from core.formats.importing import parse_traces
 from core.llm.ports import PolicyError
-from core.runtime.relay import Relay
 from core.runtime.settings import Settings
-from core.runtime.worker import Worker
 from core.store.factory import open_store
 from core.store.ports import EventStore
 from core.store.sql import SqlEventStore
 from core.store.tables import traces
-from critic_service.service import build_service as build_critic
-from splice_service.service import build_service as build_splice
+from tests.trace_pipeline import settle_workers
 
 TASK = "What is the balance of account 7?"
 
@@ -88,16 +85,7 @@ async def stack(pg_url: str, redis_url: str, redis_prefix: str) -> AsyncIterator
     settings = Settings(
         block_ms=50, critic_trace_strategy="rules", allowed_model_urls="http://critic:8000/v1"
     )
-    critic = Worker(build_critic(settings, store, policy_opener=ScriptedCritic.open), store, bus, settings)
-    splice = Worker(build_splice(settings, store), store, bus, settings)
-    relay = Relay(store, bus)
-
-    async def settle() -> None:
-        for _ in range(5):
-            await relay.drain()
-            await critic.run(burst=True)
-            await relay.drain()
-            await splice.run(burst=True)
+    settle = settle_workers(store, bus, settings, rounds=5, critic_opener=ScriptedCritic.open)
 
     try:
         yield store, settle
