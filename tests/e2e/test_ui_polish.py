@@ -158,3 +158,40 @@ def test_a_fresh_run_page_follows_from_the_current_position_and_fetches_the_qual
     no_literals(page, "runs")
     assert not errors, errors
     page.close()
+
+
+WIDTHS_JS = """(box) => ({
+  page: document.documentElement.scrollWidth, window: window.innerWidth,
+  box: box.clientWidth, table: box.querySelector('table').scrollWidth,
+  overflow: getComputedStyle(box).overflowX,
+})"""
+
+
+def test_at_800_px_the_runs_and_iterations_tables_scroll_inside_a_box(site: Site) -> None:
+    page, errors = open_page(site, "/runs", width=800)
+    row = page.locator(f"#runs tr[data-run-id='{site.project.run_id}']")
+    row.wait_for()
+    runs = page.locator(".table-scroll:has(> #runs)").evaluate(WIDTHS_JS)
+    # the table is wider than the window: it scrolls in its box, the page does not scroll sideways
+    assert runs["table"] > runs["box"] and runs["overflow"] == "auto", runs
+    assert runs["page"] <= runs["window"], runs
+    box = page.locator(".table-scroll:has(> #runs)")
+    assert box.get_attribute("tabindex") == "0" and box.get_attribute("aria-label")
+    box.focus()
+    page.keyboard.press("ArrowRight")  # the box scrolls with the keyboard
+    page.wait_for_function("() => document.querySelector('.table-scroll:has(> #runs)').scrollLeft > 0")
+    assert page.evaluate("window.scrollX") == 0
+
+    page.goto(f"{site.base}/ui/#/runs/{site.project.run_id}")
+    page.wait_for_selector("#iterations tbody tr")
+    page.wait_for_selector("#quality[data-loaded]")
+    iterations = page.locator(".table-scroll:has(> #iterations)").evaluate(WIDTHS_JS)
+    assert iterations["table"] > iterations["box"] and iterations["overflow"] == "auto", iterations
+    for table in ("#trees", "#pairs", "#samples", "#progress-table"):
+        assert page.locator(f".table-scroll:has(> {table})").count() == 1, table
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), iterations
+    page.keyboard.press("End")
+    assert page.evaluate("window.scrollX") == 0
+    no_literals(page, "run at 800 px")
+    assert not errors, errors
+    page.close()

@@ -4,7 +4,7 @@
 // dataset downloads per format, and its trees, pairs and samples in sortable, filterable tables.
 
 import { all, eventPosition, follow, get, post } from "../api.js";
-import { fmt, h, link, s, shortId, mount } from "../dom.js";
+import { fmt, h, link, s, scrollBox, shortId, mount } from "../dom.js";
 import { downloadButtons, ITERATION_FORMATS } from "../downloads.js";
 import { dataTable } from "../table.js";
 import { qualitySection } from "./quality.js";
@@ -201,9 +201,9 @@ function progressSection(progress) {
     h("h2", { id: "progress-title" }, "Did training help?"),
     h("p", { class: "muted" }, "Held-out tasks: the model before training (start) and after each iteration. Brackets: 95% Wilson interval from the counts; recovery: the start model's failed episodes, cut at seeded steps, that a model completes."),
     h("div", { class: "progress-plots" }, panels),
-    h("div", { class: "table-scroll" }, h("table", { id: "progress-table" },
+    scrollBox(h("table", { id: "progress-table" },
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "figure"), models.map((m) => h("th", { scope: "col" }, m)))),
-      h("tbody", {}, rows))));
+      h("tbody", {}, rows)), "did training help, per model"));
 }
 
 const DETAILED = 100;
@@ -315,9 +315,9 @@ export async function detail(main, [runId]) {
       h("p", { class: "muted", id: "run-facts" }, `model ${run.config.model || "–"} · env ${run.config.env || "–"} · tasks ${tasksText(run.config)} · ${run.iterations.length} iteration(s)${run.config.data_only ? " · data only" : ""}`,
         " · ", link(`#/datasets?sources=runs&run_ids=${encodeURIComponent(runId)}`, "build a named dataset from this run")),
       h("h2", {}, "Iterations"),
-      h("table", { id: "iterations" },
+      scrollBox(h("table", { id: "iterations" },
         h("thead", {}, h("tr", {}, ["iter", "status", "trees", "pairs", "revisions", "goods", "revision length", "report metrics", "dataset"].map((x) => h("th", {}, x)))),
-        h("tbody", {}, run.iterations.map((it) => iterationRow(run, it)))),
+        h("tbody", {}, run.iterations.map((it) => iterationRow(run, it)))), "iterations table"),
       run.config.data_only ? [h("h2", {}, "Data figures"), dataFigures(run, pairs, samples, pairDetails)]
         : [progressSection(progress), h("h2", {}, "Metrics over iterations"), plot(run.iterations)],
       qualitySection(run, chosen),
