@@ -195,3 +195,107 @@ def test_at_800_px_the_runs_and_iterations_tables_scroll_inside_a_box(site: Site
     no_literals(page, "run at 800 px")
     assert not errors, errors
     page.close()
+
+
+def leaf_kinds(nodes: list[dict[str, Any]], alpha: float) -> dict[str, str]:
+    """Each leaf's kind as the tree page draws it: a node without children that was visited or is
+    done, good when its mean value (its reward when unvisited) is at least alpha."""
+    parents = {n["parent_id"] for n in nodes}
+    out = {}
+    for n in nodes:
+        if n["node_id"] in parents or not (n["visits"] > 0 or n["done"]):
+            continue
+        reward = n["value_sum"] / n["visits"] if n["visits"] else n["reward"]
+        out[n["node_id"]] = "good" if reward >= alpha else "bad"
+    return out
+
+
+JUMPED = "(id) => document.querySelector('#tree-canvas').dataset.jumped === id"
+NODE_IDS = "els => els.map(e => e.dataset.nodeId)"
+
+
+def test_the_tree_lists_and_jumps_to_bad_leaves_marks_them_by_shape_and_fits_readably(site: Site) -> None:
+    tree = site.api("GET", f"/v1/trees/{site.tree.tree_id}").json()
+    kinds = leaf_kinds(tree["nodes"], 0.5)  # the seeded iteration's alpha
+    bad = {k for k, v in kinds.items() if v == "bad"}
+    good = {k for k, v in kinds.items() if v == "good"}
+    assert len(bad) >= 5 and good
+    page, errors = open_page(site, f"/trees/{site.tree.tree_id}")
+    page.wait_for_selector("#tree-canvas circle.node")
+    # the list: every bad leaf once, in the order the rows are drawn
+    listed = page.eval_on_selector_all("#leaf-list li[data-node-id]", NODE_IDS)
+    assert set(listed) == bad and len(listed) == len(bad)
+    assert page.locator("#leaf-count").inner_text() == f"{len(bad)} bad leaves"
+    circle = "#tree-canvas circle[data-node-id='{}']"
+    ys = [float(page.locator(circle.format(i)).get_attribute("cy") or 0) for i in listed]
+    assert ys == sorted(ys)
+    # next / prev step through them; each jump selects the leaf and brings it into the view
+    page.click("#next-leaf")
+    page.wait_for_function(JUMPED, arg=listed[0])
+    page.click("#next-leaf")
+    page.wait_for_function(JUMPED, arg=listed[1])
+    assert page.locator("#leaf-count").inner_text() == f"2 of {len(bad)} bad leaves"
+    page.click("#prev-leaf")
+    page.wait_for_function(JUMPED, arg=listed[0])
+    page.click("#leaves summary")
+    page.click(f"#leaf-list li[data-node-id='{listed[-1]}'] a")
+    page.wait_for_function(JUMPED, arg=listed[-1])
+    leaf = page.locator(f"#tree-canvas circle[data-node-id='{listed[-1]}']")
+    assert "selected" in (leaf.get_attribute("class") or "")
+    assert "bad leaf" in (leaf.get_attribute("aria-label") or "")
+    canvas, spot = page.locator("#tree-canvas").bounding_box(), leaf.bounding_box()
+    assert canvas and spot
+    assert canvas["x"] <= spot["x"] and spot["x"] + spot["width"] <= canvas["x"] + canvas["width"]
+    assert canvas["y"] <= spot["y"] and spot["y"] + spot["height"] <= canvas["y"] + canvas["height"]
+    depth = next(n["depth"] for n in tree["nodes"] if n["node_id"] == listed[-1])
+    assert page.locator("#node-stats").inner_text().startswith(f"depth {depth} ")
+    # the good leaves too
+    page.select_option("#leaf-kind", "good")
+    page.wait_for_selector("#leaf-list[data-kind=good]")
+    good_listed = page.eval_on_selector_all("#leaf-list li[data-node-id]", NODE_IDS)
+    assert set(good_listed) == good
+
+    # shape as well as colour: one cross per bad leaf drawn, one check per good leaf
+    page.click("#zoom-fit")
+    drawn = page.eval_on_selector_all(
+        "#tree-canvas circle.node.leaf:not(.folded)", "els => els.map(e => e.dataset.nodeId)"
+    )
+    crosses = (page.locator("#tree-canvas path.leaf-mark.bad").get_attribute("d") or "").count("M")
+    checks = (page.locator("#tree-canvas path.leaf-mark.good").get_attribute("d") or "").count("M")
+    assert crosses == len([i for i in drawn if i in bad]) == len(bad)
+    assert checks == len([i for i in drawn if i in good]) == len(good)
+    stroke = page.locator("#tree-canvas path.leaf-mark.bad").evaluate("e => getComputedStyle(e).stroke")
+    assert stroke == "rgb(17, 24, 39)"  # a dark mark on any node colour (a white halo under it)
+
+    # "fit" on a tree hundreds of rows tall: a readable scale, not a sliver, and a note saying so
+    assert page.locator("#tree-canvas").get_attribute("data-fit") == "readable"
+    assert float(page.locator("#tree-canvas").get_attribute("data-scale") or 0) >= 0.45
+    root = page.locator(f"#tree-canvas circle[data-node-id='{site.tree.root_id}']").bounding_box()
+    assert root and root["width"] >= 6  # a node is at least 6 px across
+    canvas = page.locator("#tree-canvas").bounding_box()
+    assert canvas and canvas["x"] <= root["x"] <= canvas["x"] + canvas["width"]
+    assert canvas["y"] <= root["y"] <= canvas["y"] + canvas["height"]
+    assert page.locator("#fit-note").is_visible() and "rows tall" in page.locator("#fit-note").inner_text()
+    # folded small enough to be read at once, "fit" shows all of what is drawn and no note
+    page.check("#fold-unvisited")
+    page.check("#fold-closed")
+    page.click(f"#leaf-list li[data-node-id='{good_listed[0]}'] a")  # select a good leaf, then
+    # "-" toggles the root's fold: the first press shows the unvisited children the toolbar hid,
+    # the second folds all but the selected leaf's path
+    root_circle = page.locator(f"#tree-canvas circle[data-node-id='{site.tree.root_id}']")
+    root_circle.press("-")
+    root_circle.press("-")
+    page.wait_for_function("() => Number(document.querySelector('#tree-canvas').dataset.shown) < 40")
+    page.click("#zoom-fit")
+    assert page.locator("#tree-canvas").get_attribute("data-fit") == "whole"
+    assert page.locator("#fit-note").is_hidden()
+    canvas = page.locator("#tree-canvas").bounding_box()
+    assert canvas
+    for box in page.locator("#tree-canvas circle.node").evaluate_all(
+        "els => els.map(e => { const r = e.getBoundingClientRect(); return [r.x, r.y, r.right, r.bottom]; })"
+    ):
+        assert canvas["x"] <= box[0] and box[2] <= canvas["x"] + canvas["width"], box
+        assert canvas["y"] <= box[1] and box[3] <= canvas["y"] + canvas["height"], box
+    no_literals(page, "tree")
+    assert not errors, errors
+    page.close()
