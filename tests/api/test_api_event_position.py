@@ -1,6 +1,8 @@
-"""``GET /v1/events/position`` over the real app on PostgreSQL: the position of the caller's project's
-newest event, where a page that has read its data starts following ``GET /v1/events?after=``
-(instead of replaying the stream from 0). Another project's events never move it."""
+"""Over the real app on PostgreSQL: ``GET /v1/events/position``, the position of the caller's
+project's newest event, where a page that has read its data starts following
+``GET /v1/events?after=`` (instead of replaying the stream from 0; another project's events never
+move it); and ``GET /v1/keys/me``, the calling key's project and scopes (what the UI shows a
+read-only key)."""
 
 from __future__ import annotations
 
@@ -48,3 +50,18 @@ async def test_the_position_needs_a_key_with_read(api: ApiHarness) -> None:
     ingest = api.auth(await api.key(project, "ingest"))
     assert (await api.client.get("/v1/events/position", headers=ingest)).status_code == 403
     assert (await api.client.get("/v1/events/position")).status_code == 401
+
+
+async def test_keys_me_names_the_calling_keys_project_and_scopes(api: ApiHarness) -> None:
+    project = await api.project("keys-me")
+    reader, reviewer = await api.key(project, "read"), await api.key(project, "read", "review")
+    admin = await api.key(project, "admin")
+    mine = (await api.client.get("/v1/keys/me", headers=api.auth(reader))).json()
+    assert mine["project_id"] == project and mine["scopes"] == ["read"]
+    assert mine["may"] == {"read": True, "ingest": False, "run": False, "review": False, "admin": False}
+    assert reader.startswith(f"agr_{mine['prefix']}_")
+    both = (await api.client.get("/v1/keys/me", headers=api.auth(reviewer))).json()
+    assert both["scopes"] == ["read", "review"] and both["may"]["review"] and not both["may"]["run"]
+    boss = (await api.client.get("/v1/keys/me", headers=api.auth(admin))).json()
+    assert boss["scopes"] == ["admin"] and all(boss["may"].values())
+    assert (await api.client.get("/v1/keys/me")).status_code == 401

@@ -11,7 +11,8 @@ tree lists its bad leaves and jumps to them, marks good and bad leaves by shape 
 keeps "fit" readable on a large tree; the quality charts' titles, legends and bar values do not
 overlap, empty histogram bins are kept and the baselines are explained; the traces status filter
 offers every status; a read-only key sees no correction form and no Create button; no request of
-any page answers 404 (the favicon included).
+any page answers 404 (the favicon included); and axe-core finds no critical or serious violation in
+the new states (the 800 px run page, the tree's leaf list, the captioned charts, the read-only pair).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from core.domain.events import Metadata, NewEvent
 from core.domain.ids import new_id, project_stream, run_stream
 from tests.conftest import pg_database
 from tests.e2e.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, login, no_literals
-from tests.e2e.test_ui_review_live import evaluations
+from tests.e2e.test_ui_review_live import axe_problems, evaluations
 from tests.e2e.ui_seed import (
     SeededProject,
     SyntheticTree,
@@ -192,6 +193,7 @@ def test_at_800_px_the_runs_and_iterations_tables_scroll_inside_a_box(site: Site
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), iterations
     page.keyboard.press("End")
     assert page.evaluate("window.scrollX") == 0
+    assert axe_problems(page) == []  # the scroll boxes are named, focusable regions
     no_literals(page, "run at 800 px")
     assert not errors, errors
     page.close()
@@ -254,6 +256,7 @@ def test_the_tree_lists_and_jumps_to_bad_leaves_marks_them_by_shape_and_fits_rea
     page.wait_for_selector("#leaf-list[data-kind=good]")
     good_listed = page.eval_on_selector_all("#leaf-list li[data-node-id]", NODE_IDS)
     assert set(good_listed) == good
+    assert axe_problems(page) == []
 
     # shape as well as colour: one cross per bad leaf drawn, one check per good leaf
     page.click("#zoom-fit")
@@ -298,4 +301,166 @@ def test_the_tree_lists_and_jumps_to_bad_leaves_marks_them_by_shape_and_fits_rea
         assert canvas["y"] <= box[1] and box[3] <= canvas["y"] + canvas["height"], box
     no_literals(page, "tree")
     assert not errors, errors
+    page.close()
+
+
+OVERLAPS_JS = """(svg) => {
+  const box = (e) => { const b = e.getBBox(); return [b.x, b.y, b.x + b.width, b.y + b.height]; };
+  const hit = (a, b) => a[0] < b[2] && b[0] < a[2] && a[1] < b[3] && b[1] < a[3];
+  const title = [...svg.querySelectorAll('text.chart-title')].map(box);
+  const legend = [...svg.querySelectorAll('text.legend, rect.legend-swatch')].map(box);
+  const plot = [...svg.querySelectorAll('rect.bar, text.bar-value')].map(box).filter((b) => b[3] > b[1]);
+  const out = [];
+  for (const t of title) for (const o of [...legend, ...plot]) if (hit(t, o)) out.push(['title', t, o]);
+  for (const l of legend) for (const o of plot) if (hit(l, o)) out.push(['legend', l, o]);
+  return out;
+}"""
+
+
+def test_quality_charts_keep_empty_bins_do_not_overlap_and_explain_the_baselines(site: Site) -> None:
+    page, errors = open_page(site, f"/runs/{site.project.run_id}")
+    page.wait_for_selector("#quality-iteration")
+    page.select_option("#quality-iteration", "0")
+    page.wait_for_selector('#quality[data-loaded="0"] #chart-t-prime')
+    api = site.api("GET", f"/v1/runs/{site.project.run_id}/iterations/0/quality").json()
+    # one bin per k from the smallest to the largest, an empty one (0 critic, 0 oracle) kept and drawn
+    labels = [b["label"] for b in api["t_prime"]]
+    assert labels == [str(k) for k in range(int(labels[0]), int(labels[-1]) + 1)], labels
+    empty = [b["label"] for b in api["t_prime"] if b["critic"] == 0 and b["oracle"] == 0]
+    assert empty, api["t_prime"]
+    drawn = page.locator("#chart-t-prime rect.bar").evaluate_all(
+        "rs => rs.map(r => [r.dataset.label, r.dataset.series, Number(r.dataset.value)])"
+    )
+    assert [label for label, series, _ in drawn if series == "critic"] == labels
+    assert {(label, series): value for label, series, value in drawn} == {
+        **{(b["label"], "critic"): b["critic"] for b in api["t_prime"]},
+        **{(b["label"], "oracle"): b["oracle"] for b in api["t_prime"]},
+    }
+    for chart in (
+        "chart-t-prime",
+        "chart-agreement",
+        "chart-actions",
+        "chart-margins",
+        "chart-revision-lengths",
+    ):
+        assert page.locator(f"#{chart}").evaluate(OVERLAPS_JS) == [], chart
+    # the t' chart has two series: its legend sits on its own line under the title
+    assert page.locator("#chart-t-prime text.legend").count() == 2
+    note = page.locator("#baselines-note").inner_text()
+    assert "direct: always the last bad action" in note and "first step: always the first bad action" in note
+    assert page.locator("#chart-agreement").get_attribute("aria-describedby") == "baselines-note"
+    assert page.locator("#chart-agreement rect.bar[data-label='direct']").count() == 1
+    assert axe_problems(page) == []
+    no_literals(page, "quality")
+    assert not errors, errors
+    page.close()
+
+
+def test_the_traces_status_filter_offers_every_status(site: Site) -> None:
+    uploaded = site.api(
+        "POST",
+        "/v1/traces",
+        json={
+            "format": "openai",
+            "traces": [
+                {
+                    "messages": [
+                        {"role": "user", "content": "Open the door."},
+                        {"role": "assistant", "content": "Thought: go.\nAction: open door"},
+                    ],
+                    "outcome": "success",
+                    "task_key": "polish-door",
+                }
+            ],
+        },
+    )
+    assert uploaded.status_code == 202, uploaded.text
+    page, errors = open_page(site, "/traces")
+    page.wait_for_selector("#traces tbody tr[data-trace-id]")
+    options = page.eval_on_selector_all("#f-status option", "os => os.map(o => o.value)")
+    assert {"unpaired", "rejected", "revised", "critiqued", "no_error_found", "ingested"} <= set(options)
+    for status in ("unpaired", "rejected", "ingested"):
+        page.select_option("#f-status", status)
+        wanted = f"status={status}"
+        with page.expect_response(lambda r, wanted=wanted: "/v1/traces?" in r.url and wanted in r.url) as got:
+            page.click("#trace-filters button[type=submit]")
+        assert got.value.status == 200
+        want = {
+            t["trace_id"] for t in site.api("GET", "/v1/traces", params={"status": status}).json()["items"]
+        }
+        page.wait_for_function(
+            "(n) => document.querySelectorAll('#traces tbody tr[data-trace-id]').length === n", arg=len(want)
+        )
+        shown = page.eval_on_selector_all(
+            "#traces tbody tr[data-trace-id]", "rs => rs.map(r => r.dataset.traceId)"
+        )
+        assert set(shown) == want and f"status={status}" in page.url
+    assert not errors, errors
+    page.close()
+
+
+def test_a_read_only_key_sees_no_correction_form_and_no_create_button(site: Site) -> None:
+    pair_id = site.pairs[0]
+    # the key that may review: the form and Accept are there
+    page, errors = open_page(site, f"/pairs/{pair_id}")
+    page.wait_for_selector("#pair-diff tbody tr")
+    assert page.locator("#correct-submit").count() == 1 and page.locator("#accept-submit").count() == 1
+    assert "key: ingest, read, review" in page.locator("#who").inner_text()
+    page.goto(f"{site.base}/ui/#/datasets")
+    page.wait_for_selector("#datasets")
+    page.click("#builder summary")
+    assert page.locator("#create-dataset").count() == 0  # this key lacks "run" too
+    page.close()
+
+    page, errors = open_page(site, f"/pairs/{pair_id}", key=site.read_only_key)
+    page.wait_for_selector("#pair-diff tbody tr")
+    assert "key: read" in page.locator("#who").inner_text()
+    assert page.locator("#correct-submit, #accept-submit, #correct-t").count() == 0
+    note = page.locator(".needs-scope[data-scope=review]")
+    assert "lacks the review scope" in note.inner_text()
+    assert page.locator("#pair-diff tr.pickable").count() == 0  # no step to pick either
+    assert axe_problems(page) == []
+    page.goto(f"{site.base}/ui/#/review")
+    page.wait_for_selector("#review-detail[data-shown] #pair-diff tbody tr")
+    assert page.locator("#review-detail #accept-submit, #review-detail #correct-submit").count() == 0
+    assert page.locator("#review-detail .needs-scope[data-scope=review]").count() == 1
+    page.locator("body").press("a")  # the accept key does nothing for this key
+    page.wait_for_timeout(500)
+    assert (
+        site.api("GET", f"/v1/pairs/{page.locator('#review-detail').get_attribute('data-shown')}").json()[
+            "accepts"
+        ]
+        == []
+    )
+    page.goto(f"{site.base}/ui/#/datasets")
+    page.wait_for_selector("#datasets")
+    page.click("#builder summary")
+    assert page.locator("#create-dataset").count() == 0
+    assert page.locator(".needs-scope[data-scope=run]").is_visible()
+    page.goto(f"{site.base}/ui/#/runs")
+    page.wait_for_selector(f"#runs tr[data-run-id='{site.project.run_id}']")
+    assert page.locator("button.cancel-run").count() == 0
+    assert not errors, errors  # no 403 was ever sent for a control the key could not use
+    page.close()
+
+
+def test_no_page_asks_for_anything_that_is_not_there_favicon_included(site: Site) -> None:
+    icon = httpx.get(f"{site.base}/favicon.ico", timeout=30)
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert icon.text.startswith("<svg")
+    page, errors = open_page(site, "/runs")
+    page.wait_for_selector("#runs tbody tr")
+    href = page.locator("link[rel=icon]").get_attribute("href")
+    assert href and httpx.get(f"{site.base}{href}", timeout=30).status_code == 200
+    for route, ready in (
+        (f"/runs/{site.project.run_id}", "#quality[data-loaded]"),
+        (f"/trees/{site.tree.tree_id}", "#tree-canvas circle.node"),
+        (f"/pairs/{site.pairs[0]}", "#pair-diff tbody tr"),
+        ("/traces", "#traces"),
+        ("/datasets", "#datasets"),
+        ("/review", "#review-detail[data-shown] #pair-diff tbody tr"),
+    ):
+        page.goto(f"{site.base}/ui/#{route}")
+        page.wait_for_selector(ready)
+    assert not errors, errors  # every response below 400 (open_page records the others)
     page.close()

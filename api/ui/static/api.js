@@ -22,6 +22,30 @@ export function setKey(key) {
 
 export function forgetKey() {
   sessionStorage.removeItem(KEY);
+  me = null;
+}
+
+let me = null; // GET /v1/keys/me for the key in use (null: not known yet)
+
+/** Read the key's scopes once (the shell does, before any page): pages then show only what the key
+ * may do. Unknown (the read failed): every control is shown and the API decides, as before. */
+export async function loadKeyScopes() {
+  try {
+    me = await get("/v1/keys/me");
+  } catch (_) {
+    me = null;
+  }
+  return me;
+}
+
+/** Whether the key holds `scope` (admin implies all); true while unknown. */
+export function may(scope) {
+  return !me || !me.may || me.may[scope] !== false;
+}
+
+/** The key's scopes, when known. */
+export function keyScopes() {
+  return me ? me.scopes : null;
 }
 
 function headers(extra = {}) {

@@ -3,7 +3,7 @@
 // over iterations (for a data-only run its data figures), the data-quality dashboard (quality.js),
 // dataset downloads per format, and its trees, pairs and samples in sortable, filterable tables.
 
-import { all, eventPosition, follow, get, post } from "../api.js";
+import { all, eventPosition, follow, get, may, post } from "../api.js";
 import { fmt, h, link, s, scrollBox, shortId, mount } from "../dom.js";
 import { downloadButtons, ITERATION_FORMATS } from "../downloads.js";
 import { dataTable } from "../table.js";
@@ -88,7 +88,7 @@ function runColumns(refresh) {
     { key: "revisions", label: "revisions", value: (r) => (it(r) ? it(r).revisions : null) },
     { key: "goods", label: "goods", value: (r) => (it(r) ? it(r).goods : null) },
     { key: "created", label: "created", value: (r) => Date.parse(r.run.created_at), cell: (r) => new Date(r.run.created_at).toLocaleString() },
-    { key: "cancel", label: "", sortable: false, value: () => null, cell: (r) => (TERMINAL.has(r.run.status) ? "" : cancelButton(r.run.run_id, refresh)) },
+    { key: "cancel", label: "", sortable: false, value: () => null, cell: (r) => (TERMINAL.has(r.run.status) || !may("run") ? "" : cancelButton(r.run.run_id, refresh)) },
   ];
 }
 
@@ -310,7 +310,7 @@ export async function detail(main, [runId]) {
     sampleTable.update(samples);
     mount(section,
       h("h1", {}, "Run ", h("code", {}, runId), " ", h("span", { class: `status ${run.status}`, id: "run-status" }, run.status),
-        " ", TERMINAL.has(run.status) ? null : cancelButton(runId, refresh)),
+        " ", TERMINAL.has(run.status) || !may("run") ? null : cancelButton(runId, refresh)),
       run.reason ? h("p", { class: "error", id: "run-reason" }, run.reason) : null,
       h("p", { class: "muted", id: "run-facts" }, `model ${run.config.model || "–"} · env ${run.config.env || "–"} · tasks ${tasksText(run.config)} · ${run.iterations.length} iteration(s)${run.config.data_only ? " · data only" : ""}`,
         " · ", link(`#/datasets?sources=runs&run_ids=${encodeURIComponent(runId)}`, "build a named dataset from this run")),
