@@ -557,6 +557,8 @@ export async function render(main, [treeId], query) {
   const leafCount = h("span", { id: "leaf-count", class: "muted", "aria-live": "polite" });
   const leafSummary = h("summary", {}, "Leaves");
   const leafList = h("ol", { id: "leaf-list", class: "leaf-list" });
+  const leafDetails = h("details", { id: "leaves" }, leafSummary, leafList);
+  leafDetails.addEventListener("toggle", () => { if (leafDetails.open) fillLeafList(); });
   let leaves = []; // the chosen kind's leaf ids, in row order
   let leafAt = -1;
   function listLeaves() {
@@ -566,15 +568,19 @@ export async function render(main, [treeId], query) {
     leafAt = current ? leaves.indexOf(current) : -1;
     const name = `${kind} lea${leaves.length === 1 ? "f" : "ves"}`;
     leafCount.textContent = leafAt >= 0 ? `${leafAt + 1} of ${leaves.length} ${name}` : `${leaves.length} ${name}`;
-    leafSummary.textContent = `${kind === "bad" ? "Bad" : "Good"} leaves (${leaves.length}): reward below / at least alpha ${alpha}`;
+    leafSummary.textContent = `${kind === "bad" ? "Bad" : "Good"} leaves (${leaves.length}): reward ${kind === "bad" ? "below" : "at least"} alpha ${alpha}`;
+    leafList.dataset.kind = kind;
+    leafList.dataset.count = String(leaves.length);
+    if (leafDetails.open) fillLeafList();
+    else mount(leafList); // built when opened: hundreds of links are not drawn with the first frame
+  }
+  function fillLeafList() {
     mount(leafList, leaves.slice(0, MAX_LISTED).map((id, i) => {
       const n = byId.get(id);
       return h("li", { dataset: { nodeId: id }, class: i === leafAt ? "current" : null },
         h("a", { href: "#", onclick: (e) => { e.preventDefault(); jumpLeaf(i); } }, truncate(n.action, 60) || "(root)"),
         ` · reward ${fmt(leafKind(n).reward, 2)} · depth ${n.depth}`);
     }), leaves.length > MAX_LISTED ? h("li", { class: "muted" }, `… ${leaves.length - MAX_LISTED} more: step to them with "next"`) : null);
-    leafList.dataset.kind = kind;
-    leafList.dataset.count = String(leaves.length);
   }
   function jumpLeaf(i) {
     if (!leaves.length) return;
@@ -783,7 +789,7 @@ export async function render(main, [treeId], query) {
       h("span", { class: "ring divergence" }), " divergence · dotted outline: invalid action · +k: folded · keys: ←→ parent/child, ↑↓ siblings, Enter opens, − folds"),
     fitNote,
     h("div", { class: "tree-layout" }, h("div", { class: "canvas-wrap" }, svg, minimap), panel),
-    h("details", { id: "leaves" }, leafSummary, leafList),
+    leafDetails,
     pairHeading,
     pairList,
   );
