@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -31,7 +32,7 @@ from core.domain import events as ev
 from core.domain.events import Metadata, NewEvent
 from core.domain.ids import new_id, project_stream, run_stream
 from tests.conftest import pg_database
-from tests.e2e.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, login, no_literals
+from tests.e2e.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, login, no_literals, shot
 from tests.e2e.test_ui_review_live import axe_problems, evaluations
 from tests.e2e.ui_seed import (
     SeededProject,
@@ -216,7 +217,9 @@ JUMPED = "(id) => document.querySelector('#tree-canvas').dataset.jumped === id"
 NODE_IDS = "els => els.map(e => e.dataset.nodeId)"
 
 
-def test_the_tree_lists_and_jumps_to_bad_leaves_marks_them_by_shape_and_fits_readably(site: Site) -> None:
+def test_the_tree_lists_and_jumps_to_bad_leaves_marks_them_by_shape_and_fits_readably(
+    site: Site, tmp_path: Path
+) -> None:
     tree = site.api("GET", f"/v1/trees/{site.tree.tree_id}").json()
     kinds = leaf_kinds(tree["nodes"], 0.5)  # the seeded iteration's alpha
     bad = {k for k, v in kinds.items() if v == "bad"}
@@ -250,6 +253,7 @@ def test_the_tree_lists_and_jumps_to_bad_leaves_marks_them_by_shape_and_fits_rea
     assert canvas and spot
     assert canvas["x"] <= spot["x"] and spot["x"] + spot["width"] <= canvas["x"] + canvas["width"]
     assert canvas["y"] <= spot["y"] and spot["y"] + spot["height"] <= canvas["y"] + canvas["height"]
+    shot(page, tmp_path, "tree-leaves")
     depth = next(n["depth"] for n in tree["nodes"] if n["node_id"] == listed[-1])
     assert page.locator("#node-stats").inner_text().startswith(f"depth {depth} ")
     # the good leaves too
