@@ -40,6 +40,7 @@ from api.routes import (
     samples,
     traces,
     trees,
+    whoami,
 )
 from api.ui import router as ui_router
 from core.runtime.settings import Settings
@@ -142,7 +143,7 @@ def create_app(
     install_openapi(app)  # /openapi.json states the sanitiser's NUL rule (api/openapi.py)
     app.add_exception_handler(IdempotentReplay, replay_handler)
     routers = (health, projects, runs, trees, datasets, traces, otlp, listings, events, review, samples)
-    for module in (*routers, quality, progress):
+    for module in (*routers, quality, progress, whoami):
         app.include_router(module.router)
     if proxy.upstream_url:  # the capture proxy (api/proxy): served only where an upstream is configured
         app.include_router(proxy_router)

@@ -13,6 +13,8 @@ An open stream re-reads its key with every page (after the page,
 so no event committed after a revocation is sent) and ends, with a ``: key revoked`` comment, once
 the key is revoked or gone. A key holds at most ``AGENTR_MAX_FOLLOW_STREAMS_PER_KEY`` open
 ``follow=true`` streams in this API process (429 for the next; a slot is freed when its stream ends).
+``GET /v1/events/position`` answers the position of the project's newest event, where a client that
+has just read the data it shows starts following (so it does not replay the stream from 0).
 
 What a key may read here is filtered by scope and by event kind. Key-management events
 (``ApiKeyIssued``, ``ApiKeyRevoked``: ``ADMIN_ONLY``) reach only keys with the ``admin`` scope, the
@@ -31,6 +33,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
 from starlette.types import Receive, Scope, Send
 
 from api.deps import ApiServices, Principal, require, services
@@ -130,6 +133,28 @@ async def _stream(
                     yield b": keep-alive\n\n"
     finally:
         svc.store.remove_commit_listener(on_commit)
+
+
+class EventPositionOut(BaseModel):
+    position: int = Field(
+        ge=0,
+        description="The position of the project's newest event (0 when none): read it before reading "
+        "the data a page shows, then follow `GET /v1/events?after=position` for what came later, "
+        "instead of replaying the stream from 0.",
+    )
+
+
+@router.get(
+    "/events/position",
+    response_model=EventPositionOut,
+    summary="The position of the project's newest event (where to start following)",
+)
+async def event_position(
+    principal: Principal = Depends(require("read")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    position = await project_events.last_project_position(svc.store, principal.project())
+    return EventPositionOut(position=position)
 
 
 class _FollowStream(StreamingResponse):

@@ -9,6 +9,8 @@ project's run is a 404) answers, for the iteration's critiqued pairs and revisio
   baselines, the fallback share and the histogram of bad actions after the divergence;
 * the t' distribution: where the critic (and the oracle, when it judged) placed the first error,
   counted as the k-th action after the divergence (1 = the first one);
+* every histogram of values (t', actions after the divergence, revision lengths) keeps its empty
+  bins: one bin per value from the smallest to the largest, a missing one counting 0;
 * verdict margins (``core.domain.review.review_signals``: the smallest best-minus-second label
   score of a pair's verdicts), binned, and how many fall under the review queue's threshold;
 * revision lengths and the verified share of the iteration's revision samples (``samples`` read
@@ -42,7 +44,10 @@ MARGIN_EDGES = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 
 class Bin(BaseModel):
-    label: str = Field(description="The bin: a value ('3') or a range ('0.5-1', '4+').")
+    label: str = Field(
+        description="The bin: a value ('3') or a range ('0.5-1', '4+'); value bins run from the smallest "
+        "value to the largest with none left out (an empty one counts 0)."
+    )
     count: int
 
 
@@ -81,11 +86,18 @@ class QualityOut(BaseModel):
     verified_share: float | None = Field(description="verified / checked.")
 
 
+def _span(keys: Iterable[int]) -> list[int]:
+    """Every integer from the smallest key to the largest: a histogram keeps its empty bins (counts
+    of 1 and 5 are drawn with 2, 3 and 4 between them, not side by side)."""
+    present = set(keys)
+    return list(range(min(present), max(present) + 1)) if present else []
+
+
 def _bins(values: Iterable[int]) -> list[Bin]:
     counts: dict[int, int] = {}
     for value in values:
         counts[value] = counts.get(value, 0) + 1
-    return [Bin(label=str(k), count=counts[k]) for k in sorted(counts)]
+    return [Bin(label=str(k), count=counts.get(k, 0)) for k in _span(counts)]
 
 
 def _margin_labels() -> list[str]:
@@ -102,8 +114,9 @@ def _margin_bins(margins: list[float]) -> list[Bin]:
 
 
 def _t_prime(rows: list[tuple[int, int | None]]) -> list[TPrimeBin]:
-    """(critic k, oracle k or None) per pair -> one bin per k either of them names."""
-    keys = sorted({c for c, _ in rows} | {o for _, o in rows if o is not None})
+    """(critic k, oracle k or None) per pair -> one bin per k from the smallest either of them names
+    to the largest (empty ones kept)."""
+    keys = _span({c for c, _ in rows} | {o for _, o in rows if o is not None})
     return [
         TPrimeBin(
             label=str(k), critic=sum(1 for c, _ in rows if c == k), oracle=sum(1 for _, o in rows if o == k)

@@ -4,7 +4,8 @@ The UI is plain ES modules and hand-written SVG shipped as package data in ``api
 build step, no CDN, nothing fetched from the internet). Every page reads the public ``/v1`` API
 with the project key the user enters once (kept in the tab's sessionStorage), so it sees exactly
 what that key may see. Responses carry a Content-Security-Policy that allows only this origin, and
-``Referrer-Policy: no-referrer``.
+``Referrer-Policy: no-referrer``. ``/favicon.ico`` answers the UI's icon (``static/favicon.svg``),
+so no tab logs a 404 for it.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ def _assets() -> dict[str, Path]:
 
 
 _ASSETS = _assets()
+
+
+@router.get("/favicon.ico")
+async def favicon() -> FileResponse:
+    """The UI's icon where a browser looks for one by itself (a tab on /docs, a JSON route): no 404."""
+    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml", headers=_HEADERS)
 
 
 @router.get("/ui/static/{asset:path}")

@@ -96,6 +96,8 @@ ROUTES = (
     Route("GET", "/v1/datasets/{dataset}/download", "read", "404"),
     Route("POST", "/v1/datasets/{dataset}/rebuild", "read", "404"),
     Route("GET", "/v1/events", "read", "list", params={"follow": "false"}),
+    Route("GET", "/v1/events/position", "read", "own"),
+    Route("GET", "/v1/keys/me", "read", "own"),
     Route("GET", "/v1/pairs/{pair}", "read", "404"),
     Route("POST", "/v1/pairs/{pair}/accept", "review", "404", {"note": "the critic was right"}),
     Route("POST", "/v1/traces/{trace}/accept", "review", "404", {}),

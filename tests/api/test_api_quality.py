@@ -62,9 +62,10 @@ async def test_quality_figures_of_an_iteration(api: ApiHarness) -> None:
     ]  # fmt: skip
     # revisions of lengths 1, 2, 2, 4; verified True, True, False, unchecked
     assert (q["revision_samples"], q["revision_length_mean"]) == (4, 2.25)
-    assert q["revision_lengths"] == [
+    assert q["revision_lengths"] == [  # the empty bin 3 is kept
         {"label": "1", "count": 1},
         {"label": "2", "count": 2},
+        {"label": "3", "count": 0},
         {"label": "4", "count": 1},
     ]
     assert (q["checked"], q["verified"]) == (3, 2)
@@ -72,8 +73,11 @@ async def test_quality_figures_of_an_iteration(api: ApiHarness) -> None:
 
     one = (await api.client.get(f"/v1/runs/{run_id}/iterations/1/quality", headers=reader)).json()
     assert (one["pairs"], one["critiqued"], one["agree"], one["agreement"]) == (1, 1, 0, 0.0)
-    assert one["t_prime"] == [
+    assert one["t_prime"] == [  # 1 and 5, with the empty 2, 3 and 4 between them
         {"label": "1", "critic": 0, "oracle": 1},
+        {"label": "2", "critic": 0, "oracle": 0},
+        {"label": "3", "critic": 0, "oracle": 0},
+        {"label": "4", "critic": 0, "oracle": 0},
         {"label": "5", "critic": 1, "oracle": 0},
     ]
     assert (one["revision_samples"], one["revision_length_mean"], one["verified_share"]) == (0, None, None)

@@ -291,16 +291,15 @@ def expected_quality(iteration_pairs: list[Any]) -> dict[str, Any]:
     agree = sum(1 for p in oracle if p.critic == p.oracle)
     critic_k = [p.critic - p.shared + 1 for p in iteration_pairs]
     oracle_k = [p.oracle - p.shared + 1 for p in oracle]
-    keys = sorted(set(critic_k) | set(oracle_k))
+    present = set(critic_k) | set(oracle_k)
+    keys = range(min(present), max(present) + 1)  # empty bins between are kept
+    actions = [p.bad_actions - p.shared for p in iteration_pairs]
     return {
         "agree": agree,
         "oracle": len(oracle),
         "fallback": sum(1 for p in iteration_pairs if p.fallback),
         "t_prime": {str(k): (critic_k.count(k), oracle_k.count(k)) for k in keys},
-        "actions": {
-            str(n): [p.bad_actions - p.shared for p in iteration_pairs].count(n)
-            for n in {p.bad_actions - p.shared for p in iteration_pairs}
-        },
+        "actions": {str(n): actions.count(n) for n in range(min(actions), max(actions) + 1)},
     }
 
 
@@ -346,7 +345,7 @@ def test_the_quality_dashboard_equals_the_api_and_the_seed(site: Site, tmp_path:
         b["label"]: b["count"] for b in api["margins"]
     }
     assert {k: v for (k, _), v in bars(page, "chart-revision-lengths").items()} == {
-        str(n): lengths.count(n) for n in set(lengths)
+        str(n): lengths.count(n) for n in range(min(lengths), max(lengths) + 1)
     }
     assert bars(page, "chart-agreement")[("critic", "share")] == pytest.approx(want["agree"] / want["oracle"])
     no_literals(page, "quality 0")
@@ -356,9 +355,10 @@ def test_the_quality_dashboard_equals_the_api_and_the_seed(site: Site, tmp_path:
     page.select_option("#quality-iteration", "1")
     page.wait_for_selector('#quality[data-loaded="1"] #quality-figures')
     assert figure("agreement") == "0% (0/1)"
-    assert bars(page, "chart-t-prime") == {
+    assert bars(page, "chart-t-prime") == {  # 1 and 5, the empty 2, 3 and 4 drawn between them
         ("1", "critic"): 0,
         ("1", "oracle"): 1,
+        **{(str(k), series): 0 for k in (2, 3, 4) for series in ("critic", "oracle")},
         ("5", "critic"): 1,
         ("5", "oracle"): 0,
     }

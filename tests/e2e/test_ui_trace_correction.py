@@ -153,6 +153,11 @@ def test_a_finished_correction_redraws_the_trace_page(site: Site) -> None:
             # the form is drawn again for the next correction, its t' the new one
             assert page.locator("#correct-t").input_value() == str(REVIEWER_T)
             no_literals(page, "trace after a correction")
+            # the trace's sample page names where it came from, not a run's "iteration 0"
+            page.click(f"{SAMPLE} a")
+            page.wait_for_selector("#sample-source")
+            facts = page.locator("#sample-source").locator("xpath=..").inner_text()
+            assert "from a production trace (no run)" in facts and "iteration" not in facts, facts
             assert errors == []
         finally:
             browser.close()

@@ -22,7 +22,30 @@ export function setKey(key) {
 
 export function forgetKey() {
   sessionStorage.removeItem(KEY);
-  sessionStorage.removeItem("agentr.events.seen");
+  me = null;
+}
+
+let me = null; // GET /v1/keys/me for the key in use (null: not known yet)
+
+/** Read the key's scopes once (the shell does, before any page): pages then show only what the key
+ * may do. Unknown (the read failed): every control is shown and the API decides, as before. */
+export async function loadKeyScopes() {
+  try {
+    me = await get("/v1/keys/me");
+  } catch (_) {
+    me = null;
+  }
+  return me;
+}
+
+/** Whether the key holds `scope` (admin implies all); true while unknown. */
+export function may(scope) {
+  return !me || !me.may || me.may[scope] !== false;
+}
+
+/** The key's scopes, when known. */
+export function keyScopes() {
+  return me ? me.scopes : null;
 }
 
 function headers(extra = {}) {
@@ -91,29 +114,25 @@ export async function download(path, params, filename) {
   setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 }
 
-const SEEN = "agentr.events.seen";
-
-/** The highest event position this tab has seen on the stream (0 when none yet). */
-export function lastSeenPosition() {
-  return Number(sessionStorage.getItem(SEEN)) || 0;
-}
-
-function remember(position) {
-  if (position > lastSeenPosition()) sessionStorage.setItem(SEEN, String(position));
+/** The position of the project's newest event (GET /v1/events/position). A page reads it before it
+ * reads the data it shows, then follows the stream after it: it neither replays the stream from 0 (a
+ * fresh tab redrawing a finished run for every old event) nor misses an event that came meanwhile. */
+export async function eventPosition() {
+  return (await get("/v1/events/position")).position;
 }
 
 /**
- * Follow GET /v1/events (Server-Sent Events) and call `onEvent(type, envelope)` for each event.
- * A page loads its data from the API before following, so the stream resumes after the last
- * position this tab has seen (kept in sessionStorage, shared by all pages), not from event 0 on
- * every page open; callers refresh from the API on each event, debounced. Returns a function that
- * stops following. Reconnects after a dropped connection, resuming after the last position seen.
- * `after` starts elsewhere: a page that applies events to a snapshot it loaded (the tree page) follows
- * from the snapshot's own position, so it neither misses nor applies twice an event.
+ * Follow GET /v1/events (Server-Sent Events) after position `after` and call `onEvent(type, envelope)`
+ * for each event. `after` is where the page's data was read: eventPosition() read before loading, or
+ * a snapshot's own position (the tree page applies events to the tree it loaded, so it neither misses
+ * nor applies twice an event); callers refresh from the API on each event, debounced. Returns a
+ * function that stops following. Reconnects after a dropped connection, resuming after the last
+ * position seen.
  */
-export function follow(types, onEvent, { after: from } = {}) {
+export function follow(types, onEvent, { after: from }) {
+  if (!Number.isInteger(from) || from < 0) throw new Error(`follow needs the position to start after, not ${from}`);
   const controller = new AbortController();
-  let after = Number.isInteger(from) ? from : lastSeenPosition();
+  let after = from;
   let stopped = false;
   async function loop() {
     while (!stopped) {
@@ -141,10 +160,7 @@ export function follow(types, onEvent, { after: from } = {}) {
               else if (line.startsWith("event: ")) type = line.slice(7);
               else if (line.startsWith("data: ")) data.push(line.slice(6));
             }
-            if (id !== null) {
-              after = Number(id);
-              remember(after);
-            }
+            if (id !== null) after = Number(id);
             if (data.length) onEvent(type, JSON.parse(data.join("\n")));
           }
         }

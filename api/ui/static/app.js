@@ -2,7 +2,7 @@
 // that gives every object a deep link (#/runs/ID, #/trees/ID?pair=ID, #/pairs/ID, #/samples/ID,
 // #/traces/ID, #/datasets, #/review?reason=...&pair=ID).
 
-import { ApiError, forgetKey, get, getKey, setKey } from "./api.js";
+import { ApiError, forgetKey, get, getKey, keyScopes, loadKeyScopes, setKey } from "./api.js";
 import { h } from "./dom.js";
 import * as datasets from "./pages/datasets.js";
 import * as pair from "./pages/pair.js";
@@ -67,7 +67,9 @@ async function whoAmI() {
   try {
     const projects = await get("/v1/projects");
     const names = projects.map((p) => p.name).join(", ");
-    document.getElementById("who").textContent = names ? `project: ${names}` : "";
+    await loadKeyScopes(); // pages show only the controls the key may use
+    const scopes = keyScopes();
+    document.getElementById("who").textContent = [names ? `project: ${names}` : "", scopes ? `key: ${scopes.join(", ")}` : ""].filter(Boolean).join(" · ");
     return true;
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) {

@@ -8,8 +8,8 @@
 // builder opened from a dataset's "exclude samples" link previews the same query with that
 // dataset's exclusions unchecked, so the next version can exclude more or take some back.
 
-import { all, post } from "./api.js";
-import { h, link, shortId } from "./dom.js";
+import { all, may, post } from "./api.js";
+import { h, link, needsScope, shortId } from "./dom.js";
 import { dataTable } from "./table.js";
 
 const KINDS = ["revision", "good"];
@@ -156,7 +156,7 @@ export function builder(params, created) {
   }
   previewButton.addEventListener("click", () => runPreview().catch((err) => { status.className = "error"; status.textContent = err.message; }));
   const form = h("form", { id: "dataset-builder", class: "card" }, h("h2", {}, "Build a named dataset"), fields,
-    h("p", { class: "toolbar" }, previewButton, " ", createButton), status, previewBox);
+    h("p", { class: "toolbar" }, previewButton, " ", may("run") ? createButton : needsScope("run", "create a dataset (preview is open to it)")), status, previewBox);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     let query = formQuery(fields);

@@ -62,6 +62,18 @@ export function link(href, text) {
   return h("a", { href }, text);
 }
 
+/** `content` (a wide table) in a box that scrolls sideways by itself, so a narrow window scrolls the
+ * table, never the page; it takes the keyboard focus (arrow keys scroll it) and is named `label`. */
+export function scrollBox(content, label) {
+  return h("div", { class: "table-scroll", tabindex: "0", role: "region", "aria-label": label }, content);
+}
+
+/** In place of a control the key may not use: which scope it lacks, said before anything is sent. */
+export function needsScope(scope, what) {
+  return h("p", { class: "muted needs-scope", dataset: { scope } },
+    `This key cannot ${what}: it lacks the ${scope} scope (a key with it: agentr keys create PROJECT --scope read --scope ${scope}).`);
+}
+
 /** A table from a header list and rows of cells. */
 export function table(headers, rows, attrs = {}) {
   return h(

@@ -4,7 +4,7 @@
 // refreshes), and a Clear button that puts filters and sort back. Filter, sort and selection
 // survive `update(rows)`, so a live page can re-render.
 
-import { h, mount } from "./dom.js";
+import { h, mount, scrollBox } from "./dom.js";
 
 function sortKey(value) {
   if (value === null || value === undefined || value === "") return null;
@@ -30,7 +30,8 @@ function compare(a, b) {
  * options: id (the <table>'s id), bodyId, rowKey (row => id), rowAttrs (row => attributes of the
  *          <tr>), status (row => its status, for the status filter; omit for none), select (show
  *          checkboxes), onSelect (rows => void), empty (text when there are no rows at all),
- *          sort ({ key, descending }) the initial order.
+ *          sort ({ key, descending }) the initial order, label (the scroll box's accessible name).
+ * The table sits in its own sideways-scrolling box (dom.scrollBox): a narrow window never scrolls the page.
  * Returns { el, update(rows), rows() (the shown rows), selected() (the selected rows), select(keys) }.
  */
 export function dataTable(columns, options = {}) {
@@ -57,7 +58,8 @@ export function dataTable(columns, options = {}) {
   const table = h("table", { id, class: "data" },
     h("thead", {}, h("tr", {}, select ? h("th", { class: "select" }, headAll) : null, headers)), body);
   const el = h("div", { class: "data-table", dataset: { table: id || "" } },
-    h("div", { class: "toolbar table-tools" }, text, statusSelect, clear, count), table);
+    h("div", { class: "toolbar table-tools" }, text, statusSelect, clear, count),
+    scrollBox(table, options.label || `${id || "the"} table`));
 
   const valueOf = (c, row) => (c.value ? c.value(row) : row[c.key]);
   function haystack(row) {

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import String, bindparam, select
+from sqlalchemy import String, bindparam, func, select
 
 from core.domain.events import RecordedEvent
 from core.store.queries._db import Db, connection
@@ -57,3 +57,12 @@ async def project_page(
         rows = (await conn.execute(page_query(project_id, after, types, exclude, limit))).all()
         revoked = await conn.scalar(select(api_keys.c.revoked).where(api_keys.c.key_id == key_id))
     return [row_to_event(row) for row in rows], revoked is False
+
+
+async def last_project_position(db: Db, project_id: str) -> int:
+    """The position of the project's newest event (0 when it has none): where a page that has just
+    read its data starts following the stream (served by the ``ix_events_project_position`` index)."""
+    project = bindparam("project_id", project_id, type_=String, literal_execute=True)
+    async with connection(db) as conn:
+        value = await conn.scalar(select(func.max(events.c.position)).where(project == EVENT_PROJECT))
+    return int(value or 0)

@@ -6,8 +6,8 @@
 // or accept t' as it is (the critic was right). A click on a bad step picks t'. `render` draws into
 // any element (the Review page shows a pair in its detail pane and moves on once it is reviewed).
 
-import { ApiError, get, post } from "../api.js";
-import { fmt, h, link, shortId, table, mount } from "../dom.js";
+import { ApiError, get, may, post } from "../api.js";
+import { fmt, h, link, needsScope, shortId, table, mount } from "../dom.js";
 import { announce } from "../live.js";
 import { whyTag } from "../reasons.js";
 
@@ -181,7 +181,7 @@ export async function render(main, [pairId], _query = null, options = {}, outcom
     if (critic && i === critic.transition_index && i !== t) marks.push(h("span", { class: "tag critic" }, "critic t'"));
     if (oracle !== null && i === oracle) marks.push(h("span", { class: "tag oracle" }, "oracle first error"));
     const classes = [i === shared ? "first-diff" : "", i === t ? "transition" : "", i === oracle ? "oracle" : "", t !== null && i > t ? "after-t" : ""].filter(Boolean).join(" ");
-    const pickable = i < bad.length;
+    const pickable = i < bad.length && may("review"); // a key that may not review picks nothing
     rows.push(h("tr", { class: `${classes}${pickable && critic ? " pickable" : ""}`, dataset: { step: String(i) }, title: pickable && critic ? `click: pick t' = ${i}` : null },
       h("td", { class: "step" }, String(i), h("div", {}, marks)),
       stepCell(bad[i], { class: "bad" }),
@@ -194,7 +194,7 @@ export async function render(main, [pairId], _query = null, options = {}, outcom
     h("h2", {}, `Corrections (${detail.corrections.length})`),
     detail.corrections.length ? correctionsTable(detail.corrections) : h("p", { class: "muted" }, "None yet."),
     accepts.length ? [h("h2", {}, `Accepted (${accepts.length})`), acceptsList(accepts)] : null);
-  const form = critic ? correctionForm(detail, async (body, status) => {
+  const form = critic && may("review") ? correctionForm(detail, async (body, status) => {
     const before = detail.sample_id ? (await get(`/v1/samples/${detail.sample_id}`)).sample : null;
     const accepted = await post(`/v1/pairs/${pairId}/corrections`, body);
     if (options.onReviewed) {
@@ -256,7 +256,7 @@ export async function render(main, [pairId], _query = null, options = {}, outcom
       h("table", {}, h("tbody", {}, sharedRows))),
     diff,
     outcome ? correctionResult(outcome, after) : null,
-    form,
+    form || (critic ? needsScope("review", "correct or accept this pair's t'") : null),
     history,
   );
 }

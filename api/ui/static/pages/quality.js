@@ -2,7 +2,9 @@
 // of GET /v1/runs/{run}/iterations/{i}/quality (critic-oracle agreement, fallback share, verified
 // share, ...) and small SVG bar charts of the t' distribution (critic vs oracle), the bad actions
 // after the divergence, the verdict margins and the revision lengths. Every bar carries its label,
-// series and value as data attributes (what the browser tests read).
+// series and value as data attributes (what the browser tests read). A chart's title, legend and
+// bar values never overlap, every value bin is drawn (empty ones too: the API keeps them), and the
+// agreement chart's baselines ("direct", "first step") are explained under it.
 
 import { get } from "../api.js";
 import { h, mount, s } from "../dom.js";
@@ -24,11 +26,16 @@ function number(value, digits = 2) {
  * [{name, colour}]; `max` fixes the axis (shares: 1), `format` writes a bar's value.
  */
 export function barChart(id, title, bins, series, { max, format = (v) => String(v), xLabel = "" } = {}) {
-  const width = 300, height = 170, left = 30, bottom = 34, top = 22;
+  // the title on the first line, the legend (two series or more) on its own line under it, and the
+  // plot below both with room for the value over its tallest bar: nothing overlaps
+  const legend = series.length > 1;
+  const width = 300, left = 30, bottom = 34, top = legend ? 46 : 32;
+  const height = top + 114 + bottom;
   const ceiling = max ?? Math.max(1, ...bins.flatMap((b) => b.values));
   const plotW = width - left - 8, plotH = height - top - bottom;
   const group = bins.length ? plotW / bins.length : plotW;
-  const barW = Math.max(4, Math.min(28, (group - 6) / Math.max(1, series.length)));
+  const barW = Math.max(1, Math.min(28, (group - 2) / Math.max(1, series.length)));
+  const every = Math.max(1, Math.ceil(16 / group)); // tick labels at least 16 px apart
   const y = (v) => top + plotH - (v / ceiling) * plotH;
   const svg = s("svg", { id, class: "bar-chart", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": title },
     s("text", { x: left, y: 13, class: "chart-title" }, title),
@@ -38,7 +45,9 @@ export function barChart(id, title, bins, series, { max, format = (v) => String(
   if (xLabel) svg.append(s("text", { x: left + plotW / 2, y: height - 3, class: "tick", "text-anchor": "middle" }, xLabel));
   bins.forEach((bin, i) => {
     const x0 = left + i * group + (group - barW * series.length) / 2;
-    svg.append(s("text", { x: left + i * group + group / 2, y: y(0) + 13, class: "tick", "text-anchor": "middle" }, bin.label));
+    if (i % every === 0 || i === bins.length - 1) {
+      svg.append(s("text", { x: left + i * group + group / 2, y: y(0) + 13, class: "tick", "text-anchor": "middle" }, bin.label));
+    }
     series.forEach((serie, k) => {
       const value = bin.values[k];
       const x = x0 + k * barW;
@@ -50,10 +59,20 @@ export function barChart(id, title, bins, series, { max, format = (v) => String(
     });
   });
   if (!bins.length) svg.append(s("text", { x: left + plotW / 2, y: top + plotH / 2, class: "muted", "text-anchor": "middle" }, "nothing to count yet"));
-  if (series.length > 1) {
-    series.forEach((serie, k) => svg.append(s("text", { x: width - 8, y: 13 + 11 * k, fill: serie.colour, class: "legend", "text-anchor": "end" }, serie.name)));
+  if (legend) {
+    let x = left;
+    series.forEach((serie) => {
+      svg.append(s("rect", { x, y: 20, width: 10, height: 10, fill: serie.colour, class: "legend-swatch" }),
+        s("text", { x: x + 14, y: 29, class: "legend" }, serie.name));
+      x += 14 + 7 * serie.name.length + 14;
+    });
   }
   return svg;
+}
+
+function described(el, id) {
+  el.setAttribute("aria-describedby", id);
+  return el;
 }
 
 function figures(q) {
@@ -82,7 +101,12 @@ function charts(q) {
     barChart("chart-t-prime", "t' at the k-th action after divergence",
       q.t_prime.map((b) => ({ label: b.label, values: [b.critic, b.oracle] })),
       [{ name: "critic", colour: CRITIC }, { name: "oracle", colour: ORACLE }], { xLabel: "k" }),
-    barChart("chart-agreement", "t' = oracle, critic vs baselines", matches, [{ name: "share", colour: CRITIC }], { max: 1, format: pct }),
+    h("figure", { class: "chart", id: "agreement-figure" },
+      described(barChart("chart-agreement", "t' = oracle, critic vs baselines", matches, [{ name: "share", colour: CRITIC }], { max: 1, format: pct }), "baselines-note"),
+      h("figcaption", { id: "baselines-note", class: "muted" },
+        "Share of pairs whose t' equals the oracle's first error, for ", h("strong", {}, "critic"), ": the critic's own t'; ",
+        h("strong", {}, "direct"), ": always the last bad action (the Direct-Revision baseline, which revises only the failing step); ",
+        h("strong", {}, "first step"), ": always the first bad action after the divergence.")),
     barChart("chart-actions", "bad actions after the divergence",
       q.actions_after_divergence.map((b) => ({ label: b.label, values: [b.count] })), [{ name: "pairs", colour: "#64748b" }], { xLabel: "actions" }),
     barChart("chart-margins", "verdict margins", q.margins.map((b) => ({ label: b.label, values: [b.count] })),

@@ -3,8 +3,8 @@
 // over iterations (for a data-only run its data figures), the data-quality dashboard (quality.js),
 // dataset downloads per format, and its trees, pairs and samples in sortable, filterable tables.
 
-import { all, follow, get, post } from "../api.js";
-import { fmt, h, link, s, shortId, mount } from "../dom.js";
+import { all, eventPosition, follow, get, may, post } from "../api.js";
+import { fmt, h, link, s, scrollBox, shortId, mount } from "../dom.js";
 import { downloadButtons, ITERATION_FORMATS } from "../downloads.js";
 import { dataTable } from "../table.js";
 import { qualitySection } from "./quality.js";
@@ -50,9 +50,10 @@ function tasksText(config) {
   return `split ${config.split || "train"}${config.max_tasks ? ` (≤ ${config.max_tasks})` : ""}`;
 }
 
-/** A failed or cancelled run (or iteration) colours its bar so; otherwise the iteration's status. */
+/** A finished run colours its bar by how it ended (a completed trained run's last iteration is
+ * "evaluated", which must not look unfinished); otherwise the iteration's status. */
 function barStatus(runStatus, iterationStatus) {
-  return runStatus === "failed" || runStatus === "cancelled" ? runStatus : iterationStatus;
+  return TERMINAL.has(runStatus) ? runStatus : iterationStatus;
 }
 
 function cancelButton(runId, refresh) {
@@ -87,7 +88,7 @@ function runColumns(refresh) {
     { key: "revisions", label: "revisions", value: (r) => (it(r) ? it(r).revisions : null) },
     { key: "goods", label: "goods", value: (r) => (it(r) ? it(r).goods : null) },
     { key: "created", label: "created", value: (r) => Date.parse(r.run.created_at), cell: (r) => new Date(r.run.created_at).toLocaleString() },
-    { key: "cancel", label: "", sortable: false, value: () => null, cell: (r) => (TERMINAL.has(r.run.status) ? "" : cancelButton(r.run.run_id, refresh)) },
+    { key: "cancel", label: "", sortable: false, value: () => null, cell: (r) => (TERMINAL.has(r.run.status) || !may("run") ? "" : cancelButton(r.run.run_id, refresh)) },
   ];
 }
 
@@ -105,12 +106,13 @@ export async function list(main) {
       return { run, detail, config: detail.config || {}, it: detail.iterations[detail.iterations.length - 1] };
     })));
   }
+  const start = await eventPosition(); // read before the runs: what came later is followed
   await refresh();
   const later = debounce(() => refresh().catch(() => {}), 400);
   return follow(PROGRESS_EVENTS, (type) => {
     live.textContent = `live · last event ${type}`;
     later();
-  });
+  }, { after: start });
 }
 
 function numericMetrics(metrics, prefix = "", out = {}) {
@@ -199,9 +201,9 @@ function progressSection(progress) {
     h("h2", { id: "progress-title" }, "Did training help?"),
     h("p", { class: "muted" }, "Held-out tasks: the model before training (start) and after each iteration. Brackets: 95% Wilson interval from the counts; recovery: the start model's failed episodes, cut at seeded steps, that a model completes."),
     h("div", { class: "progress-plots" }, panels),
-    h("div", { class: "table-scroll" }, h("table", { id: "progress-table" },
+    scrollBox(h("table", { id: "progress-table" },
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "figure"), models.map((m) => h("th", { scope: "col" }, m)))),
-      h("tbody", {}, rows))));
+      h("tbody", {}, rows)), "did training help, per model"));
 }
 
 const DETAILED = 100;
@@ -308,14 +310,14 @@ export async function detail(main, [runId]) {
     sampleTable.update(samples);
     mount(section,
       h("h1", {}, "Run ", h("code", {}, runId), " ", h("span", { class: `status ${run.status}`, id: "run-status" }, run.status),
-        " ", TERMINAL.has(run.status) ? null : cancelButton(runId, refresh)),
+        " ", TERMINAL.has(run.status) || !may("run") ? null : cancelButton(runId, refresh)),
       run.reason ? h("p", { class: "error", id: "run-reason" }, run.reason) : null,
       h("p", { class: "muted", id: "run-facts" }, `model ${run.config.model || "–"} · env ${run.config.env || "–"} · tasks ${tasksText(run.config)} · ${run.iterations.length} iteration(s)${run.config.data_only ? " · data only" : ""}`,
         " · ", link(`#/datasets?sources=runs&run_ids=${encodeURIComponent(runId)}`, "build a named dataset from this run")),
       h("h2", {}, "Iterations"),
-      h("table", { id: "iterations" },
+      scrollBox(h("table", { id: "iterations" },
         h("thead", {}, h("tr", {}, ["iter", "status", "trees", "pairs", "revisions", "goods", "revision length", "report metrics", "dataset"].map((x) => h("th", {}, x)))),
-        h("tbody", {}, run.iterations.map((it) => iterationRow(run, it)))),
+        h("tbody", {}, run.iterations.map((it) => iterationRow(run, it)))), "iterations table"),
       run.config.data_only ? [h("h2", {}, "Data figures"), dataFigures(run, pairs, samples, pairDetails)]
         : [progressSection(progress), h("h2", {}, "Metrics over iterations"), plot(run.iterations)],
       qualitySection(run, chosen),
@@ -324,10 +326,11 @@ export async function detail(main, [runId]) {
       h("h2", {}, `Samples (${samples.length})`), sampleTable.el,
     );
   }
+  const start = await eventPosition(); // read before the run: no replay from 0, nothing missed
   await refresh();
   const later = debounce(() => refresh().catch(() => {}), 600);
   return follow(PROGRESS_EVENTS, (_type, envelope) => {
     const data = envelope.data || {};
     if (!data.run_id || data.run_id === runId) later();
-  });
+  }, { after: start });
 }

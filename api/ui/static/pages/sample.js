@@ -60,7 +60,8 @@ export async function render(main, [sampleId], query) {
     h("h1", {}, "Sample ", h("code", {}, sampleId), " ", h("span", { class: "tag" }, out.kind),
       prov.origin ? h("span", { class: "tag human", id: "origin" }, prov.origin) : null),
     h("p", { class: "muted" },
-      out.run_id ? link(`#/runs/${out.run_id}`, `run ${shortId(out.run_id)}`) : "no run", ` · iteration ${out.iteration}`,
+      // a run's sample names its run and iteration; a trace's has neither (its "iteration 0" means nothing)
+      out.run_id ? [link(`#/runs/${out.run_id}`, `run ${shortId(out.run_id)}`), ` · iteration ${out.iteration}`] : h("span", { id: "sample-source" }, prov.trace_id ? "from a production trace (no run)" : "no run"),
       out.pair_id ? [" · ", link(`#/pairs/${out.pair_id}`, `pair ${shortId(out.pair_id)}`)] : null,
       prov.trace_id ? [" · ", link(`#/traces/${prov.trace_id}`, `trace ${shortId(prov.trace_id)}`)] : null,
       leafLink(out, prov),

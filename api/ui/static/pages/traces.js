@@ -3,8 +3,8 @@
 // and one trace with its steps, its critique (per-step verdicts, t') and its sample, with the
 // correction form when the trace has a pair (a finished correction redraws the trace from the API).
 
-import { get, post } from "../api.js";
-import { fmt, h, link, shortId, mount } from "../dom.js";
+import { get, may, post } from "../api.js";
+import { fmt, h, link, needsScope, shortId, mount } from "../dom.js";
 import { announce, every, POLL_MS } from "../live.js";
 import { dataTable, dateColumn } from "../table.js";
 import { correctionForm, correctionsTable, verdictCell, waitForCorrection } from "./pair.js";
@@ -115,7 +115,8 @@ export async function detail(main, [traceId], query = null, outcome = null) {
       ` · ${trace.sample.messages.length} messages${(trace.sample.provenance || {}).origin ? ` · ${trace.sample.provenance.origin}` : ""}`) : h("p", { class: "muted" }, "none"),
     outcome ? h("p", { id: "trace-correction-result", class: outcome.status === "respliced" ? "ok" : "error", dataset: { status: outcome.status } },
       outcome.status === "respliced" ? `Re-spliced at t'=${outcome.new_transition_index}.` : `Rejected: ${outcome.reason}`) : null,
-    pairDetail && pairDetail.critic ? correctionForm(pairDetail, async (body, status) => {
+    pairDetail && pairDetail.critic && !may("review") ? needsScope("review", "correct this trace's first error") : null,
+    pairDetail && pairDetail.critic && may("review") ? correctionForm(pairDetail, async (body, status) => {
       const accepted = await post(`/v1/traces/${traceId}/corrections`, body);
       const done = await waitForCorrection(pairDetail.pair_id, accepted.correction_id, status);
       status.className = done.status === "respliced" ? "ok" : "error";

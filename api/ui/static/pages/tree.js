@@ -8,6 +8,9 @@
 // keyboard navigation (the nodes take focus; arrows: parent, child, siblings; Enter opens; "-"
 // folds), and live growth: while the tree is searched its NodesExpanded / RolloutFinished /
 // LeafRecorded events from /v1/events are applied to the loaded nodes (no reload of the tree).
+// The bad (or good) leaves are listed in row order and stepped through (prev / next); a leaf's
+// kind shows as a shape inside it too (check: good, cross: bad), not by colour alone; "fit" keeps a
+// readable scale on a tree too tall to show at once (its whole depth, a note on how to move).
 // Click a node for its history, candidates and visits; zoom with the wheel or buttons, drag to pan.
 
 import { follow, get } from "../api.js";
@@ -18,8 +21,10 @@ const ROW = 28; // vertical distance between leaf rows
 const R = 8;
 const LABEL_MIN_SCALE = 0.85; // pixels per unit from which action labels are drawn
 const REWARD_MIN_SCALE = 0.3; // ... and leaf rewards and fold badges
+const FIT_MIN_SCALE = 0.45; // "fit" never zooms out further: rows 12 px apart, nodes 7 px across
 const SVG_NS = "http://www.w3.org/2000/svg";
 const MAX_LABELS = 600;
+const MAX_LISTED = 500; // leaves listed by name (the buttons step through all of them)
 const LABEL_CHARS = 28;
 const TREE_EVENTS = ["NodesExpanded", "RolloutFinished", "LeafRecorded", "TreeCompleted", "SearchFailed"];
 
@@ -152,9 +157,12 @@ export async function render(main, [treeId], query) {
   const edges = s("g", { class: "edges" });
   const highlight = s("g", { class: "highlight" });
   const nodeLayer = s("g", { class: "nodes" });
+  // good and bad leaves differ by shape too (a check, a cross inside the node), not by colour alone
+  const leafMarks = s("g", { class: "leaf-marks", "aria-hidden": "true" },
+    s("path", { class: "leaf-mark-halo" }), s("path", { class: "leaf-mark good" }), s("path", { class: "leaf-mark bad" }));
   const rewards = s("g", { class: "rewards" });
   const labels = s("g", { class: "labels" });
-  const svg = s("svg", { id: "tree-canvas", class: "canvas", role: "tree", "aria-label": `tree ${treeId}`, tabindex: "-1" }, edges, highlight, nodeLayer, rewards, labels);
+  const svg = s("svg", { id: "tree-canvas", class: "canvas", role: "tree", "aria-label": `tree ${treeId}`, tabindex: "-1" }, edges, highlight, nodeLayer, leafMarks, rewards, labels);
   const miniDots = s("path", { class: "mini-dots" });
   const miniPair = s("path", { class: "mini-pair" });
   const miniView = s("rect", { id: "minimap-view", class: "mini-view" });
@@ -165,6 +173,7 @@ export async function render(main, [treeId], query) {
   const statusText = h("span", { id: "tree-status" }, tree.status);
   const searchInput = h("input", { id: "tree-search", type: "search", size: 28, placeholder: "search actions, observations…", "aria-label": "search nodes" });
   const searchCount = h("span", { id: "search-count", class: "muted" });
+  const fitNote = h("p", { id: "fit-note", class: "muted", hidden: true });
 
   // ---- the view: a centre and a scale (pixels per unit) on the canvas's own size
   const view = { cx: 0, cy: 0, k: 1 };
@@ -193,8 +202,30 @@ export async function render(main, [treeId], query) {
     view.cy = (box.y0 + box.y1) / 2;
     setView();
   }
+  /** The whole tree when it can be read at once; a tree too tall for that (hundreds of leaf rows)
+   * keeps a readable scale instead of a sliver: its whole depth across the canvas when that fits,
+   * around the root's row, and a note pointing at the minimap, the leaf list and folding. */
   function fitAll() {
-    fitBox({ x0: 0, y0: 0, x1: geometry.width, y1: geometry.height });
+    const { w, h: ht } = canvasSize();
+    const pad = 2 * ROW;
+    const bw = geometry.width + 2 * pad, bh = geometry.height + 2 * pad;
+    const whole = Math.min(w / bw, ht / bh, 1.6);
+    if (whole >= FIT_MIN_SCALE) {
+      fitBox({ x0: 0, y0: 0, x1: geometry.width, y1: geometry.height });
+      fitNote.hidden = true;
+      svg.dataset.fit = "whole";
+      return;
+    }
+    view.k = Math.max(FIT_MIN_SCALE, Math.min(w / bw, 1.6));
+    view.cx = w / view.k >= bw ? geometry.width / 2 : -pad + w / 2 / view.k; // the root's side first
+    view.cy = root ? geometry.pos.get(root.node_id).y : geometry.height / 2;
+    setView();
+    const rows = Math.round(geometry.height / ROW) + 1;
+    const seen = Math.max(1, Math.floor(ht / (ROW * view.k)));
+    fitNote.textContent = `The tree is ${rows} rows tall: "fit" shows about ${seen} of them at a readable size. ` +
+      "Drag or use the minimap to move, the leaf list to jump to a leaf, or fold unvisited / closed branches.";
+    fitNote.hidden = false;
+    svg.dataset.fit = "readable";
   }
   function boxOf(ids) {
     const box = { x0: Infinity, y0: Infinity, x1: -Infinity, y1: -Infinity };
@@ -270,6 +301,8 @@ export async function render(main, [treeId], query) {
     circles = new Map();
     let edgePath = "";
     let dots = "";
+    let good = "";
+    let bad = "";
     for (const [id, p] of pos) {
       const n = byId.get(id);
       if (n.parent_id && pos.has(n.parent_id)) {
@@ -291,7 +324,7 @@ export async function render(main, [treeId], query) {
       c.setAttribute("fill", valueColour(n.q));
       c.setAttribute("tabindex", id === tabTarget ? "0" : "-1");
       c.setAttribute("role", "treeitem");
-      c.setAttribute("aria-label", `${n.action || "root"}, N=${n.visits}${hides ? `, ${hides} folded` : ""}`);
+      c.setAttribute("aria-label", `${n.action || "root"}, N=${n.visits}${leaf ? `, ${leaf.kind} leaf, reward ${fmt(leaf.reward, 2)}` : ""}${hides ? `, ${hides} folded` : ""}`);
       c.setAttribute("data-node-id", id);
       c.setAttribute("data-visits", n.visits);
       c.setAttribute("data-q", n.q === null ? "" : n.q);
@@ -300,7 +333,15 @@ export async function render(main, [treeId], query) {
       frag.append(c);
       circles.set(id, c);
       dots += `M${p.x} ${p.y}h0`;
+      if (leaf && !hides) {
+        if (leaf.kind === "good") good += `M${p.x - 4} ${p.y}l2.8 3.4l5.2 -7`;
+        else bad += `M${p.x - 3.5} ${p.y - 3.5}l7 7m0 -7l-7 7`;
+      }
     }
+    const [halo, goodMark, badMark] = leafMarks.children;
+    halo.setAttribute("d", good + bad);
+    goodMark.setAttribute("d", good);
+    badMark.setAttribute("d", bad);
     edges.replaceChildren(s("path", { d: edgePath, class: "edge" }));
     nodeLayer.replaceChildren(frag);
     miniDots.setAttribute("d", dots);
@@ -497,6 +538,67 @@ export async function render(main, [treeId], query) {
     if (id) toggleFold(id);
   });
 
+  /** Every node depth-first, top to bottom: the order the rows are drawn in. */
+  function rowOrder() {
+    const ordered = [];
+    const stack = root ? [root] : [];
+    while (stack.length) {
+      const node = stack.pop();
+      ordered.push(node);
+      const kids = children.get(node.node_id);
+      for (let i = kids.length - 1; i >= 0; i--) stack.push(kids[i]);
+    }
+    return ordered;
+  }
+
+  // ---- leaves: the bad (or good) leaves in row order, listed by name and stepped through
+  const leafKindSelect = h("select", { id: "leaf-kind", "aria-label": "leaves to list and step through" },
+    h("option", { value: "bad" }, "bad leaves"), h("option", { value: "good" }, "good leaves"));
+  const leafCount = h("span", { id: "leaf-count", class: "muted", "aria-live": "polite" });
+  const leafSummary = h("summary", {}, "Leaves");
+  const leafList = h("ol", { id: "leaf-list", class: "leaf-list" });
+  const leafDetails = h("details", { id: "leaves" }, leafSummary, leafList);
+  leafDetails.addEventListener("toggle", () => { if (leafDetails.open) fillLeafList(); });
+  let leaves = []; // the chosen kind's leaf ids, in row order
+  let leafAt = -1;
+  function listLeaves() {
+    const kind = leafKindSelect.value;
+    const current = leafAt >= 0 ? leaves[leafAt] : null;
+    leaves = rowOrder().filter((n) => { const leaf = leafKind(n); return leaf && leaf.kind === kind; }).map((n) => n.node_id);
+    leafAt = current ? leaves.indexOf(current) : -1;
+    const name = `${kind} lea${leaves.length === 1 ? "f" : "ves"}`;
+    leafCount.textContent = leafAt >= 0 ? `${leafAt + 1} of ${leaves.length} ${name}` : `${leaves.length} ${name}`;
+    leafSummary.textContent = `${kind === "bad" ? "Bad" : "Good"} leaves (${leaves.length}): reward ${kind === "bad" ? "below" : "at least"} alpha ${alpha}`;
+    leafList.dataset.kind = kind;
+    leafList.dataset.count = String(leaves.length);
+    if (leafDetails.open) fillLeafList();
+    else mount(leafList); // built when opened: hundreds of links are not drawn with the first frame
+  }
+  function fillLeafList() {
+    mount(leafList, leaves.slice(0, MAX_LISTED).map((id, i) => {
+      const n = byId.get(id);
+      return h("li", { dataset: { nodeId: id }, class: i === leafAt ? "current" : null },
+        h("a", { href: "#", onclick: (e) => { e.preventDefault(); jumpLeaf(i); } }, truncate(n.action, 60) || "(root)"),
+        ` · reward ${fmt(leafKind(n).reward, 2)} · depth ${n.depth}`);
+    }), leaves.length > MAX_LISTED ? h("li", { class: "muted" }, `… ${leaves.length - MAX_LISTED} more: step to them with "next"`) : null);
+  }
+  function jumpLeaf(i) {
+    if (!leaves.length) return;
+    leafAt = (i + leaves.length) % leaves.length;
+    const id = leaves[leafAt];
+    selected = id;
+    focused = id;
+    draw();
+    select(id, { centre: true });
+    focusNode(id);
+    leafCount.textContent = `${leafAt + 1} of ${leaves.length} ${leafKindSelect.value} leaves`;
+    for (const li of leafList.children) li.classList.toggle("current", li.dataset.nodeId === id);
+    svg.dataset.jumped = id;
+  }
+  leafKindSelect.addEventListener("change", () => { leafAt = -1; listLeaves(); });
+  const prevLeaf = h("button", { type: "button", id: "prev-leaf", title: "the previous leaf of the chosen kind", onclick: () => jumpLeaf(leafAt < 0 ? -1 : leafAt - 1) }, "◀ prev");
+  const nextLeaf = h("button", { type: "button", id: "next-leaf", title: "the next leaf of the chosen kind", onclick: () => jumpLeaf(leafAt + 1) }, "next ▶");
+
   // ---- search
   function markMatches() {
     const wantedIds = new Set(matches);
@@ -514,15 +616,7 @@ export async function render(main, [treeId], query) {
     matches = [];
     matchAt = -1;
     if (q) {
-      const ordered = [];
-      const stack = root ? [root] : [];
-      while (stack.length) { // depth-first, top to bottom: the order the rows are drawn in
-        const node = stack.pop();
-        ordered.push(node);
-        const kids = children.get(node.node_id);
-        for (let i = kids.length - 1; i >= 0; i--) stack.push(kids[i]);
-      }
-      for (const n of ordered) {
+      for (const n of rowOrder()) {
         if (`${n.action}\n${n.observation}\n${n.thought}`.toLowerCase().includes(q)) matches.push(n.node_id);
       }
     }
@@ -653,12 +747,14 @@ export async function render(main, [treeId], query) {
         closed = closedSet(root, children);
         draw();
         if (matches.length || searchInput.value) search(searchInput.value);
+        listLeaves();
         svg.dataset.live = String(byId.size);
       }, 150);
     }
   }
 
   const bestText = h("span", { id: "tree-best" }, fmt(tree.best_reward));
+  listLeaves();
   const toggle = (id, key, label) => {
     const box = h("input", { type: "checkbox", id });
     box.addEventListener("change", () => {
@@ -682,15 +778,18 @@ export async function render(main, [treeId], query) {
       searchInput, searchCount,
       toggle("fold-unvisited", "unvisited", "fold unvisited"),
       toggle("fold-closed", "closed", "fold closed branches")),
+    h("div", { class: "toolbar", id: "leaf-tools" }, leafKindSelect, prevLeaf, nextLeaf, leafCount),
     h("p", { class: "legend" },
       h("span", { class: "swatch", style: `background:${valueColour(0)}` }), " Q=0 ",
       h("span", { class: "swatch", style: `background:${valueColour(0.5)}` }), " 0.5 ",
       h("span", { class: "swatch", style: `background:${valueColour(1)}` }), " 1 ",
       h("span", { class: "swatch unvisited" }), " unvisited · ",
-      h("span", { class: "ring good" }), " good leaf ",
-      h("span", { class: "ring bad" }), " bad leaf ",
+      h("span", { class: "ring good" }), h("span", { class: "mark", "aria-hidden": "true" }, " ✓"), " good leaf (check) ",
+      h("span", { class: "ring bad" }), h("span", { class: "mark", "aria-hidden": "true" }, " ✕"), " bad leaf (cross) ",
       h("span", { class: "ring divergence" }), " divergence · dotted outline: invalid action · +k: folded · keys: ←→ parent/child, ↑↓ siblings, Enter opens, − folds"),
+    fitNote,
     h("div", { class: "tree-layout" }, h("div", { class: "canvas-wrap" }, svg, minimap), panel),
+    leafDetails,
     pairHeading,
     pairList,
   );
