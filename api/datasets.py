@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -37,9 +37,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from core.domain.good_samples import trajectory_to_sample
 from core.domain.serde import from_dict
 from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
-from core.formats.export import dumps_line, loads_many, parquet_batch, parquet_schema, record_fn
+from core.formats.export import dumps_line, loads, loads_many, parquet_batch, parquet_schema, record_fn
 from core.formats.records import PLAIN_RECORD, is_plain
-from core.store import exports
+from core.store import export_lines, exports
 
 DEFAULT_PAGE_SIZE = 500  # samples per Parquet row group
 
@@ -150,17 +150,72 @@ async def dataset_batches(
         async for rows in rows_batches:
             out: list[Any] = []
             for (sample_id, kind, _text), data in zip(rows, loads_many([r[2] for r in rows]), strict=True):
-                if plain and kind != "good" and is_plain(data):
-                    if data["kind"] == "good" and (data.get("reward") is None or data["reward"] < alpha):
-                        continue
-                    out.append(data)
-                    continue
-                sample = row_to_sample({"sample_id": sample_id, "kind": kind, "data": data})
-                if sample.kind == "good" and (sample.reward is None or sample.reward < alpha):
-                    continue
-                out.append(sample)
+                item = _item(sample_id, kind, data, alpha, plain)
+                if item is not None:
+                    out.append(item)
             if out:
                 yield out
+
+
+def _item(sample_id: str, kind: str, data: Any, alpha: float, plain: bool) -> Any | None:
+    """The item of one decoded ``samples`` row (``dataset_batches``), None when it is left out."""
+    if plain and kind != "good" and is_plain(data):
+        if data["kind"] == "good" and (data.get("reward") is None or data["reward"] < alpha):
+            return None
+        return data
+    sample = row_to_sample({"sample_id": sample_id, "kind": kind, "data": data})
+    if sample.kind == "good" and (sample.reward is None or sample.reward < alpha):
+        return None
+    return sample
+
+
+def item_line(item: Any, fmt: str) -> str:
+    """One item (a TrainingSample or a plain stored sample dict) as its JSONL line in ``fmt``."""
+    if type(item) is dict:
+        return dumps_line(PLAIN_RECORD[fmt](item)).decode()
+    return dumps_line(record_fn(fmt)(item)).decode()
+
+
+async def rendered_jsonl(
+    batches: AsyncGenerator[Sequence[Any], None], line_of: Callable[[Any], str | None], counter: Any
+) -> AsyncIterator[bytes]:
+    """JSONL from rows whose first column is their line as the database rendered it
+    (core.store.export_lines), a chunk per batch; a row without one is ``line_of(row)`` (its line,
+    or None when it is left out). ``counter`` counts the lines (the export_rows metric)."""
+    async with contextlib.aclosing(batches):
+        async for rows in batches:
+            lines = [row[0] for row in rows]
+            if None in lines:
+                lines = [row[0] if row[0] is not None else line_of(row) for row in rows]
+                lines = [line for line in lines if line is not None]
+            if lines:
+                counter.inc(len(lines))
+                yield "".join(lines).encode()
+
+
+def iteration_jsonl(
+    engine: AsyncEngine,
+    *,
+    project_id: str,
+    run_id: str,
+    iteration: int,
+    alpha: float,
+    fmt: str,
+    counter: Any,
+    batch: int = exports.DEFAULT_BATCH,
+) -> AsyncIterator[bytes]:
+    """The iteration's dataset as ``fmt`` JSONL (openai, sharegpt, samples) with the lines the
+    database renders (core.store.export_lines; PostgreSQL): the bytes ``jsonl_bytes`` gives for
+    ``dataset_batches(plain=True)``. A row the database leaves to Python is decoded and rendered
+    here as ``dataset_batches`` would."""
+
+    def line_of(row: Any) -> str | None:
+        _line, sample_id, kind, text = row
+        item = _item(sample_id, kind, loads(text), alpha, True)
+        return None if item is None else item_line(item, fmt)
+
+    rows = export_lines.iteration_lines(engine, project_id, run_id, iteration, fmt, batch)
+    return rendered_jsonl(rows, line_of, counter)
 
 
 def iter_dataset(
