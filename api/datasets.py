@@ -38,6 +38,7 @@ from core.domain.good_samples import trajectory_to_sample
 from core.domain.serde import from_dict
 from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
 from core.formats.export import dumps_line, loads, loads_many, parquet_batch, parquet_schema, record_fn
+from core.formats.parquet import plain_columns_batch
 from core.formats.records import PLAIN_RECORD, is_plain
 from core.store import export_lines, exports
 
@@ -193,7 +194,23 @@ async def rendered_jsonl(
                 yield "".join(lines).encode()
 
 
-def iteration_jsonl(
+def rendered_body(
+    batches: AsyncGenerator[Sequence[Any], None], item_of: Callable[[Any], Any], fmt: str, counter: Any
+) -> AsyncIterator[bytes]:
+    """A download in ``fmt`` from the database's rendering (core.store.export_lines): its lines
+    for JSONL, its columns for Parquet; a row left to Python becomes ``item_of(row)`` (an item as
+    ``dataset_batches`` makes them, or None when it is left out)."""
+    if fmt == export_lines.PARQUET:
+        return rendered_parquet(batches, item_of, counter)
+
+    def line_of(row: Any) -> str | None:
+        item = item_of(row)
+        return None if item is None else item_line(item, fmt)
+
+    return rendered_jsonl(batches, line_of, counter)
+
+
+def iteration_body(
     engine: AsyncEngine,
     *,
     project_id: str,
@@ -204,18 +221,16 @@ def iteration_jsonl(
     counter: Any,
     batch: int = exports.DEFAULT_BATCH,
 ) -> AsyncIterator[bytes]:
-    """The iteration's dataset as ``fmt`` JSONL (openai, sharegpt, samples) with the lines the
-    database renders (core.store.export_lines; PostgreSQL): the bytes ``jsonl_bytes`` gives for
-    ``dataset_batches(plain=True)``. A row the database leaves to Python is decoded and rendered
-    here as ``dataset_batches`` would."""
+    """The iteration's dataset in ``fmt`` (openai, sharegpt, samples JSONL or Parquet) from the
+    database's rendering (core.store.export_lines; PostgreSQL): the bytes ``jsonl_bytes`` /
+    ``parquet_bytes`` give for ``dataset_batches(plain=True)``. A row the database leaves to
+    Python is decoded and made an item here as ``dataset_batches`` would."""
 
-    def line_of(row: Any) -> str | None:
-        _line, sample_id, kind, text = row
-        item = _item(sample_id, kind, loads(text), alpha, True)
-        return None if item is None else item_line(item, fmt)
+    def item_of(row: Any) -> Any:
+        return _item(row[1], row[2], loads(row[3]), alpha, True)
 
     rows = export_lines.iteration_lines(engine, project_id, run_id, iteration, fmt, batch)
-    return rendered_jsonl(rows, line_of, counter)
+    return rendered_body(rows, item_of, fmt, counter)
 
 
 def iter_dataset(
@@ -338,6 +353,79 @@ async def parquet_bytes(
                 yield sink.drain()
         if chunk:
             writer.write_batch(parquet_batch(chunk, schema), row_group_size=row_group_size)
+    finally:
+        writer.close()
+    yield sink.drain()
+
+
+def _pieces(rows: Sequence[Any], item_of: Callable[[Any], Any], schema: Any) -> list[Any]:
+    """The record batches of ``rows`` in order: runs of rendered rows from their columns
+    (core.formats.parquet ``plain_columns_batch``), runs of the others from their items."""
+    pieces: list[Any] = []
+    run: list[Any] = []
+    items: list[Any] = []
+    for row in rows:
+        if row[0] is not None:
+            if items:
+                pieces.append(parquet_batch(items, schema))
+                items = []
+            run.append(row)
+            continue
+        if run:
+            pieces.append(_columns(run, schema))
+            run = []
+        item = item_of(row)
+        if item is not None:
+            items.append(item)
+    if items:
+        pieces.append(parquet_batch(items, schema))
+    if run:
+        pieces.append(_columns(run, schema))
+    return pieces
+
+
+def _columns(run: Sequence[Any], schema: Any) -> Any:
+    return plain_columns_batch(
+        schema,
+        [row[4] for row in run],
+        [row[5] for row in run],
+        [row[6] for row in run],
+        [row[7] for row in run],
+        [row[8:14] for row in run],
+    )
+
+
+async def rendered_parquet(
+    batches: AsyncGenerator[Sequence[Any], None],
+    item_of: Callable[[Any], Any],
+    counter: Any,
+    row_group_size: int = DEFAULT_PAGE_SIZE,
+) -> AsyncIterator[bytes]:
+    """``parquet_bytes`` of the database's rendered columns (core.store.export_lines): the same
+    file, one row group of ``row_group_size`` samples at a time, sent as groups are written."""
+    schema = parquet_schema()
+    sink = _DrainSink()
+    writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema)
+    table: Any = None
+    try:
+        async with contextlib.aclosing(batches):
+            async for rows in batches:
+                pieces = _pieces(rows, item_of, schema)
+                count = sum(piece.num_rows for piece in pieces)
+                if not count:
+                    continue
+                counter.inc(count)
+                new = pa.Table.from_batches(pieces, schema)
+                table = new if table is None else pa.concat_tables([table, new])
+                if table.num_rows < row_group_size:
+                    continue
+                while table.num_rows >= row_group_size:
+                    group = table.slice(0, row_group_size).combine_chunks()
+                    writer.write_table(group, row_group_size=row_group_size)
+                    table = table.slice(row_group_size)
+                yield sink.drain()
+        if table is not None and table.num_rows:
+            writer.write_table(table.combine_chunks(), row_group_size=row_group_size)
     finally:
         writer.close()
     yield sink.drain()

@@ -30,7 +30,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.datasets import flatten, item_line, rendered_jsonl, training_sample, trajectory
+from api.datasets import flatten, rendered_body, training_sample, trajectory
 from core.domain.events import (
     DatasetCreated,
     GoodTraceSampled,
@@ -253,23 +253,20 @@ def _entry_item(
     return fold_reasoning(sample) if fold else sample
 
 
-def dataset_jsonl(
+def dataset_body(
     engine: AsyncEngine, manifest: DatasetManifest, fmt: str, counter: Any
 ) -> AsyncIterator[bytes]:
-    """The manifest's samples as ``fmt`` JSONL (openai, sharegpt, samples) with the lines the
-    database renders (core.store.export_lines; PostgreSQL): the bytes ``jsonl_bytes`` gives for
-    ``dataset_sample_batches(plain=True)``. An entry the database leaves to Python is decoded and
-    rendered here as ``dataset_sample_batches`` would (a missing or mismatched event raises
-    DatasetReadError as there)."""
+    """The manifest's samples in ``fmt`` (openai, sharegpt, samples JSONL or Parquet) from the
+    database's rendering (core.store.export_lines; PostgreSQL): the bytes ``jsonl_bytes`` /
+    ``parquet_bytes`` give for ``dataset_sample_batches(plain=True)``. An entry the database
+    leaves to Python is decoded and made an item here as ``dataset_sample_batches`` would (a
+    missing or mismatched event raises DatasetReadError as there)."""
     entries = manifest.entries
     at = 0
 
-    def line_of(row: Any) -> str:
-        _line, event_type, event_version, text, index = row
-        data = None if text is None else loads(text)
-        return item_line(
-            _entry_item(manifest, entries[at + index], event_type, event_version, data, True), fmt
-        )
+    def item_of(row: Any) -> Any:  # row: the database's, then its index in the batch
+        data = None if row[3] is None else loads(row[3])
+        return _entry_item(manifest, entries[at + row[-1]], row[1], row[2], data, True)
 
     async def numbered() -> AsyncGenerator[Sequence[Any], None]:
         nonlocal at
@@ -282,14 +279,13 @@ def dataset_jsonl(
         )
         async with contextlib.aclosing(rows_batches):
             async for rows in rows_batches:
-                yield (
-                    [(*row, index) for index, row in enumerate(rows)]
-                    if any(r[0] is None for r in rows)
-                    else rows
-                )
+                if any(r[0] is None for r in rows):
+                    yield [(*row, index) for index, row in enumerate(rows)]
+                else:
+                    yield rows
                 at += len(rows)
 
-    return rendered_jsonl(numbered(), line_of, counter)
+    return rendered_body(numbered(), item_of, fmt, counter)
 
 
 def iter_dataset_samples(

@@ -34,7 +34,7 @@ from api.dataset_schemas import (
     DatasetSummaryOut,
     RebuildOut,
 )
-from api.datasets import dataset_batches, iter_dataset, iteration_jsonl, jsonl_bytes, parquet_bytes
+from api.datasets import dataset_batches, iter_dataset, iteration_body, jsonl_bytes, parquet_bytes
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error, not_found
 from api.idempotency import Idempotency, idempotency
@@ -145,7 +145,7 @@ async def download_dataset(
         )
         body = await model_exports.model_export_body(format, _count(samples, svc, format), tokenizer)
     elif export_lines.renders_lines(svc.store.engine, format):  # PostgreSQL renders the lines
-        body = iteration_jsonl(
+        body = iteration_body(
             svc.store.engine,
             project_id=project_id,
             run_id=run_id,
@@ -327,9 +327,7 @@ async def download_named_dataset(
         samples = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
         body = await model_exports.model_export_body(format, samples, tokenizer)
     elif export_lines.renders_lines(svc.store.engine, format):  # PostgreSQL renders the lines
-        body = builds.dataset_jsonl(
-            svc.store.engine, manifest, format, svc.metrics.export_rows.labels(format)
-        )
+        body = builds.dataset_body(svc.store.engine, manifest, format, svc.metrics.export_rows.labels(format))
     else:
         batches = builds.dataset_sample_batches(svc.store.engine, manifest, plain=True)
         counted = _count_batches(batches, svc, format)

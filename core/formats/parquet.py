@@ -79,13 +79,7 @@ def parquet_batch(samples: Sequence[TrainingSample | dict[str, Any]], schema: An
     The nested columns are assembled from flat arrays plus list offsets, so no per-message Python
     dict is made and pyarrow never infers nested Python objects.
     """
-    import pyarrow as pa
-
     schema = parquet_schema() if schema is None else schema
-    message_type = schema.field("messages").type
-    struct = message_type.value_type
-    call_type = struct.field("tool_calls").type
-    call_struct = call_type.value_type
     columns: dict[str, list[Any]] = {n: [] for n in ("role", "content", "weight", "id", "mname", "reasoning")}
     call_ids: list[str] = []
     call_names: list[str] = []
@@ -130,6 +124,39 @@ def parquet_batch(samples: Sequence[TrainingSample | dict[str, Any]], schema: An
                 call_args.append(call.arguments)
             call_offsets.append(len(call_ids))
         offsets.append(len(columns["role"]))
+    return _assemble(
+        schema,
+        columns,
+        (call_ids, call_names, call_args, call_offsets),
+        offsets,
+        [_field(s, "sample_id") for s in samples],
+        [_field(s, "kind") for s in samples],
+        [_field(s, "reward") for s in samples],
+        [_json(_field(s, "provenance")) for s in samples],
+        [_json(list(_field(s, "tools"))) for s in samples],
+    )
+
+
+def _assemble(
+    schema: Any,
+    columns: dict[str, list[Any]],
+    calls_columns: tuple[list[str], list[str], list[str], list[int]],
+    offsets: list[int],
+    sample_ids: list[Any],
+    kinds: list[Any],
+    rewards: list[Any],
+    provenances: list[str],
+    tools: list[str],
+) -> Any:
+    """The record batch of flat message ``columns`` (role, content, weight, id, mname, reasoning),
+    their tool calls (ids, names, arguments, per-message offsets), per-sample message ``offsets``
+    and the sample-level columns (provenance and tools as their JSON text)."""
+    import pyarrow as pa
+
+    message_type = schema.field("messages").type
+    struct = message_type.value_type
+    call_type = struct.field("tool_calls").type
+    call_ids, call_names, call_args, call_offsets = calls_columns
     calls = pa.ListArray.from_arrays(
         pa.array(call_offsets, pa.int32()),
         pa.StructArray.from_arrays(
@@ -138,7 +165,7 @@ def parquet_batch(samples: Sequence[TrainingSample | dict[str, Any]], schema: An
                 pa.array(call_names, pa.string()),
                 pa.array(call_args, pa.string()),
             ],
-            fields=list(call_struct),
+            fields=list(call_type.value_type),
         ),
         type=call_type,
     )
@@ -160,14 +187,37 @@ def parquet_batch(samples: Sequence[TrainingSample | dict[str, Any]], schema: An
     )
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([_field(s, "sample_id") for s in samples], pa.string()),
-            pa.array([_field(s, "kind") for s in samples], pa.string()),
-            pa.array([_field(s, "reward") for s in samples], pa.float64()),
+            pa.array(sample_ids, pa.string()),
+            pa.array(kinds, pa.string()),
+            pa.array(rewards, pa.float64()),
             messages,
-            pa.array([_json(_field(s, "provenance")) for s in samples], pa.string()),
-            pa.array([_json(list(_field(s, "tools"))) for s in samples], pa.string()),
+            pa.array(provenances, pa.string()),
+            pa.array(tools, pa.string()),
         ],
         schema=schema,
+    )
+
+
+def plain_columns_batch(
+    schema: Any,
+    sample_ids: list[str],
+    kinds: list[str],
+    rewards: list[float | None],
+    provenances: list[str],
+    messages: Sequence[Sequence[Sequence[Any]]],
+) -> Any:
+    """The record batch of plain samples given as columns (the database's rendering,
+    core.store.export_lines): per sample its ids, reward, provenance JSON text (as ``_json``
+    writes it) and its messages as six lists (role, content, weight, tool_call_id, name,
+    reasoning); no tool calls, no tools. The same batch ``parquet_batch`` makes of the samples."""
+    from itertools import accumulate, chain
+
+    names = ("role", "content", "weight", "id", "mname", "reasoning")
+    columns = {name: list(chain.from_iterable(m[i] for m in messages)) for i, name in enumerate(names)}
+    offsets = [0, *accumulate(len(m[0]) for m in messages)]
+    calls: tuple[list[str], list[str], list[str], list[int]] = ([], [], [], [0] * offsets[-1] + [0])
+    return _assemble(
+        schema, columns, calls, offsets, sample_ids, kinds, rewards, provenances, ["[]"] * len(sample_ids)
     )
 
 

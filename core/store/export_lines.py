@@ -47,6 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from core.store.exports import Row
 
 LINE_FORMATS = ("openai", "sharegpt", "samples")
+PARQUET = "parquet"
 CHUNK = 1000  # rows per statement
 WORKERS = 2  # connections per download, rendering chunks side by side
 
@@ -175,23 +176,69 @@ def _line_parts(d: str, fmt: str, fold: bool) -> tuple[str, str, str]:
     return laterals, ok, line
 
 
+def _column_parts(d: str, fold: bool) -> tuple[str, str, list[str], list[str]]:
+    """For Parquet (``parquet``): (the laterals to join, the condition that the row is ours, the
+    inner columns the laterals give, the outer columns made of them: sample id, kind, reward,
+    provenance JSON text as core.formats.parquet writes it, and the six message lists)."""
+    messages = f"CASE WHEN jsonb_typeof({d}->'messages') = 'array' THEN {d}->'messages' ELSE '[]'::jsonb END"
+    provenance = (
+        f"CASE WHEN jsonb_typeof({d}->'provenance') = 'object' THEN {d}->'provenance' ELSE '{{}}'::jsonb END"
+    )
+    lists = {
+        "roles": "m->>'role'",
+        "contents": "m->>'content'",
+        "weights": "CASE WHEN m->>'weight' = '1' THEN 1 ELSE 0 END",
+        "ids": "m->>'tool_call_id'",
+        "names": "m->>'name'",
+        "reasonings": "coalesce(m->>'reasoning', '')",
+    }
+    aggregates = ", ".join(f"array_agg({expr}) AS {name}" for name, expr in lists.items())
+    laterals = (
+        f"CROSS JOIN LATERAL (SELECT bool_and({_message_ok('m', fold)}) AS ok, {aggregates} "
+        f"FROM jsonb_array_elements({messages}) AS t(m)) r "
+        f"CROSS JOIN LATERAL (SELECT bool_and({_scalar_ok('pv')}) AS ok, "
+        "string_agg(to_json(pk)::text || ': ' || pv::text, ', ' ORDER BY pk COLLATE \"C\") AS body "
+        f"FROM jsonb_each({provenance}) AS q(pk, pv)) p"
+    )
+    ok = f"{_sample_ok(d, 'samples')} AND coalesce(r.ok, true) AND coalesce(p.ok, true)"
+    inner = [*(f"r.{name}" for name in lists), "p.body AS pbody", f"{d} AS dd"]
+    outer = [
+        "CASE WHEN x.ok THEN x.dd->>'sample_id' END",
+        "CASE WHEN x.ok THEN x.dd->>'kind' END",
+        "CASE WHEN x.ok THEN (x.dd->>'reward')::float8 END",
+        "CASE WHEN x.ok THEN '{' || coalesce(x.pbody, '') || '}' END",
+        *(f"CASE WHEN x.ok THEN coalesce(x.{name}, '{{}}') END" for name in lists),
+    ]
+    return laterals, ok, inner, outer
+
+
 def renders_lines(engine: AsyncEngine, fmt: str) -> bool:
-    """Whether downloads of ``fmt`` from ``engine`` can take the rendered lines."""
-    return engine.dialect.name == "postgresql" and fmt in LINE_FORMATS
+    """Whether downloads of ``fmt`` from ``engine`` can take the rendered lines (or, for
+    ``parquet``, the rendered columns)."""
+    return engine.dialect.name == "postgresql" and (fmt in LINE_FORMATS or fmt == PARQUET)
 
 
 def _iteration_sql(fmt: str, bounded: bool) -> str:
     """One chunk of the iteration's rows: keys from ($4, $5) on, below ($6, $7) when ``bounded``."""
-    laterals, ok, line = _line_parts("s.data", fmt, False)
     upper = " AND (s.position, s.sample_id) < ($6, $7)" if bounded else ""
+    where = (
+        "WHERE s.project_id = $1 AND s.run_id = $2 AND s.iteration = $3 "
+        f"AND (s.position, s.sample_id) >= ($4, $5){upper} ORDER BY s.position, s.sample_id OFFSET 0) x "
+        "ORDER BY x.position, x.sample_id"
+    )
+    if fmt == PARQUET:
+        laterals, ok, inner, outer = _column_parts("s.data", False)
+        return (
+            "SELECT CASE WHEN x.ok THEN true END, x.sample_id, x.kind, "
+            f"CASE WHEN x.ok THEN NULL ELSE x.data::text END, {', '.join(outer)} FROM ("
+            f"SELECT coalesce(s.kind <> 'good' AND {ok}, false) AS ok, "
+            f"s.sample_id, s.kind, s.data, s.position, {', '.join(inner)} FROM samples s {laterals} {where}"
+        )
+    laterals, ok, line = _line_parts("s.data", fmt, False)
     return (
         "SELECT x.line, x.sample_id, x.kind, CASE WHEN x.line IS NULL THEN x.data::text END FROM ("
         f"SELECT CASE WHEN s.kind <> 'good' AND {ok} THEN {line} END AS line, "
-        "s.sample_id, s.kind, s.data, s.position "
-        f"FROM samples s {laterals} "
-        "WHERE s.project_id = $1 AND s.run_id = $2 AND s.iteration = $3 "
-        f"AND (s.position, s.sample_id) >= ($4, $5){upper} "
-        "ORDER BY s.position, s.sample_id OFFSET 0) x ORDER BY x.position, x.sample_id"
+        f"s.sample_id, s.kind, s.data, s.position FROM samples s {laterals} {where}"
     )
 
 
@@ -205,17 +252,26 @@ SELECT position, sample_id FROM (
 
 
 def _events_sql(fmt: str, fold: bool) -> str:
-    laterals, ok, line = _line_parts("y.d", fmt, fold)
-    ours = f"y.event_type || ':' || y.event_version = ANY($3::text[]) AND y.d->>'sample_id' = y.want AND {ok}"
-    return (
-        "SELECT x.line, x.event_type, x.event_version, CASE WHEN x.line IS NULL THEN x.data::text END FROM ("
-        f"SELECT CASE WHEN {ours} THEN {line} END AS line, "
-        "y.event_type, y.event_version, y.data, y.ord FROM ("
+    rows = (
         "SELECT u.ord, u.sample_id AS want, e.event_type, e.event_version, e.data, e.data->'sample' AS d "
         "FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(position, sample_id, ord) "
         "LEFT JOIN LATERAL (SELECT event_type, event_version, data FROM events "
-        "WHERE events.position = u.position) e ON true OFFSET 0) y "
-        f"{laterals} OFFSET 0) x ORDER BY x.ord"
+        "WHERE events.position = u.position) e ON true OFFSET 0"
+    )
+    held = "y.event_type || ':' || y.event_version = ANY($3::text[]) AND y.d->>'sample_id' = y.want"
+    if fmt == PARQUET:
+        laterals, ok, inner, outer = _column_parts("y.d", fold)
+        return (
+            "SELECT CASE WHEN x.ok THEN true END, x.event_type, x.event_version, "
+            f"CASE WHEN x.ok THEN NULL ELSE x.data::text END, {', '.join(outer)} FROM ("
+            f"SELECT coalesce({held} AND {ok}, false) AS ok, y.event_type, y.event_version, y.data, y.ord, "
+            f"{', '.join(inner)} FROM ({rows}) y {laterals} OFFSET 0) x ORDER BY x.ord"
+        )
+    laterals, ok, line = _line_parts("y.d", fmt, fold)
+    return (
+        "SELECT x.line, x.event_type, x.event_version, CASE WHEN x.line IS NULL THEN x.data::text END FROM ("
+        f"SELECT CASE WHEN {held} AND {ok} THEN {line} END AS line, "
+        f"y.event_type, y.event_version, y.data, y.ord FROM ({rows}) y {laterals} OFFSET 0) x ORDER BY x.ord"
     )
 
 
@@ -320,4 +376,4 @@ def event_lines(
     return _chunks(engine, plan, workers)
 
 
-__all__ = ["CHUNK", "LINE_FORMATS", "WORKERS", "event_lines", "iteration_lines", "renders_lines"]
+__all__ = ["CHUNK", "LINE_FORMATS", "PARQUET", "WORKERS", "event_lines", "iteration_lines", "renders_lines"]

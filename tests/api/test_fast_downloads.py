@@ -17,15 +17,16 @@ from typing import Any
 
 from sqlalchemy import text
 
-from api.datasets import dataset_batches, iteration_jsonl, jsonl_bytes
+from api.datasets import _item, dataset_batches, iteration_body, jsonl_bytes, parquet_bytes, rendered_parquet
 from api.trace_datasets import _SAMPLE_EVENTS, dataset_sample_batches, read_manifest
 from core.domain.ids import new_id
 from core.domain.trajectory import Message, ToolCall, TrainingSample
+from core.formats.export import loads
 from core.store import export_lines
 from tests.api.conftest import ApiHarness
 from tests.api.seed import mark_dataset_ready, revision_event, seed_revisions, seed_search
 
-FORMATS = ("openai", "sharegpt", "samples")
+FORMATS = ("openai", "sharegpt", "samples", "parquet")
 ODD = 'Sé\u0001\u001f\u007f \u2028 😀 \\ "q" / \n\t\r\b\f </think> ünï'
 
 
@@ -125,6 +126,13 @@ class _Counter:
         self.count += amount
 
 
+def _python(batches: Any, fmt: str, row_group_size: int | None = None) -> Any:
+    """The old rendering: ``jsonl_bytes`` / ``parquet_bytes`` over ``batches``."""
+    if fmt != "parquet":
+        return jsonl_bytes(batches, fmt)
+    return parquet_bytes(batches) if row_group_size is None else parquet_bytes(batches, row_group_size)
+
+
 async def _joined(chunks: Any) -> bytes:
     return b"".join([chunk async for chunk in chunks])
 
@@ -144,11 +152,12 @@ async def test_named_dataset_downloads_equal_the_python_rendering(api: ApiHarnes
             )
             assert response.status_code == 200, response.text
             plain = await _joined(
-                jsonl_bytes(dataset_sample_batches(api.store.engine, manifest, plain=True), fmt)
+                _python(dataset_sample_batches(api.store.engine, manifest, plain=True), fmt)
             )
-            samples = await _joined(jsonl_bytes(dataset_sample_batches(api.store.engine, manifest), fmt))
+            samples = await _joined(_python(dataset_sample_batches(api.store.engine, manifest), fmt))
             assert response.content == plain == samples, (fmt, include_reasoning)
-            assert len(response.content.splitlines()) == len(manifest.entries)
+            if fmt != "parquet":
+                assert len(response.content.splitlines()) == len(manifest.entries)
 
         # the SQL rendered the plain rows itself and left the others to Python
         entries = [(e.position, e.sample_id) for e in manifest.entries]
@@ -182,7 +191,7 @@ async def test_iteration_downloads_equal_the_python_rendering(api: ApiHarness) -
         if fmt == "samples":  # not offered by the route; the renderer is shared
             counter = _Counter()
             content = await _joined(
-                iteration_jsonl(
+                iteration_body(
                     engine, project_id=project, run_id=run, iteration=0, alpha=0.7, fmt=fmt, counter=counter
                 )
             )
@@ -192,18 +201,30 @@ async def test_iteration_downloads_equal_the_python_rendering(api: ApiHarness) -
             response = await api.client.get(url, params={"format": fmt}, headers=key)
             assert response.status_code == 200, response.text
             content = response.content
-        plain = await _joined(jsonl_bytes(batches(True), fmt))
-        samples = await _joined(jsonl_bytes(batches(False), fmt))
+        plain = await _joined(_python(batches(True), fmt))
+        samples = await _joined(_python(batches(False), fmt))
         assert content == plain == samples, fmt
-        assert len(content.splitlines()) == 1 + 5 + len(odd)  # one good is below alpha
+        if fmt != "parquet":
+            assert len(content.splitlines()) == 1 + 5 + len(odd)  # one good is below alpha
 
         rows = [
             row async for batch in export_lines.iteration_lines(engine, project, run, 0, fmt) for row in batch
         ]
         rendered = {row[1] for row in rows if row[0] is not None}
+        if fmt == "parquet":  # the columns of a rendered row name their sample
+            assert all(row[4] == row[1] for row in rows if row[0] is not None)
         assert odd[0].sample_id in rendered and odd[1].sample_id not in rendered
         assert all(row[2] != "good" for row in rows if row[0] is not None)  # goods are Python's
-        assert (odd[3].sample_id in rendered) == (fmt != "samples")  # 1.50 is Python's to write
+        assert (odd[3].sample_id in rendered) == (fmt in ("openai", "sharegpt"))  # 1.50 is Python's
+
+    # Parquet row groups of a few samples: cut where the old writer cuts them, across chunks
+    def item_of(row: Any) -> Any:  # as iteration_body makes a row left to Python an item
+        return _item(row[1], row[2], loads(row[3]), 0.7, True)
+
+    for group, chunk in ((3, 4), (5, 2), (2, 1000), (1000, 3)):
+        old = await _joined(_python(batches(True), "parquet", group))
+        reader = export_lines.iteration_lines(engine, project, run, 0, "parquet", chunk)
+        assert await _joined(rendered_parquet(reader, item_of, _Counter(), group)) == old, (group, chunk)
 
 
 async def test_chunked_reads_give_the_same_rows_whatever_the_chunk(api: ApiHarness) -> None:
