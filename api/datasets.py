@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from itertools import chain
 from typing import Any
 
 import pyarrow as pa
@@ -385,13 +386,23 @@ def _pieces(rows: Sequence[Any], item_of: Callable[[Any], Any], schema: Any) -> 
 
 
 def _columns(run: Sequence[Any], schema: Any) -> Any:
+    """The record batch of rendered rows (core.store.export_lines' Parquet columns)."""
     return plain_columns_batch(
         schema,
         [row[4] for row in run],
         [row[5] for row in run],
         [row[6] for row in run],
         [row[7] for row in run],
-        [row[8:14] for row in run],
+        [row[8] for row in run],
+        (
+            "".join([row[9] for row in run]),
+            "".join([row[10] for row in run]),
+            ",".join([row[11] for row in run if row[11]]),
+            "".join([row[12] for row in run]),
+            list(chain.from_iterable([row[13] for row in run])),
+            list(chain.from_iterable([row[14] for row in run])),
+            list(chain.from_iterable([row[15] for row in run])),
+        ),
     )
 
 

@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice
+from itertools import accumulate, islice
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +139,7 @@ def parquet_batch(samples: Sequence[TrainingSample | dict[str, Any]], schema: An
 
 def _assemble(
     schema: Any,
-    columns: dict[str, list[Any]],
+    columns: dict[str, Any],
     calls_columns: tuple[list[str], list[str], list[str], list[int]],
     offsets: list[int],
     sample_ids: list[Any],
@@ -169,17 +169,21 @@ def _assemble(
         ),
         type=call_type,
     )
+
+    def array(values: Any, kind: Any) -> Any:
+        return values if isinstance(values, pa.Array) else pa.array(values, kind)
+
     messages = pa.ListArray.from_arrays(
         pa.array(offsets, pa.int32()),
         pa.StructArray.from_arrays(
             [
-                pa.array(columns["role"], struct.field("role").type),
-                pa.array(columns["content"], struct.field("content").type),
-                pa.array(columns["weight"], struct.field("weight").type),
+                array(columns["role"], struct.field("role").type),
+                array(columns["content"], struct.field("content").type),
+                array(columns["weight"], struct.field("weight").type),
                 calls,
-                pa.array(columns["id"], pa.string()),
-                pa.array(columns["mname"], pa.string()),
-                pa.array(columns["reasoning"], pa.string()),
+                array(columns["id"], pa.string()),
+                array(columns["mname"], pa.string()),
+                array(columns["reasoning"], pa.string()),
             ],
             fields=list(struct),
         ),
@@ -198,26 +202,61 @@ def _assemble(
     )
 
 
+ROLE_CODES = ("system", "user", "assistant")  # plain_columns_batch's role codes 0, 1, 2
+_CODE = bytes(range(256)).translate(bytes((b - 48) % 256 for b in range(256)))  # b"0" -> 0, b"1" -> 1
+
+
 def plain_columns_batch(
     schema: Any,
     sample_ids: list[str],
     kinds: list[str],
     rewards: list[float | None],
     provenances: list[str],
-    messages: Sequence[Sequence[Sequence[Any]]],
+    counts: list[int],
+    messages: tuple[str, str, str, str, list[Any], list[Any], list[Any]],
 ) -> Any:
     """The record batch of plain samples given as columns (the database's rendering,
     core.store.export_lines): per sample its ids, reward, provenance JSON text (as ``_json``
-    writes it) and its messages as six lists (role, content, weight, tool_call_id, name,
-    reasoning); no tool calls, no tools. The same batch ``parquet_batch`` makes of the samples."""
-    from itertools import accumulate, chain
+    writes it) and message count; their messages (in order, all samples together) as the role
+    codes (one digit each, ``ROLE_CODES``), the contents joined, their UTF-8 lengths (comma
+    separated), the weights (one digit each), and lists of tool_call_id, name and reasoning. No
+    tool calls, no tools. The same batch ``parquet_batch`` makes of the samples, built from
+    buffers: no Python object per role, content or weight."""
+    import pyarrow as pa
 
-    names = ("role", "content", "weight", "id", "mname", "reasoning")
-    columns = {name: list(chain.from_iterable(m[i] for m in messages)) for i, name in enumerate(names)}
-    offsets = [0, *accumulate(len(m[0]) for m in messages)]
-    calls: tuple[list[str], list[str], list[str], list[int]] = ([], [], [], [0] * offsets[-1] + [0])
+    roles, contents, lengths, weights, ids, names, reasonings = messages
+    n = len(roles)
+    struct = schema.field("messages").type.value_type
+    role_codes = pa.Array.from_buffers(pa.int8(), n, [None, pa.py_buffer(roles.encode().translate(_CODE))])
+    role = pa.DictionaryArray.from_arrays(role_codes, pa.array(ROLE_CODES)).cast(struct.field("role").type)
+    data = contents.encode()
+    ends = [int(x) for x in lengths.split(",")] if n else []
+    offsets = pa.array([0, *accumulate(ends)], pa.int32())
+    if offsets[-1].as_py() != len(data):
+        raise ValueError(f"content lengths sum to {offsets[-1]}, not the {len(data)} bytes given")
+    content = pa.Array.from_buffers(pa.string(), n, [None, offsets.buffers()[1], pa.py_buffer(data)])
+    weight_codes = pa.py_buffer(weights.encode().translate(_CODE))
+    weight = pa.Array.from_buffers(struct.field("weight").type, n, [None, weight_codes])
+    columns = {
+        "role": role,
+        "content": content,
+        "weight": weight,
+        "id": ids,
+        "mname": names,
+        "reasoning": reasonings,
+    }
+    calls: tuple[list[str], list[str], list[str], list[int]] = ([], [], [], [0] * (n + 1))
+    sample_offsets = [0, *accumulate(counts)]
     return _assemble(
-        schema, columns, calls, offsets, sample_ids, kinds, rewards, provenances, ["[]"] * len(sample_ids)
+        schema,
+        columns,
+        calls,
+        sample_offsets,
+        sample_ids,
+        kinds,
+        rewards,
+        provenances,
+        ["[]"] * len(sample_ids),
     )
 
 

@@ -184,15 +184,18 @@ def _column_parts(d: str, fold: bool) -> tuple[str, str, list[str], list[str]]:
     provenance = (
         f"CASE WHEN jsonb_typeof({d}->'provenance') = 'object' THEN {d}->'provenance' ELSE '{{}}'::jsonb END"
     )
-    lists = {
-        "roles": "m->>'role'",
-        "contents": "m->>'content'",
-        "weights": "CASE WHEN m->>'weight' = '1' THEN 1 ELSE 0 END",
-        "ids": "m->>'tool_call_id'",
-        "names": "m->>'name'",
-        "reasonings": "coalesce(m->>'reasoning', '')",
+    role = "CASE m->>'role' WHEN 'system' THEN '0' WHEN 'user' THEN '1' ELSE '2' END"
+    lists = {  # name: (aggregate, its value for no messages)
+        "n": ("count(*)", "0"),
+        "roles": (f"string_agg({role}, '')", "''"),
+        "contents": ("string_agg(m->>'content', '')", "''"),
+        "lengths": ("string_agg(octet_length(m->>'content')::text, ',')", "''"),
+        "weights": ("string_agg(CASE WHEN m->>'weight' = '1' THEN '1' ELSE '0' END, '')", "''"),
+        "ids": ("array_agg(m->>'tool_call_id')", "'{}'"),
+        "names": ("array_agg(m->>'name')", "'{}'"),
+        "reasonings": ("array_agg(coalesce(m->>'reasoning', ''))", "'{}'"),
     }
-    aggregates = ", ".join(f"array_agg({expr}) AS {name}" for name, expr in lists.items())
+    aggregates = ", ".join(f"{expr} AS {name}" for name, (expr, _) in lists.items())
     laterals = (
         f"CROSS JOIN LATERAL (SELECT bool_and({_message_ok('m', fold)}) AS ok, {aggregates} "
         f"FROM jsonb_array_elements({messages}) AS t(m)) r "
@@ -207,7 +210,7 @@ def _column_parts(d: str, fold: bool) -> tuple[str, str, list[str], list[str]]:
         "CASE WHEN x.ok THEN x.dd->>'kind' END",
         "CASE WHEN x.ok THEN (x.dd->>'reward')::float8 END",
         "CASE WHEN x.ok THEN '{' || coalesce(x.pbody, '') || '}' END",
-        *(f"CASE WHEN x.ok THEN coalesce(x.{name}, '{{}}') END" for name in lists),
+        *(f"CASE WHEN x.ok THEN coalesce(x.{name}, {empty}) END" for name, (_, empty) in lists.items()),
     ]
     return laterals, ok, inner, outer
 

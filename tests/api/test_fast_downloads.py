@@ -268,3 +268,30 @@ async def test_an_empty_iteration_and_dataset_render_nothing(api: ApiHarness) ->
     assert [
         b async for b in export_lines.event_lines(api.store.engine, [], "openai", _SAMPLE_EVENTS, False)
     ] == []
+
+
+_OTHER_SESSIONS = (
+    "SELECT state, query FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
+
+
+async def test_a_rendered_download_left_early_leaves_no_transaction_or_query_behind(api: ApiHarness) -> None:
+    """A client that goes away mid-download: the chunks in flight on the other connections are
+    cancelled, every snapshot transaction ends, and the pool serves the next download."""
+    project, _key, run, _odd = await _seed(api)
+    engine = api.store.engine
+    left = export_lines.iteration_lines(engine, project, run, 0, "openai", chunk=2, workers=3)
+    assert len(await anext(left)) == 2
+    async with engine.connect() as conn:
+        during = (await conn.execute(text(_OTHER_SESSIONS))).all()
+    assert sum(row.state.startswith("idle in transaction") or row.state == "active" for row in during) >= 3
+    await left.aclose()
+    async with engine.connect() as conn:
+        after = (await conn.execute(text(_OTHER_SESSIONS))).all()
+    assert {row.state for row in after} <= {"idle"}, after
+    rows = [
+        row
+        async for batch in export_lines.iteration_lines(engine, project, run, 0, "openai")
+        for row in batch
+    ]
+    assert len(rows) == 2 + 5 + 7
