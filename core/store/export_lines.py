@@ -1,9 +1,10 @@
-"""Owns the PostgreSQL side of the fast dataset downloads: JSONL lines rendered by the database.
+"""Owns the PostgreSQL side of the fast dataset downloads: lines (and Parquet columns) rendered
+by the database.
 
 A download of a plain stored sample (core.formats.records ``is_plain``: text messages of system /
 user / assistant, no tool calls, no tools) in ``openai``, ``sharegpt`` or ``samples`` JSONL is a
 fixed template around the sample's strings, so the database renders the whole line (one SQL
-expression over the jsonb, ``_line``) and Python only joins lines: no JSON is decoded or encoded
+expression over the jsonb, ``_line_parts``) and Python only joins lines: no JSON is decoded or encoded
 in Python, no object is made per message. A row the SQL cannot vouch for comes back as its JSON
 text instead (line NULL) and the caller renders it the old way (api.datasets, api.trace_datasets),
 so the output is byte for byte what core.formats.records gives (tests/api/test_fast_downloads.py
@@ -18,10 +19,25 @@ both start from the same values):
   ``\\``, ``\\b \\f \\n \\r \\t``, other controls as lowercase ``\\u00XX``), and nothing else;
 * every number written verbatim is an integer of at most 15 digits or a decimal whose shortest
   float form is itself (``_number_ok``: ``1.0``, ``0.25``; not ``1.50`` or ``0.00001``, which
-  Python would write as ``1.5`` / ``1e-05``); message weights must be 0 or 1;
+  Python would write as ``1.5`` / ``1e-05``; the float form is PostgreSQL's shortest one, as with
+  the default ``extra_float_digits`` of 1: with a lower setting the test only rejects more);
+  message weights must be 0 or 1;
 * key order is the template's (the records' order), except inside ``provenance``, which keeps the
   jsonb's key order as Python's dict does; only flat provenance objects (scalar values) are
   rendered here.
+
+Parquet (``PARQUET``) takes the same rows with columns instead of a line: sample id, kind, reward
+(float8), provenance as core.formats.parquet's ``_json`` writes it (sorted keys, ``", "`` and
+``": "``), the message count, the roles and weights as digit strings, the contents joined with
+their UTF-8 lengths, and the tool_call_id / name / reasoning lists; api.datasets builds record
+batches from these buffers.
+
+A download is a list of chunks (``CHUNK`` rows: a slice of the manifest's entries, or a key range
+of the iteration's rows found first), each ONE statement, run on ``WORKERS`` connections side by
+side: each connection is in a read-only REPEATABLE READ transaction on the snapshot the first one
+exports (``pg_export_snapshot``), so the file is still one snapshot; at most ``WORKERS`` chunks are
+in flight, and the rest wait for the client. JIT is off for these statements (they are costed high
+enough to trigger it, and compiling costs more than it saves). The connections are the pool's.
 
 Rows (PostgreSQL only; ``renders_lines`` says whether the engine can):
 
