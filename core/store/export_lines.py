@@ -24,7 +24,10 @@ both start from the same values):
   message weights must be 0 or 1;
 * key order is the template's (the records' order), except inside ``provenance``, which keeps the
   jsonb's key order as Python's dict does; only flat provenance objects (scalar values) are
-  rendered here.
+  rendered here;
+* messages come in their array's order: ``jsonb_array_elements`` yields them in order and feeds
+  the aggregates directly (a function scan under an aggregate, nothing to reorder them; an
+  ``ORDER BY`` inside each aggregate would cost a sort per sample and per column).
 
 Parquet (``PARQUET``) takes the same rows with columns instead of a line: sample id, kind, reward
 (float8), provenance as core.formats.parquet's ``_json`` writes it (sorted keys, ``", "`` and
@@ -294,18 +297,32 @@ def _events_sql(fmt: str, fold: bool) -> str:
     )
 
 
+def _spare(engine: AsyncEngine) -> int:
+    """Connections the engine's pool can still hand out without waiting (0 when it cannot say)."""
+    pool: Any = engine.sync_engine.pool
+    try:
+        return int(pool.checkedin()) + int(getattr(pool, "_max_overflow", 0)) - int(pool.overflow())
+    except (AttributeError, TypeError):
+        return 0
+
+
 async def _snapshot_workers(engine: AsyncEngine, workers: int, stack: contextlib.AsyncExitStack) -> list[Any]:
-    """``workers`` asyncpg connections, each in a read-only REPEATABLE READ transaction on ONE
-    snapshot (the first exports it, the others import it), with JIT off (these statements are
-    costed high enough to trigger it, and compiling costs more than it saves)."""
+    """Up to ``workers`` asyncpg connections (fewer when the pool has no spare ones: a download
+    never waits on the pool for its second connection while holding its first), each in a
+    read-only REPEATABLE READ transaction on ONE snapshot (the first exports it, the others import
+    it), with JIT off (these statements are costed high enough to trigger it, and compiling costs
+    more than it saves)."""
     pgs: list[Any] = []
     snapshot = None
-    for _ in range(workers):
+    for index in range(workers):
+        if index and _spare(engine) < 2:  # leave the pool one connection: fewer workers, no wait
+            break
         conn = await stack.enter_async_context(engine.connect())
         pg: Any = (await conn.get_raw_connection()).driver_connection  # asyncpg.Connection
         await stack.enter_async_context(pg.transaction(isolation="repeatable_read", readonly=True))
         if snapshot is None:
-            snapshot = await pg.fetchval("SELECT pg_export_snapshot()")
+            if workers > 1:  # a snapshot for the others to share
+                snapshot = await pg.fetchval("SELECT pg_export_snapshot()")
         else:
             await pg.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
         await pg.execute("SET LOCAL jit = off")
@@ -328,9 +345,9 @@ async def _chunks(
         pending: collections.deque[asyncio.Future[Sequence[Row]]] = collections.deque()
         try:
             for index, (sql, args) in enumerate(chunks):
-                if len(pending) == workers:
+                if len(pending) == len(pgs):
                     yield await pending.popleft()
-                pending.append(asyncio.ensure_future(pgs[index % workers].fetch(sql, *args)))
+                pending.append(asyncio.ensure_future(pgs[index % len(pgs)].fetch(sql, *args)))
             while pending:
                 yield await pending.popleft()
         finally:  # the client went away: do not leave the fetches behind

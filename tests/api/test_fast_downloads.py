@@ -12,6 +12,8 @@ the chunked, multi-connection read gives the same rows whatever the chunk size.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -295,3 +297,25 @@ async def test_a_rendered_download_left_early_leaves_no_transaction_or_query_beh
         for row in batch
     ]
     assert len(rows) == 2 + 5 + 7
+
+
+async def test_a_download_takes_fewer_connections_when_the_pool_is_short(api: ApiHarness) -> None:
+    """With one connection left in the pool, a download reads on that one alone (and the same
+    rows) instead of waiting for a second one while it holds the first."""
+    project, _key, run, _odd = await _seed(api)
+    engine = api.store.engine
+    whole = [
+        tuple(r) async for b in export_lines.iteration_lines(engine, project, run, 0, "openai") for r in b
+    ]
+    async with contextlib.AsyncExitStack() as held:
+        pool: Any = engine.sync_engine.pool
+        while export_lines._spare(engine) > 1:
+            await held.enter_async_context(engine.connect())
+        assert pool.checkedout() >= 2
+        short = export_lines.iteration_lines(engine, project, run, 0, "openai", chunk=3, workers=3)
+        rows = await asyncio.wait_for(_collect(short), timeout=60)
+    assert rows == whole
+
+
+async def _collect(batches: Any) -> list[Any]:
+    return [tuple(row) async for batch in batches for row in batch]
