@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from itertools import chain
 from typing import Any
 
 import pyarrow as pa
@@ -37,9 +38,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from core.domain.good_samples import trajectory_to_sample
 from core.domain.serde import from_dict
 from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
-from core.formats.export import dumps_line, loads_many, parquet_batch, parquet_schema, record_fn
+from core.formats.export import dumps_line, loads, loads_many, parquet_batch, parquet_schema, record_fn
+from core.formats.parquet import plain_columns_batch
 from core.formats.records import PLAIN_RECORD, is_plain
-from core.store import exports
+from core.store import export_lines, exports
 
 DEFAULT_PAGE_SIZE = 500  # samples per Parquet row group
 
@@ -150,17 +152,86 @@ async def dataset_batches(
         async for rows in rows_batches:
             out: list[Any] = []
             for (sample_id, kind, _text), data in zip(rows, loads_many([r[2] for r in rows]), strict=True):
-                if plain and kind != "good" and is_plain(data):
-                    if data["kind"] == "good" and (data.get("reward") is None or data["reward"] < alpha):
-                        continue
-                    out.append(data)
-                    continue
-                sample = row_to_sample({"sample_id": sample_id, "kind": kind, "data": data})
-                if sample.kind == "good" and (sample.reward is None or sample.reward < alpha):
-                    continue
-                out.append(sample)
+                item = _item(sample_id, kind, data, alpha, plain)
+                if item is not None:
+                    out.append(item)
             if out:
                 yield out
+
+
+def _item(sample_id: str, kind: str, data: Any, alpha: float, plain: bool) -> Any | None:
+    """The item of one decoded ``samples`` row (``dataset_batches``), None when it is left out."""
+    if plain and kind != "good" and is_plain(data):
+        if data["kind"] == "good" and (data.get("reward") is None or data["reward"] < alpha):
+            return None
+        return data
+    sample = row_to_sample({"sample_id": sample_id, "kind": kind, "data": data})
+    if sample.kind == "good" and (sample.reward is None or sample.reward < alpha):
+        return None
+    return sample
+
+
+def item_line(item: Any, fmt: str) -> str:
+    """One item (a TrainingSample or a plain stored sample dict) as its JSONL line in ``fmt``."""
+    if type(item) is dict:
+        return dumps_line(PLAIN_RECORD[fmt](item)).decode()
+    return dumps_line(record_fn(fmt)(item)).decode()
+
+
+async def rendered_jsonl(
+    batches: AsyncGenerator[Sequence[Any], None], line_of: Callable[[Any], str | None], counter: Any
+) -> AsyncIterator[bytes]:
+    """JSONL from rows whose first column is their line as the database rendered it
+    (core.store.export_lines), a chunk per batch; a row without one is ``line_of(row)`` (its line,
+    or None when it is left out). ``counter`` counts the lines (the export_rows metric)."""
+    async with contextlib.aclosing(batches):
+        async for rows in batches:
+            lines = [row[0] for row in rows]
+            if None in lines:
+                lines = [row[0] if row[0] is not None else line_of(row) for row in rows]
+                lines = [line for line in lines if line is not None]
+            if lines:
+                counter.inc(len(lines))
+                yield "".join(lines).encode()
+
+
+def rendered_body(
+    batches: AsyncGenerator[Sequence[Any], None], item_of: Callable[[Any], Any], fmt: str, counter: Any
+) -> AsyncIterator[bytes]:
+    """A download in ``fmt`` from the database's rendering (core.store.export_lines): its lines
+    for JSONL, its columns for Parquet; a row left to Python becomes ``item_of(row)`` (an item as
+    ``dataset_batches`` makes them, or None when it is left out)."""
+    if fmt == export_lines.PARQUET:
+        return rendered_parquet(batches, item_of, counter)
+
+    def line_of(row: Any) -> str | None:
+        item = item_of(row)
+        return None if item is None else item_line(item, fmt)
+
+    return rendered_jsonl(batches, line_of, counter)
+
+
+def iteration_body(
+    engine: AsyncEngine,
+    *,
+    project_id: str,
+    run_id: str,
+    iteration: int,
+    alpha: float,
+    fmt: str,
+    counter: Any,
+    batch: int = exports.DEFAULT_BATCH,
+) -> AsyncIterator[bytes]:
+    """The iteration's dataset in ``fmt`` (openai, sharegpt, samples JSONL or Parquet) from the
+    database's rendering (core.store.export_lines; PostgreSQL): the bytes ``jsonl_bytes`` /
+    ``parquet_bytes`` give for ``dataset_batches(plain=True)``. A row the database leaves to
+    Python is decoded and made an item here as ``dataset_batches`` would."""
+
+    def item_of(row: Any) -> Any:
+        return _item(row[1], row[2], loads(row[3]), alpha, True)
+
+    rows = export_lines.iteration_lines(engine, project_id, run_id, iteration, fmt, batch)
+    return rendered_body(rows, item_of, fmt, counter)
 
 
 def iter_dataset(
@@ -283,6 +354,89 @@ async def parquet_bytes(
                 yield sink.drain()
         if chunk:
             writer.write_batch(parquet_batch(chunk, schema), row_group_size=row_group_size)
+    finally:
+        writer.close()
+    yield sink.drain()
+
+
+def _pieces(rows: Sequence[Any], item_of: Callable[[Any], Any], schema: Any) -> list[Any]:
+    """The record batches of ``rows`` in order: runs of rendered rows from their columns
+    (core.formats.parquet ``plain_columns_batch``), runs of the others from their items."""
+    pieces: list[Any] = []
+    run: list[Any] = []
+    items: list[Any] = []
+    for row in rows:
+        if row[0] is not None:
+            if items:
+                pieces.append(parquet_batch(items, schema))
+                items = []
+            run.append(row)
+            continue
+        if run:
+            pieces.append(_columns(run, schema))
+            run = []
+        item = item_of(row)
+        if item is not None:
+            items.append(item)
+    if items:
+        pieces.append(parquet_batch(items, schema))
+    if run:
+        pieces.append(_columns(run, schema))
+    return pieces
+
+
+def _columns(run: Sequence[Any], schema: Any) -> Any:
+    """The record batch of rendered rows (core.store.export_lines' Parquet columns)."""
+    return plain_columns_batch(
+        schema,
+        [row[4] for row in run],
+        [row[5] for row in run],
+        [row[6] for row in run],
+        [row[7] for row in run],
+        [row[8] for row in run],
+        (
+            "".join([row[9] for row in run]),
+            "".join([row[10] for row in run]),
+            ",".join([row[11] for row in run if row[11]]),
+            "".join([row[12] for row in run]),
+            list(chain.from_iterable([row[13] for row in run])),
+            list(chain.from_iterable([row[14] for row in run])),
+            list(chain.from_iterable([row[15] for row in run])),
+        ),
+    )
+
+
+async def rendered_parquet(
+    batches: AsyncGenerator[Sequence[Any], None],
+    item_of: Callable[[Any], Any],
+    counter: Any,
+    row_group_size: int = DEFAULT_PAGE_SIZE,
+) -> AsyncIterator[bytes]:
+    """``parquet_bytes`` of the database's rendered columns (core.store.export_lines): the same
+    file, one row group of ``row_group_size`` samples at a time, sent as groups are written."""
+    schema = parquet_schema()
+    sink = _DrainSink()
+    writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema)
+    table: Any = None
+    try:
+        async with contextlib.aclosing(batches):
+            async for rows in batches:
+                pieces = _pieces(rows, item_of, schema)
+                count = sum(piece.num_rows for piece in pieces)
+                if not count:
+                    continue
+                counter.inc(count)
+                new = pa.Table.from_batches(pieces, schema)
+                table = new if table is None else pa.concat_tables([table, new])
+                if table.num_rows < row_group_size:
+                    continue
+                while table.num_rows >= row_group_size:
+                    group = table.slice(0, row_group_size).combine_chunks()
+                    writer.write_table(group, row_group_size=row_group_size)
+                    table = table.slice(row_group_size)
+                yield sink.drain()
+        if table is not None and table.num_rows:
+            writer.write_table(table.combine_chunks(), row_group_size=row_group_size)
     finally:
         writer.close()
     yield sink.drain()

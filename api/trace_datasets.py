@@ -30,7 +30,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.datasets import flatten, training_sample, trajectory
+from api.datasets import flatten, rendered_body, training_sample, trajectory
 from core.domain.events import (
     DatasetCreated,
     GoodTraceSampled,
@@ -54,9 +54,9 @@ from core.domain.trace_datasets import (
     rebuild_check,
 )
 from core.domain.trajectory import TrainingSample
-from core.formats.export import loads_many
+from core.formats.export import loads, loads_many
 from core.formats.records import fold_reasoning, is_plain
-from core.store import exports
+from core.store import export_lines, exports
 from core.store.ports import EventStore
 
 
@@ -209,7 +209,6 @@ async def dataset_sample_batches(
     (core.formats.records.is_plain) of a revision event is an item as its dict (the encoders of
     api.datasets take both); every other sample a TrainingSample."""
     entries = manifest.entries
-    fold = manifest.query.include_reasoning
     done = 0
     rows_batches = exports.event_batches(engine, [e.position for e in entries], batch)
     async with contextlib.aclosing(rows_batches):
@@ -221,22 +220,72 @@ async def dataset_sample_batches(
             out: list[Any] = []
             at = 0
             for entry, row in zip(page, rows, strict=True):
-                sample = None
+                data = None
                 if row[3] is not None:
                     data = decoded[at]
                     at += 1
-                    stored = _plain_stored(row[1], row[2], data, fold) if plain else None
-                    if stored is not None and stored["sample_id"] == entry.sample_id:
-                        out.append(stored)
-                        continue
-                    sample = stored_sample(row[1], row[2], data)
-                if sample is None or sample.sample_id != entry.sample_id:
-                    raise DatasetReadError(
-                        f"dataset {manifest.dataset_id}: event {entry.position} does not hold "
-                        f"sample {entry.sample_id}"
-                    )
-                out.append(fold_reasoning(sample) if fold else sample)
+                out.append(_entry_item(manifest, entry, row[1], row[2], data, plain))
             yield out
+
+
+def _entry_item(
+    manifest: DatasetManifest,
+    entry: Any,
+    event_type: str | None,
+    event_version: int | None,
+    data: Any,
+    plain: bool,
+) -> Any:
+    """The item of one manifest entry's decoded event row (``dataset_sample_batches``); ``data``
+    None: no event at the entry's position."""
+    fold = manifest.query.include_reasoning
+    sample = None
+    if data is not None:
+        assert event_type is not None and event_version is not None  # an event row
+        stored = _plain_stored(event_type, event_version, data, fold) if plain else None
+        if stored is not None and stored["sample_id"] == entry.sample_id:
+            return stored
+        sample = stored_sample(event_type, event_version, data)
+    if sample is None or sample.sample_id != entry.sample_id:
+        raise DatasetReadError(
+            f"dataset {manifest.dataset_id}: event {entry.position} does not hold sample {entry.sample_id}"
+        )
+    return fold_reasoning(sample) if fold else sample
+
+
+def dataset_body(
+    engine: AsyncEngine, manifest: DatasetManifest, fmt: str, counter: Any
+) -> AsyncIterator[bytes]:
+    """The manifest's samples in ``fmt`` (openai, sharegpt, samples JSONL or Parquet) from the
+    database's rendering (core.store.export_lines; PostgreSQL): the bytes ``jsonl_bytes`` /
+    ``parquet_bytes`` give for ``dataset_sample_batches(plain=True)``. An entry the database
+    leaves to Python is decoded and made an item here as ``dataset_sample_batches`` would (a
+    missing or mismatched event raises DatasetReadError as there)."""
+    entries = manifest.entries
+    at = 0
+
+    def item_of(row: Any) -> Any:  # row: the database's, then its index in the batch
+        data = None if row[3] is None else loads(row[3])
+        return _entry_item(manifest, entries[at + row[-1]], row[1], row[2], data, True)
+
+    async def numbered() -> AsyncGenerator[Sequence[Any], None]:
+        nonlocal at
+        rows_batches = export_lines.event_lines(
+            engine,
+            [(e.position, e.sample_id) for e in entries],
+            fmt,
+            _SAMPLE_EVENTS,
+            manifest.query.include_reasoning,
+        )
+        async with contextlib.aclosing(rows_batches):
+            async for rows in rows_batches:
+                if any(r[0] is None for r in rows):
+                    yield [(*row, index) for index, row in enumerate(rows)]
+                else:
+                    yield rows
+                at += len(rows)
+
+    return rendered_body(numbered(), item_of, fmt, counter)
 
 
 def iter_dataset_samples(

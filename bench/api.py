@@ -4,12 +4,13 @@ Both sides read the same N revision samples of one iteration from a fresh throwa
 
 * ``dataset export FORMAT`` (openai, sharegpt, parquet, samples): ours is
   ``GET /v1/datasets/{id}/download?format=...`` of a named dataset holding the N samples (read
-  from the EVENT LOG by position, decoded, encoded); the baseline is one raw asyncpg
-  ``SELECT data FROM events WHERE position = ANY(...) ORDER BY position`` of the same N event rows
-  (no decoding, no formatting, no HTTP).
+  from the EVENT LOG by position; on PostgreSQL the lines, or the Parquet columns, are rendered by
+  the database in chunks on two connections sharing one snapshot: core/store/export_lines.py);
+  the baseline is one raw asyncpg ``SELECT data FROM events WHERE position = ANY(...) ORDER BY
+  position`` of the same N event rows (no decoding, no formatting, no HTTP).
 * ``iteration export FORMAT`` (openai, sharegpt, parquet): ours is
-  ``GET /v1/runs/{id}/iterations/0/dataset?format=...`` (the samples read model in keyset pages);
-  the baseline one raw ``SELECT data FROM samples ... ORDER BY position`` of the same rows.
+  ``GET /v1/runs/{id}/iterations/0/dataset?format=...`` (the samples read model, rendered the same
+  way); the baseline one raw ``SELECT data FROM samples ... ORDER BY position`` of the same rows.
 
 The server is the real app served by uvicorn over TCP, read by a streaming httpx client. The
 baselines are lower bounds, so a ratio below 1 is expected (issue 50's target: >= 0.5).

@@ -34,7 +34,7 @@ from api.dataset_schemas import (
     DatasetSummaryOut,
     RebuildOut,
 )
-from api.datasets import dataset_batches, iter_dataset, jsonl_bytes, parquet_bytes
+from api.datasets import dataset_batches, iter_dataset, iteration_body, jsonl_bytes, parquet_bytes
 from api.deps import ApiServices, Principal, require, services
 from api.errors import ApiError, field_error, not_found
 from api.idempotency import Idempotency, idempotency
@@ -47,7 +47,7 @@ from api.writes import append, new_event
 from core.domain.config import RunConfig
 from core.domain.trace_datasets import DatasetManifest, DatasetQueryError
 from core.formats.pair_records import PAIR_FORMATS
-from core.store import exports
+from core.store import export_lines, exports
 
 router = APIRouter(prefix="/v1", tags=["datasets"], responses=ERROR_RESPONSES)
 
@@ -144,6 +144,16 @@ async def download_dataset(
             svc.store.engine, project_id=project_id, run_id=run_id, iteration=iteration, alpha=it["alpha"]
         )
         body = await model_exports.model_export_body(format, _count(samples, svc, format), tokenizer)
+    elif export_lines.renders_lines(svc.store.engine, format):  # PostgreSQL renders the lines
+        body = iteration_body(
+            svc.store.engine,
+            project_id=project_id,
+            run_id=run_id,
+            iteration=iteration,
+            alpha=it["alpha"],
+            fmt=format,
+            counter=svc.metrics.export_rows.labels(format),
+        )
     else:
         batches = dataset_batches(
             svc.store.engine,
@@ -316,6 +326,8 @@ async def download_named_dataset(
         tokenizer = choose_tokenizer(format, model, max_length, svc.settings.model_root_paths, default)
         samples = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
         body = await model_exports.model_export_body(format, samples, tokenizer)
+    elif export_lines.renders_lines(svc.store.engine, format):  # PostgreSQL renders the lines
+        body = builds.dataset_body(svc.store.engine, manifest, format, svc.metrics.export_rows.labels(format))
     else:
         batches = builds.dataset_sample_batches(svc.store.engine, manifest, plain=True)
         counted = _count_batches(batches, svc, format)

@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice
+from itertools import accumulate, islice
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +79,7 @@ def parquet_batch(samples: Sequence[TrainingSample | dict[str, Any]], schema: An
     The nested columns are assembled from flat arrays plus list offsets, so no per-message Python
     dict is made and pyarrow never infers nested Python objects.
     """
-    import pyarrow as pa
-
     schema = parquet_schema() if schema is None else schema
-    message_type = schema.field("messages").type
-    struct = message_type.value_type
-    call_type = struct.field("tool_calls").type
-    call_struct = call_type.value_type
     columns: dict[str, list[Any]] = {n: [] for n in ("role", "content", "weight", "id", "mname", "reasoning")}
     call_ids: list[str] = []
     call_names: list[str] = []
@@ -130,6 +124,39 @@ def parquet_batch(samples: Sequence[TrainingSample | dict[str, Any]], schema: An
                 call_args.append(call.arguments)
             call_offsets.append(len(call_ids))
         offsets.append(len(columns["role"]))
+    return _assemble(
+        schema,
+        columns,
+        (call_ids, call_names, call_args, call_offsets),
+        offsets,
+        [_field(s, "sample_id") for s in samples],
+        [_field(s, "kind") for s in samples],
+        [_field(s, "reward") for s in samples],
+        [_json(_field(s, "provenance")) for s in samples],
+        [_json(list(_field(s, "tools"))) for s in samples],
+    )
+
+
+def _assemble(
+    schema: Any,
+    columns: dict[str, Any],
+    calls_columns: tuple[list[str], list[str], list[str], list[int]],
+    offsets: list[int],
+    sample_ids: list[Any],
+    kinds: list[Any],
+    rewards: list[Any],
+    provenances: list[str],
+    tools: list[str],
+) -> Any:
+    """The record batch of flat message ``columns`` (role, content, weight, id, mname, reasoning),
+    their tool calls (ids, names, arguments, per-message offsets), per-sample message ``offsets``
+    and the sample-level columns (provenance and tools as their JSON text)."""
+    import pyarrow as pa
+
+    message_type = schema.field("messages").type
+    struct = message_type.value_type
+    call_type = struct.field("tool_calls").type
+    call_ids, call_names, call_args, call_offsets = calls_columns
     calls = pa.ListArray.from_arrays(
         pa.array(call_offsets, pa.int32()),
         pa.StructArray.from_arrays(
@@ -138,21 +165,25 @@ def parquet_batch(samples: Sequence[TrainingSample | dict[str, Any]], schema: An
                 pa.array(call_names, pa.string()),
                 pa.array(call_args, pa.string()),
             ],
-            fields=list(call_struct),
+            fields=list(call_type.value_type),
         ),
         type=call_type,
     )
+
+    def array(values: Any, kind: Any) -> Any:
+        return values if isinstance(values, pa.Array) else pa.array(values, kind)
+
     messages = pa.ListArray.from_arrays(
         pa.array(offsets, pa.int32()),
         pa.StructArray.from_arrays(
             [
-                pa.array(columns["role"], struct.field("role").type),
-                pa.array(columns["content"], struct.field("content").type),
-                pa.array(columns["weight"], struct.field("weight").type),
+                array(columns["role"], struct.field("role").type),
+                array(columns["content"], struct.field("content").type),
+                array(columns["weight"], struct.field("weight").type),
                 calls,
-                pa.array(columns["id"], pa.string()),
-                pa.array(columns["mname"], pa.string()),
-                pa.array(columns["reasoning"], pa.string()),
+                array(columns["id"], pa.string()),
+                array(columns["mname"], pa.string()),
+                array(columns["reasoning"], pa.string()),
             ],
             fields=list(struct),
         ),
@@ -160,14 +191,72 @@ def parquet_batch(samples: Sequence[TrainingSample | dict[str, Any]], schema: An
     )
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([_field(s, "sample_id") for s in samples], pa.string()),
-            pa.array([_field(s, "kind") for s in samples], pa.string()),
-            pa.array([_field(s, "reward") for s in samples], pa.float64()),
+            pa.array(sample_ids, pa.string()),
+            pa.array(kinds, pa.string()),
+            pa.array(rewards, pa.float64()),
             messages,
-            pa.array([_json(_field(s, "provenance")) for s in samples], pa.string()),
-            pa.array([_json(list(_field(s, "tools"))) for s in samples], pa.string()),
+            pa.array(provenances, pa.string()),
+            pa.array(tools, pa.string()),
         ],
         schema=schema,
+    )
+
+
+ROLE_CODES = ("system", "user", "assistant")  # plain_columns_batch's role codes 0, 1, 2
+_CODE = bytes(range(256)).translate(bytes((b - 48) % 256 for b in range(256)))  # b"0" -> 0, b"1" -> 1
+
+
+def plain_columns_batch(
+    schema: Any,
+    sample_ids: list[str],
+    kinds: list[str],
+    rewards: list[float | None],
+    provenances: list[str],
+    counts: list[int],
+    messages: tuple[str, str, str, str, list[Any], list[Any], list[Any]],
+) -> Any:
+    """The record batch of plain samples given as columns (the database's rendering,
+    core.store.export_lines): per sample its ids, reward, provenance JSON text (as ``_json``
+    writes it) and message count; their messages (in order, all samples together) as the role
+    codes (one digit each, ``ROLE_CODES``), the contents joined, their UTF-8 lengths (comma
+    separated), the weights (one digit each), and lists of tool_call_id, name and reasoning. No
+    tool calls, no tools. The same batch ``parquet_batch`` makes of the samples, built from
+    buffers: no Python object per role, content or weight."""
+    import pyarrow as pa
+
+    roles, contents, lengths, weights, ids, names, reasonings = messages
+    n = len(roles)
+    struct = schema.field("messages").type.value_type
+    role_codes = pa.Array.from_buffers(pa.int8(), n, [None, pa.py_buffer(roles.encode().translate(_CODE))])
+    role = pa.DictionaryArray.from_arrays(role_codes, pa.array(ROLE_CODES)).cast(struct.field("role").type)
+    data = contents.encode()
+    ends = [int(x) for x in lengths.split(",")] if n else []
+    offsets = pa.array([0, *accumulate(ends)], pa.int32())
+    if offsets[-1].as_py() != len(data):
+        raise ValueError(f"content lengths sum to {offsets[-1]}, not the {len(data)} bytes given")
+    content = pa.Array.from_buffers(pa.string(), n, [None, offsets.buffers()[1], pa.py_buffer(data)])
+    weight_codes = pa.py_buffer(weights.encode().translate(_CODE))
+    weight = pa.Array.from_buffers(struct.field("weight").type, n, [None, weight_codes])
+    columns = {
+        "role": role,
+        "content": content,
+        "weight": weight,
+        "id": ids,
+        "mname": names,
+        "reasoning": reasonings,
+    }
+    calls: tuple[list[str], list[str], list[str], list[int]] = ([], [], [], [0] * (n + 1))
+    sample_offsets = [0, *accumulate(counts)]
+    return _assemble(
+        schema,
+        columns,
+        calls,
+        sample_offsets,
+        sample_ids,
+        kinds,
+        rewards,
+        provenances,
+        ["[]"] * len(sample_ids),
     )
 
 

@@ -1,0 +1,415 @@
+"""Owns the PostgreSQL side of the fast dataset downloads: lines (and Parquet columns) rendered
+by the database.
+
+A download of a plain stored sample (core.formats.records ``is_plain``: text messages of system /
+user / assistant, no tool calls, no tools) in ``openai``, ``sharegpt`` or ``samples`` JSONL is a
+fixed template around the sample's strings, so the database renders the whole line (one SQL
+expression over the jsonb, ``_line_parts``) and Python only joins lines: no JSON is decoded or encoded
+in Python, no object is made per message. A row the SQL cannot vouch for comes back as its JSON
+text instead (line NULL) and the caller renders it the old way (api.datasets, api.trace_datasets),
+so the output is byte for byte what core.formats.records gives (tests/api/test_fast_downloads.py
+compares the two on every shape).
+
+Why the SQL matches Python's ``json.dumps(ensure_ascii=False, separators=(",", ":"))`` on the rows
+it accepts (``_sample_ok`` / ``_message_ok``; the Python path reads the same jsonb as text, so
+both start from the same values):
+
+* strings are copied as jsonb writes them (``(x)::text`` of a jsonb string): PostgreSQL's
+  ``escape_json`` escapes exactly what ``json.dumps`` does with ``ensure_ascii=False`` (``"``,
+  ``\\``, ``\\b \\f \\n \\r \\t``, other controls as lowercase ``\\u00XX``), and nothing else;
+* every number written verbatim is an integer of at most 15 digits or a decimal whose shortest
+  float form is itself (``_number_ok``: ``1.0``, ``0.25``; not ``1.50`` or ``0.00001``, which
+  Python would write as ``1.5`` / ``1e-05``; the float form is PostgreSQL's shortest one, as with
+  the default ``extra_float_digits`` of 1: with a lower setting the test only rejects more);
+  message weights must be 0 or 1;
+* key order is the template's (the records' order), except inside ``provenance``, which keeps the
+  jsonb's key order as Python's dict does; only flat provenance objects (scalar values) are
+  rendered here;
+* messages come in their array's order: ``jsonb_array_elements`` yields them in order and feeds
+  the aggregates directly (a function scan under an aggregate, nothing to reorder them; an
+  ``ORDER BY`` inside each aggregate would cost a sort per sample and per column).
+
+Parquet (``PARQUET``) takes the same rows with columns instead of a line: sample id, kind, reward
+(float8), provenance as core.formats.parquet's ``_json`` writes it (sorted keys, ``", "`` and
+``": "``), the message count, the roles and weights as digit strings, the contents joined with
+their UTF-8 lengths, and the tool_call_id / name / reasoning lists; api.datasets builds record
+batches from these buffers.
+
+A download is a list of chunks (``CHUNK`` rows: a slice of the manifest's entries, or a key range
+of the iteration's rows found first), each ONE statement, run on ``WORKERS`` connections side by
+side: each connection is in a read-only REPEATABLE READ transaction on the snapshot the first one
+exports (``pg_export_snapshot``), so the file is still one snapshot; at most ``WORKERS`` chunks are
+in flight, and the rest wait for the client. JIT is off for these statements (they are costed high
+enough to trigger it, and compiling costs more than it saves). The connections are the pool's.
+
+Rows (PostgreSQL only; ``renders_lines`` says whether the engine can):
+
+* ``iteration_lines``: (line, sample_id, kind, data text or NULL) per ``samples`` row of an
+  iteration, in (position, sample_id) order; a ``good`` row (column or stored kind) always comes as
+  text (the alpha filter and the trajectory conversion are Python's).
+* ``event_lines``: (line, event_type, event_version, data text or NULL) per given (position,
+  sample id), in the order given; the line only for a current-version revision event
+  (``sample_events``) whose sample is the given one and plain (and, with ``fold``, has no
+  assistant reasoning to fold).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from core.store.exports import Row
+
+LINE_FORMATS = ("openai", "sharegpt", "samples")
+PARQUET = "parquet"
+CHUNK = 1000  # rows per statement
+WORKERS = 2  # connections per download, rendering chunks side by side
+
+_SAMPLE_KEYS = "{sample_id,kind,messages,reward,provenance,tools}"
+_MESSAGE_KEYS = "{role,content,weight,tool_call_id,name,reasoning,tool_calls,why}"
+
+
+def _number_ok(t: str) -> str:
+    """``t`` (a jsonb number's text) is written by Python as it stands."""
+    decimal = f"{t} ~ '^-?[0-9]+\\.[0-9]+$' AND {t}::float8::text = regexp_replace({t}, '\\.0$', '')"
+    return f"({t} ~ '^-?[0-9]{{1,15}}$' OR ({decimal}))"
+
+
+def _scalar_ok(v: str) -> str:
+    return (
+        f"CASE jsonb_typeof({v}) WHEN 'number' THEN {_number_ok(f'{v}::text')} "
+        f"WHEN 'object' THEN false WHEN 'array' THEN false ELSE true END"
+    )
+
+
+def _typed(j: str, key: str, types: str) -> str:
+    """``key`` absent from ``j`` or of one of ``types`` (a SQL list of jsonb type names)."""
+    return f"(NOT {j} ? '{key}' OR jsonb_typeof({j}->'{key}') IN ({types}))"
+
+
+def _message_ok(m: str, fold: bool) -> str:
+    checks = [
+        f"({m} - '{_MESSAGE_KEYS}'::text[]) = '{{}}'::jsonb",
+        f"{m}->>'role' IN ('system', 'user', 'assistant')",
+        f"jsonb_typeof({m}->'content') = 'string'",
+        f"(NOT {m} ? 'weight' OR {m}->>'weight' IN ('0', '1'))",
+        _typed(m, "name", "'string', 'null'"),
+        _typed(m, "tool_call_id", "'string', 'null'"),
+        _typed(m, "reasoning", "'string'"),
+        _typed(m, "why", "'string'"),
+        f"(NOT {m} ? 'tool_calls' OR {m}->'tool_calls' IN ('null'::jsonb, '[]'::jsonb))",
+    ]
+    if fold:  # a reasoning to fold into the content: Python's (core.formats.records.fold_reasoning)
+        checks.append(f"NOT ({m}->>'role' = 'assistant' AND {m}->>'reasoning' <> '')")
+    return (
+        f"CASE WHEN jsonb_typeof({m}) = 'object' THEN coalesce({' AND '.join(checks)}, false) ELSE false END"
+    )
+
+
+def _sample_ok(d: str, fmt: str) -> str:
+    checks = [
+        f"({d} - '{_SAMPLE_KEYS}'::text[]) = '{{}}'::jsonb",
+        f"jsonb_typeof({d}->'sample_id') = 'string'",
+        f"jsonb_typeof({d}->'kind') = 'string'",
+        f"{d}->>'kind' <> 'good'",
+        f"jsonb_typeof({d}->'messages') = 'array'",
+        f"(NOT {d} ? 'tools' OR {d}->'tools' IN ('null'::jsonb, '[]'::jsonb))",
+    ]
+    if fmt == "samples":
+        checks.append(
+            f"(NOT {d} ? 'reward' OR jsonb_typeof({d}->'reward') = 'null' OR "
+            f"(jsonb_typeof({d}->'reward') = 'number' AND {_number_ok(f'({d}->>{chr(39)}reward{chr(39)})')}))"
+        )
+        checks.append(_typed(d, "provenance", "'null', 'object'"))
+    return (
+        f"CASE WHEN jsonb_typeof({d}) = 'object' THEN coalesce({' AND '.join(checks)}, false) ELSE false END"
+    )
+
+
+def _message_sql(m: str, fmt: str) -> str:
+    """The record of message ``m`` (core.formats.records ``*_plain``) as SQL text."""
+    role = f"({m}->>'role')"
+    content = f"({m}->'content')::text"
+    named = f"CASE WHEN {m}->>'name' <> '' THEN ',\"name\":' || ({m}->'name')::text ELSE '' END"
+    if fmt == "openai":
+        return (
+            f'\'{{"role":"\' || {role} || \'","content":\' || {content} || {named} || '
+            f"CASE WHEN {role} = 'assistant' THEN CASE WHEN {m}->>'weight' = '1' THEN ',\"weight\":1}}' "
+            f"ELSE ',\"weight\":0}}' END ELSE '}}' END"
+        )
+    if fmt == "sharegpt":
+        return (
+            f"'{{\"from\":\"' || CASE {role} WHEN 'system' THEN 'system' WHEN 'user' THEN 'human' "
+            "ELSE 'gpt' END"
+            f' || \'","value":\' || {content} || \',"loss":\' || '
+            f"CASE WHEN {role} = 'assistant' THEN "
+            f"CASE WHEN {m}->>'weight' = '1' THEN 'true' ELSE 'false' END "
+            f"ELSE 'null' END || {named} || '}}'"
+        )
+    return (
+        f'\'{{"role":"\' || {role} || \'","content":\' || {content} || \',"weight":\' || '
+        f"coalesce({m}->>'weight', '0') || ',\"tool_calls\":[],\"tool_call_id\":' || "
+        f"coalesce(({m}->'tool_call_id')::text, 'null') || ',\"name\":' || "
+        f"coalesce(({m}->'name')::text, 'null')"
+        f" || ',\"reasoning\":' || coalesce(({m}->'reasoning')::text, '\"\"') || ',\"why\":' || "
+        f"coalesce(({m}->'why')::text, '\"\"') || '}}'"
+    )
+
+
+def _line_parts(d: str, fmt: str, fold: bool) -> tuple[str, str, str]:
+    """(the laterals to join, the condition that the line is ours, the line) for sample ``d``."""
+    messages = f"CASE WHEN jsonb_typeof({d}->'messages') = 'array' THEN {d}->'messages' ELSE '[]'::jsonb END"
+    laterals = (
+        f"CROSS JOIN LATERAL (SELECT bool_and({_message_ok('m', fold)}) AS ok, "
+        f"string_agg({_message_sql('m', fmt)}, ',') AS body FROM jsonb_array_elements({messages}) AS t(m)) r"
+    )
+    ok = f"{_sample_ok(d, fmt)} AND coalesce(r.ok, true)"
+    body = "coalesce(r.body, '')"
+    if fmt == "openai":
+        line = f"'{{\"messages\":[' || {body} || ']}}' || chr(10)"
+    elif fmt == "sharegpt":
+        line = (
+            f"'{{\"id\":' || ({d}->'sample_id')::text || ',\"conversations\":[' || {body} || ']}}' || chr(10)"
+        )
+    else:
+        provenance = (
+            f"CASE WHEN jsonb_typeof({d}->'provenance') = 'object' THEN {d}->'provenance' "
+            "ELSE '{}'::jsonb END"
+        )
+        laterals += (
+            f" CROSS JOIN LATERAL (SELECT bool_and({_scalar_ok('pv')}) AS ok, "
+            "string_agg(to_json(pk)::text || ':' || pv::text, ',') AS body "
+            f"FROM jsonb_each({provenance}) AS q(pk, pv)) p"
+        )
+        ok += " AND coalesce(p.ok, true)"
+        line = (
+            f"'{{\"sample_id\":' || ({d}->'sample_id')::text || ',\"kind\":' || ({d}->'kind')::text || "
+            f"',\"messages\":[' || {body} || '],\"reward\":' || coalesce(({d}->'reward')::text, 'null') || "
+            f"',\"provenance\":{{' || coalesce(p.body, '') || '}},\"tools\":[]}}' || chr(10)"
+        )
+    return laterals, ok, line
+
+
+def _column_parts(d: str, fold: bool) -> tuple[str, str, list[str], list[str]]:
+    """For Parquet (``parquet``): (the laterals to join, the condition that the row is ours, the
+    inner columns the laterals give, the outer columns made of them: sample id, kind, reward,
+    provenance JSON text as core.formats.parquet writes it, and the six message lists)."""
+    messages = f"CASE WHEN jsonb_typeof({d}->'messages') = 'array' THEN {d}->'messages' ELSE '[]'::jsonb END"
+    provenance = (
+        f"CASE WHEN jsonb_typeof({d}->'provenance') = 'object' THEN {d}->'provenance' ELSE '{{}}'::jsonb END"
+    )
+    role = "CASE m->>'role' WHEN 'system' THEN '0' WHEN 'user' THEN '1' ELSE '2' END"
+    lists = {  # name: (aggregate, its value for no messages)
+        "n": ("count(*)", "0"),
+        "roles": (f"string_agg({role}, '')", "''"),
+        "contents": ("string_agg(m->>'content', '')", "''"),
+        "lengths": ("string_agg(octet_length(m->>'content')::text, ',')", "''"),
+        "weights": ("string_agg(CASE WHEN m->>'weight' = '1' THEN '1' ELSE '0' END, '')", "''"),
+        "ids": ("array_agg(m->>'tool_call_id')", "'{}'"),
+        "names": ("array_agg(m->>'name')", "'{}'"),
+        "reasonings": ("array_agg(coalesce(m->>'reasoning', ''))", "'{}'"),
+    }
+    aggregates = ", ".join(f"{expr} AS {name}" for name, (expr, _) in lists.items())
+    laterals = (
+        f"CROSS JOIN LATERAL (SELECT bool_and({_message_ok('m', fold)}) AS ok, {aggregates} "
+        f"FROM jsonb_array_elements({messages}) AS t(m)) r "
+        f"CROSS JOIN LATERAL (SELECT bool_and({_scalar_ok('pv')}) AS ok, "
+        "string_agg(to_json(pk)::text || ': ' || pv::text, ', ' ORDER BY pk COLLATE \"C\") AS body "
+        f"FROM jsonb_each({provenance}) AS q(pk, pv)) p"
+    )
+    ok = f"{_sample_ok(d, 'samples')} AND coalesce(r.ok, true) AND coalesce(p.ok, true)"
+    inner = [*(f"r.{name}" for name in lists), "p.body AS pbody", f"{d} AS dd"]
+    outer = [
+        "CASE WHEN x.ok THEN x.dd->>'sample_id' END",
+        "CASE WHEN x.ok THEN x.dd->>'kind' END",
+        "CASE WHEN x.ok THEN (x.dd->>'reward')::float8 END",
+        "CASE WHEN x.ok THEN '{' || coalesce(x.pbody, '') || '}' END",
+        *(f"CASE WHEN x.ok THEN coalesce(x.{name}, {empty}) END" for name, (_, empty) in lists.items()),
+    ]
+    return laterals, ok, inner, outer
+
+
+def renders_lines(engine: AsyncEngine, fmt: str) -> bool:
+    """Whether downloads of ``fmt`` from ``engine`` can take the rendered lines (or, for
+    ``parquet``, the rendered columns)."""
+    return engine.dialect.name == "postgresql" and (fmt in LINE_FORMATS or fmt == PARQUET)
+
+
+def _iteration_sql(fmt: str, bounded: bool) -> str:
+    """One chunk of the iteration's rows: keys from ($4, $5) on, below ($6, $7) when ``bounded``."""
+    upper = " AND (s.position, s.sample_id) < ($6, $7)" if bounded else ""
+    where = (
+        "WHERE s.project_id = $1 AND s.run_id = $2 AND s.iteration = $3 "
+        f"AND (s.position, s.sample_id) >= ($4, $5){upper} ORDER BY s.position, s.sample_id OFFSET 0) x "
+        "ORDER BY x.position, x.sample_id"
+    )
+    if fmt == PARQUET:
+        laterals, ok, inner, outer = _column_parts("s.data", False)
+        return (
+            "SELECT CASE WHEN x.ok THEN true END, x.sample_id, x.kind, "
+            f"CASE WHEN x.ok THEN NULL ELSE x.data::text END, {', '.join(outer)} FROM ("
+            f"SELECT coalesce(s.kind <> 'good' AND {ok}, false) AS ok, "
+            f"s.sample_id, s.kind, s.data, s.position, {', '.join(inner)} FROM samples s {laterals} {where}"
+        )
+    laterals, ok, line = _line_parts("s.data", fmt, False)
+    return (
+        "SELECT x.line, x.sample_id, x.kind, CASE WHEN x.line IS NULL THEN x.data::text END FROM ("
+        f"SELECT CASE WHEN s.kind <> 'good' AND {ok} THEN {line} END AS line, "
+        f"s.sample_id, s.kind, s.data, s.position FROM samples s {laterals} {where}"
+    )
+
+
+# every CHUNK-th key of the iteration's rows: where each chunk starts
+_ITERATION_KEYS = """
+SELECT position, sample_id FROM (
+    SELECT position, sample_id, row_number() OVER (ORDER BY position, sample_id) AS rn
+    FROM samples WHERE project_id = $1 AND run_id = $2 AND iteration = $3
+) k WHERE (rn - 1) % $4 = 0 ORDER BY rn
+"""
+
+
+def _events_sql(fmt: str, fold: bool) -> str:
+    rows = (
+        "SELECT u.ord, u.sample_id AS want, e.event_type, e.event_version, e.data, e.data->'sample' AS d "
+        "FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(position, sample_id, ord) "
+        "LEFT JOIN LATERAL (SELECT event_type, event_version, data FROM events "
+        "WHERE events.position = u.position) e ON true OFFSET 0"
+    )
+    held = "y.event_type || ':' || y.event_version = ANY($3::text[]) AND y.d->>'sample_id' = y.want"
+    if fmt == PARQUET:
+        laterals, ok, inner, outer = _column_parts("y.d", fold)
+        return (
+            "SELECT CASE WHEN x.ok THEN true END, x.event_type, x.event_version, "
+            f"CASE WHEN x.ok THEN NULL ELSE x.data::text END, {', '.join(outer)} FROM ("
+            f"SELECT coalesce({held} AND {ok}, false) AS ok, y.event_type, y.event_version, y.data, y.ord, "
+            f"{', '.join(inner)} FROM ({rows}) y {laterals} OFFSET 0) x ORDER BY x.ord"
+        )
+    laterals, ok, line = _line_parts("y.d", fmt, fold)
+    return (
+        "SELECT x.line, x.event_type, x.event_version, CASE WHEN x.line IS NULL THEN x.data::text END FROM ("
+        f"SELECT CASE WHEN {held} AND {ok} THEN {line} END AS line, "
+        f"y.event_type, y.event_version, y.data, y.ord FROM ({rows}) y {laterals} OFFSET 0) x ORDER BY x.ord"
+    )
+
+
+def _spare(engine: AsyncEngine) -> int:
+    """Connections the engine's pool can still hand out without waiting (0 when it cannot say)."""
+    pool: Any = engine.sync_engine.pool
+    try:
+        return int(pool.checkedin()) + int(getattr(pool, "_max_overflow", 0)) - int(pool.overflow())
+    except (AttributeError, TypeError):
+        return 0
+
+
+async def _snapshot_workers(engine: AsyncEngine, workers: int, stack: contextlib.AsyncExitStack) -> list[Any]:
+    """Up to ``workers`` asyncpg connections (fewer when the pool has no spare ones: a download
+    never waits on the pool for its second connection while holding its first), each in a
+    read-only REPEATABLE READ transaction on ONE snapshot (the first exports it, the others import
+    it), with JIT off (these statements are costed high enough to trigger it, and compiling costs
+    more than it saves)."""
+    pgs: list[Any] = []
+    snapshot = None
+    for index in range(workers):
+        if index and _spare(engine) < 2:  # leave the pool one connection: fewer workers, no wait
+            break
+        conn = await stack.enter_async_context(engine.connect())
+        pg: Any = (await conn.get_raw_connection()).driver_connection  # asyncpg.Connection
+        await stack.enter_async_context(pg.transaction(isolation="repeatable_read", readonly=True))
+        if snapshot is None:
+            if workers > 1:  # a snapshot for the others to share
+                snapshot = await pg.fetchval("SELECT pg_export_snapshot()")
+        else:
+            await pg.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+        await pg.execute("SET LOCAL jit = off")
+        pgs.append(pg)
+    return pgs
+
+
+async def _chunks(
+    engine: AsyncEngine,
+    plan: Callable[[Any], Awaitable[list[tuple[str, Sequence[Any]]]]],
+    workers: int,
+) -> AsyncGenerator[Sequence[Row], None]:
+    """The rows of each planned (sql, args) chunk, in order; chunk i runs on connection
+    i % ``workers`` and up to ``workers`` chunks are in flight (the database renders the next
+    ones while the caller sends this one). ``plan`` gets the first connection (inside the
+    snapshot) and returns the chunks."""
+    async with contextlib.AsyncExitStack() as stack:
+        pgs = await _snapshot_workers(engine, workers, stack)
+        chunks = await plan(pgs[0])
+        pending: collections.deque[asyncio.Future[Sequence[Row]]] = collections.deque()
+        try:
+            for index, (sql, args) in enumerate(chunks):
+                if len(pending) == len(pgs):
+                    yield await pending.popleft()
+                pending.append(asyncio.ensure_future(pgs[index % len(pgs)].fetch(sql, *args)))
+            while pending:
+                yield await pending.popleft()
+        finally:  # the client went away: do not leave the fetches behind
+            for future in pending:
+                future.cancel()
+            for future in pending:
+                with contextlib.suppress(BaseException):
+                    await future
+
+
+def iteration_lines(
+    engine: AsyncEngine,
+    project_id: str,
+    run_id: str,
+    iteration: int,
+    fmt: str,
+    chunk: int = CHUNK,
+    workers: int = WORKERS,
+) -> AsyncGenerator[Sequence[Row], None]:
+    """The iteration's ``samples`` rows as (line or None, sample_id, kind, data text or None), in
+    (position, sample_id) order, ``chunk`` rows at a time (module docstring)."""
+    if chunk < 1 or workers < 1:
+        raise ValueError(f"chunk and workers must be >= 1, got {chunk} and {workers}")
+
+    async def plan(pg: Any) -> list[tuple[str, Sequence[Any]]]:
+        keys = [tuple(k) for k in await pg.fetch(_ITERATION_KEYS, project_id, run_id, iteration, chunk)]
+        head = (project_id, run_id, iteration)
+        return [
+            (_iteration_sql(fmt, True), (*head, *key, *keys[i + 1]))
+            if i + 1 < len(keys)
+            else (_iteration_sql(fmt, False), (*head, *key))
+            for i, key in enumerate(keys)
+        ]
+
+    return _chunks(engine, plan, workers)
+
+
+def event_lines(
+    engine: AsyncEngine,
+    entries: Sequence[tuple[int, str]],
+    fmt: str,
+    sample_events: Mapping[str, int],
+    fold: bool,
+    chunk: int = CHUNK,
+    workers: int = WORKERS,
+) -> AsyncGenerator[Sequence[Row], None]:
+    """One (line or None, event_type, event_version, data text or None) row per (position,
+    sample_id) of ``entries``, in that order (module docstring), ``chunk`` entries at a time;
+    ``sample_events``: the event types holding a stored sample under ``sample``, with their
+    current versions."""
+    if chunk < 1 or workers < 1:
+        raise ValueError(f"chunk and workers must be >= 1, got {chunk} and {workers}")
+    kinds = [f"{name}:{version}" for name, version in sample_events.items()]
+    sql = _events_sql(fmt, fold)
+
+    async def plan(_pg: Any) -> list[tuple[str, Sequence[Any]]]:
+        return [
+            (sql, ([p for p, _ in part], [s for _, s in part], kinds))
+            for part in (entries[i : i + chunk] for i in range(0, len(entries), chunk))
+        ]
+
+    return _chunks(engine, plan, workers)
+
+
+__all__ = ["CHUNK", "LINE_FORMATS", "PARQUET", "WORKERS", "event_lines", "iteration_lines", "renders_lines"]
