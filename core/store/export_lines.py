@@ -25,9 +25,9 @@ both start from the same values):
 * key order is the template's (the records' order), except inside ``provenance``, which keeps the
   jsonb's key order as Python's dict does; only flat provenance objects (scalar values) are
   rendered here;
-* messages come in their array's order: ``jsonb_array_elements`` yields them in order and feeds
-  the aggregates directly (a function scan under an aggregate, nothing to reorder them; an
-  ``ORDER BY`` inside each aggregate would cost a sort per sample and per column).
+* messages come in their array's order, and a flat provenance in the jsonb's own key order: every
+  aggregate orders its input by the element's ordinality (``WITH ORDINALITY ... ORDER BY i``), so
+  the order is stated, not left to the plan.
 
 Parquet (``PARQUET``) takes the same rows with columns instead of a line: sample id, kind, reward
 (float8), provenance as core.formats.parquet's ``_json`` writes it (sorted keys, ``", "`` and
@@ -166,7 +166,8 @@ def _line_parts(d: str, fmt: str, fold: bool) -> tuple[str, str, str]:
     messages = f"CASE WHEN jsonb_typeof({d}->'messages') = 'array' THEN {d}->'messages' ELSE '[]'::jsonb END"
     laterals = (
         f"CROSS JOIN LATERAL (SELECT bool_and({_message_ok('m', fold)}) AS ok, "
-        f"string_agg({_message_sql('m', fmt)}, ',') AS body FROM jsonb_array_elements({messages}) AS t(m)) r"
+        f"string_agg({_message_sql('m', fmt)}, ',' ORDER BY i) AS body "
+        f"FROM jsonb_array_elements({messages}) WITH ORDINALITY AS t(m, i)) r"
     )
     ok = f"{_sample_ok(d, fmt)} AND coalesce(r.ok, true)"
     body = "coalesce(r.body, '')"
@@ -183,8 +184,8 @@ def _line_parts(d: str, fmt: str, fold: bool) -> tuple[str, str, str]:
         )
         laterals += (
             f" CROSS JOIN LATERAL (SELECT bool_and({_scalar_ok('pv')}) AS ok, "
-            "string_agg(to_json(pk)::text || ':' || pv::text, ',') AS body "
-            f"FROM jsonb_each({provenance}) AS q(pk, pv)) p"
+            "string_agg(to_json(pk)::text || ':' || pv::text, ',' ORDER BY i) AS body "
+            f"FROM jsonb_each({provenance}) WITH ORDINALITY AS q(pk, pv, i)) p"
         )
         ok += " AND coalesce(p.ok, true)"
         line = (
@@ -206,18 +207,18 @@ def _column_parts(d: str, fold: bool) -> tuple[str, str, list[str], list[str]]:
     role = "CASE m->>'role' WHEN 'system' THEN '0' WHEN 'user' THEN '1' ELSE '2' END"
     lists = {  # name: (aggregate, its value for no messages)
         "n": ("count(*)", "0"),
-        "roles": (f"string_agg({role}, '')", "''"),
-        "contents": ("string_agg(m->>'content', '')", "''"),
-        "lengths": ("string_agg(octet_length(m->>'content')::text, ',')", "''"),
-        "weights": ("string_agg(CASE WHEN m->>'weight' = '1' THEN '1' ELSE '0' END, '')", "''"),
-        "ids": ("array_agg(m->>'tool_call_id')", "'{}'"),
-        "names": ("array_agg(m->>'name')", "'{}'"),
-        "reasonings": ("array_agg(coalesce(m->>'reasoning', ''))", "'{}'"),
+        "roles": (f"string_agg({role}, '' ORDER BY i)", "''"),
+        "contents": ("string_agg(m->>'content', '' ORDER BY i)", "''"),
+        "lengths": ("string_agg(octet_length(m->>'content')::text, ',' ORDER BY i)", "''"),
+        "weights": ("string_agg(CASE WHEN m->>'weight' = '1' THEN '1' ELSE '0' END, '' ORDER BY i)", "''"),
+        "ids": ("array_agg(m->>'tool_call_id' ORDER BY i)", "'{}'"),
+        "names": ("array_agg(m->>'name' ORDER BY i)", "'{}'"),
+        "reasonings": ("array_agg(coalesce(m->>'reasoning', '') ORDER BY i)", "'{}'"),
     }
     aggregates = ", ".join(f"{expr} AS {name}" for name, (expr, _) in lists.items())
     laterals = (
         f"CROSS JOIN LATERAL (SELECT bool_and({_message_ok('m', fold)}) AS ok, {aggregates} "
-        f"FROM jsonb_array_elements({messages}) AS t(m)) r "
+        f"FROM jsonb_array_elements({messages}) WITH ORDINALITY AS t(m, i)) r "
         f"CROSS JOIN LATERAL (SELECT bool_and({_scalar_ok('pv')}) AS ok, "
         "string_agg(to_json(pk)::text || ': ' || pv::text, ', ' ORDER BY pk COLLATE \"C\") AS body "
         f"FROM jsonb_each({provenance}) AS q(pk, pv)) p"
