@@ -230,6 +230,7 @@ def test_the_tree_lists_and_jumps_to_bad_leaves_marks_them_by_shape_and_fits_rea
     # the list (built when opened): every bad leaf once, in the order the rows are drawn
     assert page.locator("#leaf-list li").count() == 0
     page.click("#leaves summary")
+    page.wait_for_selector("#leaf-list li[data-node-id]")  # <details>' toggle event comes as a task
     listed = page.eval_on_selector_all("#leaf-list li[data-node-id]", NODE_IDS)
     assert set(listed) == bad and len(listed) == len(bad)
     assert page.locator("#leaf-count").inner_text() == f"{len(bad)} bad leaves"

@@ -77,10 +77,15 @@ def test_the_envs_own_tokenizer_shortens_its_samples_and_the_fit_keeps_every_tra
         )
     assert fit.max_tokens() > fit.longest_turn
 
+    # the run fits the context to the gold episodes of the tasks it warm-starts on and searches
     plan = plan_run(RunOptions(env="tau2:mock", quick=True))
+    cfg = RunConfig.from_data(plan.config)
+    env = open_env(cfg.env)
+    searched = measure_context(own, _samples(_expert(env, warm_start_task_ids(plan, env, cfg))))
     config, notes = fit_context({**plan.config, "model": str(own)}, plan)
-    assert config["train"]["max_length"] == max_length > plan.config["train"]["max_length"]
-    assert config["search"]["max_tokens"] == config["evaluation"]["max_tokens"] == fit.max_tokens()
+    assert config["train"]["max_length"] == searched.train_max_length(max_depth=cfg.search["max_depth"])
+    assert config["train"]["max_length"] > plan.config["train"]["max_length"]
+    assert config["search"]["max_tokens"] == config["evaluation"]["max_tokens"] == searched.max_tokens()
     assert len(notes) == 1 and "tau2:mock's expert episodes take up to" in notes[0]
     # TextCraft runs are left as they are
     quick = plan_run(RunOptions(quick=True))
