@@ -1095,6 +1095,14 @@ def search_consumers(dep: Deployment) -> dict[str, int]:
     return pending
 
 
+def pending_ids(dep: Deployment, consumer: str) -> set[str]:
+    """Ids of the SearchRequested messages ``consumer`` holds unacknowledged (XPENDING's
+    extended form: id, consumer, idle ms, deliveries per message)."""
+    stream = next(k for k in dep.redis("--scan", "--pattern", "*:ev:SearchRequested").split())
+    out = dep.redis("XPENDING", stream, "search", "-", "+", "1000", consumer).splitlines()
+    return set(out[0::4])
+
+
 def disturbed_run(ctx: Context) -> None:
     steps, dep, api = ctx.steps, ctx.dep, ctx.api
     run_id = ""
@@ -1111,18 +1119,21 @@ def disturbed_run(ctx: Context) -> None:
         config = quick_config(ctx.config, epochs=40.0, time_budget_s=240.0, logging_steps=1)
         run_id = api.call("POST", "/v1/runs", 202, json=config)["run_id"]
 
-        def busy_replica() -> str | None:
+        def busy_replica() -> tuple[str, str] | None:
             its = api.run(run_id)["iterations"]
             if not its or its[0]["trees_done"] >= its[0]["trees_expected"]:
                 return None
             holders = [name for name, n in search_consumers(dep).items() if n > 0]
             for cid in dep.container_ids("search"):
-                if any(f"-{cid[:12]}-" in name for name in holders):
-                    return cid
+                for name in holders:
+                    if f"-{cid[:12]}-" in name:
+                        return cid, name
             return None
 
-        victim = wait_for("a search replica holding one of the run's trees", busy_replica, 300, 0.5)
+        victim, consumer = wait_for("a search replica holding one of the run's trees", busy_replica, 300, 0.5)
+        held = pending_ids(dep, consumer)
         dep.sh.run(["docker", "kill", victim])
+        held |= pending_ids(dep, consumer)
         killed_at = time.monotonic()
         state = dep.sh.run(["docker", "inspect", "-f", "{{.State.Status}}", victim]).stdout.strip()
         expect(state == "exited", f"the killed replica is {state}")
@@ -1142,11 +1153,18 @@ def disturbed_run(ctx: Context) -> None:
             Counter(map(content_key, records)) == Counter(map(content_key, reference.records)),
             "the dataset's samples differ from the undisturbed run's",
         )
+        # the proof of the take-over: the messages the killed replica held are no longer its own
+        # (another consumer claimed them, processed and acknowledged them) and a survivor said so
         survivor = dep.container_ids("search")
-        reclaimed = "reclaimed message" in dep.logs("search", 1000)
+        expect(held, f"the killed replica {victim[:12]} held no message when it was killed")
+        still = held & pending_ids(dep, consumer)
+        expect(not still, f"the killed replica's messages {sorted(still)} were never reclaimed")
+        reclaims = dep.logs("search", 2000).count("reclaimed message")
+        expect(reclaims > 0, "no search replica logged reclaiming a message")
         info["detail"] = (
-            f"killed {victim[:12]}; dataset ready {took:.0f} s later, {len(records)} samples as undisturbed"
-            f"; {len(survivor)} replica left{', it logged the reclaim' if reclaimed else ''}"
+            f"killed {victim[:12]} holding {len(held)} message(s); a survivor reclaimed them ({reclaims} "
+            f"reclaim(s) logged); dataset ready {took:.0f} s later, {len(records)} samples as "
+            f"undisturbed; {len(survivor)} replica left"
         )
         dep.compose("up", "-d", "--no-build", "--scale", "search=2", "search")
     with steps.step(
