@@ -69,7 +69,7 @@ async def test_claim_assign_and_release(api: ApiHarness) -> None:
 async def test_reviewers_verdicts_agreement_and_the_majority(api: ApiHarness) -> None:
     project = await api.project("agreement")
     reader = api.auth(await api.key(project, "read"))
-    ann, bob, cy = (api.auth(await api.key(project, "read", "review")) for _ in range(3))
+    ann, bob, cy = [api.auth(await api.key(project, "read", "review")) for _ in range(3)]
     pair_id, splicer = await spliced_pair(api, project)  # critic t'=2, steps 1..3
     url = f"/v1/pairs/{pair_id}"
     empty = (await api.client.get("/v1/review/agreement", headers=reader)).json()
