@@ -138,11 +138,13 @@ def test_claim_two_reviews_agreement_undo_and_my_reviews(site: Site) -> None:
     bob.wait_for_selector(SHOWN.format(first))
     bob.wait_for_selector(f"#review-detail #transition[data-step='{target}']")
     bob.click("#accept-submit")
+    bob.wait_for_function(f"() => document.querySelector('#review-detail').dataset.shown !== '{first}'")
     agreed = site.api("GET", f"/v1/pairs/{first}").json()
     assert agreed["agreement"] == f"2 of 2 agree on step {target}"
 
     # both see the agreement: the queue's column, the pair view, the overall figure
     ann.goto(f"{site.base}/ui/#/review?pair={first}")
+    ann.reload()  # the same hash does not redraw the page
     ann.wait_for_selector(SHOWN.format(first))
     ann.wait_for_function(
         f"() => /2 of 2 agree on step {target}/.test(document.querySelector('#pair-agreement').textContent)"
@@ -150,7 +152,10 @@ def test_claim_two_reviews_agreement_undo_and_my_reviews(site: Site) -> None:
     cell = ann.locator(f"#review-queue tr[data-pair-id='{first}'] td.agreement")
     assert cell.inner_text() == f"2 of 2 agree on step {target}"
     assert ann.locator("#verdict-list li").count() == 2
-    assert "100.0% (1 of 1 pairs with two reviews or more)" in ann.locator("#review-agreement").inner_text()
+    assert (
+        "Agreement: 100% (1 of 1 pairs with two reviews or more)"
+        in ann.locator("#review-agreement").inner_text()
+    )
     no_literals(ann, "review (agreement)")
 
     # Ann undoes her correction: the splice worker restores the sample before it
@@ -162,6 +167,7 @@ def test_claim_two_reviews_agreement_undo_and_my_reviews(site: Site) -> None:
     (restored,) = splice_as_worker(site.url, first)
     assert isinstance(restored, ev.SampleRespliced) and restored.sample.provenance["restored_by_undo"]
     ann.goto(f"{site.base}/ui/#/review?pair={first}")
+    ann.reload()  # the same hash does not redraw the page
     ann.wait_for_selector(SHOWN.format(first))
     ann.wait_for_selector(f"#review-detail #transition[data-step='{detail['transition_index']}']")
     assert ann.locator("#undo-review").count() == 0  # her verdict is gone; Bob's acceptance stands

@@ -239,7 +239,9 @@ export async function render(main, _params, query) {
   let detailEl = null;
 
   /** The current pair was accepted or corrected: count it, then move to the next pair still to review. */
-  function reviewedOne(item, kind) {
+  function reviewedOne(shown, kind) {
+    // the live refresh may have replaced the queue's items since the pair was opened: use the current one
+    const item = items.find((x) => x.pair_id === shown.pair_id) || shown;
     if (!item.reviewed) {
       item.reviewed = true;
       counts.reviewed += 1;
@@ -247,8 +249,9 @@ export async function render(main, _params, query) {
     }
     if (kind === "accepted") item.accepts = (item.accepts || 0) + 1;
     else item.corrections = (item.corrections || 0) + 1;
-    const at = view.indexOf(item);
-    const following = view.slice(at + 1).concat(view.slice(0, at)).find((x) => !x.reviewed && !theirs(x));
+    const at = view.findIndex((x) => x.pair_id === item.pair_id);
+    const following = view.slice(at + 1).concat(view.slice(0, Math.max(at, 0)))
+      .find((x) => !x.reviewed && !theirs(x) && x.pair_id !== item.pair_id);
     announce(`Pair ${shortId(item.pair_id)} ${kind}. ${counts.remaining} remaining.`);
     if (following) go(view.indexOf(following));
     else {
