@@ -40,6 +40,7 @@ from api.schemas import ERROR_RESPONSES, ID_PATTERN
 from api.writes import append, new_event
 from core.domain.events import DomainEvent, PairClaimed, PairReleased, ReviewUndone
 from core.domain.ids import pair_stream
+from core.domain.review import PairReview
 from core.domain.reviewers import (
     ReviewConflict,
     Reviewer,
@@ -108,6 +109,14 @@ async def _reviewer(svc: ApiServices, principal: Principal) -> Reviewer:
     return Reviewer(key_id, await reviewer_name(svc, principal), principal.allows("admin"))
 
 
+async def _load(svc: ApiServices, principal: Principal, pair_id: str) -> tuple[PairReview, int, Reviewer]:
+    """The caller's pair (404 when it is not of the caller's project) folded, its stream version, and
+    the caller as a reviewer."""
+    await owned_pair(svc, principal, pair_id)
+    review, version = await pair_review(svc, pair_id)
+    return review, version, await _reviewer(svc, principal)
+
+
 def _claim_out(pair_id: str, claim: PairClaimed | None) -> dict[str, Any]:
     return ClaimOut(
         pair_id=pair_id,
@@ -151,9 +160,7 @@ async def claim_pair(
     idem: Idempotency = Depends(idempotency),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    await owned_pair(svc, principal, pair_id)
-    review, version = await pair_review(svc, pair_id)
-    who = await _reviewer(svc, principal)
+    review, version, who = await _load(svc, principal, pair_id)
     try:
         fresh = check_claim(review, who)
     except (ReviewConflict, ReviewForbidden) as exc:
@@ -180,14 +187,12 @@ async def assign_pair(
     idem: Idempotency = Depends(idempotency),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    await owned_pair(svc, principal, pair_id)
+    review, version, who = await _load(svc, principal, pair_id)
     key = await project_key(svc.store.engine, principal.project(), body.key_id)
     if key is None or key.revoked:
         raise field_error("body.key_id", f"no active key {body.key_id} in this project")
     if "review" not in key.scopes and "admin" not in key.scopes:
         raise field_error("body.key_id", f"key {key.name} lacks the 'review' scope: it cannot review pairs")
-    review, version = await pair_review(svc, pair_id)
-    who = await _reviewer(svc, principal)
     to = Reviewer(key.key_id, key.name)
     try:
         fresh = check_assign(review, who, to)
@@ -214,9 +219,7 @@ async def release_pair(
     idem: Idempotency = Depends(idempotency),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    await owned_pair(svc, principal, pair_id)
-    review, version = await pair_review(svc, pair_id)
-    who = await _reviewer(svc, principal)
+    review, version, who = await _load(svc, principal, pair_id)
     try:
         claim = check_release(review, who)
     except (ReviewConflict, ReviewForbidden) as exc:
@@ -241,9 +244,7 @@ async def undo_review(
     idem: Idempotency = Depends(idempotency),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    await owned_pair(svc, principal, pair_id)
-    review, version = await pair_review(svc, pair_id)
-    who = await _reviewer(svc, principal)
+    review, version, who = await _load(svc, principal, pair_id)
     try:
         action = check_undo(review, who)
     except (ReviewConflict, ReviewForbidden) as exc:
