@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +24,7 @@ from core.domain import events as ev
 from core.domain.events import Metadata, NewEvent
 from core.domain.ids import new_id, project_stream
 from tests.conftest import pg_database
-from tests.e2e.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, login, no_literals
+from tests.e2e.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, login, no_literals, shot
 from tests.e2e.test_ui_review_live import axe_problems
 from tests.e2e.ui_seed import SeededProject, append_events, pair_events, seed, serve_app, splice_as_worker
 
@@ -98,7 +99,7 @@ def open_page(site: Site, key: str, route: str) -> tuple[Page, list[str]]:
 SHOWN = "#review-detail[data-shown='{}'] #pair-diff tbody tr"
 
 
-def test_claim_two_reviews_agreement_undo_and_my_reviews(site: Site) -> None:
+def test_claim_two_reviews_agreement_undo_and_my_reviews(site: Site, tmp_path: Path) -> None:
     first, second, third = site.pairs
     ann, ann_errors = open_page(site, site.project.key, f"/review?pair={first}")
     ann.wait_for_selector(SHOWN.format(first))
@@ -157,6 +158,7 @@ def test_claim_two_reviews_agreement_undo_and_my_reviews(site: Site) -> None:
         in ann.locator("#review-agreement").inner_text()
     )
     no_literals(ann, "review (agreement)")
+    shot(ann, tmp_path, "review-reviewers")
 
     # Ann undoes her correction: the splice worker restores the sample before it
     assert "correction" in ann.locator("#undo-review").inner_text()
