@@ -8,10 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from core.domain import events as ev
+from core.domain.events import NewEvent
 from core.domain.ids import pair_stream
 from splice_service.corrections import CorrectionHandlers
-from tests.api.conftest import ApiHarness
+from splice_service.service import SpliceHandlers
+from tests.api.conftest import ApiHarness, make_settings
+from tests.api.seed import meta
 from tests.api.test_api_review import build_dataset, download, resplice, spliced_pair
+from tests.e2e.ui_seed import pair_events
 
 
 async def _me(api: ApiHarness, headers: dict[str, str]) -> str:
@@ -167,3 +171,44 @@ async def test_undo_restores_the_sample_and_my_reviews(api: ApiHarness) -> None:
     assert (await _queue_item(api, ann, pair_id, mine="true")) is None
     assert (await api.client.post(f"{url}/claim", json={}, headers=ann)).status_code == 201
     assert (await _queue_item(api, ann, pair_id, mine="true")) is not None
+
+
+async def test_undoing_the_only_sample_withdraws_it(api: ApiHarness) -> None:
+    """A pair the splicer rejected gets its first sample from a correction; undoing that correction
+    withdraws the sample: the row leaves the read model and new datasets."""
+    project = await api.project("withdraw")
+    reader = api.auth(await api.key(project, "read"))
+    ann = api.auth(await api.key(project, "read", "review", "run"))
+    pair_id, events = pair_events(project, None, "k", critic_index=3, oracle_index=2)
+    rejected = ev.RevisionRejected(pair_id, None, 0, "unverified: replay reward 0.000")
+    await api.store.append([*events, NewEvent(pair_stream(pair_id), rejected, meta(project))])
+    splicer = SpliceHandlers(make_settings("unused"), api.store, env_opener=lambda uri: None)  # type: ignore[arg-type,return-value]
+    url = f"/v1/pairs/{pair_id}"
+    assert (await api.client.get(url, headers=reader)).json()["sample_id"] is None
+
+    reflection = "I should have checked the recipe before crafting."
+    body = {"transition_index": 2, "reflection": reflection}
+    assert (await api.client.post(f"{url}/corrections", json=body, headers=ann)).status_code == 202
+    (done,) = await resplice(api, splicer, pair_id)
+    assert isinstance(done, ev.SampleRespliced)
+    corrected = (await api.client.get(url, headers=reader)).json()
+    assert corrected["status"] == "revised" and corrected["sample_id"] == done.sample_id
+    assert reflection in await download(api, reader, await build_dataset(api, ann, "with-it"))
+
+    undone = await api.client.post(f"{url}/undo", json={}, headers=ann)
+    assert undone.status_code == 201 and undone.json()["resplice"] == "withdraw"
+    recorded = (await api.store.read_stream(pair_stream(pair_id)))[-1]
+    result = await CorrectionHandlers(splicer).on_undo(recorded)
+    (withdrawn,) = [e.event for e in result.events]
+    assert isinstance(withdrawn, ev.SampleWithdrawn) and withdrawn.sample_id == done.sample_id
+    await api.store.append(list(result.events))
+    # a second delivery of the undo answers the same event id (the runtime appends it once)
+    again = await CorrectionHandlers(splicer).on_undo(recorded)
+    assert [e.event_id for e in again.events] == [e.event_id for e in result.events]
+
+    after = (await api.client.get(url, headers=reader)).json()
+    assert (after["status"], after["sample_id"], after["sample_origin"]) == ("rejected", None, "")
+    assert after["reason"].startswith("undone:")
+    assert (await api.client.get(f"/v1/samples/{done.sample_id}", headers=reader)).status_code == 404
+    empty = await api.client.post("/v1/datasets", json={"name": "without-it"}, headers=ann)
+    assert empty.status_code == 422 and "no sample" in empty.text
