@@ -303,7 +303,7 @@ export async function render(main, _params, query) {
   draw();
   if (items.length) {
     const at = view.findIndex((x) => x.pair_id === current);
-    go(at >= 0 ? at : 0);
+    go(at >= 0 ? at : Math.max(view.findIndex((x) => !theirs(x)), 0)); // first: one nobody else holds
   }
   return () => {
     stop();
