@@ -173,9 +173,19 @@ def _undo(review: PairReview, event: ReviewUndone, by_id: dict[str, CorrectionRe
         review.samples = [s for s in review.samples if s.cause_id != event.target_id]
 
 
+NOT_THE_MAJORITY = ("disputed:", "outvoted:")
+"""The reason prefixes of a correction the splicer did not follow because most reviewers did not name
+its t' (``core.domain.reviewers.splice_refusal``)."""
+
+
 def _moved_first_error(review: PairReview) -> FirstErrorMarked | None:
-    """The critic's first error moved to the latest correction not taken back (whatever its outcome)."""
-    live = review.live_corrections
+    """The critic's first error moved to the latest correction not taken back (whatever its outcome,
+    except one the reviewers' majority did not follow: the exports label what the sample says)."""
+    live = [
+        c
+        for c in review.live_corrections
+        if not (c.status == "rejected" and c.reason.startswith(NOT_THE_MAJORITY))
+    ]
     if review.marked is None or not live:
         return review.marked
     latest = live[-1].event

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from core.domain.events import PairClaimed, ReviewUndone
-from core.domain.review import PairReview, ReviewAction, SampleState
+from core.domain.review import NOT_THE_MAJORITY, PairReview, ReviewAction, SampleState
 
 
 class ReviewConflict(Exception):
@@ -183,13 +183,14 @@ def splice_refusal(review: PairReview, correction_id: str) -> str | None:
     standing = agreement(verdicts(review))
     if standing.index == action.transition_index:
         return None
+    disputed, outvoted = NOT_THE_MAJORITY
     if standing.index is None:
         return (
-            f"disputed: reviewers are split ({standing.split}); the sample stays as it was until a "
+            f"{disputed} reviewers are split ({standing.split}); the sample stays as it was until a "
             "majority agrees"
         )
     return (
-        f"outvoted: {standing.agree} of {standing.reviewers} reviewers say t'={standing.index}; "
+        f"{outvoted} {standing.agree} of {standing.reviewers} reviewers say t'={standing.index}; "
         "the sample stays as it was"
     )
 

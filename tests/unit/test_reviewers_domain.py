@@ -117,6 +117,9 @@ def test_the_splicer_follows_the_majority_and_waits_when_tied() -> None:
         [*stream, ev.CorrectionRejected("p", "c2", str(reason)), corrected("c3", CY, 1, old=2)]
     )
     assert splice_refusal(joined, "c3") is None
+    # the exports' first error follows the sample: a correction the majority did not follow moves nothing
+    held = fold_pair([*stream, ev.CorrectionRejected("p", "c2", str(reason))])
+    assert held.first_error is not None and held.first_error.transition_index == 2
     assert agreement(verdicts(joined)).summary == "2 of 3 agree on step 1"
 
 
