@@ -36,6 +36,7 @@ from api.routes import (
     projects,
     quality,
     review,
+    reviewers,
     runs,
     samples,
     traces,
@@ -142,7 +143,20 @@ def create_app(
     install_error_handlers(app)
     install_openapi(app)  # /openapi.json states the sanitiser's NUL rule (api/openapi.py)
     app.add_exception_handler(IdempotentReplay, replay_handler)
-    routers = (health, projects, runs, trees, datasets, traces, otlp, listings, events, review, samples)
+    routers = (
+        health,
+        projects,
+        runs,
+        trees,
+        datasets,
+        traces,
+        otlp,
+        listings,
+        events,
+        review,
+        reviewers,
+        samples,
+    )
     for module in (*routers, quality, progress, whoami):
         app.include_router(module.router)
     if proxy.upstream_url:  # the capture proxy (api/proxy): served only where an upstream is configured

@@ -11,6 +11,16 @@ and the correction id, which replaces the pair's sample in the ``samples`` read 
 iteration's dataset and later trace datasets pick it up on their next build. A correction that
 cannot be spliced (e.g. the replay no longer reaches the good reward) becomes
 ``CorrectionRejected`` with the reason, and the earlier sample stays.
+
+With more than one reviewer the splicer follows the majority (``core.domain.reviewers``): a correction
+whose t' is not the one most of the pair's reviewers name (tied: "disputed", outnumbered: "outvoted")
+becomes ``CorrectionRejected`` with that reason, before any splicing.
+
+A reviewer's undo (``ReviewUndone``) of the correction whose sample is the pair's current one takes the
+same path back: the sample that was current before it is restored (``SampleRespliced`` with the undo's
+id as ``correction_id``, provenance ``restored_by_undo``), replacing the undone correction's sample in
+the ``samples`` read model; when the pair had no sample before, ``SampleWithdrawn`` takes it out. New
+datasets then no longer hold the undone correction's sample.
 """
 
 from __future__ import annotations
@@ -23,13 +33,16 @@ from core.domain.events import (
     FirstErrorCorrected,
     NewEvent,
     RecordedEvent,
+    ReviewUndone,
     RevisionRejected,
     SampleRespliced,
+    SampleWithdrawn,
     caused_by,
 )
 from core.domain.ids import derived_id, pair_stream
 from core.domain.reflections import Reflection, ReflectionError
 from core.domain.review import HUMAN_CORRECTED
+from core.domain.reviewers import splice_refusal, undo_plan
 from core.domain.splice import SpliceError
 from core.runtime.service import HandlerResult
 from core.store.pair_repository import PairRepository
@@ -67,6 +80,12 @@ class CorrectionHandlers:
             event = CorrectionRejected(pair.pair_id, correction.correction_id, reason)
             return HandlerResult([NewEvent(stream, event, meta, event_id)])
 
+        refusal = splice_refusal(
+            await PairRepository(self.splice.store).load(correction.pair_id, recorded.position),
+            correction.correction_id,
+        )
+        if refusal is not None:
+            return rejected(refusal)
         config, model_ref, masking = SpliceConfig(), None, LossMasking()
         if pair.run_id is not None:
             run_config, model_ref = await run_context(self.splice.store, pair.run_id, pair.iteration)
@@ -108,3 +127,37 @@ class CorrectionHandlers:
             pair.pair_id, correction.new_transition_index, correction.correction_id, correction.reviewer,
         )  # fmt: skip
         return HandlerResult([NewEvent(stream, respliced, meta, event_id)])
+
+    async def on_undo(self, recorded: RecordedEvent) -> HandlerResult:
+        """``ReviewUndone`` -> the sample before the undone correction restored, or withdrawn."""
+        undo = recorded.event
+        assert isinstance(undo, ReviewUndone)
+        review = await PairRepository(self.splice.store).load(undo.pair_id, recorded.position)
+        plan = undo_plan(review, undo)
+        if plan is None or review.pair is None:
+            return HandlerResult([])
+        meta = caused_by(recorded, SERVICE_NAME)
+        stream = pair_stream(undo.pair_id)
+        event_id = derived_id(SERVICE_NAME, "undo", undo.undo_id)
+        action, state = plan
+        if action == "withdraw":
+            reason = (
+                f"undone: {undo.reviewer} took back correction {undo.target_id}, the only sample the pair had"
+            )
+            withdrawn = SampleWithdrawn(undo.pair_id, state.sample_id, undo.undo_id, reason)
+            log.info("corrections: pair %s sample withdrawn (undo %s)", undo.pair_id, undo.undo_id)
+            return HandlerResult([NewEvent(stream, withdrawn, meta, event_id)])
+        provenance = {**state.sample.provenance, "restored_by_undo": undo.undo_id}
+        restored = SampleRespliced(
+            sample_id=state.sample_id,
+            pair_id=undo.pair_id,
+            correction_id=undo.undo_id,
+            run_id=review.pair.run_id,
+            iteration=review.pair.iteration,
+            sample=dataclasses.replace(state.sample, provenance=provenance),
+            template_id=state.template_id,
+            revision_length=state.revision_length,
+            verified=state.verified,
+        )
+        log.info("corrections: pair %s sample restored (undo %s)", undo.pair_id, undo.undo_id)
+        return HandlerResult([NewEvent(stream, restored, meta, event_id)])

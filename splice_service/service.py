@@ -5,7 +5,8 @@
   ``RevisionMaterialized``, ``RevisionRejected``: ``splice_service.splicer``.
 - ``FirstErrorCorrected`` (a reviewer's correction) -> ``SampleRespliced`` or ``CorrectionRejected``:
   the pair re-spliced at the reviewer's t' / with the reviewer's reflection
-  (``splice_service.corrections``).
+  (``splice_service.corrections``); ``ReviewUndone`` -> the earlier sample restored (``SampleRespliced``)
+  or ``SampleWithdrawn`` (same module).
 - ``TraceIngested`` with outcome ``success``, or ``TraceOutcomeSet`` to ``success`` later ->
   ``GoodTraceSampled``: the successful trace as a good sample (``splice_service.good_traces``).
 """
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from core.domain.events import (
     FirstErrorCorrected,
     FirstErrorMarked,
+    ReviewUndone,
     RevisionMaterialized,
     RevisionRejected,
     SearchFailed,
@@ -74,6 +76,7 @@ def build_service(
     cache, close = service_cache(policies, opener, settings.max_open_models, "splice")
     handlers = SpliceHandlers(settings, store, checked_env_opener(env_opener, egress), cache)
     goods = GoodTraceHandlers(store)
+    corrections = CorrectionHandlers(handlers)
     return Service(
         name=SERVICE_NAME,
         handlers={
@@ -84,7 +87,8 @@ def build_service(
             SearchFailed.event_type: handlers.on_progress,
             RevisionMaterialized.event_type: handlers.on_progress,
             RevisionRejected.event_type: handlers.on_progress,
-            FirstErrorCorrected.event_type: CorrectionHandlers(handlers).on_correction,
+            FirstErrorCorrected.event_type: corrections.on_correction,
+            ReviewUndone.event_type: corrections.on_undo,
         },
         concurrency=1,
         on_close=close,

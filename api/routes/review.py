@@ -31,6 +31,7 @@ reviewed and its sample stays as it is.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -59,6 +60,7 @@ from core.domain.review import (
     fold_pair,
     review_reasons,
 )
+from core.domain.reviewers import agreement, agreement_text, claim_view, verdicts
 from core.domain.serde import to_dict
 from core.store.queries.review import (
     QueueFilter,
@@ -148,7 +150,17 @@ class PairDetailOut(BaseModel):
     sample_origin: str = Field(description="splice, human-corrected, or '' without a sample.")
     corrections: list[dict[str, Any]]
     accepts: list[dict[str, Any]] = Field(description="Reviewers who accepted the t' as it was.")
-    reviewed: bool = Field(description="A reviewer corrected or accepted this pair.")
+    reviewed: bool = Field(description="A reviewer corrected or accepted this pair (not undone).")
+    claim: dict[str, Any] | None = Field(
+        description="Who holds the pair: reviewer_key, reviewer, since, by (null: nobody)."
+    )
+    verdicts: list[dict[str, Any]] = Field(
+        description="Each reviewer's standing verdict: reviewer_key, reviewer, kind, action_id, "
+        "transition_index, at."
+    )
+    agreement: str = Field(description="The agreement in words, e.g. '2 of 3 agree on step 4'.")
+    agreed_index: int | None = Field(description="The t' most reviewers name (null: none, or a tie).")
+    disputed: bool = Field(description="Two reviewers or more, tied.")
 
 
 class ReviewItemOut(BaseModel):
@@ -186,6 +198,13 @@ class ReviewItemOut(BaseModel):
     accepts: int = Field(description="Reviewers who accepted the pair's t' as it is.")
     reviewed: bool = Field(description="A reviewer has corrected or accepted this pair.")
     reasons: list[ReviewReason] = Field(description="Why the pair is in the queue.")
+    claimed_key: str | None = Field(description="The key id holding the pair (null: nobody).")
+    claimed_by: str | None = Field(description="That key as people read it (null: nobody).")
+    reviewers: int = Field(description="Reviewers with a standing verdict (not undone).")
+    agree: int = Field(description="How many of them name the majority t' (or the most named one).")
+    agreed_index: int | None = Field(description="The t' most reviewers name (null: none, or a tie).")
+    disputed: bool = Field(description="Two reviewers or more, tied: the splicer waits for a majority.")
+    agreement: str = Field(description="The agreement in words, e.g. '2 of 3 agree on step 4'.")
 
 
 class ReviewQueuePage(BaseModel):
@@ -227,6 +246,13 @@ def _queue_item(row: QueueRow, max_margin: float) -> ReviewItemOut:
         accepts=row.accepts,
         reviewed=row.reviewed,
         reasons=review_reasons(signals, max_margin),
+        claimed_key=row.claimed_key,
+        claimed_by=row.claimed_by,
+        reviewers=row.reviewers,
+        agree=row.agree,
+        agreed_index=row.agreed_index,
+        disputed=row.disputed,
+        agreement=agreement_text(row.reviewers, row.agree, row.agreed_index, row.disputed),
     )
 
 
@@ -259,6 +285,12 @@ async def review_queue(
         None,
         description="true: only pairs a reviewer corrected or accepted; false: only those still to review.",
     ),
+    mine: bool = Query(
+        False, description="true: only pairs the calling key holds (claimed) or has a standing review on."
+    ),
+    disputed: bool | None = Query(
+        None, description="true: only pairs whose reviewers are tied (no majority t'); false: the others."
+    ),
     sort: str = Query(
         "priority",
         pattern="^(priority|pair_id)$",
@@ -279,6 +311,8 @@ async def review_queue(
         task_key=task_key,
         source=source,
         reviewed=reviewed,
+        mine=(principal.key_id or f"agr_{principal.prefix}") if mine else None,
+        disputed=disputed,
     )
     position = decode_cursor(cursor, _CURSOR_TYPES[sort])
     page = await queue_page(svc.store.engine, wanted, cast(QueueSort, sort), position, limit)
@@ -291,7 +325,7 @@ async def review_queue(
     )
 
 
-async def _review(svc: ApiServices, pair_id: str) -> tuple[PairReview, int]:
+async def pair_review(svc: ApiServices, pair_id: str) -> tuple[PairReview, int]:
     stream = pair_stream(pair_id)
     recorded = await svc.store.read_stream(stream)
     return fold_pair(r.event for r in recorded), len(recorded) - 1
@@ -306,10 +340,12 @@ async def get_pair(
     row = await pair_row(svc.store.engine, principal.project(), pair_id)
     if row is None:
         raise not_found("pair", pair_id)
-    review, _ = await _review(svc, pair_id)
+    review, _ = await pair_review(svc, pair_id)
     pair, marked = review.pair, review.marked
     if pair is None:
         raise not_found("pair", pair_id)
+    standing = verdicts(review)
+    agreed = agreement(standing)
     critic = None
     if marked is not None:
         critic = CriticOut(
@@ -344,12 +380,17 @@ async def get_pair(
         sample_id=row.sample_id,
         sample_origin=review.sample_origin,
         corrections=[correction_view(c) for c in review.corrections],
-        accepts=[accept_view(a) for a in review.accepts],
-        reviewed=bool(review.corrections or review.accepts),
+        accepts=[accept_view(a, a.acceptance_id in review.undone) for a in review.accepts],
+        reviewed=bool(review.live_actions),
+        claim=claim_view(review.claim),
+        verdicts=[dataclasses.asdict(a) for a in standing.values()],
+        agreement=agreed.summary,
+        agreed_index=agreed.index,
+        disputed=agreed.disputed,
     )
 
 
-async def _reviewer(svc: ApiServices, principal: Principal) -> str:
+async def reviewer_name(svc: ApiServices, principal: Principal) -> str:
     label = await key_label(svc.store.engine, principal.key_id) if principal.key_id is not None else ""
     who = f"agr_{principal.prefix}"
     return f"{who} ({label})" if label else who
@@ -369,7 +410,7 @@ async def _correct(
     trace_id: str | None,
 ) -> dict[str, Any]:
     project_id = principal.project()
-    review, version = await _review(svc, pair_id)
+    review, version = await pair_review(svc, pair_id)
     try:
         new_index, reflection = check_correction(review, body.transition_index, body.reflection)
     except CorrectionError as exc:
@@ -377,7 +418,8 @@ async def _correct(
     correction = FirstErrorCorrected(
         pair_id=pair_id,
         correction_id=idem.new_id("correction"),
-        reviewer=await _reviewer(svc, principal),
+        reviewer=await reviewer_name(svc, principal),
+        reviewer_key=principal.key_id or f"agr_{principal.prefix}",
         corrected_at=datetime.now(UTC).isoformat(),
         old_transition_index=review.transition_index,
         new_transition_index=new_index,
@@ -410,7 +452,7 @@ async def _accept(
     body: AcceptIn,
     trace_id: str | None,
 ) -> dict[str, Any]:
-    review, version = await _review(svc, pair_id)
+    review, version = await pair_review(svc, pair_id)
     try:
         index = check_accept(review)
     except CorrectionError as exc:
@@ -418,7 +460,8 @@ async def _accept(
     accepted = FirstErrorAccepted(
         pair_id=pair_id,
         acceptance_id=idem.new_id("acceptance"),
-        reviewer=await _reviewer(svc, principal),
+        reviewer=await reviewer_name(svc, principal),
+        reviewer_key=principal.key_id or f"agr_{principal.prefix}",
         accepted_at=datetime.now(UTC).isoformat(),
         transition_index=index,
         trace_id=trace_id,
@@ -437,7 +480,7 @@ async def _accept(
     return out
 
 
-async def _owned_pair(svc: ApiServices, principal: Principal, pair_id: str) -> None:
+async def owned_pair(svc: ApiServices, principal: Principal, pair_id: str) -> None:
     if await pair_row(svc.store.engine, principal.project(), pair_id) is None:
         raise not_found("pair", pair_id)
 
@@ -468,7 +511,7 @@ async def correct_pair(
     idem: Idempotency = Depends(idempotency),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    await _owned_pair(svc, principal, pair_id)
+    await owned_pair(svc, principal, pair_id)
     return await _correct(svc, principal, idem, pair_id, body, None)
 
 
@@ -502,7 +545,7 @@ async def accept_pair(
     idem: Idempotency = Depends(idempotency),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    await _owned_pair(svc, principal, pair_id)
+    await owned_pair(svc, principal, pair_id)
     return await _accept(svc, principal, idem, pair_id, body, None)
 
 

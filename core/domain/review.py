@@ -3,7 +3,9 @@
 A pair's stream holds ``PairFound``, the critic's ``FirstErrorMarked`` (or a ``RevisionRejected``),
 the splicer's ``RevisionMaterialized`` and, after human review, ``FirstErrorAccepted`` (the reviewer
 confirms the current t') or ``FirstErrorCorrected`` followed by ``SampleRespliced`` or
-``CorrectionRejected``. ``fold_pair`` reads those events in stream order
+``CorrectionRejected``; reviewers claim it (``PairClaimed`` / ``PairReleased``) and may take back their
+own last correction or acceptance (``ReviewUndone``, then the splicer's ``SampleRespliced`` restoring
+the earlier sample or ``SampleWithdrawn``). ``fold_pair`` reads those events in stream order
 and answers what the UI and the correction route need: the pair, the critic's verdicts, the t' and
 reflection the current sample was spliced with, every correction with its outcome, and the first
 error the exports label (the critic's, moved to the latest correction's step, no longer a
@@ -27,10 +29,14 @@ from core.domain.events import (
     FirstErrorAccepted,
     FirstErrorCorrected,
     FirstErrorMarked,
+    PairClaimed,
     PairFound,
+    PairReleased,
+    ReviewUndone,
     RevisionMaterialized,
     RevisionRejected,
     SampleRespliced,
+    SampleWithdrawn,
 )
 from core.domain.trajectory import TrainingSample
 
@@ -50,11 +56,43 @@ class CorrectionError(ValueError):
 
 @dataclass
 class CorrectionRecord:
-    """One reviewer correction and what became of it (``status``: pending, respliced, rejected)."""
+    """One reviewer correction and what became of it (``status``: pending, respliced, rejected;
+    ``undone``: its reviewer took it back)."""
 
     event: FirstErrorCorrected
     status: str = "pending"
     reason: str = ""
+    undone: bool = False
+
+
+@dataclass(frozen=True)
+class ReviewAction:
+    """One reviewer's verdict on the pair: a correction (t' moved) or an acceptance (t' confirmed)."""
+
+    kind: Literal["correction", "acceptance"]
+    action_id: str  # correction_id or acceptance_id
+    reviewer_key: str  # the key id (older events: the reviewer's name)
+    reviewer: str
+    transition_index: int  # the t' this reviewer says is the first error
+    at: str
+
+
+@dataclass(frozen=True)
+class SampleState:
+    """A sample the pair had: ``cause_id`` is the correction that re-spliced it ("" for the splicer's)."""
+
+    cause_id: str
+    sample_id: str
+    sample: TrainingSample
+    template_id: str
+    revision_length: int
+    verified: bool | None
+    origin: str
+
+
+def reviewer_key_of(event: FirstErrorCorrected | FirstErrorAccepted) -> str:
+    """Who made a correction or acceptance (its key id; events before key ids were kept: the name)."""
+    return event.reviewer_key or event.reviewer
 
 
 @dataclass
@@ -69,15 +107,89 @@ class PairReview:
     rejected_reason: str = ""
     corrections: list[CorrectionRecord] = field(default_factory=list)
     accepts: list[FirstErrorAccepted] = field(default_factory=list)
+    claim: PairClaimed | None = None  # who holds the pair now (None: nobody)
+    actions: list[ReviewAction] = field(default_factory=list)  # every verdict, in stream order
+    undone: dict[str, ReviewUndone] = field(default_factory=dict)  # undone action id -> the undo
+    undos: dict[str, ReviewUndone] = field(default_factory=dict)  # undo id -> the undo
+    samples: list[SampleState] = field(default_factory=list)  # the current sample last, earlier below
 
     @property
     def pending(self) -> CorrectionRecord | None:
         return next((c for c in self.corrections if c.status == "pending"), None)
 
+    @property
+    def live_actions(self) -> list[ReviewAction]:
+        """The verdicts not taken back, in stream order."""
+        return [a for a in self.actions if a.action_id not in self.undone]
+
+    @property
+    def live_accepts(self) -> list[FirstErrorAccepted]:
+        return [a for a in self.accepts if a.acceptance_id not in self.undone]
+
+    @property
+    def live_corrections(self) -> list[CorrectionRecord]:
+        return [c for c in self.corrections if not c.undone]
+
 
 def _reflection_of(sample: TrainingSample) -> str:
     value = sample.provenance.get("reflection")
     return value if isinstance(value, str) else ""
+
+
+def _state(event: RevisionMaterialized | SampleRespliced, cause_id: str, origin: str) -> SampleState:
+    return SampleState(
+        cause_id,
+        event.sample_id,
+        event.sample,
+        event.template_id,
+        event.revision_length,
+        event.verified,
+        origin,
+    )
+
+
+def _show_sample(review: PairReview, state: SampleState | None) -> None:
+    """The pair's current sample becomes ``state`` (None: the pair has none)."""
+    if state is None:
+        review.sample, review.sample_origin, review.reflection = None, "", ""
+        if review.marked is not None:
+            review.transition_index = review.marked.transition_index
+        return
+    review.sample = state.sample
+    review.sample_origin = state.origin
+    index = state.sample.provenance.get("transition_index")
+    if isinstance(index, int):
+        review.transition_index = index
+    review.reflection = _reflection_of(state.sample)
+
+
+def _undo(review: PairReview, event: ReviewUndone, by_id: dict[str, CorrectionRecord]) -> None:
+    review.undone[event.target_id] = event
+    review.undos[event.undo_id] = event
+    if event.target_id in by_id:
+        by_id[event.target_id].undone = True
+    on_top = bool(review.samples) and review.samples[-1].cause_id == event.target_id
+    if not on_top:  # a sample the undone correction made but that no longer stands: forget it
+        review.samples = [s for s in review.samples if s.cause_id != event.target_id]
+
+
+NOT_THE_MAJORITY = ("disputed:", "outvoted:")
+"""The reason prefixes of a correction the splicer did not follow because most reviewers did not name
+its t' (``core.domain.reviewers.splice_refusal``)."""
+
+
+def _moved_first_error(review: PairReview) -> FirstErrorMarked | None:
+    """The critic's first error moved to the latest correction not taken back (whatever its outcome,
+    except one the reviewers' majority did not follow: the exports label what the sample says)."""
+    live = [
+        c
+        for c in review.live_corrections
+        if not (c.status == "rejected" and c.reason.startswith(NOT_THE_MAJORITY))
+    ]
+    if review.marked is None or not live:
+        return review.marked
+    latest = live[-1].event
+    return dataclasses.replace(review.marked, transition_index=latest.new_transition_index, fallback=False)
 
 
 def fold_pair(events: Iterable[DomainEvent]) -> PairReview:
@@ -92,37 +204,62 @@ def fold_pair(events: Iterable[DomainEvent]) -> PairReview:
             if review.sample is None:
                 review.transition_index = event.transition_index
         elif isinstance(event, RevisionMaterialized):
-            review.sample = event.sample
-            review.sample_origin = "splice"
-            index = event.sample.provenance.get("transition_index")
-            if isinstance(index, int):
-                review.transition_index = index
-            review.reflection = _reflection_of(event.sample)
+            review.samples = [_state(event, "", "splice")]
+            _show_sample(review, review.samples[-1])
         elif isinstance(event, RevisionRejected):
             review.rejected_reason = event.reason
         elif isinstance(event, FirstErrorCorrected):
             record = CorrectionRecord(event)
             review.corrections.append(record)
-            if review.first_error is not None:
-                review.first_error = dataclasses.replace(
-                    review.first_error, transition_index=event.new_transition_index, fallback=False
-                )
             by_id[event.correction_id] = record
+            review.actions.append(
+                ReviewAction(
+                    "correction",
+                    event.correction_id,
+                    reviewer_key_of(event),
+                    event.reviewer,
+                    event.new_transition_index,
+                    event.corrected_at,
+                )
+            )
         elif isinstance(event, SampleRespliced):
-            review.sample = event.sample
-            review.sample_origin = HUMAN_CORRECTED
             review.rejected_reason = ""
-            index = event.sample.provenance.get("transition_index")
-            if isinstance(index, int):
-                review.transition_index = index
-            review.reflection = _reflection_of(event.sample)
+            if event.correction_id in review.undos:  # an undo restored the sample before it
+                if len(review.samples) > 1:
+                    review.samples.pop()
+                else:
+                    review.samples = [_state(event, "", "splice")]
+                _show_sample(review, review.samples[-1])
+            else:
+                review.samples.append(_state(event, event.correction_id, HUMAN_CORRECTED))
+                _show_sample(review, review.samples[-1])
             if event.correction_id in by_id:
                 by_id[event.correction_id].status = "respliced"
+        elif isinstance(event, SampleWithdrawn):
+            review.samples = []
+            _show_sample(review, None)
         elif isinstance(event, FirstErrorAccepted):
             review.accepts.append(event)
+            review.actions.append(
+                ReviewAction(
+                    "acceptance",
+                    event.acceptance_id,
+                    reviewer_key_of(event),
+                    event.reviewer,
+                    event.transition_index,
+                    event.accepted_at,
+                )
+            )
         elif isinstance(event, CorrectionRejected) and event.correction_id in by_id:
             by_id[event.correction_id].status = "rejected"
             by_id[event.correction_id].reason = event.reason
+        elif isinstance(event, PairClaimed):
+            review.claim = event
+        elif isinstance(event, PairReleased):
+            review.claim = None
+        elif isinstance(event, ReviewUndone):
+            _undo(review, event, by_id)
+    review.first_error = _moved_first_error(review)
     return review
 
 
@@ -185,9 +322,10 @@ def check_accept(review: PairReview) -> int:
     return review.transition_index if review.transition_index is not None else review.marked.transition_index
 
 
-def accept_view(event: FirstErrorAccepted) -> dict[str, Any]:
-    """An acceptance as the API shows it."""
+def accept_view(event: FirstErrorAccepted, undone: bool = False) -> dict[str, Any]:
+    """An acceptance as the API shows it (``undone``: its reviewer took it back)."""
     return {
+        "undone": undone,
         "acceptance_id": event.acceptance_id,
         "reviewer": event.reviewer,
         "accepted_at": event.accepted_at,
@@ -212,6 +350,7 @@ def correction_view(record: CorrectionRecord) -> dict[str, Any]:
         "note": event.note,
         "status": record.status,
         "reason": record.reason,
+        "undone": record.undone,
     }
 
 

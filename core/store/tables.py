@@ -31,6 +31,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.sql import ColumnElement
@@ -240,6 +241,30 @@ pairs = Table(
     Column("accepts", Integer, nullable=False, default=0, server_default="0"),
     Column("spread", Integer, nullable=True),  # the largest |t'| gap between critic and baseline critics
     Column("priority", Float, nullable=True, index=True),  # core.domain.review.review_priority
+    # who holds the pair (PairClaimed, until PairReleased): the key id and its name
+    Column("claimed_key", String(64), nullable=True, index=True),
+    Column("claimed_by", Text, nullable=True),
+    # the reviewers' standing verdicts (core.domain.reviewers.agreement): how many reviewers, how many
+    # name the majority t' (agreed_index; null: none or a tie), and whether reviewers are tied
+    Column("reviewers", Integer, nullable=False, default=0, server_default="0"),
+    Column("agree", Integer, nullable=False, default=0, server_default="0"),
+    Column("agreed_index", Integer, nullable=True),
+    Column("disputed", Boolean, nullable=False, default=False, server_default=false()),
+)
+
+# each reviewer's standing verdict on a pair (core.domain.reviewers.verdicts): "my reviews" and the
+# review page's agreement figures
+pair_verdicts = Table(
+    "pair_verdicts",
+    metadata,
+    Column("pair_id", String(36), primary_key=True),
+    Column("reviewer_key", String(200), primary_key=True),
+    Column("project_id", String(36), nullable=True, index=True),
+    Column("reviewer", Text, nullable=False),
+    Column("kind", String(16), nullable=False),  # correction | acceptance
+    Column("transition_index", Integer, nullable=False),
+    Column("critic_index", Integer, nullable=True),
+    Index(None, "reviewer_key", "pair_id"),
 )
 
 samples = Table(
@@ -327,6 +352,7 @@ PROJECTION_TABLES: tuple[Table, ...] = (
     trees,
     nodes,
     pairs,
+    pair_verdicts,
     samples,
     traces,
     datasets,

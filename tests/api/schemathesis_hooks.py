@@ -70,6 +70,8 @@ UNSTATED: tuple[tuple[str, str, str, str], ...] = (
     # to render with
     ("POST", r"/v1/datasets", r"body\.query", r"matches no sample|no sample"),
     ("POST", r"/v1/traces/\{trace_id\}/(corrections|accept)", r"trace_id", r".*"),
+    # a pair is assigned to an active key of the project that may review: state, not shape
+    ("POST", r"/v1/pairs/\{pair_id\}/assign", r"body\.key_id", r"no active key|lacks the 'review' scope"),
     ("GET", r"/v1/samples/\{sample_id\}/tokens", r"query\.model", r"name a model|is not a model of"),
     # the importers' per-format rules (core.formats: the order of system / user / assistant / tool
     # turns, tool-call ids, ReAct action lines, Langfuse GENERATION observations, OTLP span ids and

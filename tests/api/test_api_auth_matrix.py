@@ -107,6 +107,13 @@ ROUTES = (
     Route(
         "POST", "/v1/traces/{trace}/corrections", "review", "404", {"reflection": "Check the order first."}
     ),
+    Route("POST", "/v1/pairs/{pair}/claim", "review", "404", {}),
+    # {key_id} is a read-only key: assigning a pair to it is a 422 naming key_id
+    Route("POST", "/v1/pairs/{pair}/assign", "review", "404", {"key_id": "{key_id}"}, owner_also=(422,)),
+    Route("POST", "/v1/pairs/{pair}/release", "review", "404", {}),
+    # the owner's last verdict is the correction above, still re-splicing (no worker here): a 409
+    Route("POST", "/v1/pairs/{pair}/undo", "review", "404", {}, owner_also=(409,)),
+    Route("GET", "/v1/review/agreement", "read", "list"),
     Route("GET", "/v1/runs/{run}/progress", "read", "404"),
     Route("GET", "/v1/samples/{sample}", "read", "404"),
     Route("GET", "/v1/samples/{sample}/tokens", "read", "404", owner_also=(422,)),

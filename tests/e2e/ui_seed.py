@@ -390,7 +390,8 @@ def splice_as_worker(database_url: str, pair_id: str) -> list[Any]:
     """Do the splice worker's job for the last event of the pair's stream, through its real handlers,
     and append what they return (as the worker does): a FirstErrorMarked is spliced
     (``SpliceHandlers.on_first_error``), a FirstErrorCorrected re-spliced
-    (``CorrectionHandlers.on_correction``). The pair must have no environment to replay in (no
+    (``CorrectionHandlers.on_correction``), a ReviewUndone restores the earlier sample
+    (``CorrectionHandlers.on_undo``). The pair must have no environment to replay in (no
     ``env_uri``): nothing here opens one. Returns the appended events."""
     from core.runtime.settings import Settings
     from core.store.factory import open_store
@@ -410,6 +411,8 @@ def splice_as_worker(database_url: str, pair_id: str) -> list[Any]:
                 result = await splicer.on_first_error(recorded)
             elif recorded.event_type == "FirstErrorCorrected":
                 result = await CorrectionHandlers(splicer).on_correction(recorded)
+            elif recorded.event_type == "ReviewUndone":
+                result = await CorrectionHandlers(splicer).on_undo(recorded)
             else:
                 raise AssertionError(f"pair {pair_id} ends with {recorded.event_type}: nothing to splice")
             await store.append(list(result.events))

@@ -93,13 +93,37 @@ def test_migrations_are_found_from_any_directory(tmp_path: Any, monkeypatch: pyt
         migrate.migrations_dir()
 
 
+async def _insert_events(conn: Any, stream_id: str, events: list[Any]) -> None:
+    """Append ``events`` to ``stream_id`` as rows of the ``events`` table (before a migration runs)."""
+    import sqlalchemy as sa
+
+    from core.domain.serde import to_dict
+
+    for version, event in enumerate(events):
+        await conn.execute(
+            sa.text(
+                "INSERT INTO events (event_id, stream_id, stream_version, event_type, "
+                "event_version, data, metadata, recorded_at) VALUES (:id, :stream, :v, "
+                ":type, :ev, :data, :meta, CURRENT_TIMESTAMP)"
+            ).bindparams(sa.bindparam("data", type_=sa.JSON), sa.bindparam("meta", type_=sa.JSON)),
+            {
+                "id": f"{stream_id}-e{version}",
+                "stream": stream_id,
+                "v": version,
+                "type": event.event_type,
+                "ev": event.event_version,
+                "data": to_dict(event),
+                "meta": {"producer": "test"},
+            },
+        )
+
+
 def test_review_signals_migration_fills_pairs_from_the_event_log(empty_db: str) -> None:
     """0004 adds the review queue's columns to ``pairs`` and fills them for pairs judged before it
     (from each FirstErrorMarked, FirstErrorCorrected counted), so no rebuild is needed."""
     import sqlalchemy as sa
 
     from core.domain import events as ev
-    from core.domain.serde import to_dict
 
     migrate.upgrade(empty_db, "0003_traces")
     verdicts = (
@@ -122,24 +146,7 @@ def test_review_signals_migration_fills_pairs_from_the_event_log(empty_db: str) 
                             "('p2', 0, 'search', 'k', 'found', 1)"
                         )
                     )
-                    for version, event in enumerate((marked, corrected)):
-                        await conn.execute(
-                            sa.text(
-                                "INSERT INTO events (event_id, stream_id, stream_version, event_type, "
-                                "event_version, data, metadata, recorded_at) VALUES (:id, 'pair-p1', :v, "
-                                ":type, :ev, :data, :meta, CURRENT_TIMESTAMP)"
-                            ).bindparams(
-                                sa.bindparam("data", type_=sa.JSON), sa.bindparam("meta", type_=sa.JSON)
-                            ),
-                            {
-                                "id": f"e{version}",
-                                "v": version,
-                                "type": event.event_type,
-                                "ev": event.event_version,
-                                "data": to_dict(event),
-                                "meta": {"producer": "test"},
-                            },
-                        )
+                    await _insert_events(conn, "pair-p1", [marked, corrected])
                     return []
                 rows = await conn.execute(
                     sa.text(
@@ -156,3 +163,58 @@ def test_review_signals_migration_fills_pairs_from_the_event_log(empty_db: str) 
     (p1, p2) = asyncio.run(seed_and_read(False))
     assert p1[:5] == ("p1", 2, 1, False, 1) and abs(p1[5] - 0.3) < 1e-9 and p1[6] == 1
     assert p2 == ("p2", None, None, None, None, None, 0)
+
+
+def test_claims_and_verdicts_migration_fills_agreement_from_the_event_log(empty_db: str) -> None:
+    """0009 adds who holds a pair and how its reviewers agree, and fills them (with ``pair_verdicts``)
+    for pairs reviewed before it, refolded from their streams."""
+    import sqlalchemy as sa
+
+    from core.domain import events as ev
+    from tests.unit.test_review_domain import MARKED, PAIR
+
+    migrate.upgrade(empty_db, "0008_pairs_review_priority")
+    at = "2026-12-03T00:00:00+00:00"
+    stream = [
+        PAIR,
+        MARKED,
+        ev.FirstErrorCorrected("p", "c1", "agr_ann", at, 3, 2, "", reviewer_key="k-ann"),
+        ev.FirstErrorAccepted("p", "a1", "agr_bob", at, 2),  # an older event: no key id, the name stands
+    ]
+
+    async def seed_and_read(before_upgrade: bool) -> list[Any]:
+        engine = make_engine(empty_db)
+        try:
+            async with engine.begin() as conn:
+                if before_upgrade:
+                    await conn.execute(
+                        sa.text(
+                            "INSERT INTO pairs (pair_id, project_id, iteration, source, task_key, status, "
+                            "shared_steps) VALUES ('p', 'proj', 0, 'search', 'k', 'critiqued', 1)"
+                        )
+                    )
+                    await _insert_events(conn, "pair-p", stream)
+                    return []
+                pair = (
+                    await conn.execute(
+                        sa.text("SELECT reviewers, agree, agreed_index, disputed, claimed_key FROM pairs")
+                    )
+                ).one()
+                verdicts = await conn.execute(
+                    sa.text(
+                        "SELECT reviewer_key, project_id, kind, transition_index, critic_index "
+                        "FROM pair_verdicts ORDER BY reviewer_key"
+                    )
+                )
+                return [tuple(pair), *(tuple(row) for row in verdicts)]
+        finally:
+            await engine.dispose()
+
+    asyncio.run(seed_and_read(True))
+    migrate.upgrade(empty_db)
+    pair, *verdicts = asyncio.run(seed_and_read(False))
+    assert pair == (2, 2, 2, False, None)
+    assert verdicts == [
+        ("agr_bob", "proj", "acceptance", 2, 3),
+        ("k-ann", "proj", "correction", 2, 3),
+    ]

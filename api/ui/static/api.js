@@ -43,6 +43,11 @@ export function may(scope) {
   return !me || !me.may || me.may[scope] !== false;
 }
 
+/** The key's id (a reviewer's identity: claims, verdicts, "my reviews"), when known. */
+export function myKeyId() {
+  return me ? me.key_id : null;
+}
+
 /** The key's scopes, when known. */
 export function keyScopes() {
   return me ? me.scopes : null;

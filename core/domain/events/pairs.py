@@ -1,5 +1,7 @@
 """Owns the events of the pair streams (``pair-{pair_id}``): the critic's first error, the splicer's
-revision (or why not), reviewers' corrections with their re-splice and their acceptances."""
+revision (or why not), reviewers' corrections with their re-splice and their acceptances, claims
+(a reviewer holds the pair, or an admin assigns it) and undos (a reviewer takes back their own last
+correction or acceptance; the splicer restores the sample that was current before it)."""
 
 from __future__ import annotations
 
@@ -97,6 +99,7 @@ class FirstErrorCorrected(DomainEvent):
     new_reflection: str | None = None
     trace_id: str | None = None  # set when the correction was made on a production trace
     note: str = ""
+    reviewer_key: str = ""  # the review key's id ("" before reviewers were told apart: ``reviewer``)
 
 
 @register
@@ -138,3 +141,62 @@ class FirstErrorAccepted(DomainEvent):
     transition_index: int  # the t' confirmed (the current sample's, else the critic's)
     trace_id: str | None = None  # set when accepted on a production trace
     note: str = ""
+    reviewer_key: str = ""  # the review key's id ("" before reviewers were told apart: ``reviewer``)
+
+
+@register
+@dataclass(frozen=True)
+class PairClaimed(DomainEvent):
+    """A reviewer holds the pair: others see "claimed by" and skip it when moving to the next pair.
+    ``by_key`` is who did it: the reviewer themself (a claim), an admin or the previous holder (an
+    assignment)."""
+
+    pair_id: str
+    reviewer_key: str  # the key id of the reviewer who holds it now
+    reviewer: str  # that key as people read it: "<prefix> (<label>)"
+    claimed_at: str  # ISO 8601, the API's clock
+    by_key: str
+    by: str
+
+
+@register
+@dataclass(frozen=True)
+class PairReleased(DomainEvent):
+    """The pair is nobody's any more (released by its holder or an admin)."""
+
+    pair_id: str
+    reviewer_key: str  # who held it
+    reviewer: str
+    released_at: str
+    by_key: str
+    by: str
+
+
+@register
+@dataclass(frozen=True)
+class ReviewUndone(DomainEvent):
+    """A reviewer took back their own last correction or acceptance of the pair (the event log is
+    append-only: the undone event stays, this one says it no longer counts). Undoing a correction
+    whose sample is the pair's current one makes the splice worker restore the sample that was
+    current before it (``SampleRespliced`` with ``correction_id`` = ``undo_id``) or, when there was
+    none, withdraw it (``SampleWithdrawn``)."""
+
+    pair_id: str
+    undo_id: str
+    reviewer_key: str
+    reviewer: str
+    undone_at: str
+    target_id: str  # the correction_id or acceptance_id taken back
+    target_kind: str  # "correction" | "acceptance"
+
+
+@register
+@dataclass(frozen=True)
+class SampleWithdrawn(DomainEvent):
+    """The pair's revision sample no longer stands (its only sample came from an undone correction):
+    it leaves the ``samples`` read model, so new datasets no longer hold it."""
+
+    pair_id: str
+    sample_id: str
+    cause_id: str  # the undo_id
+    reason: str

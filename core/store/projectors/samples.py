@@ -13,7 +13,11 @@ position). A revision belongs to a trace when its sample's provenance names the 
 id equals the trace id. A pair row also carries the review queue's signals: the critic's and the
 oracle's t', fallback, uncertain verdicts and the smallest label margin (``review_signals`` of its
 FirstErrorMarked), how many corrections reviewers made (FirstErrorCorrected) and how many confirmed the t'
-(FirstErrorAccepted), the distance between strategies and the review priority.
+(FirstErrorAccepted), the distance between strategies and the review priority; who holds it
+(PairClaimed / PairReleased) and how its reviewers agree, with each reviewer's standing verdict in
+``pair_verdicts`` (both refolded from the pair's stream by ``core.domain.review`` /
+``core.domain.reviewers`` on every review event, so an undo counts as the verdict taken back). A
+``SampleWithdrawn`` (the only sample came from an undone correction) deletes the pair's sample row.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, and_, func, select, update
+from sqlalchemy import ColumnElement, Table, and_, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from core.domain import events as ev
-from core.domain.review import review_priority, review_signals
+from core.domain.ids import pair_stream
+from core.domain.review import PairReview, fold_pair, review_priority, review_signals
+from core.domain.reviewers import agreement, verdicts
 from core.domain.serde import to_dict
 from core.store.projectors._sql import (
     Item,
@@ -36,7 +42,8 @@ from core.store.projectors._sql import (
     update_iteration,
     upsert,
 )
-from core.store.tables import dead_letters, iterations, pairs, samples, traces
+from core.store.rows import row_to_event
+from core.store.tables import dead_letters, events, iterations, pair_verdicts, pairs, samples, traces
 
 
 async def _mark_critiqued(
@@ -115,22 +122,99 @@ async def _first_error(conn: AsyncConnection, items: Sequence[Item]) -> None:
         )
 
 
-async def _corrected(conn: AsyncConnection, items: Sequence[Item]) -> None:
-    """A reviewer corrected the pair: the review queue counts it as reviewed."""
-    for _recorded, event in items:
-        assert isinstance(event, ev.FirstErrorCorrected)
-        await conn.execute(
-            update(pairs).where(pairs.c.pair_id == event.pair_id).values(corrections=pairs.c.corrections + 1)
-        )
+def review_values(
+    pair_id: str, project_id: str | None, review: PairReview
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ``pairs`` columns and the ``pair_verdicts`` rows of a folded pair."""
+    standing = verdicts(review)
+    agreed = agreement(standing)
+    claim = review.claim
+    values = {
+        "corrections": len(review.live_corrections),
+        "accepts": len(review.live_accepts),
+        "claimed_key": claim.reviewer_key if claim is not None else None,
+        "claimed_by": claim.reviewer if claim is not None else None,
+        "reviewers": agreed.reviewers,
+        "agree": agreed.agree,
+        "agreed_index": agreed.index,
+        "disputed": agreed.disputed,
+    }
+    critic = review.marked.transition_index if review.marked is not None else None
+    rows = [
+        {
+            "pair_id": pair_id,
+            "project_id": project_id,
+            "reviewer_key": key,
+            "reviewer": action.reviewer,
+            "kind": action.kind,
+            "transition_index": action.transition_index,
+            "critic_index": critic,
+        }
+        for key, action in standing.items()
+    ]
+    return values, rows
 
 
-async def _accepted(conn: AsyncConnection, items: Sequence[Item]) -> None:
-    """A reviewer confirmed the pair's t': the review queue counts it as reviewed."""
-    for _recorded, event in items:
-        assert isinstance(event, ev.FirstErrorAccepted)
-        await conn.execute(
-            update(pairs).where(pairs.c.pair_id == event.pair_id).values(accepts=pairs.c.accepts + 1)
+_REVIEW_EVENTS = (
+    ev.FirstErrorCorrected,
+    ev.FirstErrorAccepted,
+    ev.PairClaimed,
+    ev.PairReleased,
+    ev.ReviewUndone,
+)
+
+
+async def _reviewed(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    """A review event (correction, acceptance, claim, release, undo): the pair's review columns and
+    its reviewers' verdicts refolded from its stream up to the event."""
+    latest: dict[str, int] = {}
+    for recorded, event in items:
+        assert isinstance(event, _REVIEW_EVENTS)
+        latest[event.pair_id] = recorded.position
+    for pair_id, position in latest.items():
+        result = await conn.execute(
+            select(events)
+            .where(events.c.stream_id == pair_stream(pair_id), events.c.position <= position)
+            .order_by(events.c.position)
         )
+        review = fold_pair(row_to_event(row).event for row in result.all())
+        project_id = (
+            await conn.execute(select(pairs.c.project_id).where(pairs.c.pair_id == pair_id))
+        ).scalar()
+        values, rows = review_values(pair_id, project_id, review)
+        await conn.execute(update(pairs).where(pairs.c.pair_id == pair_id).values(**values))
+        await conn.execute(delete(pair_verdicts).where(pair_verdicts.c.pair_id == pair_id))
+        if rows:
+            await conn.execute(pair_verdicts.insert(), rows)
+
+
+async def _withdrawn(conn: AsyncConnection, items: Sequence[Item]) -> None:
+    """The pair's only sample came from an undone correction: it leaves the read model (and datasets)."""
+    for _recorded, event in items:
+        assert isinstance(event, ev.SampleWithdrawn)
+        run = (
+            await conn.execute(
+                select(samples.c.run_id, samples.c.iteration).where(samples.c.sample_id == event.sample_id)
+            )
+        ).first()
+        await conn.execute(delete(samples).where(samples.c.sample_id == event.sample_id))
+        await conn.execute(
+            update(pairs)
+            .where(pairs.c.pair_id == event.pair_id)
+            .values(status="rejected", reason=event.reason)
+        )
+        await conn.execute(
+            update(traces)
+            .where(traces.c.sample_id == event.sample_id)
+            .values(status="rejected", sample_id=None, reason=event.reason)
+        )
+        if run is not None and run.run_id is not None:
+            await conn.execute(
+                update_iteration(run.run_id, run.iteration).values(
+                    revisions=iterations.c.revisions - 1,
+                    revision_length_mean=_revision_length_mean(run.run_id, run.iteration),
+                )
+            )
 
 
 def _revision_row(
@@ -361,8 +445,12 @@ PROJECTORS: dict[str, Projector] = {
     "GoodTrajectoryFound": _good_found,
     "PairFound": _pair_found,
     "FirstErrorMarked": _first_error,
-    "FirstErrorCorrected": _corrected,
-    "FirstErrorAccepted": _accepted,
+    "FirstErrorCorrected": _reviewed,
+    "FirstErrorAccepted": _reviewed,
+    "PairClaimed": _reviewed,
+    "PairReleased": _reviewed,
+    "ReviewUndone": _reviewed,
+    "SampleWithdrawn": _withdrawn,
     "RevisionMaterialized": _revision,
     "RevisionRejected": _revision_rejected,
     "SampleRespliced": _respliced,

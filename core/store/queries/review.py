@@ -1,12 +1,15 @@
 """Owns the review reads: the review queue (filtered, ordered by priority or pair id, keyset pages,
-with its counts), a pair's row and sample, the reviewer's key label and a trace's pair.
+with its counts), a pair's row and sample, the reviewer's key label, a key a pair can be assigned to,
+a trace's pair and the reviewers' standing verdicts (the agreement figures).
 
 The queue's rows are ``pairs`` rows the critic judged (``critic_index`` set) whose signals put them
 in the queue (``core.domain.review.review_reasons``: the same conditions in SQL). Reviewed means a
 reviewer corrected the pair or accepted its t' (``corrections + accepts > 0``). Ordered by
 ``priority`` (``core.domain.review.review_priority``, highest first; pairs projected before it
 existed count as -1) then pair id, or by pair id alone; a page continues after the last row's
-``QueuePage.last`` key (the caller encodes it as a cursor).
+``QueuePage.last`` key (the caller encodes it as a cursor). ``mine`` (a key id) keeps the pairs that
+key holds (``claimed_key``) or has a standing verdict on (``pair_verdicts``); ``disputed`` the pairs
+whose reviewers are tied.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, and_, case, func, or_, select
+from sqlalchemy import ColumnElement, and_, case, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core.store.tables import api_keys, pairs, samples, traces
+from core.store.tables import api_keys, pair_verdicts, pairs, samples, traces
 
 QueueReason = Literal["any", "disagree", "fallback", "uncertain", "low_margin"]
 QueueSort = Literal["priority", "pair_id"]
@@ -35,6 +38,8 @@ class QueueFilter:
     task_key: str | None = None
     source: str | None = None
     reviewed: bool | None = None
+    mine: str | None = None  # a key id: only pairs it holds or has reviewed
+    disputed: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,12 @@ class QueueRow:
     priority: float
     corrections: int
     accepts: int
+    claimed_key: str | None = None
+    claimed_by: str | None = None
+    reviewers: int = 0
+    agree: int = 0
+    agreed_index: int | None = None
+    disputed: bool = False
 
     @property
     def reviewed(self) -> bool:
@@ -110,6 +121,13 @@ async def queue_page(
     ):
         if value is not None:
             where.append(column == value)
+    if wanted.mine is not None:
+        verdict = exists().where(
+            pair_verdicts.c.pair_id == pairs.c.pair_id, pair_verdicts.c.reviewer_key == wanted.mine
+        )
+        where.append(or_(pairs.c.claimed_key == wanted.mine, verdict))
+    if wanted.disputed is not None:
+        where.append(pairs.c.disputed.is_(wanted.disputed))
     counted = select(func.count(), func.coalesce(func.sum(case((_reviewed, 1), else_=0)), 0)).where(*where)
     if wanted.reviewed is not None:
         where.append(_reviewed if wanted.reviewed else ~_reviewed)
@@ -156,6 +174,12 @@ def _row(r: Any) -> QueueRow:
         priority=float(r["rank"]),
         corrections=r["corrections"],
         accepts=r["accepts"],
+        claimed_key=r["claimed_key"],
+        claimed_by=r["claimed_by"],
+        reviewers=r["reviewers"] or 0,
+        agree=r["agree"] or 0,
+        agreed_index=r["agreed_index"],
+        disputed=bool(r["disputed"]),
     )
 
 
@@ -206,3 +230,49 @@ async def trace_pair(engine: AsyncEngine, project_id: str, pair_id: str) -> str 
                 )
             )
         ).scalar()
+
+
+@dataclass(frozen=True)
+class ReviewKey:
+    key_id: str
+    prefix: str
+    label: str
+    scopes: tuple[str, ...]
+    revoked: bool
+
+    @property
+    def name(self) -> str:
+        who = f"agr_{self.prefix}"
+        return f"{who} ({self.label})" if self.label else who
+
+
+async def project_key(engine: AsyncEngine, project_id: str, key_id: str) -> ReviewKey | None:
+    """The key ``key_id`` of ``project_id`` (None: no such key in that project)."""
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                select(api_keys).where(api_keys.c.key_id == key_id, api_keys.c.project_id == project_id)
+            )
+        ).first()
+    if row is None:
+        return None
+    return ReviewKey(row.key_id, row.prefix, row.label or "", tuple(row.scopes or ()), bool(row.revoked))
+
+
+async def standing_verdicts(engine: AsyncEngine, project_id: str) -> list[tuple[int, dict[str, int]]]:
+    """Per reviewed pair of the project: (the critic's t', reviewer -> their standing t')."""
+    query = (
+        select(
+            pair_verdicts.c.pair_id,
+            pair_verdicts.c.reviewer,
+            pair_verdicts.c.transition_index,
+            pair_verdicts.c.critic_index,
+        )
+        .where(pair_verdicts.c.project_id == project_id)
+        .order_by(pair_verdicts.c.pair_id)
+    )
+    out: dict[str, tuple[int, dict[str, int]]] = {}
+    async with engine.connect() as conn:
+        for pair_id, key, index, critic in (await conn.execute(query)).all():
+            out.setdefault(pair_id, (critic if critic is not None else -1, {}))[1][key] = index
+    return list(out.values())

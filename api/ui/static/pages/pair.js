@@ -3,10 +3,13 @@
 // path, the oracle's first error where the environment has one, the chosen transition point t', and
 // the correction form (review scope): move t' or rewrite the reflection, then watch the re-splice;
 // once re-spliced, the confirmation stays and the sample before and after are shown side by side;
-// or accept t' as it is (the critic was right). A click on a bad step picks t'. `render` draws into
-// any element (the Review page shows a pair in its detail pane and moves on once it is reviewed).
+// or accept t' as it is (the critic was right). A click on a bad step picks t'. With more than one
+// reviewer: who holds the pair (claim / release, assign for an admin or the holder), each reviewer's
+// standing verdict and how far they agree ("2 of 3 agree on step 4"), and "Undo my last review" (the
+// splice worker restores the sample before an undone correction). `render` draws into any element
+// (the Review page shows a pair in its detail pane and moves on once it is reviewed).
 
-import { ApiError, get, may, post } from "../api.js";
+import { ApiError, get, may, myKeyId, post } from "../api.js";
 import { fmt, h, link, needsScope, shortId, table, mount } from "../dom.js";
 import { announce } from "../live.js";
 import { whyTag } from "../reasons.js";
@@ -105,7 +108,7 @@ export function correctionForm(detail, submit, accept = null) {
 
 export function acceptsList(accepts) {
   return h("ul", { id: "accepts" }, accepts.map((a) => h("li", { dataset: { acceptanceId: a.acceptance_id } },
-    `${new Date(a.accepted_at).toLocaleString()} · ${a.reviewer} accepted t'=${a.transition_index}`, a.note ? ` · ${a.note}` : "")));
+    `${new Date(a.accepted_at).toLocaleString()} · ${a.reviewer} accepted t'=${a.transition_index}`, a.note ? ` · ${a.note}` : "", a.undone ? " (undone)" : "")));
 }
 
 /** Poll the pair until `correctionId` is no longer pending; returns its final view. */
@@ -125,7 +128,7 @@ export function correctionsTable(corrections) {
   return table(["when", "who", "t' old → new", "reflection", "status"], corrections.map((c) => [
     new Date(c.corrected_at).toLocaleString(), c.reviewer,
     `${fmt(c.old_transition_index)} → ${c.new_transition_index}`,
-    c.new_reflection || "(template)", c.status + (c.reason ? `: ${c.reason}` : ""),
+    c.new_reflection || "(template)", c.status + (c.reason ? `: ${c.reason}` : "") + (c.undone ? " (undone)" : ""),
   ]), { id: "corrections" });
 }
 
@@ -151,6 +154,68 @@ function correctionResult(outcome, after) {
         before ? sampleMessages(before, null, "sample-before-messages") : h("p", { class: "muted" }, "The pair had no sample before.")),
       h("section", { id: "sample-after" }, h("h3", {}, "After (human-corrected)"),
         after ? sampleMessages(after, before, "sample-after-messages") : h("p", { class: "muted" }, "No sample."))));
+}
+
+/** Who holds the pair, with Claim / Release / Assign as the key may; `changed()` redraws. */
+function claimBar(detail, changed) {
+  const me = myKeyId();
+  const claim = detail.claim;
+  const mine = claim && me && claim.reviewer_key === me;
+  const status = h("span", { id: "claim-status", role: "status", "aria-live": "polite" });
+  const say = (err) => { status.className = "error"; status.textContent = err.message; };
+  const act = (path, body) => async () => {
+    try {
+      await post(`/v1/pairs/${detail.pair_id}/${path}`, body ? body() : {});
+      await changed();
+    } catch (err) {
+      say(err);
+    }
+  };
+  const text = claim
+    ? (mine ? "Claimed by you" : `Claimed by ${claim.reviewer}`) + (claim.by && claim.by !== claim.reviewer ? ` (assigned by ${claim.by})` : "")
+    : "Not claimed";
+  const controls = [];
+  if (may("review")) {
+    if (!claim) controls.push(h("button", { type: "button", id: "claim-pair", onclick: act("claim") }, "Claim"));
+    if (claim && (mine || may("admin"))) controls.push(h("button", { type: "button", id: "release-pair", onclick: act("release") }, "Release"));
+    if (mine || may("admin")) {
+      const key = h("input", { id: "assign-key", size: 12, placeholder: "key id", "aria-label": "assign to the key id" });
+      controls.push(h("span", { class: "assign" }, key, " ",
+        h("button", { type: "button", id: "assign-pair", onclick: act("assign", () => ({ key_id: key.value.trim() })) }, "Assign")));
+    }
+  }
+  return h("div", { id: "claim-bar", class: `toolbar claim${claim ? (mine ? " mine" : " theirs") : ""}`, dataset: { claimed: claim ? claim.reviewer_key : "" } },
+    h("strong", { id: "claimed-by" }, text), " ", controls, " ", status);
+}
+
+/** Each reviewer's standing verdict and the agreement, with "Undo my last review" for the key. */
+function verdictsBox(detail, changed) {
+  const me = myKeyId();
+  const verdicts = detail.verdicts || [];
+  const mine = me ? verdicts.find((v) => v.reviewer_key === me) : null;
+  const status = h("p", { id: "undo-status", class: "muted", role: "status", "aria-live": "polite" });
+  const undo = mine && may("review") ? h("button", { type: "button", id: "undo-review", title: "take back your last correction or acceptance of this pair" }, `Undo my last review (${mine.kind} t'=${mine.transition_index})`) : null;
+  if (undo) {
+    undo.addEventListener("click", async () => {
+      undo.disabled = true;
+      try {
+        const done = await post(`/v1/pairs/${detail.pair_id}/undo`, {});
+        const what = done.resplice === "restore" ? " The splice worker restores the sample before it." : done.resplice === "withdraw" ? " The splice worker withdraws its sample." : "";
+        announce(`Undid your ${done.target_kind} (t'=${done.transition_index}).${what}`);
+        await changed();
+      } catch (err) {
+        status.className = "error";
+        status.textContent = err.message;
+        undo.disabled = false;
+      }
+    });
+  }
+  return h("section", { id: "verdicts", class: "card" },
+    h("h2", {}, "Reviewers"),
+    h("p", { id: "pair-agreement", class: detail.disputed ? "error" : "muted", dataset: { disputed: detail.disputed ? "1" : "0" } }, detail.agreement),
+    verdicts.length ? h("ul", { id: "verdict-list" }, verdicts.map((v) => h("li", { dataset: { reviewerKey: v.reviewer_key } },
+      `${v.reviewer}${v.reviewer_key === me ? " (you)" : ""}: ${v.kind === "acceptance" ? "accepted" : "corrected to"} t'=${v.transition_index}`))) : null,
+    undo, status);
 }
 
 function divergenceText(shared, nodeId) {
@@ -194,6 +259,10 @@ export async function render(main, [pairId], _query = null, options = {}, outcom
     h("h2", {}, `Corrections (${detail.corrections.length})`),
     detail.corrections.length ? correctionsTable(detail.corrections) : h("p", { class: "muted" }, "None yet."),
     accepts.length ? [h("h2", {}, `Accepted (${accepts.length})`), acceptsList(accepts)] : null);
+  const redraw = async () => {
+    await render(main, [pairId], _query, options, null);
+    if (options.onChanged) options.onChanged();
+  };
   const form = critic && may("review") ? correctionForm(detail, async (body, status) => {
     const before = detail.sample_id ? (await get(`/v1/samples/${detail.sample_id}`)).sample : null;
     const accepted = await post(`/v1/pairs/${pairId}/corrections`, body);
@@ -256,7 +325,9 @@ export async function render(main, [pairId], _query = null, options = {}, outcom
       h("table", {}, h("tbody", {}, sharedRows))),
     diff,
     outcome ? correctionResult(outcome, after) : null,
+    claimBar(detail, redraw),
     form || (critic ? needsScope("review", "correct or accept this pair's t'") : null),
+    verdictsBox(detail, redraw),
     history,
   );
 }

@@ -6,9 +6,13 @@
 // follow other reviewers). Next / previous with j / k or the buttons; the current pair's diff and
 // review form beside the queue (the pair page's own rendering): click a bad step to pick t' and
 // "Re-splice" (s), or "Accept t'" (a) when the critic was right; either moves on to the next pair
-// still to review, the re-splice followed in the background and announced.
+// still to review, the re-splice followed in the background and announced. With more than one
+// reviewer: a pair another reviewer claimed shows "claimed by" and is skipped when moving on; each
+// row shows the reviewers' agreement ("2 of 3 agree on step 4", disputed when tied); "my reviews"
+// keeps the pairs this key claimed or reviewed (the API's `mine`); the overall agreement figure
+// (GET /v1/review/agreement: percent agreement, Cohen's kappa for two reviewers) sits above the queue.
 
-import { all, get } from "../api.js";
+import { all, get, myKeyId } from "../api.js";
 import { fmt, h, mount, shortId } from "../dom.js";
 import { announce, every, POLL_MS } from "../live.js";
 import * as pair from "./pair.js";
@@ -22,7 +26,7 @@ const REASONS = [
 ];
 const REASON_TEXT = { disagree: "critic ≠ oracle", fallback: "fallback", uncertain: "uncertain", low_margin: "low margin" };
 const MAX_ITEMS = 2000;
-const FILTERS = ["reason", "max_margin", "run_id", "iteration", "task_key", "source", "reviewed"];
+const FILTERS = ["reason", "max_margin", "run_id", "iteration", "task_key", "source", "reviewed", "mine"];
 const COLUMNS = [
   { key: "rank", label: "#", value: (item) => item.rank },
   { key: "pair", label: "pair", value: (item) => item.pair_id },
@@ -33,7 +37,21 @@ const COLUMNS = [
   { key: "margin", label: "margin", value: (item) => item.margin },
   { key: "priority", label: "priority", value: (item) => item.priority },
   { key: "reviewed", label: "reviewed", value: (item) => (item.reviewed ? 1 : 0) },
+  { key: "agreement", label: "agreement", value: (item) => (item.disputed ? -1 : item.reviewers ? item.agree / item.reviewers : null) },
+  { key: "claimed", label: "claimed by", value: (item) => item.claimed_by },
 ];
+
+/** Claimed by another key: auto-advance skips it. */
+function theirs(item) {
+  const me = myKeyId();
+  return Boolean(item.claimed_key) && item.claimed_key !== me;
+}
+
+function agreementLine(figures) {
+  if (!figures.compared) return `Agreement: no pair has two reviews yet (${figures.reviewed} reviewed).`;
+  const kappa = figures.kappa === null ? "" : ` · Cohen's κ ${fmt(figures.kappa, 2)} (${figures.kappa_reviewers.join(" vs ")})`;
+  return `Agreement: ${fmt(figures.percent, 1)}% (${figures.agreeing} of ${figures.compared} pairs with two reviews or more)${kappa}`;
+}
 
 function filtersOf(query) {
   const out = {};
@@ -78,7 +96,7 @@ function compare(a, b) {
 
 export async function render(main, _params, query) {
   const filters = filtersOf(query);
-  const [loaded, runs] = await Promise.all([loadQueue(filters), all("/v1/runs", {}, 500)]);
+  const [loaded, runs, figures] = await Promise.all([loadQueue(filters), all("/v1/runs", {}, 500), get("/v1/review/agreement")]);
   let { items, counts, truncated } = loaded;
   let sort = sortOf(query); // null: the API's priority order
   let view = [];
@@ -96,14 +114,17 @@ export async function render(main, _params, query) {
     [["", "runs and traces"], ["search", "run trees"], ["trace", "failed traces"]].map(([value, text]) => h("option", { value, selected: (filters.source || "") === value }, text)));
   const reviewed = h("select", { id: "review-reviewed", name: "reviewed" },
     [["", "reviewed or not"], ["false", "still to review"], ["true", "reviewed"]].map(([value, text]) => h("option", { value, selected: (filters.reviewed || "") === value }, text)));
+  const mine = h("select", { id: "review-mine", name: "mine" },
+    [["", "everyone's"], ["true", "my reviews"]].map(([value, text]) => h("option", { value, selected: (filters.mine || "") === value }, text)));
   const form = h("form", { id: "review-filters", class: "toolbar", "aria-label": "queue filters" },
     h("label", {}, "why ", reason), h("label", {}, "run ", run), h("label", {}, "iteration ", iteration),
     h("label", {}, "task ", task), h("label", {}, "source ", source), h("label", {}, "state ", reviewed),
+    h("label", {}, "whose ", mine),
     h("button", { type: "submit" }, "Filter"));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const next = {};
-    for (const el of [reason, run, iteration, task, source, reviewed]) if (el.value.trim() && !(el === reason && el.value === "any")) next[el.name] = el.value.trim();
+    for (const el of [reason, run, iteration, task, source, reviewed, mine]) if (el.value.trim() && !(el === reason && el.value === "any")) next[el.name] = el.value.trim();
     if (filters.max_margin) next.max_margin = filters.max_margin;
     window.location.hash = hashOf(next, null, sort);
   });
@@ -113,6 +134,7 @@ export async function render(main, _params, query) {
   const remainingCount = h("strong", { id: "review-remaining-count" });
   const totalText = h("span", { id: "review-total" });
   const countsLine = h("p", { id: "review-counts" }, "reviewed ", reviewedCount, " · remaining ", remainingCount, " · ", totalText);
+  const agreementText = h("p", { id: "review-agreement", dataset: { percent: figures.percent === null ? "" : String(figures.percent) } }, agreementLine(figures));
   const position = h("span", { id: "review-position", class: "muted" });
   const prev = h("button", { type: "button", id: "review-prev", title: "previous pair (k)" }, "← previous (k)");
   const next = h("button", { type: "button", id: "review-next", title: "next pair (j)" }, "next (j) →");
@@ -145,8 +167,8 @@ export async function render(main, _params, query) {
     const tr = h("tr", {
       tabindex: 0,
       "aria-current": item.pair_id === current ? "true" : null,
-      "aria-label": `pair ${shortId(item.pair_id)}, task ${item.task_key}, ${item.reviewed ? "reviewed" : "to review"}`,
-      dataset: { pairId: item.pair_id, index: String(i), reviewed: item.reviewed ? "1" : "0", priority: String(item.priority) },
+      "aria-label": `pair ${shortId(item.pair_id)}, task ${item.task_key}, ${item.reviewed ? "reviewed" : "to review"}${item.claimed_by ? `, claimed by ${item.claimed_by}` : ""}`,
+      dataset: { pairId: item.pair_id, index: String(i), reviewed: item.reviewed ? "1" : "0", priority: String(item.priority), claimed: item.claimed_key || "", disputed: item.disputed ? "1" : "0" },
       class: [item.reviewed ? "reviewed" : "", item.pair_id === current ? "current" : ""].filter(Boolean).join(" ") || null,
       onclick: () => go(i),
       onkeydown: (event) => { if (event.key === "Enter" || event.key === " ") { event.preventDefault(); go(i); } },
@@ -159,7 +181,9 @@ export async function render(main, _params, query) {
     h("td", {}, `${item.critic_index} / ${fmt(item.oracle_index)}`),
     h("td", {}, fmt(item.margin, 2)),
     h("td", { class: "priority" }, fmt(item.priority, 2)),
-    h("td", { class: "mark" }, item.reviewed ? (item.accepts && !item.corrections ? "✓ accepted" : "✓") : ""));
+    h("td", { class: "mark" }, item.reviewed ? (item.accepts && !item.corrections ? "✓ accepted" : "✓") : ""),
+    h("td", { class: `agreement${item.disputed ? " disputed" : ""}` }, item.reviewers ? item.agreement : ""),
+    h("td", { class: "claimed" }, item.claimed_key ? (item.claimed_key === myKeyId() ? "you" : item.claimed_by) : ""));
     return tr;
   }
 
@@ -198,6 +222,7 @@ export async function render(main, _params, query) {
     try {
       await pair.render(target, [item.pair_id], null, {
         onReviewed: (kind) => reviewedOne(item, kind),
+        onChanged: () => refresh(),
         onCorrected: (done) => announce(done.status === "respliced"
           ? `Pair ${shortId(item.pair_id)} re-spliced at t'=${done.new_transition_index}.`
           : `Pair ${shortId(item.pair_id)}: correction rejected: ${done.reason}`),
@@ -214,7 +239,9 @@ export async function render(main, _params, query) {
   let detailEl = null;
 
   /** The current pair was accepted or corrected: count it, then move to the next pair still to review. */
-  function reviewedOne(item, kind) {
+  function reviewedOne(shown, kind) {
+    // the live refresh may have replaced the queue's items since the pair was opened: use the current one
+    const item = items.find((x) => x.pair_id === shown.pair_id) || shown;
     if (!item.reviewed) {
       item.reviewed = true;
       counts.reviewed += 1;
@@ -222,8 +249,9 @@ export async function render(main, _params, query) {
     }
     if (kind === "accepted") item.accepts = (item.accepts || 0) + 1;
     else item.corrections = (item.corrections || 0) + 1;
-    const at = view.indexOf(item);
-    const following = view.slice(at + 1).concat(view.slice(0, at)).find((x) => !x.reviewed);
+    const at = view.findIndex((x) => x.pair_id === item.pair_id);
+    const following = view.slice(at + 1).concat(view.slice(0, Math.max(at, 0)))
+      .find((x) => !x.reviewed && !theirs(x) && x.pair_id !== item.pair_id);
     announce(`Pair ${shortId(item.pair_id)} ${kind}. ${counts.remaining} remaining.`);
     if (following) go(view.indexOf(following));
     else {
@@ -235,7 +263,9 @@ export async function render(main, _params, query) {
 
   // ---- live: the queue and its counts follow the API
   async function refresh() {
-    const fresh = await loadQueue(filters);
+    const [fresh, agreed] = await Promise.all([loadQueue(filters), get("/v1/review/agreement")]);
+    agreementText.textContent = agreementLine(agreed);
+    agreementText.dataset.percent = agreed.percent === null ? "" : String(agreed.percent);
     const known = new Map(items.map((item) => [item.pair_id, item]));
     const added = fresh.items.filter((item) => !known.has(item.pair_id)).length;
     items = fresh.items;
@@ -266,13 +296,14 @@ export async function render(main, _params, query) {
     h("p", { class: "muted" }, "Pairs whose first error a human should check, most urgent first: the critic's t' differs from the environment oracle's first error, the critic fell back (nothing judged bad), a verdict was uncertain, or a verdict's two best labels scored close together. Click a bad step to pick t', then Re-splice (s); or Accept t' (a) when the critic was right. j / k: next / previous."),
     form,
     countsLine,
+    agreementText,
     empty,
     layout,
   );
   draw();
   if (items.length) {
     const at = view.findIndex((x) => x.pair_id === current);
-    go(at >= 0 ? at : 0);
+    go(at >= 0 ? at : Math.max(view.findIndex((x) => !theirs(x)), 0)); // first: one nobody else holds
   }
   return () => {
     stop();
