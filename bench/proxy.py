@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -78,6 +81,17 @@ async def chat(body: dict):
 def _agentr() -> list[str]:
     script = Path(sys.executable).with_name("agentr")
     return [str(script)] if script.exists() else [sys.executable, "-c", "from agentr.cli import main; main()"]
+
+
+def _profiled(path: Path | None) -> list[str]:
+    """The ``agentr`` command, under cProfile writing to ``path`` when given (stopped with SIGINT:
+    uvicorn shuts down, then raises the signal again, and cProfile writes its stats on the way out)."""
+    if path is None:
+        return _agentr()
+    script = Path(sys.executable).with_name("agentr")
+    if not script.exists():
+        raise SystemExit(f"--profile needs the agentr script beside {sys.executable}")
+    return [sys.executable, "-m", "cProfile", "-o", str(path.resolve()), str(script)]
 
 
 def _messages(client: int, call: int) -> list[dict[str, Any]]:
@@ -158,6 +172,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--calls", type=int, default=50, help="Calls per client per round.")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 15 calls.")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="Run the proxy under cProfile and write its stats here when it stops (pstats format).",
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.calls = 2, 15
@@ -175,6 +195,7 @@ def main() -> None:
     }
     env.pop("AGENTR_PROXY_UPSTREAM_KEY", None)
     processes = []
+    proxy_process = None
     try:
         upstream = args.upstream
         if upstream is None:
@@ -211,24 +232,23 @@ def main() -> None:
         )
         key = asyncio.run(_create_key(api))
         proxy_root = f"http://127.0.0.1:{proxy_port}"
-        processes.append(
-            start_http_process(
-                [
-                    *_agentr(),
-                    "proxy",
-                    "--upstream",
-                    upstream,
-                    "--port",
-                    str(proxy_port),
-                    "--spool",
-                    str(home / "spool"),
-                ],
-                f"{proxy_root}/healthz",
-                what="agentr proxy",
-                env=env,
-                log_path=home / "proxy.log",  # kept: a 502's detail is there
-            )
+        proxy_process = start_http_process(
+            [
+                *_profiled(args.profile),
+                "proxy",
+                "--upstream",
+                upstream,
+                "--port",
+                str(proxy_port),
+                "--spool",
+                str(home / "spool"),
+            ],
+            f"{proxy_root}/healthz",
+            what="agentr proxy",
+            env=env,
+            log_path=home / "proxy.log",  # kept: a 502's detail is there
         )
+        processes.append(proxy_process)
         print(json.dumps({"note": f"logs in {home}"}), flush=True)
         proxied_url = f"{proxy_root}/v1/proxy/openai/v1"
         asyncio.run(_round(proxied_url, key, 1, 3, 999))  # warm both paths (connections, key cache)
@@ -281,6 +301,10 @@ def main() -> None:
             )
         )
     finally:
+        if args.profile is not None and proxy_process is not None:
+            proxy_process.process.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proxy_process.process.wait(timeout=30)
         for process in reversed(processes):
             process.stop()
 
