@@ -38,7 +38,8 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from tests.support import free_port, start_http_process  # noqa: E402
 
@@ -198,6 +199,8 @@ def main() -> None:
         "AGENTR_HOME": str(home),
         "AGENTR_ADMIN_KEY": ADMIN_KEY,
         "AGENTR_LOG_LEVEL": "WARNING",
+        # the processes run this checkout's code, as the bench does (not another installed copy)
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
     env |= {
         "AGENTR_KEY_REQUESTS_PER_S": "0",
