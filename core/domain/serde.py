@@ -19,12 +19,17 @@ T = TypeVar("T")
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
-@cache
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
 def _field_names(cls: type) -> tuple[str, ...] | None:
     """The field names of dataclass ``cls`` (None for any other type), looked up once per class."""
-    if dataclasses.is_dataclass(cls):
-        return tuple(f.name for f in dataclasses.fields(cls))
-    return None
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+        _FIELD_NAMES[cls] = names
+        return names
 
 
 def to_dict(obj: Any) -> Any:
