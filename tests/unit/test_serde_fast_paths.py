@@ -13,7 +13,7 @@ from api.sanitize import MAX_INT_DIGITS, JsonRefused, loads_bounded
 from core.domain.serde import to_dict
 
 
-class Colour(str, enum.Enum):
+class Colour(enum.StrEnum):
     RED = "red"
 
 
