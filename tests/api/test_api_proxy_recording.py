@@ -20,32 +20,16 @@ import pytest
 from api.proxy.recorder import CallRecord, Recorder, StoreSink
 from api.proxy.upstream import UpstreamClient
 from core.domain.events import ModelCallRecorded, TraceIngested
-from core.domain.ids import new_id, trace_stream
+from core.domain.ids import trace_stream
 from core.store.factory import make_engine
 from core.store.sql import SqlEventStore
 from tests.api.conftest import make_settings, running
 from tests.api.proxy_upstream import Upstream, upstream
 from tests.api.test_api_proxy_hardening import CHAT, proxied_api
+from tests.api.test_api_proxy_streams import _call
 from tests.support import free_port
 
 BOTH = [TraceIngested.event_type, ModelCallRecorded.event_type]  # a new trace's first call
-
-
-def _call(content: str) -> CallRecord:
-    return CallRecord(
-        project_id="project-a",
-        trace_id=new_id(),
-        call_id=new_id(),
-        external_id=None,
-        task_key=None,
-        body={"model": "m", "messages": [{"role": "user", "content": content}]},
-        response={"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]},
-        stream=False,
-        latency_ms=1.0,
-        messages_from=0,
-        extends=True,
-        fresh=True,
-    )
 
 
 async def _stored(store: SqlEventStore, record: CallRecord) -> list[str]:
@@ -73,7 +57,7 @@ async def test_calls_arriving_one_at_a_time_are_stored_in_one_transaction(
         recorder = Recorder(StoreSink(api.store), tmp_path / "spool", linger_s=0.5)
         recorder.start()
         try:
-            records = [_call(f"task {i}") for i in range(5)]
+            records = [_call("project-a", f"task {i}") for i in range(5)]
             for record in records:  # as an agent's calls come: one, a pause, the next
                 recorder.submit(record)
                 await asyncio.sleep(0.02)
@@ -96,7 +80,7 @@ async def test_a_full_batch_is_stored_without_waiting_out_the_linger(
         try:
             started = time.monotonic()
             for i in range(4):
-                recorder.submit(_call(f"task {i}"))
+                recorder.submit(_call("project-a", f"task {i}"))
             await recorder.flush(timeout_s=20)  # a 60 s linger would time this out
             assert time.monotonic() - started < 20
         finally:
@@ -110,7 +94,7 @@ async def test_shutdown_stores_what_is_queued_instead_of_leaving_it_for_a_later_
     async with running(make_settings(pg_url)) as api:
         recorder = Recorder(StoreSink(api.store), tmp_path / "spool", linger_s=60)
         recorder.start()
-        records = [_call(f"task {i}") for i in range(3)]
+        records = [_call("project-a", f"task {i}") for i in range(3)]
         for record in records:
             recorder.submit(record)
         await asyncio.sleep(0.05)  # the drainer is lingering now (60 s)
@@ -130,7 +114,7 @@ async def test_calls_made_while_the_store_is_down_are_kept_and_stored_once_a_sto
     nowhere = SqlEventStore(make_engine(f"postgresql+asyncpg://agentr@127.0.0.1:{free_port()}/down"))
     down = Recorder(StoreSink(nowhere, timeout_s=2), spool, linger_s=0.05, retry_s=0.05)
     down.start()
-    records = [_call(f"task {i}") for i in range(3)]
+    records = [_call("project-a", f"task {i}") for i in range(3)]
     try:
         for record in records:
             down.submit(record)
