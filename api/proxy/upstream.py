@@ -77,6 +77,7 @@ class UpstreamClient:
             # under the request (a reset, so a 502: seen in bench/proxy.py between rounds)
             connector=aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=2.0),
             auto_decompress=True,
+            trust_env=True,  # HTTP(S)_PROXY / NO_PROXY honoured, as the httpx client before it did
         )
 
     def url(self, path: str) -> URL:
