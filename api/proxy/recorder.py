@@ -161,12 +161,28 @@ def _clean_header(value: str | None, name: str, found: list[str]) -> str | None:
     return clean
 
 
+_SUSPECT = re.compile(r"\\u0000|\\u[dD][89a-fA-F]|NaN|Infinity")
+"""In ``json.dumps`` (ASCII) text: a NUL (also inside JSON inside a string), a surrogate (lone, or half
+of a pair: an emoji too), NaN or Infinity; text without any has nothing ``storable`` would clean."""
+
+
+def _may_need_cleaning(value: Any) -> bool:
+    """False only when ``value`` surely holds nothing to clean (one C-speed dump, no walk)."""
+    try:
+        return _SUSPECT.search(json.dumps(value)) is not None
+    except (TypeError, ValueError, RecursionError):
+        return True
+
+
 def storable(record: CallRecord) -> CallRecord:
     """``record`` with what PostgreSQL's jsonb cannot hold cleaned (the module docstring); the same
     record when there was nothing to clean."""
     found: list[str] = []
     parts: dict[str, Any] = {}
     for name, value in (("request", record.body), ("response", record.response)):
+        if not _may_need_cleaning(value):  # the common case: no rebuilt copy of the call
+            parts[name] = value
+            continue
         value, nul_at = replace_nul(value, name)
         found.extend(nul_at)
         parts[name] = _clean_json(value, name, found)
