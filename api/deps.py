@@ -21,7 +21,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiError
-from api.keys import KeyVerifier, is_admin_key, parse_key, reject_at_full_cost
+from api.keys import KeyVerifier, VerifiedKeys, is_admin_key, parse_key, reject_at_full_cost
 from api.middleware import ApiMetrics
 from api.ratelimit import RateLimits
 from core.runtime.settings import Settings
@@ -41,6 +41,8 @@ class ApiServices:
     verifier: KeyVerifier = field(default_factory=KeyVerifier)
     limits: RateLimits = field(default_factory=lambda: RateLimits(0, 1, 0, 1))
     redis: Any | None = None  # redis.asyncio.Redis when AGENTR_REDIS_URL is set
+    # callers the capture proxy verified (api/proxy/routes.py); a revoke in this process forgets its key
+    verified: VerifiedKeys[Principal] = field(default_factory=VerifiedKeys)
 
 
 @dataclass(frozen=True)

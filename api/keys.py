@@ -10,6 +10,10 @@ that already verified saves repeating it on every request. The row (and so revoc
 still read on every request; the cache only skips re-hashing a secret known to match. A presented
 key whose prefix is unknown or revoked is hashed anyway (``reject_at_full_cost``), so a wrong secret
 costs the same to reject whether or not its prefix exists.
+
+``VerifiedKeys`` is the capture proxy's cache of whole verified callers (no row read at all for a
+while): entries expire after their TTL, and a key revoked in the same process is forgotten at once
+(``forget``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import hashlib
 import hmac
 import re
 import secrets
+import time
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 KEY_PATTERN = re.compile(r"^agr_([0-9a-f]{12})_([A-Za-z0-9_-]{20,128})$")
 
@@ -104,6 +110,46 @@ class KeyVerifier:
                 self._verified.pop(next(iter(self._verified)))
             self._verified[cache_key] = None
         return ok
+
+
+Caller = TypeVar("Caller")
+
+
+class VerifiedKeys(Generic[Caller]):
+    """Callers verified by their presented key, each trusted until its time runs out (monotonic
+    clock) or its key id is ``forget``-ten (revoked in this process). Keyed by the SHA-256 of the
+    presented key, so no secret is held. Bounded: past ``max_entries`` the oldest entry goes."""
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self._by_digest: dict[str, tuple[str | None, Caller, float]] = {}
+        self._max_entries = max_entries
+
+    @staticmethod
+    def digest(presented: str) -> str:
+        return hashlib.sha256(presented.encode()).hexdigest()
+
+    def get(self, digest: str) -> Caller | None:
+        """The caller cached under ``digest`` while its time runs; None otherwise."""
+        found = self._by_digest.get(digest)
+        if found is None:
+            return None
+        if found[2] <= time.monotonic():
+            self._by_digest.pop(digest, None)
+            return None
+        return found[1]
+
+    def put(self, digest: str, key_id: str | None, caller: Caller, ttl_s: float) -> None:
+        if ttl_s <= 0:
+            return
+        self._by_digest.pop(digest, None)
+        while len(self._by_digest) >= self._max_entries:
+            self._by_digest.pop(next(iter(self._by_digest)))
+        self._by_digest[digest] = (key_id, caller, time.monotonic() + ttl_s)
+
+    def forget(self, key_id: str) -> None:
+        """Drop every cached caller of ``key_id`` (it was revoked)."""
+        for digest in [d for d, (kid, _c, _t) in self._by_digest.items() if kid == key_id]:
+            del self._by_digest[digest]
 
 
 # A fixed salt and hash nothing matches: verifying a presented secret against them costs exactly

@@ -71,6 +71,9 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+_DECODER = json.JSONDecoder(parse_int=_bounded_int)
+"""One decoder for every ``loads_bounded`` (``json.loads`` with an argument builds one per call)."""
+
 NUL_FREE_PATTERN = "^[^\\u0000]*$"
 """The NUL rule of ``text_problem`` as a JSON Schema (ECMA-262) ``pattern``: api/openapi.py states it on
 every request string the server refuses a NUL in (tests/api/test_api_schema_rules.py checks both agree)."""
@@ -141,8 +144,12 @@ def json_problem(value: Any, max_depth: int = MAX_DEPTH) -> JsonProblem | None:
 def loads_bounded(raw: bytes | str) -> Any:
     """``json.loads`` that reports absurd nesting as ``TooDeep`` instead of RecursionError, and an
     integer past ``MAX_INT_DIGITS`` as ``TooLong`` (never Python's own int-string ValueError)."""
+    if isinstance(raw, bytes | bytearray):
+        raw = raw.decode(json.detect_encoding(raw), "surrogatepass")  # as json.loads does
+    elif raw.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
     try:
-        return json.loads(raw, parse_int=_bounded_int)
+        return _DECODER.decode(raw)
     except RecursionError:
         raise TooDeep(f"nested deeper than {MAX_DEPTH} levels") from None
 

@@ -15,16 +15,21 @@ stream's: until ``[DONE]``) are pooled per side. Prints JSON lines: ``{"metric":
 ]latency p50|p99, C client(s)", "ours": proxied ms, "baseline": direct ms, "unit": "ms", "ratio":
 ours / baseline, "added_ms": ours - baseline}``, then one line saying how many calls the proxy
 recorded (``ours``) of the calls made (``baseline``, ``streamed`` of them streams): every call must be
-stored once the proxy is flushed.
+stored once the proxy is flushed. Each latency line also gives ``proxy_cpu_ms_per_call``: the proxy
+process's CPU time over its rounds per call (/proc, Linux), which a loaded machine does not inflate as
+it does wall-clock latency. ``--profile PATH`` runs the proxy under cProfile (stats written at exit).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +38,8 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from tests.support import free_port, start_http_process  # noqa: E402
 
@@ -80,6 +86,17 @@ def _agentr() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-c", "from agentr.cli import main; main()"]
 
 
+def _profiled(path: Path | None) -> list[str]:
+    """The ``agentr`` command, under cProfile writing to ``path`` when given (stopped with SIGINT:
+    uvicorn shuts down, then raises the signal again, and cProfile writes its stats on the way out)."""
+    if path is None:
+        return _agentr()
+    script = Path(sys.executable).with_name("agentr")
+    if not script.exists():
+        raise SystemExit(f"--profile needs the agentr script beside {sys.executable}")
+    return [sys.executable, "-m", "cProfile", "-o", str(path.resolve()), str(script)]
+
+
 def _messages(client: int, call: int) -> list[dict[str, Any]]:
     return [
         {"role": "system", "content": "You are a crafting agent. Answer with Thought: and Action:."},
@@ -123,6 +140,15 @@ async def _round(url: str, key: str, clients: int, calls: int, tag: int, stream:
     return latencies
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far (Linux /proc; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -158,6 +184,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--calls", type=int, default=50, help="Calls per client per round.")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 15 calls.")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="Run the proxy under cProfile and write its stats here when it stops (pstats format).",
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.calls = 2, 15
@@ -167,6 +199,8 @@ def main() -> None:
         "AGENTR_HOME": str(home),
         "AGENTR_ADMIN_KEY": ADMIN_KEY,
         "AGENTR_LOG_LEVEL": "WARNING",
+        # the processes run this checkout's code, as the bench does (not another installed copy)
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
     env |= {
         "AGENTR_KEY_REQUESTS_PER_S": "0",
@@ -175,6 +209,7 @@ def main() -> None:
     }
     env.pop("AGENTR_PROXY_UPSTREAM_KEY", None)
     processes = []
+    proxy_process = None
     try:
         upstream = args.upstream
         if upstream is None:
@@ -211,24 +246,23 @@ def main() -> None:
         )
         key = asyncio.run(_create_key(api))
         proxy_root = f"http://127.0.0.1:{proxy_port}"
-        processes.append(
-            start_http_process(
-                [
-                    *_agentr(),
-                    "proxy",
-                    "--upstream",
-                    upstream,
-                    "--port",
-                    str(proxy_port),
-                    "--spool",
-                    str(home / "spool"),
-                ],
-                f"{proxy_root}/healthz",
-                what="agentr proxy",
-                env=env,
-                log_path=home / "proxy.log",  # kept: a 502's detail is there
-            )
+        proxy_process = start_http_process(
+            [
+                *_profiled(args.profile),
+                "proxy",
+                "--upstream",
+                upstream,
+                "--port",
+                str(proxy_port),
+                "--spool",
+                str(home / "spool"),
+            ],
+            f"{proxy_root}/healthz",
+            what="agentr proxy",
+            env=env,
+            log_path=home / "proxy.log",  # kept: a 502's detail is there
         )
+        processes.append(proxy_process)
         print(json.dumps({"note": f"logs in {home}"}), flush=True)
         proxied_url = f"{proxy_root}/v1/proxy/openai/v1"
         asyncio.run(_round(proxied_url, key, 1, 3, 999))  # warm both paths (connections, key cache)
@@ -239,10 +273,13 @@ def main() -> None:
             for clients in (1, 16):
                 direct: list[float] = []
                 proxied: list[float] = []
+                cpu = 0.0
                 for r in range(args.rounds):
                     tag = clients * 1000 + 2 * r + (500 if stream else 0)
                     direct += asyncio.run(_round(upstream, key, clients, args.calls, tag, stream))
+                    before = _cpu_s(proxy_process.process.pid)
                     proxied += asyncio.run(_round(proxied_url, key, clients, args.calls, tag + 1, stream))
+                    cpu += _cpu_s(proxy_process.process.pid) - before
                 total += clients * args.calls * args.rounds
                 streamed += clients * args.calls * args.rounds if stream else 0
                 for name, q in (("p50", 0.5), ("p99", 0.99)):
@@ -259,6 +296,9 @@ def main() -> None:
                                 "added_ms": round(ours - base, 3),
                                 "calls": len(proxied),
                                 "mean_ours": round(statistics.fmean(proxied), 3),
+                                # the proxy process's CPU per call (its recorder's included), at 10 ms
+                                # clock ticks: the figure load on the machine does not inflate
+                                "proxy_cpu_ms_per_call": round(cpu * 1000 / len(proxied), 2),
                             }
                         ),
                         flush=True,
@@ -281,6 +321,10 @@ def main() -> None:
             )
         )
     finally:
+        if args.profile is not None and proxy_process is not None:
+            proxy_process.process.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proxy_process.process.wait(timeout=30)
         for process in reversed(processes):
             process.stop()
 

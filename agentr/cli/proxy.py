@@ -34,6 +34,7 @@ def register(app: typer.Typer) -> None:
 
         from api.proxy.app import create_proxy_app
         from api.proxy.routes import load_proxy_settings
+        from api.server import uvicorn_config
         from core.runtime.logging import configure_logging
         from core.runtime.settings import load_settings
 
@@ -43,11 +44,7 @@ def register(app: typer.Typer) -> None:
         if spool is not None:
             overrides["spool_dir"] = spool
         proxy_settings = load_proxy_settings(**overrides)
-        uvicorn.run(
-            create_proxy_app(settings, proxy_settings),
-            host=host,
-            port=port,
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=10,
-        )
+        # as `agentr serve` runs: proxy headers believed only from AGENTR_TRUSTED_PROXIES (the
+        # failed-auth limit counts the TCP peer otherwise), no server header, our own access log
+        app = create_proxy_app(settings, proxy_settings)
+        uvicorn.Server(uvicorn_config(app, settings, host, port)).run()

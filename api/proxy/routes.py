@@ -7,8 +7,9 @@ status, content type and body unchanged: JSON, Server-Sent Events relayed chunk 
 arrive, and errors. ``GET /v1/proxy/openai/v1/models`` passes the upstream's model list through.
 The agent authenticates with a project key holding the ``ingest`` scope (as ``api_key`` of an
 OpenAI client: ``Authorization: Bearer agr_...``); a verified key is cached for
-``AGENTR_PROXY_AUTH_CACHE_S`` seconds, so calls go on while the database is briefly unreachable (a
-revoked key stops working within that time). Every call, cached key or not, spends the key's
+``AGENTR_PROXY_AUTH_CACHE_S`` seconds (no database read per call), so calls go on while the database
+is briefly unreachable (a key revoked through another process stops working within that time; one
+revoked through the API the proxy is mounted on, at once). Every call, cached key or not, spends the key's
 request budget (``AGENTR_KEY_REQUESTS_PER_S``, api/ratelimit.py: 429 with ``Retry-After``) and is
 logged with the key's project.
 
@@ -34,7 +35,6 @@ forwarding.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
@@ -54,6 +53,7 @@ from api.deps import ApiServices, Principal, authenticate, bearer, services
 from api.errors import ApiError, field_error
 from api.proxy.grouping import Conversations, Placement
 from api.proxy.recorder import CallRecord, Recorder, RecorderMetrics, StoreSink
+from api.proxy.upstream import Answer, UpstreamClient, UpstreamUnreachable
 from api.sanitize import MAX_DEPTH, JsonRefused, loads_bounded
 from api.schemas.common import ErrorBody, ValidationErrorBody
 from core.domain.ids import new_id
@@ -108,6 +108,12 @@ class ProxySettings(BaseSettings):
     auth_cache_s: float = Field(60.0, ge=0, description="How long a verified agent key is trusted.")
     max_queue: int = Field(10_000, ge=1, description="Calls held in memory before spooling to disk.")
     store_timeout_s: float = Field(10.0, gt=0, description="A store write slower than this is retried.")
+    record_linger_s: float = Field(
+        0.05,
+        ge=0,
+        le=5,
+        description="How long recorded calls gather before one transaction stores them (0: at once).",
+    )
 
 
 def load_proxy_settings(**overrides: object) -> ProxySettings:
@@ -120,10 +126,9 @@ class ProxyRuntime:
     """What the proxy routes use, built once per process (``start_proxy``)."""
 
     settings: ProxySettings
-    client: httpx.AsyncClient | None
+    client: UpstreamClient | None
     recorder: Recorder
     conversations: Conversations = field(default_factory=Conversations)
-    keys: dict[str, tuple[Principal, float]] = field(default_factory=dict)
 
     async def close(self) -> None:
         await self.recorder.close()
@@ -135,23 +140,14 @@ def start_proxy(settings: ProxySettings, svc: ApiServices, sink: Any | None = No
     """The proxy runtime over ``svc.store`` (or ``sink``); its recorder is started."""
     client = None
     if settings.upstream_url:
-        headers = {"accept-encoding": "identity"}
-        if settings.upstream_key is not None:
-            headers["authorization"] = f"Bearer {settings.upstream_key.get_secret_value()}"
-        client = httpx.AsyncClient(
-            base_url=settings.upstream_url.rstrip("/"),
-            headers=headers,
-            timeout=httpx.Timeout(settings.timeout_s, connect=10.0),
-            # idle connections dropped after 2 s, before the upstream's own keep-alive timeout closes
-            # them (uvicorn's, so vLLM's: 5 s); at the same 5 s a reused connection could be closed
-            # under the request (a ReadError, so a 502: seen in bench/proxy.py between rounds)
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=2.0),
-        )
+        key = settings.upstream_key.get_secret_value() if settings.upstream_key is not None else None
+        client = UpstreamClient(settings.upstream_url, key, settings.timeout_s)
     spool = settings.spool_dir or svc.settings.home / "proxy-spool"
     recorder = Recorder(
         sink or StoreSink(svc.store, settings.store_timeout_s),
         spool,
         max_queue=settings.max_queue,
+        linger_s=settings.record_linger_s,
         metrics=RecorderMetrics.on(svc.metrics.registry),
     )
     recorder.start()
@@ -262,33 +258,29 @@ async def agent(
     """The calling agent's project key (``ingest`` scope), verified once per ``auth_cache_s``; checked
     BEFORE the upstream, so a caller without a valid key learns nothing about the proxy's setup."""
     proxy: ProxyRuntime | None = getattr(request.app.state, "proxy", None)
+    svc = services(request)
     presented = credentials.credentials if credentials is not None else request.headers.get("x-api-key")
-    digest = hashlib.sha256((presented or "").encode()).hexdigest()
-    cached = proxy.keys.get(digest) if proxy is not None else None
-    now = time.monotonic()
-    if cached is not None and cached[1] > now:
-        principal = cached[0]
+    digest = svc.verified.digest(presented or "")
+    principal = svc.verified.get(digest)
+    if principal is not None:
         request.state.project_id = principal.project_id  # the access log names the project
         request.state.key_prefix = principal.prefix
         if principal.prefix is not None:
-            services(request).limits.check_key(principal.prefix)  # the same per-key limit as the API
+            svc.limits.check_key(principal.prefix)  # the same per-key limit as the API
         return principal
-    principal = await authenticate(request, credentials, services(request))
+    principal = await authenticate(request, credentials, svc)
     if not principal.allows("ingest"):
         raise ApiError(403, "this key lacks the 'ingest' scope (the capture proxy records into a project)")
     principal.project()  # the bootstrap admin has no project: 403
-    if proxy is not None and proxy.settings.auth_cache_s > 0:
-        proxy.keys[digest] = (principal, now + proxy.settings.auth_cache_s)
+    if proxy is not None:
+        svc.verified.put(digest, principal.key_id, principal, proxy.settings.auth_cache_s)
     return principal
 
 
-def _passthrough(upstream: httpx.Response, content: bytes, trace_id: str | None) -> Response:
+def _passthrough(upstream: Answer, trace_id: str | None) -> Response:
     headers = {TRACE_HEADER: trace_id} if trace_id else {}
     return Response(
-        content=content,
-        status_code=upstream.status_code,
-        media_type=upstream.headers.get("content-type"),
-        headers=headers,
+        content=upstream.body, status_code=upstream.status, media_type=upstream.content_type, headers=headers
     )
 
 
@@ -309,19 +301,34 @@ def redacted_url(url: str | None) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
 
 
-def _unreachable(request: Request, proxy: ProxyRuntime, exc: httpx.HTTPError) -> ApiError:
+def _scrubbed(detail: str, url: str) -> str:
+    """``detail`` with ``url`` redacted (``redacted_url``), and its user, password and query string
+    wherever else they appear (an error may name the URL of the request, path added)."""
+    if not url:
+        return detail
+    detail = detail.replace(url, redacted_url(url)).replace(url.rstrip("/"), redacted_url(url.rstrip("/")))
+    try:
+        parts = urlsplit(url)
+        secrets = [parts.query, parts.password, parts.username]
+    except ValueError:
+        return detail
+    for secret in secrets:
+        if secret:
+            detail = detail.replace(secret, "***")
+    return detail
+
+
+def _unreachable(request: Request, proxy: ProxyRuntime, exc: UpstreamUnreachable) -> ApiError:
     """A 502 naming only the request id; the detail goes to the log, the URL's secrets removed."""
     request_id = getattr(request.state, "request_id", "?")
     url = proxy.settings.upstream_url or ""
-    detail = str(exc).replace(url, redacted_url(url)) if url else str(exc)
-    if url:
-        detail = detail.replace(url.rstrip("/"), redacted_url(url.rstrip("/")))
+    cause = exc.__cause__ or exc
     log.warning(
         "proxy: upstream %s did not answer (request %s): %s: %s",
         redacted_url(url),
         request_id,
-        type(exc).__name__,
-        ascii(detail),
+        type(cause).__name__,
+        ascii(_scrubbed(str(cause), url)),
     )
     return ApiError(
         502,
@@ -343,9 +350,9 @@ async def models(
     assert proxy.client is not None
     try:
         upstream = await proxy.client.get("/models")
-    except httpx.HTTPError as exc:
+    except UpstreamUnreachable as exc:
         raise _unreachable(request, proxy, exc) from None
-    return _passthrough(upstream, upstream.content, None)
+    return _passthrough(upstream, None)
 
 
 NOT_TEXT = "not valid Unicode text"
@@ -483,29 +490,26 @@ async def chat_completions(
         )
         proxy.conversations.answered(placement, answer_message(stored.response))
 
-    headers = {"content-type": "application/json"}
     try:
         if not (isinstance(body, dict) and body.get("stream")):
-            upstream = await proxy.client.post("/chat/completions", content=raw, headers=headers)
-            if upstream.status_code == 200:
+            upstream = await proxy.client.post("/chat/completions", raw)
+            if upstream.status == 200:
                 try:
-                    answer = loads_bounded(upstream.content)
+                    answer = loads_bounded(upstream.body)
                 except ValueError:  # not JSON this process can read: passed on, not recorded
                     answer = None
                 if isinstance(answer, dict):
                     record(answer, stream=False)
-            return _passthrough(upstream, upstream.content, trace_id)
-        sent = await proxy.client.send(
-            proxy.client.build_request("POST", "/chat/completions", content=raw, headers=headers), stream=True
-        )
-    except httpx.HTTPError as exc:
+            return _passthrough(upstream, trace_id)
+        sent = await proxy.client.stream("/chat/completions", raw)
+        if sent.status != 200:
+            try:
+                whole = Answer(sent.status, sent.content_type, await sent.read())
+            finally:
+                sent.close()
+            return _passthrough(whole, trace_id)
+    except UpstreamUnreachable as exc:
         raise _unreachable(request, proxy, exc) from None
-    if sent.status_code != 200:
-        try:
-            content = await sent.aread()
-        finally:
-            await sent.aclose()
-        return _passthrough(sent, content, trace_id)
 
     async def relay() -> Any:
         """Relay the upstream's events; record the assembled answer as soon as ``[DONE]`` is read,
@@ -523,7 +527,7 @@ async def chat_completions(
                 record(assembler.response(), stream=True)  # synchronous: nothing here can be cancelled
 
         try:
-            async for chunk in sent.aiter_raw():
+            async for chunk in sent.chunks():
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
@@ -544,12 +548,12 @@ async def chat_completions(
         finally:
             if not recorded and any(c.finish_reason for c in assembler.choices.values()):
                 finish()
-            await sent.aclose()
+            sent.close()
 
     out_headers = {TRACE_HEADER: trace_id} if trace_id else {}
     return StreamingResponse(
         relay(),
         status_code=200,
-        media_type=sent.headers.get("content-type", "text/event-stream"),
+        media_type=sent.content_type or "text/event-stream",
         headers=out_headers,
     )

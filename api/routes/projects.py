@@ -209,4 +209,5 @@ async def revoke_key(
         )
     else:
         await idem.save(200, _key_out(row).model_dump(mode="json"))
+    svc.verified.forget(key_id)  # the capture proxy mounted here trusts it no more
     return _key_out(await _written(reads.key(svc.store, key_id))).model_dump(mode="json")

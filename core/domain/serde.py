@@ -16,10 +16,30 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """The field names of dataclass ``cls`` (None for any other type), looked up once per class."""
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+        _FIELD_NAMES[cls] = names
+        return names
+
+
 def to_dict(obj: Any) -> Any:
     """Turn a dataclass (recursively) into plain JSON-ready values; tuples become lists."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    kind = type(obj)
+    if kind in _PLAIN:  # the bulk of any event: answered before any other check
+        return obj
+    names = _field_names(kind)
+    if names is not None:
+        return {name: to_dict(getattr(obj, name)) for name in names}
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, list | tuple):

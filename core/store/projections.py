@@ -44,8 +44,11 @@ class ReplayStore(Protocol):
 
 
 async def apply(conn: AsyncConnection, items: Sequence[Item]) -> None:
-    """Project ``(recorded, decoded event)`` pairs, in order, on ``conn``'s transaction."""
-    for event_type, group in groupby(items, key=lambda item: item[0].event_type):
+    """Project ``(recorded, decoded event)`` pairs, in order, on ``conn``'s transaction. Events with no
+    read model are left out first, so those between two of one type (the capture proxy's
+    TraceIngested, ModelCallRecorded, TraceIngested, ...) do not split their group."""
+    projected = [item for item in items if item[0].event_type in PROJECTORS]
+    for event_type, group in groupby(projected, key=lambda item: item[0].event_type):
         projector = PROJECTORS.get(event_type)
         if projector is not None:
             await projector(conn, list(group))
