@@ -24,6 +24,7 @@ from typing import cast
 
 from core.llm.context import context_limit
 from core.llm.ports import (
+    ActionSpec,
     Completion,
     ContextWindow,
     Conversation,
@@ -43,7 +44,7 @@ class _Call:
     conversations: Sequence[Conversation]
     seeds: list[int] | None  # one per conversation
     future: asyncio.Future[list[list[Completion]]]
-    actions: list[Sequence[str] | None] | None = None  # constrained calls: one list per conversation
+    actions: list[ActionSpec] | None = None  # constrained calls: one spec per conversation
 
 
 @dataclass
@@ -120,7 +121,7 @@ class BatchingPolicy:
     async def sample_actions(
         self,
         conversations: Sequence[Conversation],
-        actions: Sequence[Sequence[str] | None],
+        actions: Sequence[ActionSpec],
         params: SamplingParams = SamplingParams(),
     ) -> list[list[Completion]]:
         if len(actions) != len(conversations):
@@ -145,7 +146,7 @@ class BatchingPolicy:
         seed: Seeds,
         stop: Sequence[str] | None,
         logprobs: bool,
-        actions: list[Sequence[str] | None] | None,
+        actions: list[ActionSpec] | None,
     ) -> list[list[Completion]]:
         if not conversations:
             return []

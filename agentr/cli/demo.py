@@ -133,6 +133,9 @@ class RunOptions:
     # --critic: the critic strategy for the run's search pairs (default first: the first action after
     # the divergence, docs/critic.md; a schedule with no sft iteration uses direct regardless)
     critic: str = "first"
+    # --free-tool-calls: a tool-calling environment's Action lines decoded freely (False), instead of
+    # as schema-valid calls of its tools or messages (search / evaluation constrain_tool_calls)
+    constrain_tool_calls: bool = True
 
 
 @dataclass(frozen=True)
@@ -349,6 +352,9 @@ def plan_run(opts: RunOptions) -> Plan:
     if demo:  # constrained decoding: the Action line among the state's valid actions (module docstring)
         search = {**search, "constrain_actions": True}
         evaluation = {**evaluation, "constrain_actions": True}
+    if not opts.constrain_tool_calls:  # --free-tool-calls (the configs' default is on)
+        search = {**search, "constrain_tool_calls": False}
+        evaluation = {**evaluation, "constrain_tool_calls": False}
     config = RunConfig(
         env=env,
         model=opts.model,

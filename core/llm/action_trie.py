@@ -75,8 +75,39 @@ class TokenTrie:
         return out
 
 
+class TrieWalk:
+    """One row's place in a trie (the walk interface the decoding loop uses, shared with
+    core.llm.hf_tool_guide's ``GrammarWalk``)."""
+
+    def __init__(self, trie: TokenTrie) -> None:
+        self.trie = trie
+        self.node = 0
+
+    def allowed(self) -> list[int]:
+        return self.trie.allowed(self.node)
+
+    def accepting(self) -> bool:
+        return self.trie.ends[self.node]
+
+    def advance(self, token: int) -> bool:
+        """Take ``token``; False when it does not continue a path (a terminator at an end)."""
+        node = self.trie.step(self.node, token)
+        if node is None:
+            return False
+        self.node = node
+        return True
+
+    def closed(self) -> bool:
+        return not self.trie.children[self.node]
+
+    def closing(self) -> list[int]:
+        return self.allowed()  # every path is bounded: nothing to close early
+
+
 class ActionConstraint:
     """The valid actions of one prompt and their tries, one per not-yet-emitted marker prefix."""
+
+    open_ended = False  # a finite list: the longest path bounds a forced action line
 
     def __init__(self, actions: Sequence[str], encode: Encode) -> None:
         cleaned = list(dict.fromkeys(" ".join(a.split()) for a in actions))
@@ -94,9 +125,16 @@ class ActionConstraint:
             trie = self._tries[prefix] = TokenTrie.build(self._encode(texts))
         return trie
 
+    def walk(self, prefix: str = "") -> TrieWalk:
+        """A walk from the root of ``trie(prefix)``."""
+        return TrieWalk(self.trie(prefix))
+
     def forced_prefix(self, text: str) -> str:
         """The marker forced after ``text`` when the Thought must stop (FORCED_PREFIXES)."""
         return FORCED_PREFIXES[1] if not text or text.endswith("\n") else FORCED_PREFIXES[0]
+
+    def closing_window(self, max_tokens: int) -> int:
+        return 0  # the forced depth already keeps room for the longest action
 
     def forced_depth(self) -> int:
         """Tokens a forced action line can take (the longest path over both forced prefixes)."""

@@ -1,0 +1,201 @@
+"""Owns the hf backend's tool-call constraint: the grammar of core.llm.tool_grammar run token by
+token by llguidance (PyPI ``llguidance``: a Rust Earley parser over the tokenizer's vocabulary, the
+structured-output engine of vLLM, SGLang and llama.cpp) on the model's own tokenizer. It plugs into
+the same decoding loop as the action trie (core/llm/hf_decoding.py): the Thought is free, the
+``Action:`` line is walked by a ``GrammarWalk`` (the tokens the grammar allows next, whether the
+action may end here, and whether anything may follow).
+
+``ToolCallConstraint.forced_depth`` is the token budget kept for a forced ``\\nAction: <call>``
+line: the longest tool's skeleton call (its required keys with empty values) plus a margin of 8,
+at most half of ``max_tokens`` (``HFConstrained`` applies the cap). In its last
+``closing_window`` tokens (the forced depth, at most half of ``max_tokens``) a row inside its Action line
+prefers to end: where the action may end, only end-of-turn / newline are allowed; else, of the
+tokens the grammar allows, those after which the fewest strings, brackets and parentheses are left
+open (``Openness``: a scan of the action's text outside JSON strings), when any leaves fewer than
+now, else those that open nothing new. A call still open when ``max_tokens`` runs out is cut there
+(finish ``length``), as a free answer would be; the window makes that rare.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from core.llm.action_trie import FORCED_PREFIXES
+from core.llm.ports import CannotConstrain
+from core.llm.tool_grammar import ToolCalls, lark_grammar, longest_skeleton
+
+INSTALL = 'pip install "llguidance>=1.0"'
+_FORCED_MARGIN = 8
+
+
+def _llguidance() -> Any:
+    try:
+        import llguidance
+        import llguidance.hf
+        import llguidance.numpy
+    except ImportError as exc:
+        raise CannotConstrain(
+            f"constrained tool calls need llguidance ({INSTALL}; it is in the tau2 extra): {exc}; or "
+            "set search.constrain_tool_calls / evaluation.constrain_tool_calls to false"
+        ) from exc
+    return llguidance
+
+
+@dataclass(frozen=True)
+class Openness:
+    """What an action's text leaves open: a JSON string (and a pending escape), brackets and
+    parentheses outside strings, innermost last."""
+
+    in_string: bool = False
+    escape: bool = False
+    stack: str = ""
+
+    def after(self, text: str) -> Openness:
+        in_string, escape, stack = self.in_string, self.escape, self.stack
+        for char in text:
+            if in_string:
+                if escape:
+                    escape = False
+                elif char == "\\":
+                    escape = True
+                elif char == '"':
+                    in_string = False
+            elif char == '"':
+                in_string = True
+            elif char in "([{":
+                stack += char
+            elif char in ")]}" and stack:
+                stack = stack[:-1]
+        return Openness(in_string, escape, stack)
+
+    @property
+    def count(self) -> int:
+        return int(self.in_string) + len(self.stack)
+
+
+class GrammarWalk:
+    """One row's place in a compiled grammar (an llguidance matcher)."""
+
+    def __init__(self, matcher: Any, tokenizer: LLTokenizer) -> None:
+        self._matcher = matcher
+        self._vocab = tokenizer.vocab
+        self._eos = tokenizer.eos
+        self._texts = tokenizer.texts
+        self._open = Openness()
+        self._allowed: list[int] | None = None
+
+    def allowed(self) -> list[int]:
+        """The tokens that continue the action (end-of-turn not included)."""
+        if self._allowed is None:
+            import numpy as np
+
+            llg = _llguidance()
+            mask = llg.numpy.allocate_token_bitmask(1, self._vocab)
+            llg.numpy.fill_next_token_bitmask(self._matcher, mask, 0)
+            bits = np.unpackbits(mask[0].view(np.uint8), bitorder="little")[: self._vocab]
+            self._allowed = [int(t) for t in np.flatnonzero(bits) if int(t) != self._eos]
+        return self._allowed
+
+    def accepting(self) -> bool:
+        """Whether the text so far is a whole action (the answer may end here)."""
+        return bool(self._matcher.is_accepting())
+
+    def advance(self, token: int) -> bool:
+        """Take ``token``; False when it is not part of the action (a terminator at its end)."""
+        if token not in self.allowed():
+            return False
+        if not self._matcher.consume_token(token):
+            raise CannotConstrain(f"llguidance refused token {token}: {self._matcher.get_error()}")
+        self._allowed = None
+        self._open = self._open.after(self._texts[token] if token < len(self._texts) else "")
+        return True
+
+    def closed(self) -> bool:
+        """Whether nothing can follow (a whole call: the answer ends here)."""
+        return self.accepting() and not self.allowed()
+
+    def closing(self) -> list[int]:
+        """The allowed tokens that leave the least open (module docstring)."""
+        allowed = self.allowed()
+        now = self._open.count
+        after = {t: self._open.after(self._texts[t] if t < len(self._texts) else "").count for t in allowed}
+        fewest = min(after.values(), default=now)
+        if fewest < now:
+            return [t for t in allowed if after[t] == fewest]
+        kept = [t for t in allowed if after[t] <= now]
+        return kept or allowed
+
+
+class ToolCallConstraint:
+    """A state's tool-call action space, compiled for one tokenizer (one grammar per prefix)."""
+
+    open_ended = True  # module docstring: the forced-line budget is capped at half of max_tokens
+
+    def __init__(self, space: ToolCalls, tokenizer: Any, encode: Any) -> None:
+        self.space = space
+        self._tokenizer = tokenizer
+        self._encode = encode
+        self._grammars: dict[str, str] = {}
+        self._depth: int | None = None
+
+    def walk(self, prefix: str = "") -> GrammarWalk:
+        llg = _llguidance()
+        grammar = self._grammars.get(prefix)
+        if grammar is None:
+            grammar = llg.LLMatcher.grammar_from_lark(lark_grammar(self.space, prefix))
+            failed, problems = llg.LLMatcher.validate_grammar_with_warnings(grammar, self._tokenizer.ll)
+            if failed:
+                raise CannotConstrain(
+                    f"the tool-call grammar of {', '.join(self.space.names)} is refused: {problems[0]}"
+                )
+            self._grammars[prefix] = grammar
+        matcher = llg.LLMatcher(self._tokenizer.ll, grammar, log_level=1)
+        if matcher.is_error():
+            raise CannotConstrain(f"the tool-call grammar did not compile: {matcher.get_error()}")
+        return GrammarWalk(matcher, self._tokenizer)
+
+    def closing_window(self, max_tokens: int) -> int:
+        """The last tokens of an answer in which an open action prefers to end (module docstring)."""
+        return min(self.forced_depth(), max_tokens // 2)
+
+    def forced_prefix(self, text: str) -> str:
+        return FORCED_PREFIXES[1] if not text or text.endswith("\n") else FORCED_PREFIXES[0]
+
+    def forced_depth(self) -> int:
+        """Tokens kept for a forced Action line (module docstring; capped by the caller)."""
+        if self._depth is None:
+            line = f"{FORCED_PREFIXES[0]} {longest_skeleton(self.space)}"
+            self._depth = len(self._encode([line])[0]) + _FORCED_MARGIN
+        return self._depth
+
+
+class LLTokenizer:
+    """A tokenizer as llguidance sees it (built once per HF tokenizer: it walks the vocabulary)."""
+
+    _lock = threading.Lock()
+
+    def __init__(self, hf_tokenizer: Any) -> None:
+        llg = _llguidance()
+        try:
+            self.ll = llg.hf.from_tokenizer(hf_tokenizer)
+        except Exception as exc:  # a slow (non-Rust) tokenizer, an unknown byte mapping
+            raise CannotConstrain(
+                f"llguidance cannot read the tokenizer {getattr(hf_tokenizer, 'name_or_path', '?')!r}: {exc}"
+            ) from exc
+        self.vocab = int(self.ll.vocab_size)
+        self.eos: int | None = getattr(self.ll, "eos_token", None)
+        pieces = hf_tokenizer.convert_ids_to_tokens(list(range(min(self.vocab, len(hf_tokenizer)))))
+        # each token's own text (a byte-level piece of a multi-byte character decodes to U+FFFD)
+        self.texts = [hf_tokenizer.convert_tokens_to_string([p]) if p is not None else "" for p in pieces]
+
+    @classmethod
+    def of(cls, owner: Any, hf_tokenizer: Any) -> LLTokenizer:
+        """The one ``LLTokenizer`` of ``owner`` (a policy), built on first use."""
+        with cls._lock:
+            found = getattr(owner, "_ll_tokenizer", None)
+            if found is None:
+                found = cls(hf_tokenizer)
+                owner._ll_tokenizer = found
+            return found
