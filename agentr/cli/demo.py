@@ -349,6 +349,12 @@ def plan_run(opts: RunOptions) -> Plan:
             )
         judge_general = False  # no judge examples, so none to replay
     tasks = opts.tasks or (DEMO_GOALS if demo else ())
+    if opts.quick and not opts.tasks and _is_tool_env_uri(env) and max_tasks:
+        # a tool environment's quick run: its training tasks with the shortest gold paths
+        # (agentr.cli.warm_start.shortest_gold_tasks), searched and warm-started on
+        from agentr.cli.warm_start import shortest_gold_tasks
+
+        tasks = shortest_gold_tasks(env, "train", max_tasks)
     if demo:  # constrained decoding: the Action line among the state's valid actions (module docstring)
         search = {**search, "constrain_actions": True}
         evaluation = {**evaluation, "constrain_actions": True}
@@ -388,6 +394,14 @@ def plan_run(opts: RunOptions) -> Plan:
         mixed_bf16=mixed_bf16,
         notes=tuple(notes),
     )
+
+
+def _is_tool_env_uri(env: str) -> bool:
+    from urllib.parse import urlsplit
+
+    from core.llm.chat_template import TOOL_ENV_SCHEMES
+
+    return urlsplit(env.strip()).scheme in TOOL_ENV_SCHEMES
 
 
 def _judge_phase(opts: RunOptions, env: str, warm_steps: int) -> tuple[int | None, float]:

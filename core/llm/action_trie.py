@@ -100,8 +100,8 @@ class TrieWalk:
     def closed(self) -> bool:
         return not self.trie.children[self.node]
 
-    def closing(self) -> list[int]:
-        return self.allowed()  # every path is bounded: nothing to close early
+    def budgeted(self, left: int) -> list[int] | None:
+        return None  # every path is bounded: the forced depth keeps room for the longest
 
 
 class ActionConstraint:
@@ -132,9 +132,6 @@ class ActionConstraint:
     def forced_prefix(self, text: str) -> str:
         """The marker forced after ``text`` when the Thought must stop (FORCED_PREFIXES)."""
         return FORCED_PREFIXES[1] if not text or text.endswith("\n") else FORCED_PREFIXES[0]
-
-    def closing_window(self, max_tokens: int) -> int:
-        return 0  # the forced depth already keeps room for the longest action
 
     def forced_depth(self) -> int:
         """Tokens a forced action line can take (the longest path over both forced prefixes)."""

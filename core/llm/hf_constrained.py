@@ -21,7 +21,7 @@ class Walk(Protocol):
     def accepting(self) -> bool: ...
     def advance(self, token: int) -> bool: ...
     def closed(self) -> bool: ...
-    def closing(self) -> list[int]: ...
+    def budgeted(self, left: int) -> list[int] | None: ...
 
 
 class Constraint(Protocol):
@@ -33,7 +33,6 @@ class Constraint(Protocol):
     def walk(self, prefix: str = "") -> Walk: ...
     def forced_prefix(self, text: str) -> str: ...
     def forced_depth(self) -> int: ...
-    def closing_window(self, max_tokens: int) -> int: ...
 
 
 @dataclass
@@ -43,7 +42,6 @@ class Guide:
     constraint: Constraint
     forced_depth: int
     walk: Walk | None = None
-    closing_window: int = 0  # the last tokens in which an open action prefers to end (0: never)
 
     def enter(self, walk: Walk) -> None:
         self.walk = walk
@@ -76,11 +74,12 @@ class HFConstrained:
             logits[row, list(self.eos_ids)] = float("-inf")
             return
         walk = guide.walk
-        closing = guide.closing_window and max_tokens - len(generated) <= guide.closing_window
-        if closing and walk.accepting():  # the budget runs out: end the answer here
-            self._restrict(logits, row, sorted(self._terminators()))
+        left = max_tokens - len(generated)
+        if guide.constraint.open_ended and left <= 1 and walk.accepting():
+            self._restrict(logits, row, sorted(self._terminators()))  # the last token: end here
             return
-        allowed = walk.closing() if closing else walk.allowed()
+        tight = None if walk.accepting() else walk.budgeted(left)  # a call that must close now
+        allowed = walk.allowed() if tight is None else tight
         if walk.accepting():
             allowed = allowed + sorted(self._terminators() - set(allowed))
         self._restrict(logits, row, allowed)

@@ -176,7 +176,7 @@ class HFDecoding(HFPrefill, HFConstrained):
                     depth = constraint.forced_depth()
                     if constraint.open_ended:  # a grammar: keep at most half the budget for it
                         depth = min(depth, max_tokens // 2)
-                    guides[row] = Guide(constraint, depth, closing_window=constraint.closing_window(max_tokens))
+                    guides[row] = Guide(constraint, depth)
         for _ in range(max_tokens):
             step_logits = logits[:, -1, :].float()
             pick_logits = step_logits

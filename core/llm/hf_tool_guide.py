@@ -7,27 +7,29 @@ action may end here, and whether anything may follow).
 
 ``ToolCallConstraint.forced_depth`` is the token budget kept for a forced ``\\nAction: <call>``
 line: the longest tool's skeleton call (its required keys with empty values) plus a margin of 8,
-at most half of ``max_tokens`` (``HFConstrained`` applies the cap). In its last
-``closing_window`` tokens (the forced depth, at most half of ``max_tokens``) a row inside its Action line
-prefers to end: where the action may end, only end-of-turn / newline are allowed; else, of the
-tokens the grammar allows, those after which the fewest strings, brackets and parentheses are left
-open (``Openness``: a scan of the action's text outside JSON strings), when any leaves fewer than
-now, else those that open nothing new. A call still open when ``max_tokens`` runs out is cut there
-(finish ``length``), as a free answer would be; the window makes that rare.
+at most half of ``max_tokens`` (``HFConstrained`` applies the cap). When the tokens left are no
+more than a call needs to close (``GrammarWalk.needed``: one per string, bracket or parenthesis left
+open, the tokens of ``, "key": ""`` per required key not yet written, and 2), a row inside a call is limited to the tokens the
+grammar allows that leave the fewest of those open (``Openness``: a scan of the action's text outside
+JSON strings), when any leaves fewer than now, else to those that open nothing new; a message (or a
+whole call) ends at the last token. A call still open when ``max_tokens`` runs out is cut there
+(finish ``length``), as a free answer would be.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from core.llm.action_trie import FORCED_PREFIXES
 from core.llm.ports import CannotConstrain
-from core.llm.tool_grammar import ToolCalls, lark_grammar, longest_skeleton
+from core.llm.tool_grammar import ToolCalls, function_of, lark_grammar, longest_skeleton, parameters_of
 
 INSTALL = 'pip install "llguidance>=1.0"'
 _FORCED_MARGIN = 8
+_CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\(")
 
 
 def _llguidance() -> Any:
@@ -78,11 +80,13 @@ class Openness:
 class GrammarWalk:
     """One row's place in a compiled grammar (an llguidance matcher)."""
 
-    def __init__(self, matcher: Any, tokenizer: LLTokenizer) -> None:
+    def __init__(self, matcher: Any, tokenizer: LLTokenizer, required: dict[str, tuple[tuple[str, int], ...]]) -> None:
         self._matcher = matcher
         self._vocab = tokenizer.vocab
         self._eos = tokenizer.eos
         self._texts = tokenizer.texts
+        self._required = required
+        self._text = ""
         self._open = Openness()
         self._allowed: list[int] | None = None
 
@@ -109,15 +113,27 @@ class GrammarWalk:
         if not self._matcher.consume_token(token):
             raise CannotConstrain(f"llguidance refused token {token}: {self._matcher.get_error()}")
         self._allowed = None
-        self._open = self._open.after(self._texts[token] if token < len(self._texts) else "")
+        text = self._texts[token] if token < len(self._texts) else ""
+        self._open = self._open.after(text)
+        self._text += text
         return True
 
     def closed(self) -> bool:
         """Whether nothing can follow (a whole call: the answer ends here)."""
         return self.accepting() and not self.allowed()
 
-    def closing(self) -> list[int]:
-        """The allowed tokens that leave the least open (module docstring)."""
+    def needed(self) -> int:
+        """Tokens this call still needs at least to close (module docstring)."""
+        match = _CALLED.search(self._text)
+        required = self._required.get(match.group(1), ()) if match else ()
+        missing = sum(cost for key, cost in required if f'"{key}":' not in self._text)
+        return self._open.count + missing + 2
+
+    def budgeted(self, left: int) -> list[int] | None:
+        """The allowed tokens that leave the least open when ``left`` tokens can only just close
+        the call (module docstring), else None."""
+        if left > self.needed():
+            return None
         allowed = self.allowed()
         now = self._open.count
         after = {t: self._open.after(self._texts[t] if t < len(self._texts) else "").count for t in allowed}
@@ -139,6 +155,11 @@ class ToolCallConstraint:
         self._encode = encode
         self._grammars: dict[str, str] = {}
         self._depth: int | None = None
+        self._required: dict[str, tuple[tuple[str, int], ...]] = {}  # tool -> (required key, its tokens)
+        for tool in space.tools:
+            keys = [str(k) for k in parameters_of(tool).get("required") or ()]
+            costs = [len(ids) for ids in encode([f', "{k}": ""' for k in keys])] if keys else []
+            self._required[str(function_of(tool)["name"])] = tuple(zip(keys, costs, strict=True))
 
     def walk(self, prefix: str = "") -> GrammarWalk:
         llg = _llguidance()
@@ -154,11 +175,7 @@ class ToolCallConstraint:
         matcher = llg.LLMatcher(self._tokenizer.ll, grammar, log_level=1)
         if matcher.is_error():
             raise CannotConstrain(f"the tool-call grammar did not compile: {matcher.get_error()}")
-        return GrammarWalk(matcher, self._tokenizer)
-
-    def closing_window(self, max_tokens: int) -> int:
-        """The last tokens of an answer in which an open action prefers to end (module docstring)."""
-        return min(self.forced_depth(), max_tokens // 2)
+        return GrammarWalk(matcher, self._tokenizer, self._required)
 
     def forced_prefix(self, text: str) -> str:
         return FORCED_PREFIXES[1] if not text or text.endswith("\n") else FORCED_PREFIXES[0]

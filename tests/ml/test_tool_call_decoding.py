@@ -96,11 +96,10 @@ async def test_every_sampled_call_parses_and_validates_against_its_schema(
     params = SamplingParams(n=4, temperature=1.0, max_tokens=96, seed=11)
     constrained = await policy.sample_actions(states, [space] * len(states), params)
     kinds = [check(c.text, space) for row in constrained for c in row]
-    assert all(c.finish_reason == "stop" for row in constrained for c in row)
     if messages:  # the untrained model mostly starts a message: any text but a call's
         assert "message" in kinds
-    else:
-        assert set(kinds) == {"call"}
+    else:  # every call closed within the budget
+        assert set(kinds) == {"call"} and all(c.finish_reason == "stop" for row in constrained for c in row)
         called = {parse_call(parse_action(c.text).action, frozenset(space.names))[0]  # type: ignore[union-attr,index]
                   for row in constrained for c in row}  # fmt: skip
         assert len(called) >= 2  # the samples spread over the tools
