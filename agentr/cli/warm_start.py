@@ -324,6 +324,12 @@ def fit_context(config: dict[str, Any], plan: Plan) -> tuple[dict[str, Any], lis
     return {**config, "train": train, "search": search, "evaluation": evaluation}, [said]
 
 
+def warm_start_cap(cap_s: float, max_length: int) -> float:
+    """The warm start's safety cap for blocks of ``max_length`` tokens: the plan's cap, scaled by the
+    blocks' length over 1,024 tokens when longer (a step's time grows with it)."""
+    return cap_s * max(1.0, max_length / 1024)
+
+
 @in_training_phase  # the embedded loop's training thread count (core.runtime.torch_threads)
 def _warm_start(
     base: Path,
@@ -349,8 +355,12 @@ def _warm_start(
     # TextCraft's episodes fit 512 tokens; a tool environment's are as long as its longest expert
     # sample (its prompt carries the policy and the tools), packed in blocks of that length
     max_length = 512
+    cap_s = plan.warm_start_cap_s
     if is_tool_env(env):
         max_length = max(max_length, _round_up(measure_context(base, expert).longest_sample, 64))
+        # the safety cap scales with the blocks (TextCraft's 900 s / 1800 s were set for 512-768
+        # tokens): tau2 retail's ~3.5k-token blocks take ~4.6 s a step on 2 loaded cores
+        cap_s = warm_start_cap(cap_s, max_length)
     # judge examples on tasks of their own (never searched or evaluated): the critic can judge from
     # iteration 0; the expert text seen stays the same (more steps), see train_service/judge_data.py
     from train_service.judge_data import warm_start_judge_samples, warm_start_mix
@@ -364,7 +374,7 @@ def _warm_start(
         learning_rate=plan.warm_start_lr,
         lr_scheduler="cosine",
         warmup=0.05,
-        time_budget_s=plan.warm_start_cap_s,
+        time_budget_s=cap_s,
         packing=True,
         max_length=max_length,
         batch_size=batch,
@@ -409,7 +419,7 @@ def _warm_start(
     done = int(report.metrics.get("steps") or 0)
     if done < steps:  # the safety cap fired: this model is not the one the command documents
         console.print(
-            f"[red]warm start stopped at its {plan.warm_start_cap_s:.0f}s safety cap after {done} of "
+            f"[red]warm start stopped at its {cap_s:.0f}s safety cap after {done} of "
             f"{steps} steps[/red] (a slow or loaded machine): the model is less trained than the "
             "documented one; delete it to redo the warm start"
         )

@@ -5,9 +5,11 @@ the same decoding loop as the action trie (core/llm/hf_decoding.py): the Thought
 ``Action:`` line is walked by a ``GrammarWalk`` (the tokens the grammar allows next, whether the
 action may end here, and whether anything may follow).
 
-``ToolCallConstraint.forced_depth`` is the token budget kept for a forced ``\\nAction: <call>``
-line: the longest tool's skeleton call (its required keys with empty values) plus a margin of 8,
-at most half of ``max_tokens`` (``HFConstrained`` applies the cap). When the tokens left are no
+``ToolCallConstraint.forced_depth`` is the token budget kept for a forced ``\nAction: <call>``
+line: the shortest tool's skeleton call (its required keys with empty values) plus 2, so a Thought
+runs free until its last few tokens (a forced marker cuts the model's own Thought short: measured on
+tau2 mock's warm-started model, a budget sized for the longest call forced the marker mid-Thought and
+the rest of the Thought became the message), at most a quarter of ``max_tokens`` (``HFConstrained`` applies the cap). When the tokens left are no
 more than a call needs to close (``GrammarWalk.needed``: one per string, bracket or parenthesis left
 open, the tokens of ``, "key": ""`` per required key not yet written, and 2), a row inside a call is limited to the tokens the
 grammar allows that leave the fewest of those open (``Openness``: a scan of the action's text outside
@@ -25,10 +27,10 @@ from typing import Any
 
 from core.llm.action_trie import FORCED_PREFIXES
 from core.llm.ports import CannotConstrain
-from core.llm.tool_grammar import ToolCalls, function_of, lark_grammar, longest_skeleton, parameters_of
+from core.llm.tool_grammar import ToolCalls, function_of, lark_grammar, parameters_of, shortest_skeleton
 
 INSTALL = 'pip install "llguidance>=1.0"'
-_FORCED_MARGIN = 8
+_FORCED_MARGIN = 2
 _CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\(")
 
 
@@ -183,7 +185,7 @@ class ToolCallConstraint:
     def forced_depth(self) -> int:
         """Tokens kept for a forced Action line (module docstring; capped by the caller)."""
         if self._depth is None:
-            line = f"{FORCED_PREFIXES[0]} {longest_skeleton(self.space)}"
+            line = f"{FORCED_PREFIXES[0]} {shortest_skeleton(self.space)}"
             self._depth = len(self._encode([line])[0]) + _FORCED_MARGIN
         return self._depth
 

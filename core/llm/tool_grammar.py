@@ -6,7 +6,9 @@ The Action line is either
 
 * a call of one of the tools in the canonical form of ``ToolCall.canonical`` (what
   ``core.envs.tau2.parse_call`` reads and the warm start teaches): ``name({"arg": value, ...})``,
-  its arguments a JSON object that validates against the tool's ``parameters`` schema, compact
+  its arguments a JSON object that validates against the tool's ``parameters`` schema, its keys
+  in sorted order as ``ToolCall.canonical`` writes them (llguidance writes an object's properties
+  in the schema's order, so the schema given to it lists them sorted), compact
   separators ``", "`` / ``": "`` and no other whitespace (so the call stays on its line), objects
   closed to the keys their schema lists (``additionalProperties: false`` where the schema does not
   say: a tool's function takes no other keyword); a tool whose schema requires nothing may also be
@@ -82,11 +84,14 @@ def tool_calls_of(env: object, messages: bool = True) -> ToolCalls | None:
 
 def closed_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with ``additionalProperties: false`` on every object that lists its properties and
-    says nothing of others (module docstring); the rest unchanged."""
+    says nothing of others, and every object's properties in sorted key order (module docstring);
+    the rest unchanged."""
     out = copy.deepcopy(schema)
 
     def close(node: Any) -> None:
         if isinstance(node, dict):
+            if isinstance(node.get("properties"), dict):
+                node["properties"] = dict(sorted(node["properties"].items()))
             if "properties" in node and "additionalProperties" not in node:
                 node["additionalProperties"] = False
             for value in node.values():
@@ -148,6 +153,6 @@ def skeleton(tool: dict[str, Any]) -> str:
     return f"{name}({json.dumps(arguments)})"
 
 
-def longest_skeleton(space: ToolCalls) -> str:
-    return max((skeleton(t) for t in space.tools), key=len)
+def shortest_skeleton(space: ToolCalls) -> str:
+    return min((skeleton(t) for t in space.tools), key=len)
 

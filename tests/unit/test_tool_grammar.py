@@ -82,6 +82,7 @@ def test_objects_are_closed_to_their_listed_keys_and_the_original_is_untouched()
     assert closed["additionalProperties"] is False
     assert closed["properties"]["items"]["items"]["additionalProperties"] is False
     assert "additionalProperties" not in params
+    assert list(closed_schema({"properties": {"b": {}, "a": {}}})["properties"]) == ["a", "b"]  # canonical
     kept = closed_schema({"type": "object", "properties": {}, "additionalProperties": True})
     assert kept["additionalProperties"] is True  # a schema that says so keeps it
 
