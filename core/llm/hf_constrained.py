@@ -78,7 +78,7 @@ class HFConstrained:
         if guide.constraint.open_ended and left <= 1 and walk.accepting():
             self._restrict(logits, row, sorted(self._terminators()))  # the last token: end here
             return
-        tight = None if walk.accepting() else walk.budgeted(left)  # a call that must close now
+        tight = walk.budgeted(left)  # what fits the tokens left (None: anything the walk allows)
         allowed = walk.allowed() if tight is None else tight
         if walk.accepting():
             allowed = allowed + sorted(self._terminators() - set(allowed))

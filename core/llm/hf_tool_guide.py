@@ -9,12 +9,14 @@ action may end here, and whether anything may follow).
 line: the shortest tool's skeleton call (its required keys with empty values) plus 2, so a Thought
 runs free until its last few tokens (a forced marker cuts the model's own Thought short: measured on
 tau2 mock's warm-started model, a budget sized for the longest call forced the marker mid-Thought and
-the rest of the Thought became the message), at most a quarter of ``max_tokens`` (``HFConstrained`` applies the cap). When the tokens left are no
+the rest of the Thought became the message), at most a quarter of ``max_tokens`` (``HFConstrained`` applies the cap). The budget then steers
+the Action line: before a tool is named, no token may open a call whose skeleton takes more tokens
+than are left (a message, or a shorter tool, is written instead); when the tokens left are no
 more than a call needs to close (``GrammarWalk.needed``: one per string, bracket or parenthesis left
-open, the tokens of ``, "key": ""`` per required key not yet written, and 2), a row inside a call is limited to the tokens the
-grammar allows that leave the fewest of those open (``Openness``: a scan of the action's text outside
-JSON strings), when any leaves fewer than now, else to those that open nothing new; a message (or a
-whole call) ends at the last token. A call still open when ``max_tokens`` runs out is cut there
+open, the tokens of ``, "key": ""`` per required key not yet written, and 2), a row inside a call is
+limited to the tokens the grammar allows that leave the fewest of those open (``Openness``: a scan
+of the action's text outside JSON strings), when any leaves fewer than now, else to those that open
+nothing new; a message (or a whole call) ends at the last token. A call still open when ``max_tokens`` runs out is cut there
 (finish ``length``), as a free answer would be.
 """
 
@@ -27,7 +29,7 @@ from typing import Any
 
 from core.llm.action_trie import FORCED_PREFIXES
 from core.llm.ports import CannotConstrain
-from core.llm.tool_grammar import ToolCalls, function_of, lark_grammar, parameters_of, shortest_skeleton
+from core.llm.tool_grammar import ToolCalls, function_of, lark_grammar, parameters_of, shortest_skeleton, skeleton
 
 INSTALL = 'pip install "llguidance>=1.0"'
 _FORCED_MARGIN = 2
@@ -82,12 +84,19 @@ class Openness:
 class GrammarWalk:
     """One row's place in a compiled grammar (an llguidance matcher)."""
 
-    def __init__(self, matcher: Any, tokenizer: LLTokenizer, required: dict[str, tuple[tuple[str, int], ...]]) -> None:
+    def __init__(
+        self,
+        matcher: Any,
+        tokenizer: LLTokenizer,
+        required: dict[str, tuple[tuple[str, int], ...]],
+        costs: dict[str, int],
+    ) -> None:
         self._matcher = matcher
         self._vocab = tokenizer.vocab
         self._eos = tokenizer.eos
         self._texts = tokenizer.texts
         self._required = required
+        self._costs = costs  # tool -> tokens of its skeleton call
         self._text = ""
         self._open = Openness()
         self._allowed: list[int] | None = None
@@ -124,6 +133,13 @@ class GrammarWalk:
         """Whether nothing can follow (a whole call: the answer ends here)."""
         return self.accepting() and not self.allowed()
 
+    def _opens(self, token: int, names: set[str]) -> bool:
+        text = self._texts[token] if token < len(self._texts) else ""
+        if "(" not in text:
+            return False
+        match = _CALLED.search(self._text + text)
+        return match is not None and match.group(1) in names
+
     def needed(self) -> int:
         """Tokens this call still needs at least to close (module docstring)."""
         match = _CALLED.search(self._text)
@@ -132,8 +148,14 @@ class GrammarWalk:
         return self._open.count + missing + 2
 
     def budgeted(self, left: int) -> list[int] | None:
-        """The allowed tokens that leave the least open when ``left`` tokens can only just close
-        the call (module docstring), else None."""
+        """The allowed tokens that fit ``left`` tokens (module docstring), else None: before a tool
+        is named, none that opens a call whose skeleton takes more; in a call that can only just
+        close, those that leave the least open."""
+        if _CALLED.search(self._text) is None:
+            too_long = {name for name, cost in self._costs.items() if cost > left}
+            if not too_long:
+                return None
+            return [t for t in self.allowed() if not self._opens(t, too_long)]
         if left > self.needed():
             return None
         allowed = self.allowed()
@@ -162,6 +184,9 @@ class ToolCallConstraint:
             keys = [str(k) for k in parameters_of(tool).get("required") or ()]
             costs = [len(ids) for ids in encode([f', "{k}": ""' for k in keys])] if keys else []
             self._required[str(function_of(tool)["name"])] = tuple(zip(keys, costs, strict=True))
+        names = [str(function_of(t)["name"]) for t in space.tools]
+        calls = encode([skeleton(t) for t in space.tools])
+        self._costs = {name: len(ids) + 1 for name, ids in zip(names, calls, strict=True)}  # + end
 
     def walk(self, prefix: str = "") -> GrammarWalk:
         llg = _llguidance()
@@ -177,7 +202,7 @@ class ToolCallConstraint:
         matcher = llg.LLMatcher(self._tokenizer.ll, grammar, log_level=1)
         if matcher.is_error():
             raise CannotConstrain(f"the tool-call grammar did not compile: {matcher.get_error()}")
-        return GrammarWalk(matcher, self._tokenizer, self._required)
+        return GrammarWalk(matcher, self._tokenizer, self._required, self._costs)
 
     def forced_prefix(self, text: str) -> str:
         return FORCED_PREFIXES[1] if not text or text.endswith("\n") else FORCED_PREFIXES[0]
