@@ -174,8 +174,8 @@ class HFDecoding(HFPrefill, HFConstrained):
                 constraint = constraints[row // n]
                 if constraint is not None:
                     depth = constraint.forced_depth()
-                    if constraint.open_ended:  # a grammar: keep at most a quarter of the budget
-                        depth = min(depth, max_tokens // 4)
+                    if constraint.open_ended:  # a grammar: keep at most half of the budget
+                        depth = min(depth, max_tokens // 2)
                     guides[row] = Guide(constraint, depth)
         for _ in range(max_tokens):
             step_logits = logits[:, -1, :].float()

@@ -6,15 +6,18 @@ the same decoding loop as the action trie (core/llm/hf_decoding.py): the Thought
 action may end here, and whether anything may follow).
 
 ``ToolCallConstraint.forced_depth`` is the token budget kept for a forced ``\nAction: <call>``
-line: the shortest tool's skeleton call (its required keys with empty values) plus 2, so a Thought
-runs free until its last few tokens (a forced marker cuts the model's own Thought short: measured on
-tau2 mock's warm-started model, a budget sized for the longest call forced the marker mid-Thought and
-the rest of the Thought became the message), at most a quarter of ``max_tokens`` (``HFConstrained`` applies the cap). The budget then steers
+line: the shortest tool's skeleton call (its required keys with empty values) plus 2 where a
+message is an action too (the longest tool's when only calls are), at most half of ``max_tokens``
+(``HFConstrained`` applies the cap), so a Thought runs free until its last few tokens (a forced
+marker cuts the model's own Thought short: measured on tau2 mock's warm-started model, a budget
+sized for the longest call forced the marker mid-Thought and the rest of the Thought became the
+message). The budget then steers
 the Action line: before a tool is named, no token may open a call whose skeleton takes more tokens
 than are left (a message, or a shorter tool, is written instead); when the tokens left are no
 more than a call needs to close (``GrammarWalk.needed``: one per string, bracket or parenthesis left
-open, the tokens of ``, "key": ""`` per required key not yet written, and 2), a row inside a call is
-limited to the tokens the grammar allows that leave the fewest of those open (``Openness``: a scan
+open, the tokens of ``, "key": ""`` per required key not yet written, and 3), a row inside a call is
+limited to the tokens the grammar allows that start no optional key while a required one is
+missing, and of those to the ones that leave the fewest of those open (``Openness``: a scan
 of the action's text outside JSON strings), when any leaves fewer than now, else to those that open
 nothing new; a message (or a whole call) ends at the last token. A call still open when ``max_tokens`` runs out is cut there
 (finish ``length``), as a free answer would be.
@@ -29,11 +32,12 @@ from typing import Any
 
 from core.llm.action_trie import FORCED_PREFIXES
 from core.llm.ports import CannotConstrain
-from core.llm.tool_grammar import ToolCalls, function_of, lark_grammar, parameters_of, shortest_skeleton, skeleton
+from core.llm.tool_grammar import ToolCalls, function_of, lark_grammar, parameters_of, skeleton
 
 INSTALL = 'pip install "llguidance>=1.0"'
 _FORCED_MARGIN = 2
 _CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\(")
+_KEY_TYPED = re.compile(r'[{,] ?"([A-Za-z0-9_]*)"?:?$')  # an object key being written, at the end
 
 
 def _llguidance() -> Any:
@@ -140,12 +144,30 @@ class GrammarWalk:
         match = _CALLED.search(self._text + text)
         return match is not None and match.group(1) in names
 
+    def _missing(self) -> list[str]:
+        match = _CALLED.search(self._text)
+        required = self._required.get(match.group(1), ()) if match else ()
+        return [key for key, _ in required if f'"{key}":' not in self._text]
+
+    def _required_keys_first(self, allowed: list[int]) -> list[int]:
+        """``allowed`` without the tokens that start an optional key while a required one is
+        missing (the budget holds the required ones only); ``allowed`` when none is left."""
+        missing = self._missing()
+        if not missing:
+            return allowed
+        kept = []
+        for token in allowed:
+            typed = _KEY_TYPED.search(self._text + (self._texts[token] if token < len(self._texts) else ""))
+            if typed is None or any(key.startswith(typed.group(1)) for key in missing):
+                kept.append(token)
+        return kept or allowed
+
     def needed(self) -> int:
         """Tokens this call still needs at least to close (module docstring)."""
         match = _CALLED.search(self._text)
         required = self._required.get(match.group(1), ()) if match else ()
         missing = sum(cost for key, cost in required if f'"{key}":' not in self._text)
-        return self._open.count + missing + 2
+        return self._open.count + missing + 3
 
     def budgeted(self, left: int) -> list[int] | None:
         """The allowed tokens that fit ``left`` tokens (module docstring), else None: before a tool
@@ -155,10 +177,11 @@ class GrammarWalk:
             too_long = {name for name, cost in self._costs.items() if cost > left}
             if not too_long:
                 return None
-            return [t for t in self.allowed() if not self._opens(t, too_long)]
+            kept = [t for t in self.allowed() if not self._opens(t, too_long)]
+            return kept or None  # no message allowed and no call fits: the grammar's own choice
         if left > self.needed():
             return None
-        allowed = self.allowed()
+        allowed = self._required_keys_first(self.allowed())
         now = self._open.count
         after = {t: self._open.after(self._texts[t] if t < len(self._texts) else "").count for t in allowed}
         fewest = min(after.values(), default=now)
@@ -210,7 +233,9 @@ class ToolCallConstraint:
     def forced_depth(self) -> int:
         """Tokens kept for a forced Action line (module docstring; capped by the caller)."""
         if self._depth is None:
-            line = f"{FORCED_PREFIXES[0]} {shortest_skeleton(self.space)}"
+            calls = [skeleton(t) for t in self.space.tools]
+            call = min(calls, key=len) if self.space.messages else max(calls, key=len)
+            line = f"{FORCED_PREFIXES[0]} {call}"
             self._depth = len(self._encode([line])[0]) + _FORCED_MARGIN
         return self._depth
 

@@ -137,8 +137,16 @@ def lark_grammar(space: ToolCalls, prefix: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def _least(schema: dict[str, Any], empty: dict[str, Any]) -> Any:
+    """The shortest value ``schema`` allows, roughly: its shortest enum value or its type's empty one."""
+    if schema.get("enum"):
+        return min(schema["enum"], key=lambda v: len(json.dumps(v)))
+    return empty.get(str(schema.get("type")), "")
+
+
 def skeleton(tool: dict[str, Any]) -> str:
-    """The shortest-looking call of ``tool``: its required keys with empty values (a size estimate
+    """The shortest-looking call of ``tool``: its required keys with empty values (the shortest enum
+    value for an enum), keys sorted as the constraint writes them (a size estimate
     for the token budget of a forced Action line, never sent to an environment)."""
     params = parameters_of(tool)
     required = params.get("required") or []
@@ -147,12 +155,7 @@ def skeleton(tool: dict[str, Any]) -> str:
     if not required:
         return f"{name}()"
     empty = {"string": "", "array": [], "object": {}, "integer": 0, "number": 0, "boolean": False}
-    arguments = {
-        key: empty.get(str((properties.get(key) or {}).get("type")), "") for key in required
-    }
-    return f"{name}({json.dumps(arguments)})"
+    arguments = {key: _least(properties.get(key) or {}, empty) for key in required}
+    return f"{name}({json.dumps(arguments, sort_keys=True)})"
 
-
-def shortest_skeleton(space: ToolCalls) -> str:
-    return min((skeleton(t) for t in space.tools), key=len)
 
