@@ -351,9 +351,7 @@ def plan_run(opts: RunOptions) -> Plan:
     tasks = opts.tasks or (DEMO_GOALS if demo else ())
     if opts.quick and not opts.tasks and _is_tool_env_uri(env) and max_tasks:
         # a tool environment's quick run: its training tasks with the shortest gold paths
-        # (agentr.cli.warm_start.shortest_gold_tasks), searched and warm-started on
-        from agentr.cli.warm_start import shortest_gold_tasks
-
+        # (shortest_gold_tasks), searched and warm-started on
         tasks = shortest_gold_tasks(env, "train", max_tasks)
     if demo:  # constrained decoding: the Action line among the state's valid actions (module docstring)
         search = {**search, "constrain_actions": True}
@@ -394,6 +392,30 @@ def plan_run(opts: RunOptions) -> Plan:
         mixed_bf16=mixed_bf16,
         notes=tuple(notes),
     )
+
+
+def shortest_gold_tasks(env_uri: str, split: str, count: int) -> tuple[str, ...]:
+    """A tool environment's ``count`` tasks of ``split`` with the shortest gold paths that call at
+    least one tool (fewest gold actions, then fewest characters, then the split's order): what
+    ``agentr run --quick`` searches and warm-starts on there. A 2-core machine warm-starts on their
+    short episodes in minutes where tau2 retail's first two training tasks (6 gold actions, episodes up
+    to ~7k tokens) hit the 900 s cap at 98 of 300 steps; a task whose gold path is a message alone
+    would search no tool call. ``()`` for an environment without gold actions."""
+    from core.envs.registry import open_env
+    from core.llm.tool_grammar import tool_calls_of
+
+    env = open_env(env_uri)
+    gold = getattr(env, "gold_actions", None)
+    space = tool_calls_of(env)
+    if gold is None or space is None:
+        return ()
+    names = space.names
+    ranked = []
+    for order, task_id in enumerate(env.task_ids(split)):
+        actions = gold(task_id)
+        if any(a.startswith(tuple(f"{n}(" for n in names)) for a in actions):
+            ranked.append((len(actions), sum(len(a) for a in actions), order, task_id))
+    return tuple(task_id for *_, task_id in sorted(ranked)[:count])
 
 
 def _is_tool_env_uri(env: str) -> bool:

@@ -149,30 +149,6 @@ def warm_start_task_ids(plan: Plan, env: Any, config: Any) -> list[str]:
     return list(env.task_ids(config.split)[: config.max_tasks])
 
 
-def shortest_gold_tasks(env_uri: str, split: str, count: int) -> tuple[str, ...]:
-    """A tool environment's ``count`` tasks of ``split`` with the shortest gold paths that call at
-    least one tool (fewest gold actions, then fewest characters, then the split's order): what
-    ``agentr run --quick`` searches and warm-starts on there. A 2-core machine warm-starts on their
-    short episodes in minutes where tau2 retail's first two training tasks (6 gold actions, episodes up
-    to ~7k tokens) hit the 900 s cap at 98 of 300 steps; a task whose gold path is a message alone
-    would search no tool call. ``()`` for an environment without gold actions."""
-    from core.envs.registry import open_env
-    from core.llm.tool_grammar import tool_calls_of
-
-    env = open_env(env_uri)
-    gold = getattr(env, "gold_actions", None)
-    space = tool_calls_of(env)
-    if gold is None or space is None:
-        return ()
-    names = space.names
-    ranked = []
-    for order, task_id in enumerate(env.task_ids(split)):
-        actions = gold(task_id)
-        if any(a.startswith(tuple(f"{n}(" for n in names)) for a in actions):
-            ranked.append((len(actions), sum(len(a) for a in actions), order, task_id))
-    return tuple(task_id for *_, task_id in sorted(ranked)[:count])
-
-
 _EXPERT: dict[tuple[str, tuple[str, ...]], list[Any]] = {}
 
 

@@ -79,12 +79,12 @@ from typing import Any
 
 from core.llm.action_trie import ActionConstraint
 from core.llm.chat_template import hf_messages
-from core.llm.hf_decoding import Sample
 from core.llm.hf_constrained import Constraint
+from core.llm.hf_decoding import Sample
 from core.llm.hf_folder import check_folder, load_pretrained, resolve_dtype, weights_fingerprint
 from core.llm.hf_scoring import HFScoring, PromptLogprobs
-from core.llm.kv_prefix import PrefixCache
 from core.llm.hf_tool_guide import LLTokenizer, ToolCallConstraint
+from core.llm.kv_prefix import PrefixCache
 from core.llm.ports import (
     ActionSpec,
     Completion,

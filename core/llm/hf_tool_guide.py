@@ -19,8 +19,9 @@ open, the tokens of ``, "key": ""`` per required key not yet written, and 3), a 
 limited to the tokens the grammar allows that start no optional key while a required one is
 missing, and of those to the ones that leave the fewest of those open (``Openness``: a scan
 of the action's text outside JSON strings), when any leaves fewer than now, else to those that open
-nothing new; a message (or a whole call) ends at the last token. A call still open when ``max_tokens`` runs out is cut there
-(finish ``length``), as a free answer would be.
+nothing new; a message (or a whole call) ends at the last token. A call still open when
+``max_tokens`` runs out is cut there (finish ``length``), as a free answer would be: an answer that
+reaches its own ``Action:`` marker late can name a call longer than the tokens left.
 """
 
 from __future__ import annotations

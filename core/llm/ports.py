@@ -20,9 +20,9 @@ samples ReAct turns whose Action line is one of a given list of valid actions (t
 free): the ``hf`` backend by a token prefix-trie, the ``openai`` backend by vLLM's structured
 outputs; or, given a ``ToolCalls`` action space (core.llm.tool_grammar), a well-formed call of one
 of a tool-calling environment's tools or a message: the ``hf`` backend by llguidance, the
-``openai`` backend not at all (``CannotConstrain``). ``sample_turns`` is how callers ask: free sampling without actions, constrained sampling
-with them, and ``CannotConstrain`` when the policy has no such capability
-(docs/constrained-decoding.md).
+``openai`` backend not at all (``CannotConstrain``). ``sample_turns`` is how callers ask: free
+sampling without actions, constrained sampling with them, and ``CannotConstrain`` when the policy
+has no such capability (docs/constrained-decoding.md).
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def lark_grammar(space: ToolCalls, prefix: str = "") -> str:
         schema = {**closed_schema(parameters_of(tool)), "x-guidance": JSON_STYLE}
         args = f"args_{index}"
         rules.append(f"{args}: %json {json.dumps(schema)}")
-        empty = f' | {_literal(name + "()")}' if not schema.get("required") else ""
+        empty = f" | {_literal(name + '()')}" if not schema.get("required") else ""
         rules.append(f"call_{index}: {_literal(name + '(')} {args} {_literal(')')}{empty}")
         alternatives.append(f"call_{index}")
     if space.messages:
@@ -157,5 +157,3 @@ def skeleton(tool: dict[str, Any]) -> str:
     empty = {"string": "", "array": [], "object": {}, "integer": 0, "number": 0, "boolean": False}
     arguments = {key: _least(properties.get(key) or {}, empty) for key in required}
     return f"{name}({json.dumps(arguments, sort_keys=True)})"
-
-

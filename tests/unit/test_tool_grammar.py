@@ -32,7 +32,7 @@ TOOLS = (
             },
         },
     },
-    {"type": "function", "function": {"name": "list_all", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "list_all", "parameters": {"type": "object"}}},
 )  # fmt: skip
 NAMES = frozenset({"get_order", "list_all"})
 
