@@ -31,6 +31,7 @@ from core.llm.ports import (
     Policy,
     SamplingParams,
     Seeds,
+    constrains_tool_calls,
     conversation_seeds,
     sample_turns,
 )
@@ -117,6 +118,11 @@ class BatchingPolicy:
         logprobs: bool = False,
     ) -> list[list[Completion]]:
         return await self._enqueue(conversations, n, temperature, max_tokens, seed, stop, logprobs, None)
+
+    @property
+    def constrains_tool_calls(self) -> bool:
+        """The inner policy's capability (core.llm.ports.constrains_tool_calls)."""
+        return constrains_tool_calls(self.inner)
 
     async def sample_actions(
         self,

@@ -39,7 +39,8 @@ class SearchConfig:
     constrain_tool_calls: in a tool-calling environment (one listing its tools' JSON schemas,
         ``env.tools``: tau2's domains), expansions decode the Action line as a well-formed call of
         one of the tools whose arguments validate against its schema, or a message to the user
-        (core.llm.tool_grammar; docs/constrained-decoding.md). True (default); no effect elsewhere.
+        (core.llm.tool_grammar; docs/constrained-decoding.md), where the policy can (the hf backend;
+        a served or scripted policy decodes freely). True (default); no effect elsewhere.
         A node whose state lists valid actions (``constrain_actions``) is constrained to those.
     """
 

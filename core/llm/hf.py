@@ -129,6 +129,8 @@ def default_decode_threads() -> int | None:
 class HFPolicy(HFScoring):
     """Policy over a local transformers model folder; build with :meth:`from_folder`."""
 
+    constrains_tool_calls = True  # core.llm.ports.constrains_tool_calls: ToolCalls by llguidance
+
     def __init__(
         self,
         model: Any,

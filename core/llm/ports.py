@@ -155,6 +155,14 @@ class ActionConstrained(Protocol):
         ...
 
 
+def constrains_tool_calls(policy: object) -> bool:
+    """Whether ``policy`` constrains tool calls (``ToolCalls`` action spaces: the hf backend, or a
+    wrapper over it that says so with ``constrains_tool_calls``). ``constrain_tool_calls``, on by
+    default, applies where this holds; other policies (a served model, a scripted one) decode tool
+    environments freely (docs/constrained-decoding.md)."""
+    return bool(getattr(policy, "constrains_tool_calls", False))
+
+
 async def sample_turns(
     policy: Policy,
     conversations: Sequence[Conversation],
