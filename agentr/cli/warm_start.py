@@ -266,7 +266,10 @@ def fit_context(config: dict[str, Any], plan: Plan) -> tuple[dict[str, Any], lis
     from core.domain.good_samples import trajectory_to_sample
     from core.domain.ids import derived_id
     from core.envs.registry import open_env
+    from train_service.episodes import EvalConfig
     from train_service.warm_start import NoExpertError
+
+    default_budget = EvalConfig.prompt_budget
 
     cfg = RunConfig.from_data(config)
     env = open_env(cfg.env)
@@ -290,6 +293,14 @@ def fit_context(config: dict[str, Any], plan: Plan) -> tuple[dict[str, Any], lis
         if budget > int(section.get("max_tokens") or 0):
             section["max_tokens"] = budget
             notes.append(f"{name} max_tokens {budget}")
+    # the evaluation's prompt budget (EvalConfig.prompt_budget, 1536 by default) must hold the
+    # instruction and the episode so far: retail's instruction alone takes ~3.2k tokens, and a budget
+    # below it dropped every earlier step, so each turn repeated the first call
+    prompt = max_length - int(evaluation.get("max_tokens") or 0)
+    current = evaluation.get("prompt_budget", default_budget)
+    if current is not None and prompt > int(current):
+        evaluation["prompt_budget"] = prompt
+        notes.append(f"evaluation prompt_budget {prompt}")
     if not notes:
         return config, []
     said = (
