@@ -24,12 +24,14 @@ from typing import cast
 
 from core.llm.context import context_limit
 from core.llm.ports import (
+    ActionSpec,
     Completion,
     ContextWindow,
     Conversation,
     Policy,
     SamplingParams,
     Seeds,
+    constrains_tool_calls,
     conversation_seeds,
     sample_turns,
 )
@@ -43,7 +45,7 @@ class _Call:
     conversations: Sequence[Conversation]
     seeds: list[int] | None  # one per conversation
     future: asyncio.Future[list[list[Completion]]]
-    actions: list[Sequence[str] | None] | None = None  # constrained calls: one list per conversation
+    actions: list[ActionSpec] | None = None  # constrained calls: one spec per conversation
 
 
 @dataclass
@@ -117,10 +119,15 @@ class BatchingPolicy:
     ) -> list[list[Completion]]:
         return await self._enqueue(conversations, n, temperature, max_tokens, seed, stop, logprobs, None)
 
+    @property
+    def constrains_tool_calls(self) -> bool:
+        """The inner policy's capability (core.llm.ports.constrains_tool_calls)."""
+        return constrains_tool_calls(self.inner)
+
     async def sample_actions(
         self,
         conversations: Sequence[Conversation],
-        actions: Sequence[Sequence[str] | None],
+        actions: Sequence[ActionSpec],
         params: SamplingParams = SamplingParams(),
     ) -> list[list[Completion]]:
         if len(actions) != len(conversations):
@@ -145,7 +152,7 @@ class BatchingPolicy:
         seed: Seeds,
         stop: Sequence[str] | None,
         logprobs: bool,
-        actions: list[Sequence[str] | None] | None,
+        actions: list[ActionSpec] | None,
     ) -> list[list[Completion]]:
         if not conversations:
             return []

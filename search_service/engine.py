@@ -19,6 +19,10 @@ the policy's context (``core.llm.context.fit_prompt``: oldest whole steps droppe
 ``max_tokens``) when the policy tells its context length. With ``constrain_actions`` an
 expansion asks the node's state for its valid actions (``EnvStates.valid_actions``) and samples its
 candidates' Action lines among them (``core.llm.ports.sample_turns``; free where the env lists none).
+With ``constrain_tool_calls`` (the default) and a policy that can (``core.llm.ports.
+constrains_tool_calls``: the hf backend) an expansion in a tool-calling environment (``env.tools``)
+decodes each Action line as a call of one of its tools with schema-valid arguments, or a message
+(``core.llm.tool_grammar.ToolCalls``); ``SearchStats.constrained_expansions`` counts them.
 
 The in-memory tree is the domain ``SearchTree`` updated by applying exactly the events written, so
 the tree in the store and the tree searched cannot drift apart. Event ids are derived from the tree
@@ -59,8 +63,9 @@ from core.domain.mcts import (
 from core.domain.trajectory import Step
 from core.envs.base import Env
 from core.llm.context import fit_prompt
-from core.llm.ports import Policy, SamplingParams, sample_turns
+from core.llm.ports import ActionSpec, Policy, SamplingParams, constrains_tool_calls, sample_turns
 from core.llm.prompts import ParsedAction, build_messages, parse_action
+from core.llm.tool_grammar import tool_calls_of
 from search_service.env_states import Candidate, EnvStates
 from search_service.tree_request import (
     EventSink,
@@ -102,6 +107,8 @@ class TreeSearch:
         self.stats = SearchStats()
         self.tree: SearchTree | None = None
         self.task = ""
+        able = constrains_tool_calls(policy)  # a policy that cannot decodes tool envs freely
+        self.tool_calls = tool_calls_of(env) if self.config.constrain_tool_calls and able else None
 
     # ---- event helpers -----------------------------------------------------------------------
 
@@ -247,13 +254,14 @@ class TreeSearch:
         steps = [Step(n.thought, n.action, n.observation, n.reward, n.done, n.valid) for n in path[1:]]
         messages = build_messages(self.env.instruction, self.task, steps)
         prompt = fit_prompt(self.policy, messages, reserve=self.config.max_tokens)
-        actions: list[str] | None = None
+        listed: list[str] | None = None
         if self.config.constrain_actions:
             env_started = time.perf_counter()
-            actions = await self.states.valid_actions(node_id, [(n.node_id, n.action) for n in path[1:]])
+            listed = await self.states.valid_actions(node_id, [(n.node_id, n.action) for n in path[1:]])
             self.stats.env_seconds += time.perf_counter() - env_started
-            if actions:
-                self.stats.constrained_expansions += 1
+        actions: ActionSpec = listed or self.tool_calls
+        if actions:
+            self.stats.constrained_expansions += 1
         policy_started = time.perf_counter()
         completions = await sample_turns(
             self.policy,

@@ -15,8 +15,9 @@ from typing import Any
 from core.domain.metrics import EpisodeResult
 from core.domain.trajectory import Step, Trajectory
 from core.envs.base import Env, valid_actions_of
-from core.llm.ports import Policy, SamplingParams, sample_turns
+from core.llm.ports import ActionSpec, Policy, SamplingParams, constrains_tool_calls, sample_turns
 from core.llm.prompts import build_prompt, parse_action
+from core.llm.tool_grammar import tool_calls_of
 
 INVALID_ANSWER = "Invalid answer: reply with 'Thought: ...' and 'Action: <one command>'."
 
@@ -61,6 +62,10 @@ class EvalConfig:
     constrain_actions: each turn's Action line is sampled among the episode's valid actions (the
         env's ``valid_actions()``; free where it lists none) by constrained decoding
         (docs/constrained-decoding.md); False (default) = free decoding. Recorded in the metrics.
+    constrain_tool_calls: in a tool-calling environment (``env.tools``), each turn's Action line is
+        a well-formed call of one of its tools with schema-valid arguments, or a message
+        (core.llm.tool_grammar), where the policy can (the hf backend); True (default), no effect
+        elsewhere. Recorded in the metrics.
     """
 
     max_steps: int = PAPER_MAX_ROUNDS
@@ -77,6 +82,7 @@ class EvalConfig:
     stratify: bool = True
     shared_passes: bool = False
     constrain_actions: bool = False
+    constrain_tool_calls: bool = True
     workers: int | None = None
 
     def __post_init__(self) -> None:
@@ -157,6 +163,16 @@ async def _start(episode: PlayedEpisode, prefix: Sequence[str], max_steps: int) 
     episode.finished = episode.done or len(episode.steps) >= episode.limit
 
 
+async def _action_spec(env: Env, cfg: EvalConfig, policy: Policy) -> ActionSpec:
+    """What ``env``'s next Action line is constrained to under ``cfg`` (None: free): its valid
+    actions (``constrain_actions``), else its tools' calls (``constrain_tool_calls``, where the
+    policy can: ``core.llm.ports.constrains_tool_calls``)."""
+    listed = await valid_actions_of(env) if cfg.constrain_actions else None
+    if listed:
+        return listed
+    return tool_calls_of(env) if cfg.constrain_tool_calls and constrains_tool_calls(policy) else None
+
+
 async def play(
     policy: Policy,
     env_opener: Callable[[], Env],
@@ -207,7 +223,7 @@ async def play_episodes(
             progress(sum(e.finished for e in episodes), total)
         while live := [e for e in episodes if not e.finished]:
             prompts = [build_prompt(e.instruction, e.task, e.steps, budget, measure or len) for e in live]
-            actions = [await valid_actions_of(e.env) for e in live] if cfg.constrain_actions else None
+            actions = [await _action_spec(e.env, cfg, policy) for e in live]
             completions = await sample_turns(
                 policy,
                 prompts,

@@ -147,6 +147,7 @@ def _summary(
     metrics["max_steps"] = cfg.max_steps
     metrics["temperature"] = cfg.temperature
     metrics["constrain_actions"] = cfg.constrain_actions
+    metrics["constrain_tool_calls"] = cfg.constrain_tool_calls
     return metrics
 
 

@@ -133,6 +133,9 @@ class RunOptions:
     # --critic: the critic strategy for the run's search pairs (default first: the first action after
     # the divergence, docs/critic.md; a schedule with no sft iteration uses direct regardless)
     critic: str = "first"
+    # --free-tool-calls: a tool-calling environment's Action lines decoded freely (False), instead of
+    # as schema-valid calls of its tools or messages (search / evaluation constrain_tool_calls)
+    constrain_tool_calls: bool = True
 
 
 @dataclass(frozen=True)
@@ -346,9 +349,16 @@ def plan_run(opts: RunOptions) -> Plan:
             )
         judge_general = False  # no judge examples, so none to replay
     tasks = opts.tasks or (DEMO_GOALS if demo else ())
+    if opts.quick and not opts.tasks and _is_tool_env_uri(env) and max_tasks:
+        # a tool environment's quick run: its training tasks with the shortest gold paths
+        # (shortest_gold_tasks), searched and warm-started on
+        tasks = shortest_gold_tasks(env, "train", max_tasks)
     if demo:  # constrained decoding: the Action line among the state's valid actions (module docstring)
         search = {**search, "constrain_actions": True}
         evaluation = {**evaluation, "constrain_actions": True}
+    if not opts.constrain_tool_calls:  # --free-tool-calls (the configs' default is on)
+        search = {**search, "constrain_tool_calls": False}
+        evaluation = {**evaluation, "constrain_tool_calls": False}
     config = RunConfig(
         env=env,
         model=opts.model,
@@ -382,6 +392,38 @@ def plan_run(opts: RunOptions) -> Plan:
         mixed_bf16=mixed_bf16,
         notes=tuple(notes),
     )
+
+
+def shortest_gold_tasks(env_uri: str, split: str, count: int) -> tuple[str, ...]:
+    """A tool environment's ``count`` tasks of ``split`` with the shortest gold paths that call at
+    least one tool (fewest gold actions, then fewest characters, then the split's order): what
+    ``agentr run --quick`` searches and warm-starts on there. A 2-core machine warm-starts on their
+    short episodes in minutes where tau2 retail's first two training tasks (6 gold actions, episodes up
+    to ~7k tokens) hit the 900 s cap at 98 of 300 steps; a task whose gold path is a message alone
+    would search no tool call. ``()`` for an environment without gold actions."""
+    from core.envs.registry import open_env
+    from core.llm.tool_grammar import tool_calls_of
+
+    env = open_env(env_uri)
+    gold = getattr(env, "gold_actions", None)
+    space = tool_calls_of(env)
+    if gold is None or space is None:
+        return ()
+    names = space.names
+    ranked = []
+    for order, task_id in enumerate(env.task_ids(split)):
+        actions = gold(task_id)
+        if any(a.startswith(tuple(f"{n}(" for n in names)) for a in actions):
+            ranked.append((len(actions), sum(len(a) for a in actions), order, task_id))
+    return tuple(task_id for *_, task_id in sorted(ranked)[:count])
+
+
+def _is_tool_env_uri(env: str) -> bool:
+    from urllib.parse import urlsplit
+
+    from core.llm.chat_template import TOOL_ENV_SCHEMES
+
+    return urlsplit(env.strip()).scheme in TOOL_ENV_SCHEMES
 
 
 def _judge_phase(opts: RunOptions, env: str, warm_steps: int) -> tuple[int | None, float]:

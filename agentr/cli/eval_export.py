@@ -27,6 +27,7 @@ def eval_command(
     temperature: float = 0.0,
     seed: int = 0,
     constrain_actions: bool = False,
+    constrain_tool_calls: bool = True,
     out: str,
     workers: int | None = None,
 ) -> int:
@@ -50,6 +51,7 @@ def eval_command(
             recovery_episodes=0,
             baseline=False,
             constrain_actions=constrain_actions,
+            constrain_tool_calls=constrain_tool_calls,
             workers=workers,
         )
         probe = open_env(env)

@@ -150,6 +150,13 @@ def register(app: typer.Typer) -> None:
             "compared in the report. model: the actor judges each action; replay: replays the bad path in "
             "its environment (docs/critic.md); also reflect, rules, direct.",
         ),
+        free_tool_calls: bool = typer.Option(
+            False,
+            "--free-tool-calls",
+            help="In a tool-calling environment (tau2), decode the Action line freely instead of as a "
+            "schema-valid call of one of its tools or a message (search.constrain_tool_calls and "
+            "evaluation.constrain_tool_calls false; docs/constrained-decoding.md).",
+        ),
     ) -> None:
         """Run the whole Agent-R loop in this process: MCTS search -> first-error critic (t' = the
         first action after the divergence by default, the most accurate critic measured on search
@@ -182,6 +189,7 @@ def register(app: typer.Typer) -> None:
             threads=threads,
             judge_phase_steps=judge_phase_steps,
             critic=critic,
+            constrain_tool_calls=not free_tool_calls,
         )
         raise typer.Exit(run_command(options))
 
@@ -214,6 +222,13 @@ def register(app: typer.Typer) -> None:
             "valid_actions(); free where it lists none), as evaluation.constrain_actions in a run "
             "(docs/constrained-decoding.md). Recorded in the metrics.",
         ),
+        free_tool_calls: bool = typer.Option(
+            False,
+            "--free-tool-calls",
+            help="In a tool-calling environment (tau2), decode the Action line freely instead of as a "
+            "schema-valid call of one of its tools or a message (evaluation.constrain_tool_calls "
+            "false). Recorded in the metrics.",
+        ),
         out: str = typer.Option(
             "", "--out", "-o", help="Folder for eval.json / eval.md / eval.png (default: print only)."
         ),
@@ -243,6 +258,7 @@ def register(app: typer.Typer) -> None:
                 temperature=temperature,
                 seed=seed,
                 constrain_actions=constrain_actions,
+                constrain_tool_calls=not free_tool_calls,
                 out=out,
                 workers=workers,
             )

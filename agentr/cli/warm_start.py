@@ -266,7 +266,10 @@ def fit_context(config: dict[str, Any], plan: Plan) -> tuple[dict[str, Any], lis
     from core.domain.good_samples import trajectory_to_sample
     from core.domain.ids import derived_id
     from core.envs.registry import open_env
+    from train_service.episodes import EvalConfig
     from train_service.warm_start import NoExpertError
+
+    default_budget = EvalConfig.prompt_budget
 
     cfg = RunConfig.from_data(config)
     env = open_env(cfg.env)
@@ -290,6 +293,14 @@ def fit_context(config: dict[str, Any], plan: Plan) -> tuple[dict[str, Any], lis
         if budget > int(section.get("max_tokens") or 0):
             section["max_tokens"] = budget
             notes.append(f"{name} max_tokens {budget}")
+    # the evaluation's prompt budget (EvalConfig.prompt_budget, 1536 by default) must hold the
+    # instruction and the episode so far: retail's instruction alone takes ~3.2k tokens, and a budget
+    # below it dropped every earlier step, so each turn repeated the first call
+    prompt = max_length - int(evaluation.get("max_tokens") or 0)
+    current = evaluation.get("prompt_budget", default_budget)
+    if current is not None and prompt > int(current):
+        evaluation["prompt_budget"] = prompt
+        notes.append(f"evaluation prompt_budget {prompt}")
     if not notes:
         return config, []
     said = (
@@ -298,6 +309,12 @@ def fit_context(config: dict[str, Any], plan: Plan) -> tuple[dict[str, Any], lis
         f"{fit.window or 'unknown'}): " + ", ".join(notes)
     )
     return {**config, "train": train, "search": search, "evaluation": evaluation}, [said]
+
+
+def warm_start_cap(cap_s: float, max_length: int) -> float:
+    """The warm start's safety cap for blocks of ``max_length`` tokens: the plan's cap, scaled by the
+    blocks' length over 1,024 tokens when longer (a step's time grows with it)."""
+    return cap_s * max(1.0, max_length / 1024)
 
 
 @in_training_phase  # the embedded loop's training thread count (core.runtime.torch_threads)
@@ -325,8 +342,12 @@ def _warm_start(
     # TextCraft's episodes fit 512 tokens; a tool environment's are as long as its longest expert
     # sample (its prompt carries the policy and the tools), packed in blocks of that length
     max_length = 512
+    cap_s = plan.warm_start_cap_s
     if is_tool_env(env):
         max_length = max(max_length, _round_up(measure_context(base, expert).longest_sample, 64))
+        # the safety cap scales with the blocks (TextCraft's 900 s / 1800 s were set for 512-768
+        # tokens): tau2 retail's ~3.5k-token blocks take ~4.6 s a step on 2 loaded cores
+        cap_s = warm_start_cap(cap_s, max_length)
     # judge examples on tasks of their own (never searched or evaluated): the critic can judge from
     # iteration 0; the expert text seen stays the same (more steps), see train_service/judge_data.py
     from train_service.judge_data import warm_start_judge_samples, warm_start_mix
@@ -340,7 +361,7 @@ def _warm_start(
         learning_rate=plan.warm_start_lr,
         lr_scheduler="cosine",
         warmup=0.05,
-        time_budget_s=plan.warm_start_cap_s,
+        time_budget_s=cap_s,
         packing=True,
         max_length=max_length,
         batch_size=batch,
@@ -385,7 +406,7 @@ def _warm_start(
     done = int(report.metrics.get("steps") or 0)
     if done < steps:  # the safety cap fired: this model is not the one the command documents
         console.print(
-            f"[red]warm start stopped at its {plan.warm_start_cap_s:.0f}s safety cap after {done} of "
+            f"[red]warm start stopped at its {cap_s:.0f}s safety cap after {done} of "
             f"{steps} steps[/red] (a slow or loaded machine): the model is less trained than the "
             "documented one; delete it to redo the warm start"
         )

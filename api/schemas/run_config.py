@@ -65,6 +65,12 @@ class SearchSettings(_Strict):
         description="Decode the Action line only among the environment's valid actions (Env.valid_actions; "
         "docs/constrained-decoding.md); false: free decoding (default).",
     )
+    constrain_tool_calls: bool | None = Field(
+        None,
+        description="In a tool-calling environment (tau2), decode the Action line as a call of one of its "
+        "tools whose arguments validate against the tool's JSON schema, or a message (default true; "
+        "docs/constrained-decoding.md); false: free decoding.",
+    )
     pair_selection: Literal["stratified", "deepest"] | None = Field(
         None,
         description="Which pairs the cap keeps: stratified (spread over bad-suffix lengths and "
@@ -226,6 +232,11 @@ class EvaluationSettings(_Strict):
         None,
         description="Evaluate with the Action line constrained to the environment's valid actions "
         "(docs/constrained-decoding.md); false: free decoding (default).",
+    )
+    constrain_tool_calls: bool | None = Field(
+        None,
+        description="Evaluate a tool-calling environment (tau2) with each Action line a schema-valid call "
+        "of one of its tools, or a message (default true; docs/constrained-decoding.md).",
     )
     shared_passes: bool | None = Field(
         None,

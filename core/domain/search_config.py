@@ -36,6 +36,12 @@ class SearchConfig:
     constrain_actions: expansions sample the Action line from the node's valid actions (the env's
         ``valid_actions()``; free where it lists none) by constrained decoding
         (docs/constrained-decoding.md); False (default) = free decoding.
+    constrain_tool_calls: in a tool-calling environment (one listing its tools' JSON schemas,
+        ``env.tools``: tau2's domains), expansions decode the Action line as a well-formed call of
+        one of the tools whose arguments validate against its schema, or a message to the user
+        (core.llm.tool_grammar; docs/constrained-decoding.md), where the policy can (the hf backend;
+        a served or scripted policy decodes freely). True (default); no effect elsewhere.
+        A node whose state lists valid actions (``constrain_actions``) is constrained to those.
     """
 
     n_candidates: int = 4
@@ -51,12 +57,14 @@ class SearchConfig:
     seed: int = 0
     record_terminal_children: bool = True
     constrain_actions: bool = False
+    constrain_tool_calls: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.constrain_actions, bool):
-            raise SearchConfigError(
-                f"search config: constrain_actions must be true or false, got {self.constrain_actions!r}"
-            )
+        for name in ("constrain_actions", "constrain_tool_calls"):
+            if not isinstance(getattr(self, name), bool):
+                raise SearchConfigError(
+                    f"search config: {name} must be true or false, got {getattr(self, name)!r}"
+                )
         if not isinstance(self.record_terminal_children, bool):
             raise SearchConfigError(
                 "search config: record_terminal_children must be true or false, "

@@ -75,8 +75,39 @@ class TokenTrie:
         return out
 
 
+class TrieWalk:
+    """One row's place in a trie (the walk interface the decoding loop uses, shared with
+    core.llm.hf_tool_guide's ``GrammarWalk``)."""
+
+    def __init__(self, trie: TokenTrie) -> None:
+        self.trie = trie
+        self.node = 0
+
+    def allowed(self) -> list[int]:
+        return self.trie.allowed(self.node)
+
+    def accepting(self) -> bool:
+        return self.trie.ends[self.node]
+
+    def advance(self, token: int) -> bool:
+        """Take ``token``; False when it does not continue a path (a terminator at an end)."""
+        node = self.trie.step(self.node, token)
+        if node is None:
+            return False
+        self.node = node
+        return True
+
+    def closed(self) -> bool:
+        return not self.trie.children[self.node]
+
+    def budgeted(self, left: int) -> list[int] | None:
+        return None  # every path is bounded: the forced depth keeps room for the longest
+
+
 class ActionConstraint:
     """The valid actions of one prompt and their tries, one per not-yet-emitted marker prefix."""
+
+    open_ended = False  # a finite list: the longest path bounds a forced action line
 
     def __init__(self, actions: Sequence[str], encode: Encode) -> None:
         cleaned = list(dict.fromkeys(" ".join(a.split()) for a in actions))
@@ -93,6 +124,10 @@ class ActionConstraint:
             texts = [f"{prefix} {a}" for a in self.actions] + [f"{prefix}{a}" for a in self.actions]
             trie = self._tries[prefix] = TokenTrie.build(self._encode(texts))
         return trie
+
+    def walk(self, prefix: str = "") -> TrieWalk:
+        """A walk from the root of ``trie(prefix)``."""
+        return TrieWalk(self.trie(prefix))
 
     def forced_prefix(self, text: str) -> str:
         """The marker forced after ``text`` when the Thought must stop (FORCED_PREFIXES)."""

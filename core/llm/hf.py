@@ -54,8 +54,10 @@ per-op Python, i.e. by the GIL, so two threads gain nothing there; models with l
 in docs/results.md). Set it for a model of that size or larger.
 
 Constrained actions: ``sample_actions`` (the ActionConstrained capability, core.llm.ports) limits
-each conversation's Action line to a list of valid actions by a token prefix-trie; the Thought
-stays free (core/llm/hf_decoding.py's docstring says how; docs/constrained-decoding.md why).
+each conversation's Action line to a list of valid actions by a token prefix-trie, or, given a
+``ToolCalls`` action space, to a call of one of the tools whose arguments validate against its
+JSON schema (or a message to the user) by llguidance (core.llm.hf_tool_guide); the Thought stays
+free (core/llm/hf_decoding.py's docstring says how; docs/constrained-decoding.md why).
 
 This module owns the policy itself (loading, rendering, the Policy port's argument checks); the
 torch work lives in ``core.llm.hf_decoding`` (decoding loop) and ``core.llm.hf_scoring`` (label and
@@ -77,11 +79,22 @@ from typing import Any
 
 from core.llm.action_trie import ActionConstraint
 from core.llm.chat_template import hf_messages
+from core.llm.hf_constrained import Constraint
 from core.llm.hf_decoding import Sample
 from core.llm.hf_folder import check_folder, load_pretrained, resolve_dtype, weights_fingerprint
 from core.llm.hf_scoring import HFScoring, PromptLogprobs
+from core.llm.hf_tool_guide import LLTokenizer, ToolCallConstraint
 from core.llm.kv_prefix import PrefixCache
-from core.llm.ports import Completion, Conversation, PolicyError, SamplingParams, Seeds, conversation_seeds
+from core.llm.ports import (
+    ActionSpec,
+    Completion,
+    Conversation,
+    PolicyError,
+    SamplingParams,
+    Seeds,
+    conversation_seeds,
+)
+from core.llm.tool_grammar import ToolCalls
 
 __all__ = ["HFPolicy", "PromptLogprobs", "Sample"]
 log = logging.getLogger(__name__)
@@ -116,6 +129,8 @@ def default_decode_threads() -> int | None:
 class HFPolicy(HFScoring):
     """Policy over a local transformers model folder; build with :meth:`from_folder`."""
 
+    constrains_tool_calls = True  # core.llm.ports.constrains_tool_calls: ToolCalls by llguidance
+
     def __init__(
         self,
         model: Any,
@@ -147,6 +162,7 @@ class HFPolicy(HFScoring):
         self.concurrent_calls = calls
         self._calls = threading.BoundedSemaphore(calls)  # module docstring: concurrent calls
         self._pool_lock = threading.Lock()
+        self._tool_constraints: dict[str, ToolCallConstraint] = {}  # per ToolCalls.key()
         self._idle_pools = []  # decode-thread pools not in use (core/llm/hf_decoding.py)
         self._closed = False
         budget_mb = default_prefix_cache_mb() if prefix_cache_mb is None else prefix_cache_mb
@@ -260,12 +276,12 @@ class HFPolicy(HFScoring):
     async def sample_actions(
         self,
         conversations: Sequence[Conversation],
-        actions: Sequence[Sequence[str] | None],
+        actions: Sequence[ActionSpec],
         params: SamplingParams = SamplingParams(),
     ) -> list[list[Completion]]:
         """``sample`` with each conversation's Action line constrained to ``actions[i]`` (None or
-        empty: free) by a token prefix-trie (core/llm/hf_decoding.py's docstring; the
-        ActionConstrained capability of core.llm.ports)."""
+        empty: free) by a token prefix-trie, or to a tool call / message by a ``ToolCalls`` grammar
+        (core/llm/hf_decoding.py's docstring; the ActionConstrained capability of core.llm.ports)."""
         if len(actions) != len(conversations):
             raise ValueError(f"{len(actions)} action lists for {len(conversations)} conversations")
         prompts = [self.render(c) for c in conversations]
@@ -311,11 +327,12 @@ class HFPolicy(HFScoring):
         stop: Sequence[str] | None = None,
         logprobs: bool = False,
         top_logprobs: int = 0,
-        actions: Sequence[Sequence[str] | None] | None = None,
+        actions: Sequence[ActionSpec] | None = None,
     ) -> list[list[Sample]]:
         """Samples with token ids and, when ``top_logprobs`` > 0, the best alternatives per token.
         A prompt is a text (encoded without special tokens) or a list of token ids. ``actions``: per
-        prompt, the actions its Action line is constrained to (None or empty: free)."""
+        prompt, the actions its Action line is constrained to, or a ``ToolCalls`` grammar (None or
+        empty: free)."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if max_tokens < 1:
@@ -343,16 +360,11 @@ class HFPolicy(HFScoring):
                     f"model's context of {self.max_positions} "
                     "(truncate with core.llm.prompts.truncate_messages)"
                 )
-        constraints: list[ActionConstraint | None] | None = None
+        constraints: list[Constraint | None] | None = None
         if actions is not None:
             if len(actions) != len(prompts):
                 raise ValueError(f"{len(actions)} action lists for {len(prompts)} prompts")
-            constraints = [
-                ActionConstraint(listed, self.encode_many)
-                if listed and any(a.strip() for a in listed)
-                else None
-                for listed in actions
-            ]
+            constraints = [self._constraint(listed) for listed in actions]
         return await asyncio.to_thread(
             self._sample_blocking,
             encoded,
@@ -365,6 +377,19 @@ class HFPolicy(HFScoring):
             top_logprobs,
             constraints,
         )
+
+    def _constraint(self, spec: ActionSpec) -> Constraint | None:
+        """The decoding constraint of one prompt's action spec (None: free)."""
+        if isinstance(spec, ToolCalls):
+            key = spec.key()  # compiled grammars are kept per action space (called on the event loop)
+            found = self._tool_constraints.get(key)
+            if found is None:
+                tokenizer = LLTokenizer.of(self, self.tokenizer)
+                found = self._tool_constraints[key] = ToolCallConstraint(spec, tokenizer, self.encode_many)
+            return found
+        if spec and any(a.strip() for a in spec):
+            return ActionConstraint(spec, self.encode_many)
+        return None
 
     async def score_labels(
         self, conversations: Sequence[Conversation], labels: Sequence[str]

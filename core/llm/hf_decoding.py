@@ -5,7 +5,8 @@ prefix cache) is ``core.llm.hf_prefill``'s, the trie-guided steps of constrained
 ``core.llm.hf_constrained``'s; ``HFDecoding`` inherits both. ``HFPolicy`` inherits it; nothing else
 should.
 
-Constrained rows (a prompt given an ``ActionConstraint``, core.llm.action_trie): the Thought is
+Constrained rows (a prompt given an ``ActionConstraint``, core.llm.action_trie, or a
+``ToolCallConstraint``, core.llm.hf_tool_guide: the same rules over a tool-call grammar): the Thought is
 sampled freely except that the end-of-turn token is masked (an answer must reach its Action line);
 once the decoded text holds the ``Action:`` marker, every token is sampled from the model's
 next-token distribution RENORMALISED over the tokens the trie allows at the row's node (logits of
@@ -26,8 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from core.llm.action_trie import ActionConstraint
-from core.llm.hf_constrained import Guide, HFConstrained
+from core.llm.hf_constrained import Constraint, Guide, HFConstrained
 from core.llm.hf_prefill import HFPrefill
 from core.llm.kv_prefix import PrefixCache
 from core.llm.ports import Completion
@@ -79,10 +79,10 @@ class HFDecoding(HFPrefill, HFConstrained):
         stop: tuple[str, ...],
         want_logprobs: bool,
         top_logprobs: int,
-        constraints: Sequence[ActionConstraint | None] | None = None,
+        constraints: Sequence[Constraint | None] | None = None,
     ) -> list[list[Sample]]:
         per_chunk = 1 if self.batch_invariant else max(1, self.max_batch_rows // n)
-        every: list[ActionConstraint | None] = (
+        every: list[Constraint | None] = (
             list(constraints) if constraints is not None else [None] * len(encoded)
         )
         chunks = [
@@ -95,7 +95,7 @@ class HFDecoding(HFPrefill, HFConstrained):
         ]
 
         def decode(
-            chunk: tuple[list[list[int]], list[int], list[ActionConstraint | None]],
+            chunk: tuple[list[list[int]], list[int], list[Constraint | None]],
         ) -> list[list[Sample]]:
             with self._torch.inference_mode():  # thread-local: entered in the thread that decodes
                 return self._decode_chunk(
@@ -145,7 +145,7 @@ class HFDecoding(HFPrefill, HFConstrained):
         stop: tuple[str, ...],
         want_logprobs: bool,
         top_logprobs: int,
-        constraints: Sequence[ActionConstraint | None] | None = None,
+        constraints: Sequence[Constraint | None] | None = None,
     ) -> list[list[Sample]]:
         torch = self._torch
         generators = []
@@ -173,7 +173,10 @@ class HFDecoding(HFPrefill, HFConstrained):
             for row in range(rows):
                 constraint = constraints[row // n]
                 if constraint is not None:
-                    guides[row] = Guide(constraint, constraint.forced_depth())
+                    depth = constraint.forced_depth()
+                    if constraint.open_ended:  # a grammar: keep at most half of the budget
+                        depth = min(depth, max_tokens // 2)
+                    guides[row] = Guide(constraint, depth)
         for _ in range(max_tokens):
             step_logits = logits[:, -1, :].float()
             pick_logits = step_logits
@@ -207,26 +210,24 @@ class HFDecoding(HFPrefill, HFConstrained):
                     continue
                 token = chosen_list[row]
                 guide = guides[row]
-                walk = guide is not None and guide.trie is not None  # this token follows the trie
-                if guide is not None and guide.trie is None:  # free Thought: did it reach "Action:"?
+                walk = guide is not None and guide.walk is not None  # this token follows the walk
+                if guide is not None and guide.walk is None:  # free Thought: did it reach "Action:"?
                     picked, walk = self._guide_marker(
                         guide, token, generated[row], step_logits[row], temperature, generators[row // n]
                     )
-                    if picked != token:  # re-picked under the trie: its own log-probability
+                    if picked != token:  # re-picked under the walk: its own log-probability
                         token = chosen_list[row] = picked
                         lp_list[row] = float(all_logprobs[row, token])
-                if guide is not None and walk and guide.trie is not None:
-                    node = guide.trie.step(guide.node, token)
-                    if node is None:  # an end-of-turn / newline token at an action's end
+                if guide is not None and walk and guide.walk is not None:
+                    if not guide.walk.advance(token):  # an end-of-turn / newline token at an action's end
                         done[row], finish[row] = True, "stop"
                         if token in self.eos_ids:
                             ends[row] = (token, lp_list[row], step_top[row])
                         continue
-                    guide.node = node
                     generated[row].append(token)
                     token_logprobs[row].append(lp_list[row])
                     tops[row].append(step_top[row])
-                    if not guide.trie.children[node]:  # a whole action and nothing can follow
+                    if guide.walk.closed():  # a whole action and nothing can follow
                         done[row], finish[row] = True, "stop"
                     continue
                 if token in self.eos_ids:

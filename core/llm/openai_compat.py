@@ -39,6 +39,7 @@ import httpx
 from core.llm.openai_http import RETRY_STATUS, UNSUPPORTED_STATUS, OpenAIHttp, ServerRefused
 from core.llm.openai_scoring import SCORE_MODES, TOP_LOGPROBS, OpenAILabelScoring
 from core.llm.ports import (
+    ActionSpec,
     CannotConstrain,
     Completion,
     Conversation,
@@ -47,6 +48,7 @@ from core.llm.ports import (
     Seeds,
     conversation_seeds,
 )
+from core.llm.tool_grammar import ToolCalls
 
 __all__ = [
     "RETRY_STATUS",
@@ -142,16 +144,24 @@ class OpenAIPolicy(OpenAILabelScoring):
     async def sample_actions(
         self,
         conversations: Sequence[Conversation],
-        actions: Sequence[Sequence[str] | None],
+        actions: Sequence[ActionSpec],
         params: SamplingParams = SamplingParams(),
     ) -> list[list[Completion]]:
         """``sample`` with each conversation's Action line one of ``actions[i]`` (None or empty:
-        free): vLLM's structured outputs, a regex over the whole answer (module docstring)."""
+        free): vLLM's structured outputs, a regex over the whole answer (module docstring); a
+        ``ToolCalls`` action space is refused (CannotConstrain)."""
         if len(actions) != len(conversations):
             raise ValueError(f"{len(actions)} action lists for {len(conversations)} conversations")
+        if any(isinstance(a, ToolCalls) for a in actions):
+            raise CannotConstrain(
+                f"{self.model_version}: constrained tool calls (a tool-calling environment's JSON "
+                "schemas) are the hf backend's only; set search.constrain_tool_calls and "
+                "evaluation.constrain_tool_calls to false for a served model"
+            )
+        lists = [a for a in actions if not isinstance(a, ToolCalls)]
         return await self._chat(
             conversations,
-            actions,
+            lists,
             params.n,
             params.temperature,
             params.max_tokens,

@@ -18,9 +18,11 @@ conversations share the call, so a caller that batches other callers' conversati
 A policy MAY also implement ``ActionConstrained`` (optional, duck-typed): ``sample_actions``, which
 samples ReAct turns whose Action line is one of a given list of valid actions (the Thought stays
 free): the ``hf`` backend by a token prefix-trie, the ``openai`` backend by vLLM's structured
-outputs. ``sample_turns`` is how callers ask: free sampling without actions, constrained sampling
-with them, and ``CannotConstrain`` when the policy has no such capability
-(docs/constrained-decoding.md).
+outputs; or, given a ``ToolCalls`` action space (core.llm.tool_grammar), a well-formed call of one
+of a tool-calling environment's tools or a message: the ``hf`` backend by llguidance, the
+``openai`` backend not at all (``CannotConstrain``). ``sample_turns`` is how callers ask: free
+sampling without actions, constrained sampling with them, and ``CannotConstrain`` when the policy
+has no such capability (docs/constrained-decoding.md).
 """
 
 from __future__ import annotations
@@ -30,8 +32,13 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from core.domain.trajectory import Message
+from core.llm.tool_grammar import ToolCalls
 
 Conversation = Sequence[Message]
+ActionSpec = Sequence[str] | ToolCalls | None
+"""What one conversation's Action line is constrained to: a list of valid actions, a tool-call
+action space (``ToolCalls``: a call of one of the tools, its arguments valid against the tool's JSON
+schema, or a message), or nothing (None or an empty list: free)."""
 Seeds = int | Sequence[int] | None  # one seed for the call, or one per conversation
 
 
@@ -139,18 +146,27 @@ class ActionConstrained(Protocol):
     async def sample_actions(
         self,
         conversations: Sequence[Conversation],
-        actions: Sequence[Sequence[str] | None],
+        actions: Sequence[ActionSpec],
         params: SamplingParams = SamplingParams(),
     ) -> list[list[Completion]]:
         """Like ``Policy.sample`` with ``params``; conversation ``i``'s Action line is one of
-        ``actions[i]`` (None or empty: free for that conversation)."""
+        ``actions[i]``, or a call / message of its ``ToolCalls`` (None or empty: free for that
+        conversation)."""
         ...
+
+
+def constrains_tool_calls(policy: object) -> bool:
+    """Whether ``policy`` constrains tool calls (``ToolCalls`` action spaces: the hf backend, or a
+    wrapper over it that says so with ``constrains_tool_calls``). ``constrain_tool_calls``, on by
+    default, applies where this holds; other policies (a served model, a scripted one) decode tool
+    environments freely (docs/constrained-decoding.md)."""
+    return bool(getattr(policy, "constrains_tool_calls", False))
 
 
 async def sample_turns(
     policy: Policy,
     conversations: Sequence[Conversation],
-    actions: Sequence[Sequence[str] | None] | None,
+    actions: Sequence[ActionSpec] | None,
     params: SamplingParams = SamplingParams(),
 ) -> list[list[Completion]]:
     """ReAct turns from ``policy``: free when ``actions`` is None or lists nothing for any
@@ -169,7 +185,8 @@ async def sample_turns(
     if not callable(method):
         raise CannotConstrain(
             f"policy {policy.model_version} cannot constrain its actions (it has no sample_actions): "
-            "use the hf backend or a vLLM server, or set constrain_actions to false"
+            "use the hf backend or a vLLM server, or set constrain_actions (constrain_tool_calls for a "
+            "tool-calling environment) to false"
         )
     result: list[list[Completion]] = await method(conversations, actions, params)
     return result

@@ -101,3 +101,23 @@ def test_a_window_too_small_for_the_gold_episodes_is_refused_by_name(tmp_path: P
     )  # fmt: skip
     with pytest.raises(ValueError, match=r"expert episodes take up to \d+ tokens; .* holds 128"):
         measure_context(small, _samples(mock_gold))
+
+
+def test_a_quick_tool_run_searches_the_training_tasks_with_the_shortest_gold_tool_paths() -> None:
+    from agentr.cli.demo import shortest_gold_tasks
+
+    retail = open_env("tau2:retail")
+    chosen = plan_run(RunOptions(env="tau2:retail", quick=True))
+    assert (
+        tuple(chosen.config["tasks"])
+        == chosen.warm_start_tasks
+        == shortest_gold_tasks("tau2:retail", "train", 2)
+    )
+    train = retail.task_ids("train")
+    lengths = {t: len(retail.gold_actions(t)) for t in train}
+    calling = [t for t in train if any("(" in a for a in retail.gold_actions(t)[:-1])]
+    assert all(t in train for t in chosen.warm_start_tasks)
+    assert max(lengths[t] for t in chosen.warm_start_tasks) == min(lengths[t] for t in calling) == 2
+    assert lengths[train[0]] > 2  # tau2's own first training tasks are longer (6 gold actions)
+    # an explicit task list is kept
+    assert plan_run(RunOptions(env="tau2:retail", quick=True, tasks=("5",))).config["tasks"] == ["5"]

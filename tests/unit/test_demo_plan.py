@@ -132,3 +132,16 @@ def test_the_default_demo_trains_a_fixed_budget_of_optimizer_steps_per_iteration
     ):
         train = plan_run(opts).config["train"]
         assert "max_steps" not in train and train["epochs"] > 0, opts
+
+
+def test_free_tool_calls_turns_the_tool_call_constraint_off_in_search_and_evaluation() -> None:
+    from core.domain.config import RunConfig
+    from core.domain.search_config import SearchConfig
+    from train_service.episodes import EvalConfig
+
+    default = RunConfig.from_data(plan_run(RunOptions(quick=True)).config)
+    assert SearchConfig.from_dict(default.search).constrain_tool_calls is True  # on by default
+    assert EvalConfig.from_data(default.evaluation).constrain_tool_calls is True
+    free = RunConfig.from_data(plan_run(RunOptions(quick=True, constrain_tool_calls=False)).config)
+    assert SearchConfig.from_dict(free.search).constrain_tool_calls is False
+    assert EvalConfig.from_data(free.evaluation).constrain_tool_calls is False
