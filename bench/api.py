@@ -471,6 +471,7 @@ async def main(
     keep_db: str | None = None,
     seed_only: bool = False,
     store_rows: int | None = None,
+    only: str | None = None,
 ) -> None:
     import uvicorn
 
@@ -500,7 +501,8 @@ async def main(
         key, run_id = seeded
         if seed_only:
             return
-        await key_limit(url, key, quick)
+        if only is None:
+            await key_limit(url, key, quick)
         if limit_only:
             return
         port = _free_port()
@@ -526,7 +528,10 @@ async def main(
                 ("dataset", named, FORMATS, lambda: _raw_events(dsn, positions)),
                 ("iteration", iteration, ITERATION_FORMATS, lambda: _raw_select(dsn, run_id)),
             ):
-                await _compare(label, base, key, path, formats, raw, rows)
+                if only in (None, label):
+                    await _compare(label, base, key, path, formats, raw, rows)
+            if only is not None:
+                return
             known_s, unknown_s = await _rejected_auth(base, key, 20 if quick else 60)
             print(
                 json.dumps(
@@ -572,6 +577,12 @@ if __name__ == "__main__":
         help="Seed only this many rows through the store (projections included) and copy them in SQL "
         "up to --rows (each copy its own sample, event and samples row): 100,000 rows in minutes.",
     )
+    parser.add_argument(
+        "--only",
+        choices=("dataset", "iteration"),
+        default=None,
+        help="Only the `dataset export` or the `iteration export` lines (no request-limit or auth lines).",
+    )
     arguments = parser.parse_args()
     if arguments.seed_only and not arguments.keep_db:
         parser.error("--seed-only needs --keep-db NAME (else the seeded database is dropped)")
@@ -585,5 +596,6 @@ if __name__ == "__main__":
             arguments.keep_db,
             arguments.seed_only,
             arguments.store_rows,
+            arguments.only,
         )
     )

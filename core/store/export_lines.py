@@ -58,12 +58,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
-
-from core.store.exports import Row
 
 LINE_FORMATS = ("openai", "sharegpt", "samples")
 PARQUET = "parquet"
@@ -196,43 +196,36 @@ def _line_parts(d: str, fmt: str, fold: bool) -> tuple[str, str, str]:
     return laterals, ok, line
 
 
-def _column_parts(d: str, fold: bool) -> tuple[str, str, list[str], list[str]]:
-    """For Parquet (``parquet``): (the laterals to join, the condition that the row is ours, the
-    inner columns the laterals give, the outer columns made of them: sample id, kind, reward,
-    provenance JSON text as core.formats.parquet writes it, and the six message lists)."""
-    messages = f"CASE WHEN jsonb_typeof({d}->'messages') = 'array' THEN {d}->'messages' ELSE '[]'::jsonb END"
+def _parquet_parts(d: str, fold: bool) -> tuple[str, str, str]:
+    """For Parquet (``parquet``): (the lateral to join, the condition that the row is ours, its
+    NDJSON line ``{"p": provenance, "s": sample}``): ``p`` is the provenance's JSON text as
+    core.formats.parquet's ``_json`` writes it (sorted keys, ``", "`` and ``": "``; flat objects
+    only) as a JSON string, ``s`` the stored sample without its provenance and tools (``null`` or
+    ``[]``, checked), as jsonb writes it, for pyarrow's JSON reader (api.datasets). Only sample-level
+    conditions are checked here; the messages' types and keys are checked by the reader's explicit
+    schema, except for what it would read otherwise than Python: a ``null`` weight or reasoning (the
+    reader cannot tell it from an absent one, which Python fills in), a message without content,
+    and with ``fold`` an assistant reasoning to fold."""
     provenance = (
         f"CASE WHEN jsonb_typeof({d}->'provenance') = 'object' THEN {d}->'provenance' ELSE '{{}}'::jsonb END"
     )
-    role = "CASE m->>'role' WHEN 'system' THEN '0' WHEN 'user' THEN '1' ELSE '2' END"
-    lists = {  # name: (aggregate, its value for no messages)
-        "n": ("count(*)", "0"),
-        "roles": (f"string_agg({role}, '' ORDER BY i)", "''"),
-        "contents": ("string_agg(m->>'content', '' ORDER BY i)", "''"),
-        "lengths": ("string_agg(octet_length(m->>'content')::text, ',' ORDER BY i)", "''"),
-        "weights": ("string_agg(CASE WHEN m->>'weight' = '1' THEN '1' ELSE '0' END, '' ORDER BY i)", "''"),
-        "ids": ("array_agg(m->>'tool_call_id' ORDER BY i)", "'{}'"),
-        "names": ("array_agg(m->>'name' ORDER BY i)", "'{}'"),
-        "reasonings": ("array_agg(coalesce(m->>'reasoning', '') ORDER BY i)", "'{}'"),
-    }
-    aggregates = ", ".join(f"{expr} AS {name}" for name, (expr, _) in lists.items())
-    laterals = (
-        f"CROSS JOIN LATERAL (SELECT bool_and({_message_ok('m', fold)}) AS ok, {aggregates} "
-        f"FROM jsonb_array_elements({messages}) WITH ORDINALITY AS t(m, i)) r "
+    lateral = (
         f"CROSS JOIN LATERAL (SELECT bool_and({_scalar_ok('pv')}) AS ok, "
         "string_agg(to_json(pk)::text || ': ' || pv::text, ', ' ORDER BY pk COLLATE \"C\") AS body "
         f"FROM jsonb_each({provenance}) AS q(pk, pv)) p"
     )
-    ok = f"{_sample_ok(d, 'samples')} AND coalesce(r.ok, true) AND coalesce(p.ok, true)"
-    inner = [*(f"r.{name}" for name in lists), "p.body AS pbody", f"{d} AS dd"]
-    outer = [
-        "CASE WHEN x.ok THEN x.dd->>'sample_id' END",
-        "CASE WHEN x.ok THEN x.dd->>'kind' END",
-        "CASE WHEN x.ok THEN (x.dd->>'reward')::float8 END",
-        "CASE WHEN x.ok THEN '{' || coalesce(x.pbody, '') || '}' END",
-        *(f"CASE WHEN x.ok THEN coalesce(x.{name}, {empty}) END" for name, (_, empty) in lists.items()),
-    ]
-    return laterals, ok, inner, outer
+    odd = "@.weight == null || @.reasoning == null || !exists(@.content)"
+    if fold:  # a reasoning to fold into the content: Python's (core.formats.records.fold_reasoning)
+        odd += ' || (@.role == "assistant" && @.reasoning != "")'
+    ok = (
+        f"{_sample_ok(d, 'samples')} AND coalesce(p.ok, true) AND "
+        f"NOT jsonb_path_exists({d}, '$.messages[*] ? ({odd})')"
+    )
+    line = (
+        "'{\"p\":' || to_json('{' || coalesce(p.body, '') || '}')::text || ',\"s\":' || "
+        f"({d} - '{{provenance,tools}}'::text[])::text || '}}'"
+    )
+    return lateral, ok, line
 
 
 def renders_lines(engine: AsyncEngine, fmt: str) -> bool:
@@ -241,27 +234,37 @@ def renders_lines(engine: AsyncEngine, fmt: str) -> bool:
     return engine.dialect.name == "postgresql" and (fmt in LINE_FORMATS or fmt == PARQUET)
 
 
-def _iteration_sql(fmt: str, bounded: bool) -> str:
-    """One chunk of the iteration's rows: keys from ($4, $5) on, below ($6, $7) when ``bounded``."""
-    upper = " AND (s.position, s.sample_id) < ($6, $7)" if bounded else ""
-    where = (
-        "WHERE s.project_id = $1 AND s.run_id = $2 AND s.iteration = $3 "
-        f"AND (s.position, s.sample_id) >= ($4, $5){upper} ORDER BY s.position, s.sample_id OFFSET 0) x "
-        "ORDER BY x.position, x.sample_id"
-    )
+def _chunk_sql(inner: str, fmt: str) -> str:
+    """One chunk as ONE row (``Chunk``) from ``inner``'s rows (line or NULL, a, b, data, n: the
+    row's 1-based place in the chunk): the lines joined in order into one bytea (for JSONL a row
+    without a line is an empty line; for Parquet only the lines, newline-separated), and the rows
+    without a line as arrays (their 0-based places, a, b and data text)."""
     if fmt == PARQUET:
-        laterals, ok, inner, outer = _column_parts("s.data", False)
-        return (
-            "SELECT CASE WHEN x.ok THEN true END, x.sample_id, x.kind, "
-            f"CASE WHEN x.ok THEN NULL ELSE x.data::text END, {', '.join(outer)} FROM ("
-            f"SELECT coalesce(s.kind <> 'good' AND {ok}, false) AS ok, "
-            f"s.sample_id, s.kind, s.data, s.position, {', '.join(inner)} FROM samples s {laterals} {where}"
-        )
-    laterals, ok, line = _line_parts("s.data", fmt, False)
+        block = "string_agg(x.line, chr(10) ORDER BY x.n) FILTER (WHERE x.line IS NOT NULL)"
+    else:
+        block = "string_agg(coalesce(x.line, chr(10)), '' ORDER BY x.n)"
+    left = "ORDER BY x.n) FILTER (WHERE x.line IS NULL)"
     return (
-        "SELECT x.line, x.sample_id, x.kind, CASE WHEN x.line IS NULL THEN x.data::text END FROM ("
-        f"SELECT CASE WHEN s.kind <> 'good' AND {ok} THEN {line} END AS line, "
-        f"s.sample_id, s.kind, s.data, s.position FROM samples s {laterals} {where}"
+        f"SELECT count(*)::int, convert_to(coalesce({block}, ''), 'UTF8'), array_agg((x.n - 1)::int {left}, "
+        f"array_agg(x.a {left}, array_agg(x.b {left}, array_agg(x.data::text {left} FROM ({inner}) x"
+    )
+
+
+def _parts(d: str, fmt: str, fold: bool) -> tuple[str, str, str]:
+    return _parquet_parts(d, fold) if fmt == PARQUET else _line_parts(d, fmt, fold)
+
+
+def _iteration_sql(fmt: str, bounded: bool) -> str:
+    """One chunk of the iteration's rows: keys from ($4, $5) on, below ($6, $7) when ``bounded``;
+    a is the sample id, b the row's kind."""
+    upper = " AND (s.position, s.sample_id) < ($6, $7)" if bounded else ""
+    laterals, ok, line = _parts("s.data", fmt, False)
+    return _chunk_sql(
+        f"SELECT CASE WHEN s.kind <> 'good' AND {ok} THEN {line} END AS line, s.sample_id AS a, "
+        "s.kind AS b, s.data, row_number() OVER (ORDER BY s.position, s.sample_id) AS n "
+        f"FROM samples s {laterals} WHERE s.project_id = $1 AND s.run_id = $2 AND s.iteration = $3 "
+        f"AND (s.position, s.sample_id) >= ($4, $5){upper}",
+        fmt,
     )
 
 
@@ -275,6 +278,7 @@ SELECT position, sample_id FROM (
 
 
 def _events_sql(fmt: str, fold: bool) -> str:
+    """One chunk of entries ($1 positions, $2 sample ids); a is the event type, b its version."""
     rows = (
         "SELECT u.ord, u.sample_id AS want, e.event_type, e.event_version, e.data, e.data->'sample' AS d "
         "FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS u(position, sample_id, ord) "
@@ -282,20 +286,42 @@ def _events_sql(fmt: str, fold: bool) -> str:
         "WHERE events.position = u.position) e ON true OFFSET 0"
     )
     held = "y.event_type || ':' || y.event_version = ANY($3::text[]) AND y.d->>'sample_id' = y.want"
-    if fmt == PARQUET:
-        laterals, ok, inner, outer = _column_parts("y.d", fold)
-        return (
-            "SELECT CASE WHEN x.ok THEN true END, x.event_type, x.event_version, "
-            f"CASE WHEN x.ok THEN NULL ELSE x.data::text END, {', '.join(outer)} FROM ("
-            f"SELECT coalesce({held} AND {ok}, false) AS ok, y.event_type, y.event_version, y.data, y.ord, "
-            f"{', '.join(inner)} FROM ({rows}) y {laterals} OFFSET 0) x ORDER BY x.ord"
-        )
-    laterals, ok, line = _line_parts("y.d", fmt, fold)
-    return (
-        "SELECT x.line, x.event_type, x.event_version, CASE WHEN x.line IS NULL THEN x.data::text END FROM ("
-        f"SELECT CASE WHEN {held} AND {ok} THEN {line} END AS line, "
-        f"y.event_type, y.event_version, y.data, y.ord FROM ({rows}) y {laterals} OFFSET 0) x ORDER BY x.ord"
+    laterals, ok, line = _parts("y.d", fmt, fold)
+    return _chunk_sql(
+        f"SELECT CASE WHEN {held} AND {ok} THEN {line} END AS line, y.event_type AS a, "
+        f"y.event_version AS b, y.data, y.ord AS n FROM ({rows}) y {laterals}",
+        fmt,
     )
+
+
+# a DatasetCreated event's manifest without its entries, and its entries' positions and sample
+# ids (strict paths: an entry without either key, or not an object, makes the array NULL)
+_MANIFEST_ENTRIES = """
+SELECT ((data->'manifest') - 'entries')::text,
+       jsonb_array_length(data->'manifest'->'entries'),
+       jsonb_path_query_array(data, 'strict $.manifest.entries[*].position', '{}', true)::text,
+       jsonb_path_query_array(data, 'strict $.manifest.entries[*].sample_id', '{}', true)::text
+FROM events WHERE position = $1 AND event_type = $2 AND event_version = $3
+  AND jsonb_typeof(data->'manifest') = 'object' AND jsonb_typeof(data->'manifest'->'entries') = 'array'
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """One chunk's rows as the database rendered them: ``count`` rows; ``block``, for JSONL their
+    lines in order (each ends with a newline; a row left to Python is an empty line), for Parquet
+    the NDJSON lines of the rendered rows only (``_parquet_parts``), in order; ``left``, the rows
+    left to Python as (0-based place in the chunk, a, b, data text or None): for an iteration a is
+    the sample id and b the row's kind, for events the event type and version."""
+
+    count: int
+    block: bytes
+    left: list[tuple[int, Any, Any, str | None]]
+
+    @classmethod
+    def of(cls, row: Sequence[Any]) -> Chunk:
+        count, block, places, a, b, data = row
+        return cls(count, block, list(zip(places, a, b, data, strict=True)) if places else [])
 
 
 def _spare(engine: AsyncEngine) -> int:
@@ -335,22 +361,22 @@ async def _chunks(
     engine: AsyncEngine,
     plan: Callable[[Any], Awaitable[list[tuple[str, Sequence[Any]]]]],
     workers: int,
-) -> AsyncGenerator[Sequence[Row], None]:
-    """The rows of each planned (sql, args) chunk, in order; chunk i runs on connection
+) -> AsyncGenerator[Chunk, None]:
+    """Each planned (sql, args) chunk, in order; chunk i runs on connection
     i % ``workers`` and up to ``workers`` chunks are in flight (the database renders the next
     ones while the caller sends this one). ``plan`` gets the first connection (inside the
     snapshot) and returns the chunks."""
     async with contextlib.AsyncExitStack() as stack:
         pgs = await _snapshot_workers(engine, workers, stack)
         chunks = await plan(pgs[0])
-        pending: collections.deque[asyncio.Future[Sequence[Row]]] = collections.deque()
+        pending: collections.deque[asyncio.Future[Sequence[Any]]] = collections.deque()
         try:
             for index, (sql, args) in enumerate(chunks):
                 if len(pending) == len(pgs):
-                    yield await pending.popleft()
-                pending.append(asyncio.ensure_future(pgs[index % len(pgs)].fetch(sql, *args)))
+                    yield Chunk.of(await pending.popleft())
+                pending.append(asyncio.ensure_future(pgs[index % len(pgs)].fetchrow(sql, *args)))
             while pending:
-                yield await pending.popleft()
+                yield Chunk.of(await pending.popleft())
         finally:  # the client went away: do not leave the fetches behind
             for future in pending:
                 future.cancel()
@@ -367,9 +393,9 @@ def iteration_lines(
     fmt: str,
     chunk: int = CHUNK,
     workers: int = WORKERS,
-) -> AsyncGenerator[Sequence[Row], None]:
-    """The iteration's ``samples`` rows as (line or None, sample_id, kind, data text or None), in
-    (position, sample_id) order, ``chunk`` rows at a time (module docstring)."""
+) -> AsyncGenerator[Chunk, None]:
+    """The iteration's ``samples`` rows in (position, sample_id) order, ``chunk`` rows a ``Chunk``
+    (module docstring)."""
     if chunk < 1 or workers < 1:
         raise ValueError(f"chunk and workers must be >= 1, got {chunk} and {workers}")
 
@@ -388,29 +414,65 @@ def iteration_lines(
 
 def event_lines(
     engine: AsyncEngine,
-    entries: Sequence[tuple[int, str]],
+    positions: Sequence[int],
+    sample_ids: Sequence[str],
     fmt: str,
     sample_events: Mapping[str, int],
     fold: bool,
     chunk: int = CHUNK,
     workers: int = WORKERS,
-) -> AsyncGenerator[Sequence[Row], None]:
-    """One (line or None, event_type, event_version, data text or None) row per (position,
-    sample_id) of ``entries``, in that order (module docstring), ``chunk`` entries at a time;
-    ``sample_events``: the event types holding a stored sample under ``sample``, with their
-    current versions."""
+) -> AsyncGenerator[Chunk, None]:
+    """One row per entry (its event ``positions[i]``, which should hold ``sample_ids[i]``), in that
+    order, ``chunk`` entries a ``Chunk`` (module docstring); ``sample_events``: the event types
+    holding a stored sample under ``sample``, with their current versions."""
     if chunk < 1 or workers < 1:
         raise ValueError(f"chunk and workers must be >= 1, got {chunk} and {workers}")
+    if len(positions) != len(sample_ids):
+        raise ValueError(f"{len(positions)} positions but {len(sample_ids)} sample ids")
     kinds = [f"{name}:{version}" for name, version in sample_events.items()]
     sql = _events_sql(fmt, fold)
 
     async def plan(_pg: Any) -> list[tuple[str, Sequence[Any]]]:
         return [
-            (sql, ([p for p, _ in part], [s for _, s in part], kinds))
-            for part in (entries[i : i + chunk] for i in range(0, len(entries), chunk))
+            (sql, (positions[i : i + chunk], sample_ids[i : i + chunk], kinds))
+            for i in range(0, len(positions), chunk)
         ]
 
     return _chunks(engine, plan, workers)
 
 
-__all__ = ["CHUNK", "LINE_FORMATS", "PARQUET", "WORKERS", "event_lines", "iteration_lines", "renders_lines"]
+async def manifest_entries(
+    engine: AsyncEngine, position: int, event_type: str, event_version: int
+) -> tuple[dict[str, Any], list[int], list[str]] | None:
+    """The manifest that the event at ``position`` (of ``event_type`` and ``event_version``) holds
+    under ``manifest``, without its entries, and its entries' positions and sample ids, read by
+    the database: no Python object per entry but its two values. None when there is no such
+    event or an entry is not an object with an integer position and a string sample id (the
+    caller decodes the manifest then)."""
+    async with engine.connect() as conn:
+        pg: Any = (await conn.get_raw_connection()).driver_connection  # asyncpg.Connection
+        row = await pg.fetchrow(_MANIFEST_ENTRIES, position, event_type, event_version)
+    if row is None or row[2] is None or row[3] is None:
+        return None
+    head, count = orjson.loads(row[0]), row[1]
+    positions, sample_ids = orjson.loads(row[2]), orjson.loads(row[3])
+    if not (
+        len(positions) == len(sample_ids) == count
+        and all(type(p) is int for p in positions)
+        and all(type(s) is str for s in sample_ids)
+    ):
+        return None
+    return head, positions, sample_ids
+
+
+__all__ = [
+    "CHUNK",
+    "LINE_FORMATS",
+    "PARQUET",
+    "WORKERS",
+    "Chunk",
+    "event_lines",
+    "iteration_lines",
+    "manifest_entries",
+    "renders_lines",
+]
