@@ -238,7 +238,8 @@ def _chunk_sql(inner: str, fmt: str) -> str:
     """One chunk as ONE row (``Chunk``) from ``inner``'s rows (line or NULL, a, b, data, n: the
     row's 1-based place in the chunk): the lines joined in order into one bytea (for JSONL a row
     without a line is an empty line; for Parquet only the lines, newline-separated), and the rows
-    without a line as arrays (their 0-based places, a, b and data text)."""
+    without a line as arrays (their 0-based places, a, b and data text). ``OFFSET 0`` keeps the
+    rows a subquery: pulled up, each aggregate and FILTER would compute the line again."""
     if fmt == PARQUET:
         block = "string_agg(x.line, chr(10) ORDER BY x.n) FILTER (WHERE x.line IS NOT NULL)"
     else:
@@ -246,7 +247,7 @@ def _chunk_sql(inner: str, fmt: str) -> str:
     left = "ORDER BY x.n) FILTER (WHERE x.line IS NULL)"
     return (
         f"SELECT count(*)::int, convert_to(coalesce({block}, ''), 'UTF8'), array_agg((x.n - 1)::int {left}, "
-        f"array_agg(x.a {left}, array_agg(x.b {left}, array_agg(x.data::text {left} FROM ({inner}) x"
+        f"array_agg(x.a {left}, array_agg(x.b {left}, array_agg(x.data::text {left} FROM ({inner} OFFSET 0) x"
     )
 
 
