@@ -89,21 +89,28 @@ def _scalar_ok(v: str) -> str:
 
 def _typed(j: str, key: str, types: str) -> str:
     """``key`` absent from ``j`` or of one of ``types`` (a SQL list of jsonb type names)."""
-    return f"(NOT {j} ? '{key}' OR jsonb_typeof({j}->'{key}') IN ({types}))"
+    return f"coalesce(jsonb_typeof({j}->'{key}') IN ({types}), true)"
 
 
-def _message_ok(m: str, fold: bool) -> str:
+def _message_ok(m: str, fold: bool, fmt: str) -> str:
+    """Message ``m`` is plain, and its fields that ``fmt``'s record writes are of the types the
+    SQL writes as Python does. openai and sharegpt write no tool_call_id, reasoning or why (but
+    folding reads the reasoning), so their types are not checked there; Python's plain path
+    (core.formats.records) ignores them too."""
     checks = [
         f"({m} - '{_MESSAGE_KEYS}'::text[]) = '{{}}'::jsonb",
         f"{m}->>'role' IN ('system', 'user', 'assistant')",
         f"jsonb_typeof({m}->'content') = 'string'",
-        f"(NOT {m} ? 'weight' OR {m}->>'weight' IN ('0', '1'))",
+        f"coalesce({m}->>'weight' IN ('0', '1'), NOT {m} ? 'weight')",
         _typed(m, "name", "'string', 'null'"),
-        _typed(m, "tool_call_id", "'string', 'null'"),
-        _typed(m, "reasoning", "'string'"),
-        _typed(m, "why", "'string'"),
-        f"(NOT {m} ? 'tool_calls' OR {m}->'tool_calls' IN ('null'::jsonb, '[]'::jsonb))",
+        f"coalesce({m}->'tool_calls' IN ('null'::jsonb, '[]'::jsonb), NOT {m} ? 'tool_calls')",
     ]
+    if fmt not in ("openai", "sharegpt") or fold:
+        checks += [
+            _typed(m, "tool_call_id", "'string', 'null'"),
+            _typed(m, "reasoning", "'string'"),
+            _typed(m, "why", "'string'"),
+        ]
     if fold:  # a reasoning to fold into the content: Python's (core.formats.records.fold_reasoning)
         checks.append(f"NOT ({m}->>'role' = 'assistant' AND {m}->>'reasoning' <> '')")
     return (
@@ -118,7 +125,7 @@ def _sample_ok(d: str, fmt: str) -> str:
         f"jsonb_typeof({d}->'kind') = 'string'",
         f"{d}->>'kind' <> 'good'",
         f"jsonb_typeof({d}->'messages') = 'array'",
-        f"(NOT {d} ? 'tools' OR {d}->'tools' IN ('null'::jsonb, '[]'::jsonb))",
+        f"coalesce({d}->'tools' IN ('null'::jsonb, '[]'::jsonb), NOT {d} ? 'tools')",
     ]
     if fmt == "samples":
         checks.append(
@@ -165,7 +172,7 @@ def _line_parts(d: str, fmt: str, fold: bool) -> tuple[str, str, str]:
     """(the laterals to join, the condition that the line is ours, the line) for sample ``d``."""
     messages = f"CASE WHEN jsonb_typeof({d}->'messages') = 'array' THEN {d}->'messages' ELSE '[]'::jsonb END"
     laterals = (
-        f"CROSS JOIN LATERAL (SELECT bool_and({_message_ok('m', fold)}) AS ok, "
+        f"CROSS JOIN LATERAL (SELECT bool_and({_message_ok('m', fold, fmt)}) AS ok, "
         f"string_agg({_message_sql('m', fmt)}, ',' ORDER BY i) AS body "
         f"FROM jsonb_array_elements({messages}) WITH ORDINALITY AS t(m, i)) r"
     )
