@@ -68,7 +68,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 LINE_FORMATS = ("openai", "sharegpt", "samples")
 PARQUET = "parquet"
 CHUNK = 1000  # rows per statement
-WORKERS = 2  # connections per download, rendering chunks side by side
+WORKERS = 3  # connections per download, rendering chunks side by side
 
 _SAMPLE_KEYS = "{sample_id,kind,messages,reward,provenance,tools}"
 _MESSAGE_KEYS = "{role,content,weight,tool_call_id,name,reasoning,tool_calls,why}"

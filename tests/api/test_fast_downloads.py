@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncGenerator
 from typing import Any
 
 from sqlalchemy import text
 
 from api.datasets import _item, dataset_batches, iteration_body, jsonl_bytes, parquet_bytes, rendered_parquet
-from api.trace_datasets import _SAMPLE_EVENTS, dataset_sample_batches, read_manifest
+from api.trace_datasets import _SAMPLE_EVENTS, dataset_sample_batches, read_manifest, rendered_dataset
 from core.domain.ids import new_id
 from core.domain.trajectory import Message, ToolCall, TrainingSample
 from core.formats.export import loads
+from core.formats.parquet import parquet_schema, rendered_batch
 from core.store import export_lines
 from tests.api.conftest import ApiHarness
 from tests.api.seed import mark_dataset_ready, revision_event, seed_revisions, seed_search
@@ -73,6 +75,20 @@ def _samples() -> list[TrainingSample]:
             "reward": -0.75,
             "provenance": {"pair_id": "p", "index": 7},
         },
+        {  # tool calls without tools: Python's in JSONL, pyarrow's reader reads them for Parquet
+            "messages": (
+                Message("user", "call"),
+                Message(
+                    "assistant", "", 1, tool_calls=(ToolCall("c2", "get", "{}"), ToolCall("c3", "put", '{"a": "é"}'))
+                ),
+                Message("tool", "ok", tool_call_id="c2", name="get"),
+            ),
+            "reward": 0.5,
+        },
+        {  # plain, but a reason that is not a string (set in SQL below): pyarrow refuses the chunk
+            "messages": (Message("user", "u"), Message("assistant", "a", 1)),
+            "reward": 0.5,
+        },
     ]
     return [
         TrainingSample(
@@ -114,6 +130,12 @@ async def _seed(api: ApiHarness) -> tuple[str, dict[str, str], str, list[Trainin
             ),
             {"id": target},
         )
+        for table, path in (("events", "{sample,messages,0,why}"), ("samples", "{messages,0,why}")):
+            column = "data->'sample'->>'sample_id'" if table == "events" else "sample_id"
+            await conn.execute(
+                text(f"UPDATE {table} SET data = jsonb_set(data, '{path}', '5') WHERE {column} = :id"),
+                {"id": odd[8].sample_id},
+            )
     await mark_dataset_ready(api.store, project, run, 0, revisions=len(odd) + 5)
     return project, key, run, odd
 
@@ -177,6 +199,16 @@ async def test_named_dataset_downloads_equal_the_python_rendering(api: ApiHarnes
         dataset_id = built.json()["dataset_id"]
         manifest = await read_manifest(api.store, dataset_id)
         assert len(manifest.entries) == 2 + 5 + len(odd)  # two goods, the plain and the odd revisions
+        async with api.store.engine.connect() as conn:
+            position = (
+                await conn.execute(
+                    text("SELECT position FROM datasets WHERE dataset_id = :d"), {"d": dataset_id}
+                )
+            ).scalar_one()
+        read = await rendered_dataset(api.store, api.store.engine, dataset_id, position)
+        assert read.manifest == dataclasses.replace(manifest, entries=())  # the entries read in SQL
+        assert list(read.positions) == [e.position for e in manifest.entries]
+        assert list(read.sample_ids) == [e.sample_id for e in manifest.entries]
         for fmt in FORMATS:
             response = await api.client.get(
                 f"/v1/datasets/{dataset_id}/download", params={"format": fmt}, headers=key
@@ -244,6 +276,17 @@ async def test_iteration_downloads_equal_the_python_rendering(api: ApiHarness) -
         rows = await _rows(export_lines.iteration_lines(engine, project, run, 0, fmt), fmt)
         order = await _order(api, run)
         rendered = {sample_id for sample_id, row in zip(order, rows, strict=True) if row[0] is not None}
+        if fmt == "parquet":  # pyarrow's reader takes the blocks, but for the chunk with the odd reason
+            refused = 0
+            async for chunk in export_lines.iteration_lines(engine, project, run, 0, fmt, 3):
+                if not chunk.block:  # every row of the chunk left to Python
+                    continue
+                try:
+                    rendered_batch(chunk.block, parquet_schema())
+                except ValueError:
+                    refused += 1
+                    assert odd[8].sample_id.encode() in chunk.block
+            assert refused == 1
         if fmt == "parquet":  # the NDJSON of a rendered row holds its sample
             assert all(
                 loads(row[0])["s"]["sample_id"] == sample_id
@@ -266,7 +309,7 @@ async def test_iteration_downloads_equal_the_python_rendering(api: ApiHarness) -
 
 
 async def test_chunked_reads_give_the_same_rows_whatever_the_chunk(api: ApiHarness) -> None:
-    project, key, run, _odd = await _seed(api)
+    project, key, run, odd = await _seed(api)
     engine = api.store.engine
 
     async def rows(**options: int) -> list[Any]:
@@ -275,7 +318,7 @@ async def test_chunked_reads_give_the_same_rows_whatever_the_chunk(api: ApiHarne
         )
 
     whole = await rows(chunk=1000, workers=1)
-    assert len(whole) == 2 + 5 + 7
+    assert len(whole) == 2 + 5 + len(odd)
     for chunk, workers in ((1, 1), (2, 3), (3, 2), (5, 4)):
         assert await rows(chunk=chunk, workers=workers) == whole, (chunk, workers)
 
@@ -317,7 +360,7 @@ _OTHER_SESSIONS = (
 async def test_a_rendered_download_left_early_leaves_no_transaction_or_query_behind(api: ApiHarness) -> None:
     """A client that goes away mid-download: the chunks in flight on the other connections are
     cancelled, every snapshot transaction ends, and the pool serves the next download."""
-    project, _key, run, _odd = await _seed(api)
+    project, _key, run, odd = await _seed(api)
     engine = api.store.engine
     left = export_lines.iteration_lines(engine, project, run, 0, "openai", chunk=2, workers=3)
     assert (await anext(left)).count == 2
@@ -329,7 +372,7 @@ async def test_a_rendered_download_left_early_leaves_no_transaction_or_query_beh
         after = (await conn.execute(text(_OTHER_SESSIONS))).all()
     assert {row.state for row in after} <= {"idle"}, after
     rows = await _rows(export_lines.iteration_lines(engine, project, run, 0, "openai"), "openai")
-    assert len(rows) == 2 + 5 + 7
+    assert len(rows) == 2 + 5 + len(odd)
 
 
 async def test_a_download_takes_fewer_connections_when_the_pool_is_short(api: ApiHarness) -> None:
