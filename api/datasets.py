@@ -19,6 +19,12 @@ written. The app's lifespan calls ``warm_up`` so that pyarrow's one-time start (
 conversion it imports pandas, about half a second) happens at start-up, not inside the first
 Parquet download.
 
+On PostgreSQL the openai / sharegpt / samples JSONL and Parquet downloads take the database's
+rendering instead (``rendered_body``; core.store.export_lines): a chunk's lines come as one block
+of bytes and are sent as they are, and Parquet's NDJSON block is read by pyarrow
+(core.formats.parquet ``rendered_batch``); only the rows the database leaves to Python are decoded
+here.
+
 General chat data is not included: it is the user's own file, mixed in at training time (the
 iteration's manifest records which of its lines were used).
 """

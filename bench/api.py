@@ -5,7 +5,7 @@ Both sides read the same N revision samples of one iteration from a fresh throwa
 * ``dataset export FORMAT`` (openai, sharegpt, parquet, samples): ours is
   ``GET /v1/datasets/{id}/download?format=...`` of a named dataset holding the N samples (read
   from the EVENT LOG by position; on PostgreSQL the lines, or the Parquet columns, are rendered by
-  the database in chunks on two connections sharing one snapshot: core/store/export_lines.py);
+  the database in chunks on three connections sharing one snapshot: core/store/export_lines.py);
   the baseline is one raw asyncpg ``SELECT data FROM events WHERE position = ANY(...) ORDER BY
   position`` of the same N event rows (no decoding, no formatting, no HTTP).
 * ``iteration export FORMAT`` (openai, sharegpt, parquet): ours is
@@ -41,6 +41,9 @@ per second (200s counted by completion time, from 2 s into the flood, once the b
 its end), baseline = the configured limit, ratio = ours / limit (target close to 1: the limit is
 what is admitted, neither more nor starved); the offered rate and 429 count are in the metric text.
 ``--limit-only`` runs just this part (``--quick``: an 8 s flood, else 20 s).
+
+``--only dataset`` (or ``iteration``) prints just those export lines (no request-limit or auth
+lines).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""Owns the PostgreSQL side of the fast dataset downloads: lines (and Parquet columns) rendered
-by the database.
+"""Owns the PostgreSQL side of the fast dataset downloads: lines (and Parquet's NDJSON) rendered
+by the database, a chunk of rows in one value.
 
 A download of a plain stored sample (core.formats.records ``is_plain``: text messages of system /
 user / assistant, no tool calls, no tools) in ``openai``, ``sharegpt`` or ``samples`` JSONL is a
 fixed template around the sample's strings, so the database renders the whole line (one SQL
-expression over the jsonb, ``_line_parts``) and Python only joins lines: no JSON is decoded or encoded
-in Python, no object is made per message. A row the SQL cannot vouch for comes back as its JSON
-text instead (line NULL) and the caller renders it the old way (api.datasets, api.trace_datasets),
+expression over the jsonb, ``_line_parts``) and joins a chunk's lines: no JSON is decoded or
+encoded in Python, no object is made per row or message. A row the SQL cannot vouch for comes back
+as its JSON text instead (an empty line in the block) and the caller renders it the old way (api.datasets, api.trace_datasets),
 so the output is byte for byte what core.formats.records gives (tests/api/test_fast_downloads.py
 compares the two on every shape).
 
@@ -17,11 +17,15 @@ both start from the same values):
 * strings are copied as jsonb writes them (``(x)::text`` of a jsonb string): PostgreSQL's
   ``escape_json`` escapes exactly what ``json.dumps`` does with ``ensure_ascii=False`` (``"``,
   ``\\``, ``\\b \\f \\n \\r \\t``, other controls as lowercase ``\\u00XX``), and nothing else;
-* every number written verbatim is an integer of at most 15 digits or a decimal whose shortest
-  float form is itself (``_number_ok``: ``1.0``, ``0.25``; not ``1.50`` or ``0.00001``, which
-  Python would write as ``1.5`` / ``1e-05``; the float form is PostgreSQL's shortest one, as with
-  the default ``extra_float_digits`` of 1: with a lower setting the test only rejects more);
-  message weights must be 0 or 1;
+* every number written verbatim is its float's shortest form, or that form and ``.0``
+  (``_number_ok``: ``12``, ``1.0``, ``0.25``; not ``1.50`` or ``0.00001``, which Python would
+  write as ``1.5`` / ``1e-05``, nor ``1e16``'s digits, whose float form has an exponent).
+  PostgreSQL writes a float's shortest digits (the default ``extra_float_digits`` of 1; with a lower
+  setting the test only rejects more), with no exponent from 1e-4 up to 1e15, where Python's
+  ``repr`` writes the same digits with no exponent either (up to 1e16); an integer is written as
+  its digits by both;
+  message weights must be 0 or 1; a field the format does not write is not checked
+  (``_message_ok``);
 * key order is the template's (the records' order), except inside ``provenance``, which keeps the
   jsonb's key order as Python's dict does; only flat provenance objects (scalar values) are
   rendered here;
@@ -29,28 +33,33 @@ both start from the same values):
   aggregate orders its input by the element's ordinality (``WITH ORDINALITY ... ORDER BY i``), so
   the order is stated, not left to the plan.
 
-Parquet (``PARQUET``) takes the same rows with columns instead of a line: sample id, kind, reward
-(float8), provenance as core.formats.parquet's ``_json`` writes it (sorted keys, ``", "`` and
-``": "``), the message count, the roles and weights as digit strings, the contents joined with
-their UTF-8 lengths, and the tool_call_id / name / reasoning lists; api.datasets builds record
-batches from these buffers.
+Parquet (``PARQUET``) takes the same rows with an NDJSON line instead (``_parquet_parts``): the
+stored sample's jsonb text without its provenance and tools, and the provenance's JSON text as
+core.formats.parquet's ``_json`` writes it (sorted keys, ``", "`` and ``": "``); only sample-level
+conditions are checked in SQL, and pyarrow's JSON reader, with an explicit schema, reads the
+messages (core.formats.parquet ``rendered_batch``; a block it refuses goes to Python).
 
 A download is a list of chunks (``CHUNK`` rows: a slice of the manifest's entries, or a key range
-of the iteration's rows found first), each ONE statement, run on ``WORKERS`` connections side by
+of the iteration's rows found first), each ONE statement that returns ONE row (``Chunk``): the
+chunk's lines (or NDJSON) joined by the database into one bytea, and the rows left to Python as
+arrays, so Python makes no object per row. The statements run on ``WORKERS`` connections side by
 side: each connection is in a read-only REPEATABLE READ transaction on the snapshot the first one
 exports (``pg_export_snapshot``), so the file is still one snapshot; at most ``WORKERS`` chunks are
 in flight, and the rest wait for the client. JIT is off for these statements (they are costed high
 enough to trigger it, and compiling costs more than it saves). The connections are the pool's.
 
-Rows (PostgreSQL only; ``renders_lines`` says whether the engine can):
+Chunks (PostgreSQL only; ``renders_lines`` says whether the engine can):
 
-* ``iteration_lines``: (line, sample_id, kind, data text or NULL) per ``samples`` row of an
-  iteration, in (position, sample_id) order; a ``good`` row (column or stored kind) always comes as
-  text (the alpha filter and the trajectory conversion are Python's).
-* ``event_lines``: (line, event_type, event_version, data text or NULL) per given (position,
-  sample id), in the order given; the line only for a current-version revision event
-  (``sample_events``) whose sample is the given one and plain (and, with ``fold``, has no
-  assistant reasoning to fold).
+* ``iteration_lines``: the ``samples`` rows of an iteration, in (position, sample_id) order; a
+  row left to Python carries (sample_id, kind, data text); a ``good`` row (column or stored kind)
+  is always left to Python (the alpha filter and the trajectory conversion are Python's).
+* ``event_lines``: one row per given (position, sample id), in the order given; rendered only for a
+  current-version revision event (``sample_events``) whose sample is the given one and plain (and,
+  with ``fold``, has no assistant reasoning to fold); a row left to Python carries (event_type,
+  event_version, data text), all None when there is no event at the position.
+* ``manifest_entries``: a dataset manifest's entries as two lists (positions, sample ids) read by
+  the database from its DatasetCreated event, so a 100,000-entry manifest is not decoded into
+  Python objects for a download.
 """
 
 from __future__ import annotations
@@ -75,9 +84,9 @@ _MESSAGE_KEYS = "{role,content,weight,tool_call_id,name,reasoning,tool_calls,why
 
 
 def _number_ok(t: str) -> str:
-    """``t`` (a jsonb number's text) is written by Python as it stands."""
-    decimal = f"{t} ~ '^-?[0-9]+\\.[0-9]+$' AND {t}::float8::text = regexp_replace({t}, '\\.0$', '')"
-    return f"({t} ~ '^-?[0-9]{{1,15}}$' OR ({decimal}))"
+    """``t`` (a jsonb number's text: digits, maybe a point and digits, never an exponent) is
+    written by Python as it stands: it is the float's shortest form, or that form and ``.0``."""
+    return f"({t}::float8::text = {t} OR {t}::float8::text || '.0' = {t})"
 
 
 def _scalar_ok(v: str) -> str:
