@@ -226,7 +226,7 @@ def rendered_batch(block: bytes, schema: Any) -> Any:
     try:
         table = pj.read_json(
             pa.BufferReader(block),
-            read_options=pj.ReadOptions(use_threads=False, block_size=len(block) + 1),
+            read_options=pj.ReadOptions(use_threads=True, block_size=1 << 18),
             parse_options=options,
         ).combine_chunks()
     except pa.ArrowInvalid as exc:
