@@ -6,9 +6,9 @@ user / assistant, no tool calls, no tools) in ``openai``, ``sharegpt`` or ``samp
 fixed template around the sample's strings, so the database renders the whole line (one SQL
 expression over the jsonb, ``_line_parts``) and joins a chunk's lines: no JSON is decoded or
 encoded in Python, no object is made per row or message. A row the SQL cannot vouch for comes back
-as its JSON text instead (an empty line in the block) and the caller renders it the old way (api.datasets, api.trace_datasets),
-so the output is byte for byte what core.formats.records gives (tests/api/test_fast_downloads.py
-compares the two on every shape).
+as its JSON text instead (an empty line in the block) and the caller renders it the old way
+(api.datasets, api.trace_datasets), so the output is byte for byte what core.formats.records
+gives (tests/api/test_fast_downloads.py compares the two on every shape).
 
 Why the SQL matches Python's ``json.dumps(ensure_ascii=False, separators=(",", ":"))`` on the rows
 it accepts (``_sample_ok`` / ``_message_ok``; the Python path reads the same jsonb as text, so

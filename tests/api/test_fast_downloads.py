@@ -79,7 +79,10 @@ def _samples() -> list[TrainingSample]:
             "messages": (
                 Message("user", "call"),
                 Message(
-                    "assistant", "", 1, tool_calls=(ToolCall("c2", "get", "{}"), ToolCall("c3", "put", '{"a": "é"}'))
+                    "assistant",
+                    "",
+                    1,
+                    tool_calls=(ToolCall("c2", "get", "{}"), ToolCall("c3", "p", '{"é": 1}')),
                 ),
                 Message("tool", "ok", tool_call_id="c2", name="get"),
             ),
