@@ -19,6 +19,12 @@ written. The app's lifespan calls ``warm_up`` so that pyarrow's one-time start (
 conversion it imports pandas, about half a second) happens at start-up, not inside the first
 Parquet download.
 
+On PostgreSQL the openai / sharegpt / samples JSONL and Parquet downloads take the database's
+rendering instead (``rendered_body``; core.store.export_lines): a chunk's lines come as one block
+of bytes and are sent as they are, and Parquet's NDJSON block is read by pyarrow
+(core.formats.parquet ``rendered_batch``); only the rows the database leaves to Python are decoded
+here.
+
 General chat data is not included: it is the user's own file, mixed in at training time (the
 iteration's manifest records which of its lines were used).
 """
@@ -28,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from itertools import chain
 from typing import Any
 
 import pyarrow as pa
@@ -39,7 +44,7 @@ from core.domain.good_samples import trajectory_to_sample
 from core.domain.serde import from_dict
 from core.domain.trajectory import Message, Step, TrainingSample, Trajectory
 from core.formats.export import dumps_line, loads, loads_many, parquet_batch, parquet_schema, record_fn
-from core.formats.parquet import plain_columns_batch
+from core.formats.parquet import rendered_batch
 from core.formats.records import PLAIN_RECORD, is_plain
 from core.store import export_lines, exports
 
@@ -171,44 +176,54 @@ def _item(sample_id: str, kind: str, data: Any, alpha: float, plain: bool) -> An
     return sample
 
 
-def item_line(item: Any, fmt: str) -> str:
+def item_line(item: Any, fmt: str) -> bytes:
     """One item (a TrainingSample or a plain stored sample dict) as its JSONL line in ``fmt``."""
     if type(item) is dict:
-        return dumps_line(PLAIN_RECORD[fmt](item)).decode()
-    return dumps_line(record_fn(fmt)(item)).decode()
+        return dumps_line(PLAIN_RECORD[fmt](item))
+    return dumps_line(record_fn(fmt)(item))
+
+
+# an item of a row the database left to Python: (its 0-based place in the download, a, b, data text
+# or None; core.store.export_lines.Chunk) -> the item, or None when it is left out
+ItemOf = Callable[[int, Any, Any, "str | None"], Any]
 
 
 async def rendered_jsonl(
-    batches: AsyncGenerator[Sequence[Any], None], line_of: Callable[[Any], str | None], counter: Any
+    chunks: AsyncGenerator[export_lines.Chunk, None], line_of: Callable[..., bytes | None], counter: Any
 ) -> AsyncIterator[bytes]:
-    """JSONL from rows whose first column is their line as the database rendered it
-    (core.store.export_lines), a chunk per batch; a row without one is ``line_of(row)`` (its line,
-    or None when it is left out). ``counter`` counts the lines (the export_rows metric)."""
-    async with contextlib.aclosing(batches):
-        async for rows in batches:
-            lines = [row[0] for row in rows]
-            if None in lines:
-                lines = [row[0] if row[0] is not None else line_of(row) for row in rows]
-                lines = [line for line in lines if line is not None]
-            if lines:
-                counter.inc(len(lines))
-                yield "".join(lines).encode()
+    """JSONL from the database's rendering (core.store.export_lines), a chunk's block at a time; a
+    row left to Python is ``line_of(place, a, b, data)`` (its line, or None when it is left out).
+    ``counter`` counts the lines (the export_rows metric)."""
+    at = 0
+    async with contextlib.aclosing(chunks):
+        async for chunk in chunks:
+            block, count = chunk.block, chunk.count
+            if chunk.left:  # the chunk's lines, each row left to Python an empty one
+                lines = [line + b"\n" for line in block.split(b"\n")[:-1]]
+                for place, a, b, data in chunk.left:
+                    lines[place] = line_of(at + place, a, b, data) or b""
+                count = sum(1 for line in lines if line)
+                block = b"".join(lines)
+            at += chunk.count
+            if count:
+                counter.inc(count)
+                yield block
 
 
 def rendered_body(
-    batches: AsyncGenerator[Sequence[Any], None], item_of: Callable[[Any], Any], fmt: str, counter: Any
+    chunks: AsyncGenerator[export_lines.Chunk, None], item_of: ItemOf, fmt: str, counter: Any
 ) -> AsyncIterator[bytes]:
     """A download in ``fmt`` from the database's rendering (core.store.export_lines): its lines
-    for JSONL, its columns for Parquet; a row left to Python becomes ``item_of(row)`` (an item as
-    ``dataset_batches`` makes them, or None when it is left out)."""
+    for JSONL, its NDJSON for Parquet; a row left to Python becomes ``item_of(place, a, b, data)``
+    (an item as ``dataset_batches`` makes them, or None when it is left out)."""
     if fmt == export_lines.PARQUET:
-        return rendered_parquet(batches, item_of, counter)
+        return rendered_parquet(chunks, item_of, counter)
 
-    def line_of(row: Any) -> str | None:
-        item = item_of(row)
+    def line_of(place: int, a: Any, b: Any, data: str | None) -> bytes | None:
+        item = item_of(place, a, b, data)
         return None if item is None else item_line(item, fmt)
 
-    return rendered_jsonl(batches, line_of, counter)
+    return rendered_jsonl(chunks, line_of, counter)
 
 
 def iteration_body(
@@ -227,11 +242,11 @@ def iteration_body(
     ``parquet_bytes`` give for ``dataset_batches(plain=True)``. A row the database leaves to
     Python is decoded and made an item here as ``dataset_batches`` would."""
 
-    def item_of(row: Any) -> Any:
-        return _item(row[1], row[2], loads(row[3]), alpha, True)
+    def item_of(_place: int, sample_id: Any, kind: Any, data: str | None) -> Any:
+        return _item(sample_id, kind, loads(data) if data is not None else None, alpha, True)
 
-    rows = export_lines.iteration_lines(engine, project_id, run_id, iteration, fmt, batch)
-    return rendered_body(rows, item_of, fmt, counter)
+    chunks = export_lines.iteration_lines(engine, project_id, run_id, iteration, fmt, batch)
+    return rendered_body(chunks, item_of, fmt, counter)
 
 
 def iter_dataset(
@@ -359,74 +374,61 @@ async def parquet_bytes(
     yield sink.drain()
 
 
-def _pieces(rows: Sequence[Any], item_of: Callable[[Any], Any], schema: Any) -> list[Any]:
-    """The record batches of ``rows`` in order: runs of rendered rows from their columns
-    (core.formats.parquet ``plain_columns_batch``), runs of the others from their items."""
-    pieces: list[Any] = []
-    run: list[Any] = []
-    items: list[Any] = []
-    for row in rows:
-        if row[0] is not None:
-            if items:
-                pieces.append(parquet_batch(items, schema))
-                items = []
-            run.append(row)
-            continue
-        if run:
-            pieces.append(_columns(run, schema))
-            run = []
-        item = item_of(row)
-        if item is not None:
-            items.append(item)
-    if items:
-        pieces.append(parquet_batch(items, schema))
-    if run:
-        pieces.append(_columns(run, schema))
-    return pieces
-
-
-def _columns(run: Sequence[Any], schema: Any) -> Any:
-    """The record batch of rendered rows (core.store.export_lines' Parquet columns)."""
-    return plain_columns_batch(
-        schema,
-        [row[4] for row in run],
-        [row[5] for row in run],
-        [row[6] for row in run],
-        [row[7] for row in run],
-        [row[8] for row in run],
-        (
-            "".join([row[9] for row in run]),
-            "".join([row[10] for row in run]),
-            ",".join([row[11] for row in run if row[11]]),
-            "".join([row[12] for row in run]),
-            list(chain.from_iterable([row[13] for row in run])),
-            list(chain.from_iterable([row[14] for row in run])),
-            list(chain.from_iterable([row[15] for row in run])),
-        ),
-    )
+def _chunk_batch(chunk: export_lines.Chunk, at: int, item_of: ItemOf, schema: Any) -> Any | None:
+    """The record batch of one chunk's rows in order (None when all are left out): the rendered
+    ones from their NDJSON (core.formats.parquet ``rendered_batch``; a block it refuses is decoded
+    and its samples made TrainingSamples here), the others from their items."""
+    rendered = None
+    if chunk.block:
+        try:
+            rendered = rendered_batch(chunk.block, schema)
+        except ValueError:  # not of the plain shape after all: Python decodes these samples
+            stored = [loads(line) for line in chunk.block.split(b"\n")]
+            samples = [training_sample({**d["s"], "provenance": loads(d["p"]), "tools": []}) for d in stored]
+            rendered = parquet_batch(samples, schema)
+    if not chunk.left:
+        return rendered
+    items = {place: item_of(at + place, a, b, data) for place, a, b, data in chunk.left}
+    kept = [item for item in items.values() if item is not None]
+    if not kept:
+        return rendered
+    if rendered is None or not rendered.num_rows:
+        return parquet_batch(kept, schema)
+    order: list[int] = []  # each row's place in [rendered..., kept...]
+    done, extra = 0, rendered.num_rows
+    for place in range(chunk.count):
+        if place not in items:
+            order.append(done)
+            done += 1
+        elif items[place] is not None:
+            order.append(extra)
+            extra += 1
+    both = pa.Table.from_batches([rendered, parquet_batch(kept, schema)], schema)
+    return both.take(order).combine_chunks().to_batches()[0]
 
 
 async def rendered_parquet(
-    batches: AsyncGenerator[Sequence[Any], None],
-    item_of: Callable[[Any], Any],
+    chunks: AsyncGenerator[export_lines.Chunk, None],
+    item_of: ItemOf,
     counter: Any,
     row_group_size: int = DEFAULT_PAGE_SIZE,
 ) -> AsyncIterator[bytes]:
-    """``parquet_bytes`` of the database's rendered columns (core.store.export_lines): the same
-    file, one row group of ``row_group_size`` samples at a time, sent as groups are written."""
+    """``parquet_bytes`` of the database's rendering (core.store.export_lines): the same file, one
+    row group of ``row_group_size`` samples at a time, sent as groups are written."""
     schema = parquet_schema()
     sink = _DrainSink()
     writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema)
     table: Any = None
+    at = 0
     try:
-        async with contextlib.aclosing(batches):
-            async for rows in batches:
-                pieces = _pieces(rows, item_of, schema)
-                count = sum(piece.num_rows for piece in pieces)
-                if not count:
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                batch = _chunk_batch(chunk, at, item_of, schema)
+                at += chunk.count
+                if batch is None or not batch.num_rows:
                     continue
-                counter.inc(count)
-                new = pa.Table.from_batches(pieces, schema)
+                counter.inc(batch.num_rows)
+                new = pa.Table.from_batches([batch], schema)
                 table = new if table is None else pa.concat_tables([table, new])
                 if table.num_rows < row_group_size:
                     continue

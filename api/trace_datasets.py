@@ -253,39 +253,58 @@ def _entry_item(
     return fold_reasoning(sample) if fold else sample
 
 
+@dataclasses.dataclass(frozen=True)
+class RenderedDataset:
+    """What a database-rendered download of a dataset reads (``rendered_dataset``): its manifest
+    (its entries left out when they were read as the two lists) and its entries' event positions
+    and sample ids, in manifest order."""
+
+    manifest: DatasetManifest
+    positions: Sequence[int]
+    sample_ids: Sequence[str]
+
+
+async def rendered_dataset(
+    store: EventStore, engine: AsyncEngine, dataset_id: str, position: int
+) -> RenderedDataset:
+    """The dataset whose DatasetCreated event is at ``position``, for ``dataset_body``: when the
+    event is of the current version, its manifest's entries are read by the database as two lists
+    (core.store.export_lines ``manifest_entries``: a 100,000-entry manifest is not decoded into
+    entries); otherwise, or when an entry is of another shape, the manifest is decoded as for
+    every other read (``read_manifest``)."""
+    read = await export_lines.manifest_entries(
+        engine, position, DatasetCreated.__name__, DatasetCreated.event_version
+    )
+    if read is not None:
+        head, positions, sample_ids = read
+        if head.get("dataset_id") == dataset_id:
+            return RenderedDataset(manifest_from_data({**head, "entries": []}), positions, sample_ids)
+    manifest = await read_manifest(store, dataset_id)
+    return RenderedDataset(
+        manifest, [e.position for e in manifest.entries], [e.sample_id for e in manifest.entries]
+    )
+
+
 def dataset_body(
-    engine: AsyncEngine, manifest: DatasetManifest, fmt: str, counter: Any
+    engine: AsyncEngine, dataset: RenderedDataset, fmt: str, counter: Any
 ) -> AsyncIterator[bytes]:
-    """The manifest's samples in ``fmt`` (openai, sharegpt, samples JSONL or Parquet) from the
+    """The dataset's samples in ``fmt`` (openai, sharegpt, samples JSONL or Parquet) from the
     database's rendering (core.store.export_lines; PostgreSQL): the bytes ``jsonl_bytes`` /
     ``parquet_bytes`` give for ``dataset_sample_batches(plain=True)``. An entry the database
     leaves to Python is decoded and made an item here as ``dataset_sample_batches`` would (a
     missing or mismatched event raises DatasetReadError as there)."""
-    entries = manifest.entries
-    at = 0
+    manifest = dataset.manifest
 
-    def item_of(row: Any) -> Any:  # row: the database's, then its index in the batch
-        data = None if row[3] is None else loads(row[3])
-        return _entry_item(manifest, entries[at + row[-1]], row[1], row[2], data, True)
-
-    async def numbered() -> AsyncGenerator[Sequence[Any], None]:
-        nonlocal at
-        rows_batches = export_lines.event_lines(
-            engine,
-            [(e.position, e.sample_id) for e in entries],
-            fmt,
-            _SAMPLE_EVENTS,
-            manifest.query.include_reasoning,
+    def item_of(place: int, event_type: Any, event_version: Any, data: str | None) -> Any:
+        entry = DatasetEntry(dataset.sample_ids[place], "", dataset.positions[place])
+        return _entry_item(
+            manifest, entry, event_type, event_version, None if data is None else loads(data), True
         )
-        async with contextlib.aclosing(rows_batches):
-            async for rows in rows_batches:
-                if any(r[0] is None for r in rows):
-                    yield [(*row, index) for index, row in enumerate(rows)]
-                else:
-                    yield rows
-                at += len(rows)
 
-    return rendered_body(numbered(), item_of, fmt, counter)
+    chunks = export_lines.event_lines(
+        engine, dataset.positions, dataset.sample_ids, fmt, _SAMPLE_EVENTS, manifest.query.include_reasoning
+    )
+    return rendered_body(chunks, item_of, fmt, counter)
 
 
 def iter_dataset_samples(

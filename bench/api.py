@@ -5,7 +5,7 @@ Both sides read the same N revision samples of one iteration from a fresh throwa
 * ``dataset export FORMAT`` (openai, sharegpt, parquet, samples): ours is
   ``GET /v1/datasets/{id}/download?format=...`` of a named dataset holding the N samples (read
   from the EVENT LOG by position; on PostgreSQL the lines, or the Parquet columns, are rendered by
-  the database in chunks on two connections sharing one snapshot: core/store/export_lines.py);
+  the database in chunks on three connections sharing one snapshot: core/store/export_lines.py);
   the baseline is one raw asyncpg ``SELECT data FROM events WHERE position = ANY(...) ORDER BY
   position`` of the same N event rows (no decoding, no formatting, no HTTP).
 * ``iteration export FORMAT`` (openai, sharegpt, parquet): ours is
@@ -41,6 +41,9 @@ per second (200s counted by completion time, from 2 s into the flood, once the b
 its end), baseline = the configured limit, ratio = ours / limit (target close to 1: the limit is
 what is admitted, neither more nor starved); the offered rate and 429 count are in the metric text.
 ``--limit-only`` runs just this part (``--quick``: an 8 s flood, else 20 s).
+
+``--only dataset`` (or ``iteration``) prints just those export lines (no request-limit or auth
+lines).
 """
 
 from __future__ import annotations
@@ -471,6 +474,7 @@ async def main(
     keep_db: str | None = None,
     seed_only: bool = False,
     store_rows: int | None = None,
+    only: str | None = None,
 ) -> None:
     import uvicorn
 
@@ -500,7 +504,8 @@ async def main(
         key, run_id = seeded
         if seed_only:
             return
-        await key_limit(url, key, quick)
+        if only is None:
+            await key_limit(url, key, quick)
         if limit_only:
             return
         port = _free_port()
@@ -526,7 +531,10 @@ async def main(
                 ("dataset", named, FORMATS, lambda: _raw_events(dsn, positions)),
                 ("iteration", iteration, ITERATION_FORMATS, lambda: _raw_select(dsn, run_id)),
             ):
-                await _compare(label, base, key, path, formats, raw, rows)
+                if only in (None, label):
+                    await _compare(label, base, key, path, formats, raw, rows)
+            if only is not None:
+                return
             known_s, unknown_s = await _rejected_auth(base, key, 20 if quick else 60)
             print(
                 json.dumps(
@@ -572,6 +580,12 @@ if __name__ == "__main__":
         help="Seed only this many rows through the store (projections included) and copy them in SQL "
         "up to --rows (each copy its own sample, event and samples row): 100,000 rows in minutes.",
     )
+    parser.add_argument(
+        "--only",
+        choices=("dataset", "iteration"),
+        default=None,
+        help="Only the `dataset export` or the `iteration export` lines (no request-limit or auth lines).",
+    )
     arguments = parser.parse_args()
     if arguments.seed_only and not arguments.keep_db:
         parser.error("--seed-only needs --keep-db NAME (else the seeded database is dropped)")
@@ -585,5 +599,6 @@ if __name__ == "__main__":
             arguments.keep_db,
             arguments.seed_only,
             arguments.store_rows,
+            arguments.only,
         )
     )

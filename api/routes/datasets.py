@@ -315,23 +315,33 @@ async def download_named_dataset(
     principal: Principal = Depends(require("read")),
     svc: ApiServices = Depends(services),
 ) -> Any:
-    row, manifest = await _dataset(svc, principal.project(), dataset_id)
+    project_id = principal.project()
     body: AsyncIterator[bytes]
-    if format in PAIR_FORMATS:
-        body = pair_exports.dataset_body(svc.store, manifest, format, svc.metrics.export_rows.labels(format))
-    elif format in MODEL_FORMATS:
-        default = None
-        if model is None and format == "tokenized":  # the project's default model, its newest run's
-            default = await model_exports.newest_run_model(svc.store.engine, principal.project())
-        tokenizer = choose_tokenizer(format, model, max_length, svc.settings.model_root_paths, default)
-        samples = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
-        body = await model_exports.model_export_body(format, samples, tokenizer)
-    elif export_lines.renders_lines(svc.store.engine, format):  # PostgreSQL renders the lines
-        body = builds.dataset_body(svc.store.engine, manifest, format, svc.metrics.export_rows.labels(format))
+    counter = svc.metrics.export_rows.labels(format)
+    if (
+        format not in PAIR_FORMATS
+        and format not in MODEL_FORMATS
+        and export_lines.renders_lines(svc.store.engine, format)
+    ):  # PostgreSQL renders the lines; the manifest's entries are read as two lists
+        async with svc.store.engine.connect() as conn:
+            row = await _owned_dataset(conn, project_id, dataset_id)
+        rendered = await builds.rendered_dataset(svc.store, svc.store.engine, dataset_id, row["position"])
+        body = builds.dataset_body(svc.store.engine, rendered, format, counter)
     else:
-        batches = builds.dataset_sample_batches(svc.store.engine, manifest, plain=True)
-        counted = _count_batches(batches, svc, format)
-        body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
+        row, manifest = await _dataset(svc, project_id, dataset_id)
+        if format in PAIR_FORMATS:
+            body = pair_exports.dataset_body(svc.store, manifest, format, counter)
+        elif format in MODEL_FORMATS:
+            default = None
+            if model is None and format == "tokenized":  # the project's default model, its newest run's
+                default = await model_exports.newest_run_model(svc.store.engine, project_id)
+            tokenizer = choose_tokenizer(format, model, max_length, svc.settings.model_root_paths, default)
+            samples = _count(builds.iter_dataset_samples(svc.store.engine, manifest), svc, format)
+            body = await model_exports.model_export_body(format, samples, tokenizer)
+        else:
+            batches = builds.dataset_sample_batches(svc.store.engine, manifest, plain=True)
+            counted = _count_batches(batches, svc, format)
+            body = parquet_bytes(counted) if format == "parquet" else jsonl_bytes(counted, format)
     media_type, suffix = _MEDIA[format]
     name = f"{row['name']}-v{row['version']}-{format}.{suffix}"
     headers = {

@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import accumulate, islice
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -202,61 +202,62 @@ def _assemble(
     )
 
 
-ROLE_CODES = ("system", "user", "assistant")  # plain_columns_batch's role codes 0, 1, 2
-_CODE = bytes(range(256)).translate(bytes((b - 48) % 256 for b in range(256)))  # b"0" -> 0, b"1" -> 1
-
-
-def plain_columns_batch(
-    schema: Any,
-    sample_ids: list[str],
-    kinds: list[str],
-    rewards: list[float | None],
-    provenances: list[str],
-    counts: list[int],
-    messages: tuple[str, str, str, str, list[Any], list[Any], list[Any]],
-) -> Any:
-    """The record batch of plain samples given as columns (the database's rendering,
-    core.store.export_lines): per sample its ids, reward, provenance JSON text (as ``_json``
-    writes it) and message count; their messages (in order, all samples together) as the role
-    codes (one digit each, ``ROLE_CODES``), the contents joined, their UTF-8 lengths (comma
-    separated), the weights (one digit each), and lists of tool_call_id, name and reasoning. No
-    tool calls, no tools. The same batch ``parquet_batch`` makes of the samples, built from
-    buffers: no Python object per role, content or weight."""
+def rendered_batch(block: bytes, schema: Any) -> Any:
+    """The record batch ``parquet_batch`` makes of plain stored samples given as the database
+    renders them (core.store.export_lines, Parquet): NDJSON lines ``{"p": provenance JSON text (as
+    ``_json`` writes it), "s": the stored sample without its provenance and tools}``. pyarrow's
+    JSON reader parses the block against an explicit schema of the stored sample, so no Python
+    object is made per sample or message; a key it does not know, a value of another type, or a
+    missing role, content or tool call field (which Python would not read as such) raises
+    ValueError, and the caller renders those samples in Python. An absent weight is 0, an absent
+    reasoning ``""`` and absent or null tool calls none, as Python reads them (the database leaves
+    an explicit null weight or reasoning to Python)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
 
-    roles, contents, lengths, weights, ids, names, reasonings = messages
-    n = len(roles)
-    struct = schema.field("messages").type.value_type
-    role_codes = pa.Array.from_buffers(pa.int8(), n, [None, pa.py_buffer(roles.encode().translate(_CODE))])
-    role = pa.DictionaryArray.from_arrays(role_codes, pa.array(ROLE_CODES)).cast(struct.field("role").type)
-    data = contents.encode()
-    ends = [int(x) for x in lengths.split(",")] if n else []
-    offsets = pa.array([0, *accumulate(ends)], pa.int32())
-    if offsets[-1].as_py() != len(data):
-        raise ValueError(f"content lengths sum to {offsets[-1]}, not the {len(data)} bytes given")
-    content = pa.Array.from_buffers(pa.string(), n, [None, offsets.buffers()[1], pa.py_buffer(data)])
-    weight_codes = pa.py_buffer(weights.encode().translate(_CODE))
-    weight = pa.Array.from_buffers(struct.field("weight").type, n, [None, weight_codes])
+    list_type = schema.field("messages").type
+    message = list_type.value_type
+    stored = pa.struct([("sample_id", pa.string()), ("kind", pa.string()), ("reward", pa.float64())])
+    stored = pa.struct([*stored, ("messages", pa.list_(pa.struct([*message, ("why", pa.string())])))])
+    options = pj.ParseOptions(
+        explicit_schema=pa.schema([("p", pa.string()), ("s", stored)]), unexpected_field_behavior="error"
+    )
+    try:
+        table = pj.read_json(
+            pa.BufferReader(block),
+            read_options=pj.ReadOptions(use_threads=True, block_size=1 << 18),
+            parse_options=options,
+        ).combine_chunks()
+    except pa.ArrowInvalid as exc:
+        raise ValueError(f"rendered samples not of the plain shape: {exc}") from exc
+    samples = table.column("s").chunk(0)
+    messages = samples.field("messages")
+    flat = messages.values
+    calls = flat.field("tool_calls")
+    checked = [samples, messages, flat.field("role"), flat.field("content"), *calls.values.flatten()]
+    if any(array.null_count for array in checked):
+        raise ValueError("rendered samples with a missing sample, message list, role, content or call field")
     columns = {
-        "role": role,
-        "content": content,
-        "weight": weight,
-        "id": ids,
-        "mname": names,
-        "reasoning": reasonings,
+        "weight": pc.fill_null(flat.field("weight"), 0),
+        "reasoning": pc.fill_null(flat.field("reasoning"), ""),
+        "tool_calls": pa.ListArray.from_arrays(
+            calls.offsets, calls.values, type=message.field("tool_calls").type
+        ),
     }
-    calls: tuple[list[str], list[str], list[str], list[int]] = ([], [], [], [0] * (n + 1))
-    sample_offsets = [0, *accumulate(counts)]
-    return _assemble(
-        schema,
-        columns,
-        calls,
-        sample_offsets,
-        sample_ids,
-        kinds,
-        rewards,
-        provenances,
-        ["[]"] * len(sample_ids),
+    struct = pa.StructArray.from_arrays(
+        [columns.get(field.name, flat.field(field.name)) for field in message], fields=list(message)
+    )
+    return pa.RecordBatch.from_arrays(
+        [
+            samples.field("sample_id"),
+            samples.field("kind"),
+            samples.field("reward"),
+            pa.ListArray.from_arrays(messages.offsets, struct, type=list_type),
+            table.column("p").chunk(0),
+            pa.array(["[]"] * len(samples), pa.string()),
+        ],
+        schema=schema,
     )
 
 

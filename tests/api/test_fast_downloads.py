@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncGenerator
 from typing import Any
 
 from sqlalchemy import text
 
 from api.datasets import _item, dataset_batches, iteration_body, jsonl_bytes, parquet_bytes, rendered_parquet
-from api.trace_datasets import _SAMPLE_EVENTS, dataset_sample_batches, read_manifest
+from api.trace_datasets import _SAMPLE_EVENTS, dataset_sample_batches, read_manifest, rendered_dataset
 from core.domain.ids import new_id
 from core.domain.trajectory import Message, ToolCall, TrainingSample
 from core.formats.export import loads
+from core.formats.parquet import parquet_schema, rendered_batch
 from core.store import export_lines
 from tests.api.conftest import ApiHarness
 from tests.api.seed import mark_dataset_ready, revision_event, seed_revisions, seed_search
@@ -73,6 +75,23 @@ def _samples() -> list[TrainingSample]:
             "reward": -0.75,
             "provenance": {"pair_id": "p", "index": 7},
         },
+        {  # tool calls without tools: Python's in JSONL, pyarrow's reader reads them for Parquet
+            "messages": (
+                Message("user", "call"),
+                Message(
+                    "assistant",
+                    "",
+                    1,
+                    tool_calls=(ToolCall("c2", "get", "{}"), ToolCall("c3", "p", '{"é": 1}')),
+                ),
+                Message("tool", "ok", tool_call_id="c2", name="get"),
+            ),
+            "reward": 0.5,
+        },
+        {  # plain, but a reason that is not a string (set in SQL below): pyarrow refuses the chunk
+            "messages": (Message("user", "u"), Message("assistant", "a", 1)),
+            "reward": 0.5,
+        },
     ]
     return [
         TrainingSample(
@@ -114,6 +133,12 @@ async def _seed(api: ApiHarness) -> tuple[str, dict[str, str], str, list[Trainin
             ),
             {"id": target},
         )
+        for table, path in (("events", "{sample,messages,0,why}"), ("samples", "{messages,0,why}")):
+            column = "data->'sample'->>'sample_id'" if table == "events" else "sample_id"
+            await conn.execute(
+                text(f"UPDATE {table} SET data = jsonb_set(data, '{path}', '5') WHERE {column} = :id"),
+                {"id": odd[8].sample_id},
+            )
     await mark_dataset_ready(api.store, project, run, 0, revisions=len(odd) + 5)
     return project, key, run, odd
 
@@ -139,6 +164,35 @@ async def _joined(chunks: Any) -> bytes:
     return b"".join([chunk async for chunk in chunks])
 
 
+async def _rows(chunks: Any, fmt: str) -> list[tuple[Any, ...]]:
+    """Each row of the database's chunks, in order: (its line (for Parquet its NDJSON line), None,
+    None, None) when rendered, (None, a, b, data text) when left to Python."""
+    rows: list[tuple[Any, ...]] = []
+    async for chunk in chunks:
+        left = {place: (None, a, b, data) for place, a, b, data in chunk.left}
+        if fmt == "parquet":
+            lines = iter(chunk.block.decode().split("\n") if chunk.block else [])
+            rows += [left[p] if p in left else (next(lines), None, None, None) for p in range(chunk.count)]
+            assert next(lines, None) is None
+        else:
+            lines = chunk.block.decode().split("\n")
+            assert len(lines) == chunk.count + 1 and lines[-1] == ""
+            for place in range(chunk.count):
+                assert (lines[place] == "") == (place in left)
+                rows.append(left.get(place, (lines[place] + "\n", None, None, None)))
+    return rows
+
+
+async def _order(api: ApiHarness, run: str) -> list[str]:
+    """The iteration's sample ids in the order its downloads read them."""
+    async with api.store.engine.connect() as conn:
+        found = await conn.execute(
+            text("SELECT sample_id FROM samples WHERE run_id = :run ORDER BY position, sample_id"),
+            {"run": run},
+        )
+        return [row[0] for row in found]
+
+
 async def test_named_dataset_downloads_equal_the_python_rendering(api: ApiHarness) -> None:
     _project, key, run, odd = await _seed(api)
     for include_reasoning in (False, True):
@@ -148,6 +202,16 @@ async def test_named_dataset_downloads_equal_the_python_rendering(api: ApiHarnes
         dataset_id = built.json()["dataset_id"]
         manifest = await read_manifest(api.store, dataset_id)
         assert len(manifest.entries) == 2 + 5 + len(odd)  # two goods, the plain and the odd revisions
+        async with api.store.engine.connect() as conn:
+            position = (
+                await conn.execute(
+                    text("SELECT position FROM datasets WHERE dataset_id = :d"), {"d": dataset_id}
+                )
+            ).scalar_one()
+        read = await rendered_dataset(api.store, api.store.engine, dataset_id, position)
+        assert read.manifest == dataclasses.replace(manifest, entries=())  # the entries read in SQL
+        assert list(read.positions) == [e.position for e in manifest.entries]
+        assert list(read.sample_ids) == [e.sample_id for e in manifest.entries]
         for fmt in FORMATS:
             response = await api.client.get(
                 f"/v1/datasets/{dataset_id}/download", params={"format": fmt}, headers=key
@@ -162,15 +226,13 @@ async def test_named_dataset_downloads_equal_the_python_rendering(api: ApiHarnes
                 assert len(response.content.splitlines()) == len(manifest.entries)
 
         # the SQL rendered the plain rows itself and left the others to Python
-        entries = [(e.position, e.sample_id) for e in manifest.entries]
-        rows = [
-            row
-            async for batch in export_lines.event_lines(
-                api.store.engine, entries, "openai", _SAMPLE_EVENTS, include_reasoning
-            )
-            for row in batch
-        ]
-        by_id = dict(zip([e.sample_id for e in manifest.entries], rows, strict=True))
+        ids = [e.sample_id for e in manifest.entries]
+        positions = [e.position for e in manifest.entries]
+        reader = export_lines.event_lines(
+            api.store.engine, positions, ids, "openai", _SAMPLE_EVENTS, include_reasoning
+        )
+        rows = await _rows(reader, "openai")
+        by_id = dict(zip(ids, rows, strict=True))
         assert (
             by_id[odd[0].sample_id][0] is None
             if include_reasoning
@@ -185,6 +247,11 @@ async def test_named_dataset_downloads_equal_the_python_rendering(api: ApiHarnes
 async def test_iteration_downloads_equal_the_python_rendering(api: ApiHarness) -> None:
     project, key, run, odd = await _seed(api)
     engine = api.store.engine
+    async with engine.connect() as conn:
+        found = await conn.execute(
+            text("SELECT sample_id FROM samples WHERE run_id = :r AND kind = 'good'"), {"r": run}
+        )
+        goods = {row[0] for row in found}
 
     def batches(plain: bool) -> AsyncGenerator[list[Any], None]:
         return dataset_batches(engine, project_id=project, run_id=run, iteration=0, alpha=0.7, plain=plain)
@@ -209,19 +276,34 @@ async def test_iteration_downloads_equal_the_python_rendering(api: ApiHarness) -
         if fmt != "parquet":
             assert len(content.splitlines()) == 1 + 5 + len(odd)  # one good is below alpha
 
-        rows = [
-            row async for batch in export_lines.iteration_lines(engine, project, run, 0, fmt) for row in batch
-        ]
-        rendered = {row[1] for row in rows if row[0] is not None}
-        if fmt == "parquet":  # the columns of a rendered row name their sample
-            assert all(row[4] == row[1] for row in rows if row[0] is not None)
+        rows = await _rows(export_lines.iteration_lines(engine, project, run, 0, fmt), fmt)
+        order = await _order(api, run)
+        rendered = {sample_id for sample_id, row in zip(order, rows, strict=True) if row[0] is not None}
+        if fmt == "parquet":  # pyarrow's reader takes the blocks, but for the chunk with the odd reason
+            refused = 0
+            async for chunk in export_lines.iteration_lines(engine, project, run, 0, fmt, 3):
+                if not chunk.block:  # every row of the chunk left to Python
+                    continue
+                try:
+                    rendered_batch(chunk.block, parquet_schema())
+                except ValueError:
+                    refused += 1
+                    assert odd[8].sample_id.encode() in chunk.block
+            assert refused == 1
+        if fmt == "parquet":  # the NDJSON of a rendered row holds its sample
+            assert all(
+                loads(row[0])["s"]["sample_id"] == sample_id
+                for sample_id, row in zip(order, rows, strict=True)
+                if row[0] is not None
+            )
         assert odd[0].sample_id in rendered and odd[1].sample_id not in rendered
-        assert all(row[2] != "good" for row in rows if row[0] is not None)  # goods are Python's
+        assert all(row[2] == "good" for row in rows if row[1] in goods)  # goods are Python's
+        assert goods and not goods & rendered
         assert (odd[3].sample_id in rendered) == (fmt in ("openai", "sharegpt"))  # 1.50 is Python's
 
     # Parquet row groups of a few samples: cut where the old writer cuts them, across chunks
-    def item_of(row: Any) -> Any:  # as iteration_body makes a row left to Python an item
-        return _item(row[1], row[2], loads(row[3]), 0.7, True)
+    def item_of(_place: int, sample_id: Any, kind: Any, data: Any) -> Any:  # as iteration_body does
+        return _item(sample_id, kind, loads(data), 0.7, True)
 
     for group, chunk in ((3, 4), (5, 2), (2, 1000), (1000, 3)):
         old = await _joined(_python(batches(True), "parquet", group))
@@ -230,18 +312,16 @@ async def test_iteration_downloads_equal_the_python_rendering(api: ApiHarness) -
 
 
 async def test_chunked_reads_give_the_same_rows_whatever_the_chunk(api: ApiHarness) -> None:
-    project, key, run, _odd = await _seed(api)
+    project, key, run, odd = await _seed(api)
     engine = api.store.engine
 
     async def rows(**options: int) -> list[Any]:
-        return [
-            tuple(row)
-            async for batch in export_lines.iteration_lines(engine, project, run, 0, "samples", **options)
-            for row in batch
-        ]
+        return await _rows(
+            export_lines.iteration_lines(engine, project, run, 0, "samples", **options), "samples"
+        )
 
     whole = await rows(chunk=1000, workers=1)
-    assert len(whole) == 2 + 5 + 7
+    assert len(whole) == 2 + 5 + len(odd)
     for chunk, workers in ((1, 1), (2, 3), (3, 2), (5, 4)):
         assert await rows(chunk=chunk, workers=workers) == whole, (chunk, workers)
 
@@ -253,8 +333,11 @@ async def test_chunked_reads_give_the_same_rows_whatever_the_chunk(api: ApiHarne
     twice = [*entries, *entries[:3], (10**12, "missing")]  # a position twice; one without an event
 
     async def events(**options: int) -> list[Any]:
-        reader = export_lines.event_lines(engine, twice, "sharegpt", _SAMPLE_EVENTS, False, **options)
-        return [tuple(row) async for batch in reader for row in batch]
+        positions, ids = [p for p, _ in twice], [s for _, s in twice]
+        reader = export_lines.event_lines(
+            engine, positions, ids, "sharegpt", _SAMPLE_EVENTS, False, **options
+        )
+        return await _rows(reader, "sharegpt")
 
     one = await events(chunk=1000, workers=1)
     assert len(one) == len(twice) and one[-1] == (None, None, None, None)
@@ -268,7 +351,7 @@ async def test_an_empty_iteration_and_dataset_render_nothing(api: ApiHarness) ->
     rows = [b async for b in export_lines.iteration_lines(api.store.engine, project, "no-run", 0, "openai")]
     assert rows == []
     assert [
-        b async for b in export_lines.event_lines(api.store.engine, [], "openai", _SAMPLE_EVENTS, False)
+        b async for b in export_lines.event_lines(api.store.engine, [], [], "openai", _SAMPLE_EVENTS, False)
     ] == []
 
 
@@ -280,10 +363,10 @@ _OTHER_SESSIONS = (
 async def test_a_rendered_download_left_early_leaves_no_transaction_or_query_behind(api: ApiHarness) -> None:
     """A client that goes away mid-download: the chunks in flight on the other connections are
     cancelled, every snapshot transaction ends, and the pool serves the next download."""
-    project, _key, run, _odd = await _seed(api)
+    project, _key, run, odd = await _seed(api)
     engine = api.store.engine
     left = export_lines.iteration_lines(engine, project, run, 0, "openai", chunk=2, workers=3)
-    assert len(await anext(left)) == 2
+    assert (await anext(left)).count == 2
     async with engine.connect() as conn:
         during = (await conn.execute(text(_OTHER_SESSIONS))).all()
     assert sum(row.state.startswith("idle in transaction") or row.state == "active" for row in during) >= 3
@@ -291,12 +374,8 @@ async def test_a_rendered_download_left_early_leaves_no_transaction_or_query_beh
     async with engine.connect() as conn:
         after = (await conn.execute(text(_OTHER_SESSIONS))).all()
     assert {row.state for row in after} <= {"idle"}, after
-    rows = [
-        row
-        async for batch in export_lines.iteration_lines(engine, project, run, 0, "openai")
-        for row in batch
-    ]
-    assert len(rows) == 2 + 5 + 7
+    rows = await _rows(export_lines.iteration_lines(engine, project, run, 0, "openai"), "openai")
+    assert len(rows) == 2 + 5 + len(odd)
 
 
 async def test_a_download_takes_fewer_connections_when_the_pool_is_short(api: ApiHarness) -> None:
@@ -304,9 +383,7 @@ async def test_a_download_takes_fewer_connections_when_the_pool_is_short(api: Ap
     rows) instead of waiting for a second one while it holds the first."""
     project, _key, run, _odd = await _seed(api)
     engine = api.store.engine
-    whole = [
-        tuple(r) async for b in export_lines.iteration_lines(engine, project, run, 0, "openai") for r in b
-    ]
+    whole = await _rows(export_lines.iteration_lines(engine, project, run, 0, "openai"), "openai")
     async with contextlib.AsyncExitStack() as held:
         pool: Any = engine.sync_engine.pool
         while export_lines._spare(engine) > 1:
@@ -317,5 +394,5 @@ async def test_a_download_takes_fewer_connections_when_the_pool_is_short(api: Ap
     assert rows == whole
 
 
-async def _collect(batches: Any) -> list[Any]:
-    return [tuple(row) async for batch in batches for row in batch]
+async def _collect(chunks: Any) -> list[Any]:
+    return await _rows(chunks, "openai")
