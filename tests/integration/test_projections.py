@@ -210,6 +210,43 @@ async def build_history(store: SqlEventStore) -> dict[str, str]:
         ),
         no_meta,
     )
+    # two reviewers: a claim, an acceptance and a correction of pair 1 (the pairs' claim and
+    # agreement columns and the pair_verdicts rows are refolded from these on a rebuild)
+    h.add(
+        pair_stream(pair1),
+        ev.PairClaimed(
+            pair_id=pair1,
+            reviewer_key=key1,
+            reviewer="ak_1 (alice)",
+            claimed_at="2026-01-01T00:00:00+00:00",
+            by_key=key1,
+            by="ak_1 (alice)",
+        ),
+    )
+    h.add(
+        pair_stream(pair1),
+        ev.FirstErrorAccepted(
+            pair_id=pair1,
+            acceptance_id=new_id(),
+            reviewer="ak_1 (alice)",
+            accepted_at="2026-01-01T00:01:00+00:00",
+            transition_index=2,
+            reviewer_key=key1,
+        ),
+    )
+    h.add(
+        pair_stream(pair1),
+        ev.FirstErrorCorrected(
+            pair_id=pair1,
+            correction_id=new_id(),
+            reviewer="ak_2 (bob)",
+            corrected_at="2026-01-01T00:02:00+00:00",
+            old_transition_index=2,
+            new_transition_index=1,
+            old_reflection="",
+            reviewer_key=key2,
+        ),
+    )
     h.add(pair_stream(pair2), ev.RevisionRejected(pair_id=pair2, run_id=run, iteration=0, reason="no good"))
     trace, rev2 = new_id(), new_id()
     h.add(
