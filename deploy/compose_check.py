@@ -897,11 +897,27 @@ def training_step(dep: Deployment, task_id: str) -> int:
     return int(result.get("step", 0))
 
 
-def training_under_way(dep: Deployment, run_id: str, min_step: int) -> Callable[[], tuple[str, int] | None]:
+def training_under_way(
+    dep: Deployment, api: Api, run_id: str, min_step: int
+) -> Callable[[], tuple[str, int] | None]:
+    """The run's training task and its step once it is at ``min_step`` or later; CheckFailed at once
+    where that can no longer happen (the run ended, or the job ended before the step was seen), so a
+    step fails with the reason instead of waiting out its timeout."""
+
     def probe() -> tuple[str, int] | None:
+        run = api.run(run_id)
+        expect(
+            run["status"] not in ("completed", "failed", "cancelled"),
+            f"run {run_id} ended {run['status']} ({run.get('reason')}) before its training was seen",
+        )
         task_id = training_task(dep, run_id)
         if task_id is None:
             return None
+        meta = task_meta(dep, task_id)
+        expect(
+            meta.get("status") not in ("SUCCESS", "FAILURE", "REVOKED"),
+            f"training task {task_id} ended {meta.get('status')} before step {min_step} was seen",
+        )
         step = training_step(dep, task_id)
         return (task_id, step) if step >= min_step else None
 
@@ -1115,8 +1131,10 @@ def disturbed_run(ctx: Context) -> None:
         info["detail"] = f"2 search replicas healthy in {time.monotonic() - t0:.0f} s"
     with steps.step("kill a search replica mid-search: the other takes over, same data") as info:
         assert dep is not None and api is not None and ctx.reference is not None
-        # the same run, training long enough to be killed mid-job in the next step
-        config = quick_config(ctx.config, epochs=40.0, time_budget_s=240.0, logging_steps=1)
+        # the same run, training long enough to be killed mid-job in the next step: the time budget,
+        # not the epochs, ends it (40 epochs of 2 samples ended before a loaded machine's probe saw
+        # step 3), and short enough that the job trained again after the kill ends well in time
+        config = quick_config(ctx.config, epochs=400.0, time_budget_s=150.0, logging_steps=1)
         run_id = api.call("POST", "/v1/runs", 202, json=config)["run_id"]
 
         def busy_replica() -> tuple[str, str] | None:
@@ -1173,7 +1191,7 @@ def disturbed_run(ctx: Context) -> None:
         assert dep is not None and api is not None and ctx.reference is not None
         expect(run_id, "no disturbed run (the previous step failed before submitting it)")
         task_id, step = wait_for(
-            "the trainer to be training the run", training_under_way(dep, run_id, 3), 600, 1.0
+            "the trainer to be training the run", training_under_way(dep, api, run_id, 3), 600, 1.0
         )
         trainer = dep.container_ids("trainer")[0]
         dep.sh.run(["docker", "kill", trainer])
@@ -1200,7 +1218,7 @@ def cancelled_run(ctx: Context) -> None:
         config = quick_config(ctx.config, epochs=400.0, time_budget_s=600.0, logging_steps=1)
         run_id = api.call("POST", "/v1/runs", 202, json=config)["run_id"]
         task_id, step = wait_for(
-            "the trainer to be training the run", training_under_way(dep, run_id, 3), 900, 1.0
+            "the trainer to be training the run", training_under_way(dep, api, run_id, 3), 900, 1.0
         )
         api.call("POST", f"/v1/runs/{run_id}/cancel", 202, json={"reason": "compose check"})
         cancelled_at = time.monotonic()
