@@ -76,11 +76,18 @@ class Principal:
         return self.project_id
 
 
-def services(request: Request) -> ApiServices:
+def services_of(request: Request) -> ApiServices:
+    """The process's services (503 before the lifespan has started them)."""
     svc: ApiServices | None = getattr(request.app.state, "services", None)
     if svc is None:  # lifespan did not run
         raise ApiError(503, "the API is not started", code="unavailable")
     return svc
+
+
+async def services(request: Request) -> ApiServices:
+    """``services_of`` as a dependency: async, so FastAPI runs it on the event loop instead of
+    handing every request's lookup to its thread pool (a thread hop per dependency per call)."""
+    return services_of(request)
 
 
 def _unauthorized(detail: str) -> ApiError:

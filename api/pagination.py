@@ -43,13 +43,13 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 
 
-def limit_param(
+async def limit_param(
     limit: int = Query(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="Items per page (1-500)."),
 ) -> int:
     return limit
 
 
-def cursor_param(
+async def cursor_param(
     cursor: str | None = Query(
         None, min_length=1, max_length=500, pattern=CURSOR_PATTERN, description=CURSOR_DESCRIPTION
     ),
@@ -181,12 +181,12 @@ MAX_PREFIXED = 10
 _PREFIXED_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 
 
-def prefixed_query(prefix: str) -> Callable[[Request], dict[str, str]]:
+def prefixed_query(prefix: str) -> Callable[[Request], Awaitable[dict[str, str]]]:
     """A dependency reading the query parameters named ``{prefix}KEY`` as ``{KEY: value}`` (at most
     ``MAX_PREFIXED``; a KEY of letters, digits and ``_.:-``, up to 100 characters; a value up to 500):
     a 422 names the parameter that breaks the rule. ``known_query_only`` lets such names through."""
 
-    def read(request: Request) -> dict[str, str]:
+    async def read(request: Request) -> dict[str, str]:
         out: dict[str, str] = {}
         for name, value in request.query_params.multi_items():
             if not name.startswith(prefix):
@@ -218,7 +218,7 @@ def prefixed_query(prefix: str) -> Callable[[Request], dict[str, str]]:
     return read
 
 
-def known_query_only(request: Request) -> None:
+async def known_query_only(request: Request) -> None:
     """422 naming the query parameters the matched route does not define."""
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)

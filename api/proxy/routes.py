@@ -49,7 +49,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from api.deps import ApiServices, Principal, authenticate, bearer, services
+from api.deps import ApiServices, Principal, authenticate, bearer, services_of
 from api.errors import ApiError, field_error
 from api.proxy.grouping import Conversations, Placement
 from api.proxy.recorder import CallRecord, Recorder, RecorderMetrics, StoreSink
@@ -239,7 +239,7 @@ TRACE_ID_HEADER = {
 router = APIRouter(prefix="/v1/proxy/openai/v1", tags=["proxy"], responses=PROXY_RESPONSES)
 
 
-def runtime(request: Request) -> ProxyRuntime:
+async def runtime(request: Request) -> ProxyRuntime:
     proxy: ProxyRuntime | None = getattr(request.app.state, "proxy", None)
     if proxy is None or proxy.client is None:
         raise ApiError(
@@ -258,7 +258,7 @@ async def agent(
     """The calling agent's project key (``ingest`` scope), verified once per ``auth_cache_s``; checked
     BEFORE the upstream, so a caller without a valid key learns nothing about the proxy's setup."""
     proxy: ProxyRuntime | None = getattr(request.app.state, "proxy", None)
-    svc = services(request)
+    svc = services_of(request)
     presented = credentials.credentials if credentials is not None else request.headers.get("x-api-key")
     digest = svc.verified.digest(presented or "")
     principal = svc.verified.get(digest)
