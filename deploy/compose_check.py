@@ -1137,24 +1137,44 @@ def disturbed_run(ctx: Context) -> None:
         config = quick_config(ctx.config, epochs=400.0, time_budget_s=150.0, logging_steps=1)
         run_id = api.call("POST", "/v1/runs", 202, json=config)["run_id"]
 
-        def busy_replica() -> tuple[str, str] | None:
-            its = api.run(run_id)["iterations"]
-            if not its or its[0]["trees_done"] >= its[0]["trees_expected"]:
-                return None
+        replicas = dep.container_ids("search")
+
+        def busy_replica() -> tuple[str, str, set[str]] | None:
+            """A replica frozen (``docker pause``) while it holds a message, and what it holds. A tree
+            takes about 2 s, less than a probe's docker calls: a replica seen holding one may have
+            acknowledged it by the time it is killed (stop 54's CI), but a frozen one cannot, so the
+            messages read after the freeze are the ones it dies with."""
             holders = [name for name, n in search_consumers(dep).items() if n > 0]
-            for cid in dep.container_ids("search"):
+            for cid in replicas:
                 for name in holders:
-                    if f"-{cid[:12]}-" in name:
-                        return cid, name
+                    if f"-{cid[:12]}-" not in name:
+                        continue
+                    dep.sh.run(["docker", "pause", cid])
+                    time.sleep(0.3)  # an acknowledgement already on its way lands
+                    held = pending_ids(dep, name)
+                    if held:
+                        return cid, name, held
+                    dep.sh.run(["docker", "unpause", cid])  # it finished its tree before the freeze
+            its = api.run(run_id)["iterations"]
+            expect(
+                not its or its[0]["trees_done"] < its[0]["trees_expected"],
+                "every tree of the run finished before a replica could be caught holding one",
+            )
             return None
 
-        victim, consumer = wait_for("a search replica holding one of the run's trees", busy_replica, 300, 0.5)
-        held = pending_ids(dep, consumer)
+        victim, consumer, held = wait_for(
+            "a search replica holding one of the run's trees", busy_replica, 300, 0.1
+        )
         dep.sh.run(["docker", "kill", victim])
-        held |= pending_ids(dep, consumer)
         killed_at = time.monotonic()
-        state = dep.sh.run(["docker", "inspect", "-f", "{{.State.Status}}", victim]).stdout.strip()
-        expect(state == "exited", f"the killed replica is {state}")
+
+        def exited() -> str | None:
+            state = dep.sh.run(["docker", "inspect", "-f", "{{.State.Status}}", victim]).stdout.strip()
+            if state == "paused":  # an engine that queues the signal until the container thaws
+                dep.sh.run(["docker", "unpause", victim], check=False)
+            return state if state == "exited" else None
+
+        wait_for(f"the killed replica {victim[:12]} to exit", exited, 30, 0.5)
 
         def dataset_ready() -> dict[str, Any] | None:
             run = api.run(run_id)
