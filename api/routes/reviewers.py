@@ -17,6 +17,9 @@ pair not undone yet is taken back (``ReviewUndone``: an event, the log stays app
 the correction whose sample is the pair's current one makes the splice worker restore the sample
 before it (``splice_service.corrections``). Nothing to undo, or a correction still re-splicing: 409.
 
+``GET /v1/reviewers`` (``review``): the project's live keys that may review (``review`` or ``admin``
+scope), as ``key_id`` and the name claims show: whom a pair can be assigned to.
+
 ``GET /v1/review/agreement`` (``read``): percent agreement over the pairs with at least two reviews,
 and Cohen's kappa when exactly two reviewers reviewed those pairs (``core.domain.reviewers``).
 
@@ -52,7 +55,7 @@ from core.domain.reviewers import (
     check_undo,
     undo_plan,
 )
-from core.store.queries.review import project_key, standing_verdicts
+from core.store.queries.review import project_key, project_reviewers, standing_verdicts
 
 router = APIRouter(prefix="/v1", tags=["review"], responses=ERROR_RESPONSES)
 
@@ -74,6 +77,11 @@ class ClaimOut(BaseModel):
     reviewer: str | None = Field(description="The holder as people read it (null: nobody).")
     since: str | None = Field(description="When the holder got it (ISO 8601; null: nobody).")
     by: str | None = Field(description="Who claimed or assigned it (null: nobody).")
+
+
+class ReviewerOut(BaseModel):
+    key_id: str = Field(description="The key's id (what POST /v1/pairs/{pair_id}/assign takes).")
+    name: str = Field(description="The reviewer as claims and verdicts name it: agr_PREFIX (label).")
 
 
 class UndoOut(BaseModel):
@@ -144,6 +152,23 @@ async def _write(
     await append(svc, [new], {stream: version}, idem=idem, answer=answer)
 
 
+async def _hand(
+    svc: ApiServices,
+    principal: Principal,
+    idem: Idempotency,
+    pair_id: str,
+    version: int,
+    *,
+    to: Reviewer,
+    by: Reviewer,
+) -> dict[str, Any]:
+    """Record that ``to`` holds the pair from now, put there by ``by`` (a claim: the same key); 201."""
+    claimed = PairClaimed(pair_id, to.key_id, to.name, datetime.now(UTC).isoformat(), by.key_id, by.name)
+    out = _claim_out(pair_id, claimed)
+    await _write(svc, principal, idem, pair_id, claimed, version, (201, out))
+    return out
+
+
 @router.post(
     "/pairs/{pair_id}/claim",
     status_code=201,
@@ -167,11 +192,7 @@ async def claim_pair(
         raise _refused(exc) from None
     if not fresh:
         return JSONResponse(_claim_out(pair_id, review.claim), status_code=200)
-    now = datetime.now(UTC).isoformat()
-    claimed = PairClaimed(pair_id, who.key_id, who.name, now, who.key_id, who.name)
-    out = _claim_out(pair_id, claimed)
-    await _write(svc, principal, idem, pair_id, claimed, version, (201, out))
-    return out
+    return await _hand(svc, principal, idem, pair_id, version, to=who, by=who)
 
 
 @router.post(
@@ -200,11 +221,7 @@ async def assign_pair(
         raise _refused(exc) from None
     if not fresh:
         return _claim_out(pair_id, review.claim)
-    now = datetime.now(UTC).isoformat()
-    claimed = PairClaimed(pair_id, to.key_id, to.name, now, who.key_id, who.name)
-    out = _claim_out(pair_id, claimed)
-    await _write(svc, principal, idem, pair_id, claimed, version, (201, out))
-    return out
+    return await _hand(svc, principal, idem, pair_id, version, to=to, by=who)
 
 
 @router.post(
@@ -289,3 +306,16 @@ async def review_agreement(
         kappa=figures.kappa,
         kappa_reviewers=list(figures.kappa_reviewers),
     )
+
+
+@router.get(
+    "/reviewers",
+    response_model=list[ReviewerOut],
+    summary="The project's keys that may review: whom a pair can be assigned to",
+)
+async def list_reviewers(
+    principal: Principal = Depends(require("review")),
+    svc: ApiServices = Depends(services),
+) -> Any:
+    keys = await project_reviewers(svc.store.engine, principal.project())
+    return [ReviewerOut(key_id=k.key_id, name=k.name) for k in keys]

@@ -114,6 +114,7 @@ ROUTES = (
     # the owner's last verdict is the correction above, still re-splicing (no worker here): a 409
     Route("POST", "/v1/pairs/{pair}/undo", "review", "404", {}, owner_also=(409,)),
     Route("GET", "/v1/review/agreement", "read", "list"),
+    Route("GET", "/v1/reviewers", "review", "list"),
     Route("GET", "/v1/runs/{run}/progress", "read", "404"),
     Route("GET", "/v1/samples/{sample}", "read", "404"),
     Route("GET", "/v1/samples/{sample}/tokens", "read", "404", owner_also=(422,)),

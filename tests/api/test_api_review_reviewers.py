@@ -70,6 +70,32 @@ async def test_claim_assign_and_release(api: ApiHarness) -> None:
     assert types[-3:] == ["PairClaimed", "PairClaimed", "PairReleased"]
 
 
+async def test_the_reviewers_a_pair_can_go_to(api: ApiHarness) -> None:
+    project = await api.project("who-reviews")
+    other = await api.project("who-reviews-elsewhere")
+    reader = api.auth(await api.key(project, "read"))
+    ann = api.auth(await api.key(project, "read", "review"))
+    admin = api.auth(await api.key(project, "admin"))
+    gone = api.auth(await api.key(project, "read", "review"))
+    await api.key(other, "review")
+    ann_id, admin_id, gone_id = await _me(api, ann), await _me(api, admin), await _me(api, gone)
+    revoked = await api.client.post(f"/v1/projects/{project}/keys/{gone_id}/revoke", headers=api.admin)
+    assert revoked.status_code == 200, revoked.text
+
+    assert (await api.client.get("/v1/reviewers", headers=reader)).status_code == 403
+    listed = await api.client.get("/v1/reviewers", headers=ann)
+    assert listed.status_code == 200, listed.text
+    # the live keys that may review, oldest first: no read-only, revoked or other project's key
+    assert [r["key_id"] for r in listed.json()] == [ann_id, admin_id]
+    assert all(r["name"].startswith("agr_") for r in listed.json())
+    pair_id, _ = await spliced_pair(api, project)
+    # what the list names is what assign takes
+    assigned = await api.client.post(
+        f"/v1/pairs/{pair_id}/assign", json={"key_id": listed.json()[0]["key_id"]}, headers=admin
+    )
+    assert assigned.status_code == 201 and assigned.json()["reviewer"] == listed.json()[0]["name"]
+
+
 async def test_reviewers_verdicts_agreement_and_the_majority(api: ApiHarness) -> None:
     project = await api.project("agreement")
     reader = api.auth(await api.key(project, "read"))

@@ -6,7 +6,8 @@ real handlers, ``splice_as_worker``). Checked: Ann claims a pair and Bob's page 
 Ann (and his moving on skips it); Ann corrects the pair, Bob accepts it, and both the queue and the
 pair view show "2 of 2 agree", with the overall agreement figure above the queue; Ann undoes her
 correction, the splice worker restores the earlier sample and the pair view shows it; "my reviews"
-keeps only Ann's pairs; axe-core finds no critical or serious violation on the changed pages.
+keeps only Ann's pairs; axe-core finds no critical or serious violation on the changed pages; Ann
+hands her pair to Bob by picking his name from the project's reviewers.
 """
 
 from __future__ import annotations
@@ -201,6 +202,20 @@ def test_claim_two_reviews_agreement_undo_and_my_reviews(site: Site, tmp_path: P
         if problems := axe_problems(ann):
             found[name] = problems
     assert found == {}, "\n".join(f"{k}: {line}" for k, lines in found.items() for line in lines)
+
+    # Ann (the holder) hands the pair to Bob by name: the list is the project's reviewers but her
+    ann.goto(f"{site.base}/ui/#/pairs/{first}")
+    ann.wait_for_selector("#assign-key option[value]:not([value=''])", state="attached")
+    names = ann.eval_on_selector_all("#assign-key option", "os => os.map(o => o.textContent)")
+    assert names == ["assign to…", "agr_" + site.bob.split("_")[1][:12] + " (Bob)"], names
+    assert ann.locator("#assign-pair").is_disabled()
+    ann.select_option("#assign-key", index=1)
+    ann.click("#assign-pair")
+    ann.wait_for_selector("#claim-bar.theirs")
+    assert ann.locator("#claimed-by").inner_text().startswith("Claimed by agr_")
+    assert "(Bob) (assigned by agr_" in ann.locator("#claimed-by").inner_text()
+    bob.goto(f"{site.base}/ui/#/pairs/{first}")
+    bob.wait_for_selector("#claim-bar.mine")
     assert not ann_errors and not bob_errors, (ann_errors, bob_errors)
     ann.close()
     bob.close()

@@ -259,6 +259,21 @@ async def project_key(engine: AsyncEngine, project_id: str, key_id: str) -> Revi
     return ReviewKey(row.key_id, row.prefix, row.label or "", tuple(row.scopes or ()), bool(row.revoked))
 
 
+async def project_reviewers(engine: AsyncEngine, project_id: str) -> list[ReviewKey]:
+    """The project's live keys that may review (``review`` or ``admin`` scope), oldest first: whom a
+    pair can be assigned to."""
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(api_keys)
+                .where(api_keys.c.project_id == project_id, api_keys.c.revoked.is_(False))
+                .order_by(api_keys.c.created_at, api_keys.c.key_id)
+            )
+        ).all()
+    keys = [ReviewKey(r.key_id, r.prefix, r.label or "", tuple(r.scopes or ()), False) for r in rows]
+    return [k for k in keys if "review" in k.scopes or "admin" in k.scopes]
+
+
 async def standing_verdicts(engine: AsyncEngine, project_id: str) -> list[tuple[int, dict[str, int]]]:
     """Per reviewed pair of the project: (the critic's t', reviewer -> their standing t')."""
     query = (

@@ -179,9 +179,17 @@ function claimBar(detail, changed) {
     if (!claim) controls.push(h("button", { type: "button", id: "claim-pair", onclick: act("claim") }, "Claim"));
     if (claim && (mine || may("admin"))) controls.push(h("button", { type: "button", id: "release-pair", onclick: act("release") }, "Release"));
     if (mine || may("admin")) {
-      const key = h("input", { id: "assign-key", size: 12, placeholder: "key id", "aria-label": "assign to the key id" });
-      controls.push(h("span", { class: "assign" }, key, " ",
-        h("button", { type: "button", id: "assign-pair", onclick: act("assign", () => ({ key_id: key.value.trim() })) }, "Assign")));
+      // the project's reviewers by name (GET /v1/reviewers), the current holder left out
+      const key = h("select", { id: "assign-key", "aria-label": "reviewer to assign the pair to" },
+        h("option", { value: "" }, "assign to…"));
+      const assign = h("button", { type: "button", id: "assign-pair", disabled: true, onclick: act("assign", () => ({ key_id: key.value })) }, "Assign");
+      key.addEventListener("change", () => { assign.disabled = !key.value; });
+      get("/v1/reviewers").then((reviewers) => {
+        for (const r of reviewers) {
+          if (!claim || r.key_id !== claim.reviewer_key) key.append(h("option", { value: r.key_id }, r.key_id === me ? `${r.name} (you)` : r.name));
+        }
+      }).catch(say);
+      controls.push(h("span", { class: "assign" }, key, " ", assign));
     }
   }
   return h("div", { id: "claim-bar", class: `toolbar claim${claim ? (mine ? " mine" : " theirs") : ""}`, dataset: { claimed: claim ? claim.reviewer_key : "" } },
