@@ -20,6 +20,7 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, and_, case, exists, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from core.store.queries.projects import project_keys
 from core.store.tables import api_keys, pair_verdicts, pairs, samples, traces
 
 QueueReason = Literal["any", "disagree", "fallback", "uncertain", "low_margin"]
@@ -262,15 +263,10 @@ async def project_key(engine: AsyncEngine, project_id: str, key_id: str) -> Revi
 async def project_reviewers(engine: AsyncEngine, project_id: str) -> list[ReviewKey]:
     """The project's live keys that may review (``review`` or ``admin`` scope), oldest first: whom a
     pair can be assigned to."""
-    async with engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                select(api_keys)
-                .where(api_keys.c.project_id == project_id, api_keys.c.revoked.is_(False))
-                .order_by(api_keys.c.created_at, api_keys.c.key_id)
-            )
-        ).all()
-    keys = [ReviewKey(r.key_id, r.prefix, r.label or "", tuple(r.scopes or ()), False) for r in rows]
+    live = [k for k in await project_keys(engine, project_id) if not k["revoked"]]
+    keys = [
+        ReviewKey(k["key_id"], k["prefix"], k["label"] or "", tuple(k["scopes"] or ()), False) for k in live
+    ]
     return [k for k in keys if "review" in k.scopes or "admin" in k.scopes]
 
 
